@@ -1,0 +1,28 @@
+#include "common/result.h"
+
+namespace txscore {
+
+const char* ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kNotFound: return "not found";
+    case ErrorCode::kFailedPrecondition: return "failed precondition";
+    case ErrorCode::kDataLoss: return "data loss";
+    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kUnavailable: return "unavailable";
+  }
+  return "unknown";
+}
+
+std::string Error::ToString() const {
+  std::string out = ErrorCodeName(code);
+  out += ": ";
+  if (!field.empty()) {
+    out += field;
+    out += ": ";
+  }
+  out += message;
+  return out;
+}
+
+}  // namespace txscore

@@ -1,0 +1,110 @@
+#include "fraud/card_token.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
+
+namespace txscore::fraud {
+
+bool LuhnValid(std::string_view digits) {
+  if (digits.empty()) return false;
+  int sum = 0;
+  bool double_it = false;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    if (*it < '0' || *it > '9') return false;
+    int d = *it - '0';
+    if (double_it) {
+      d *= 2;
+      if (d > 9) d -= 9;
+    }
+    sum += d;
+    double_it = !double_it;
+  }
+  return sum % 10 == 0;
+}
+
+Status ValidatePan(std::string_view pan) {
+  if (pan.size() < 12 || pan.size() > 19) {
+    return InvalidArgument("must be 12 to 19 digits, got " + std::to_string(pan.size()) + " characters",
+                           "card_number");
+  }
+  for (char c : pan) {
+    if (c < '0' || c > '9') return InvalidArgument("must contain digits only", "card_number");
+  }
+  if (!LuhnValid(pan)) return InvalidArgument("fails the Luhn check digit", "card_number");
+  return Status::Ok();
+}
+
+Status ValidateCardToken(std::string_view token) {
+  if (token.empty() || token.size() > 128) {
+    return InvalidArgument("must be 1 to 128 characters", "card_token");
+  }
+  bool all_digits = true;
+  for (char c : token) {
+    bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
+    if (!ok) return InvalidArgument("may contain only letters, digits, '_' and '-'", "card_token");
+    all_digits = all_digits && c >= '0' && c <= '9';
+  }
+  if (all_digits && token.size() >= 12 && token.size() <= 19 && LuhnValid(token)) {
+    return InvalidArgument("looks like a card number; send it in card_number so it is tokenized", "card_token");
+  }
+  return Status::Ok();
+}
+
+Status ValidateCardVerificationCode(std::string_view code) {
+  if (code.size() < 3 || code.size() > 4 || code.find_first_not_of("0123456789") != std::string_view::npos) {
+    return InvalidArgument("must be 3 or 4 digits", "card_verification_code");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return NotFound("card key file " + path + " does not exist");
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return FailedPrecondition("card key file " + path +
+                              " is readable by group or others; run: chmod 600 " + path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open card key file " + path);
+  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (key.size() < kMinKeyBytes) {
+    return InvalidArgument("card key file " + path + " holds " + std::to_string(key.size()) +
+                           " bytes; at least " + std::to_string(kMinKeyBytes) +
+                           " random bytes are needed (openssl rand -out " + path + " 32)");
+  }
+  return FromKey(std::move(key));
+}
+
+std::unique_ptr<CardTokenizer> CardTokenizer::FromKey(std::string key) {
+  return std::unique_ptr<CardTokenizer>(new CardTokenizer(std::move(key)));
+}
+
+CardTokenizer::~CardTokenizer() { WipeString(&key_); }
+
+std::string CardTokenizer::Tokenize(std::string_view pan) const {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int mac_len = 0;
+  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), reinterpret_cast<const unsigned char*>(pan.data()),
+       pan.size(), mac, &mac_len);
+  static const char kHex[] = "0123456789abcdef";
+  std::string token;
+  token.reserve(mac_len * 2);
+  for (unsigned int i = 0; i < mac_len; ++i) {
+    token.push_back(kHex[mac[i] >> 4]);
+    token.push_back(kHex[mac[i] & 0xf]);
+  }
+  OPENSSL_cleanse(mac, sizeof mac);
+  return token;
+}
+
+void WipeString(std::string* secret) {
+  if (!secret->empty()) OPENSSL_cleanse(secret->data(), secret->size());
+  secret->clear();
+}
+
+}  // namespace txscore::fraud

@@ -1,0 +1,55 @@
+// Card number (PAN) validation and tokenization.
+//
+// A PAN is checked (12-19 digits, Luhn) and replaced at once by a token:
+// hex(HMAC-SHA256(service key, PAN)). The same PAN always maps to the same token under one
+// key, so per-card state can be keyed by it; without the key the token reveals nothing.
+// Only the token travels further: the PAN never reaches storage, logs, metrics or audit.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace txscore::fraud {
+
+// True when `digits` is all ASCII digits and passes the Luhn check.
+bool LuhnValid(std::string_view digits);
+
+// OK when `pan` is 12-19 ASCII digits and Luhn-valid; the error never echoes the PAN.
+Status ValidatePan(std::string_view pan);
+
+// OK when `token` can be a card token sent by a caller that tokenizes itself: 1-128 chars of
+// [A-Za-z0-9_-], and not something that is a valid PAN (a PAN in the token field would
+// otherwise be stored in the clear).
+Status ValidateCardToken(std::string_view token);
+
+// OK when a card verification code (CVV2/CVC2) is 3 or 4 digits. It is checked, then wiped;
+// txscore never stores it.
+Status ValidateCardVerificationCode(std::string_view code);
+
+// Thread-safe after construction: Tokenize only reads the key.
+class CardTokenizer {
+ public:
+  static constexpr size_t kMinKeyBytes = 32;
+
+  // Reads the key from a file that must hold at least kMinKeyBytes bytes and must not be
+  // readable by group or others (mode 0600 or stricter).
+  static Result<std::unique_ptr<CardTokenizer>> FromKeyFile(const std::string& path);
+  static std::unique_ptr<CardTokenizer> FromKey(std::string key);
+  ~CardTokenizer();
+
+  // hex(HMAC-SHA256(key, pan)), 64 lowercase hex characters. Validate the PAN first.
+  std::string Tokenize(std::string_view pan) const;
+
+ private:
+  explicit CardTokenizer(std::string key) : key_(std::move(key)) {}
+  std::string key_;
+};
+
+// Overwrites a string's bytes (OPENSSL_cleanse, which the compiler may not optimise away)
+// and clears it; used on PANs and card verification codes once they are no longer needed.
+void WipeString(std::string* secret);
+
+}  // namespace txscore::fraud

@@ -1,0 +1,118 @@
+#include "fraud/transaction.h"
+
+#include <cmath>
+
+#include "fraud/currency.h"
+
+namespace txscore::fraud {
+namespace {
+
+// 2000-01-01T00:00:00Z and 2100-01-01T00:00:00Z: anything outside is a caller bug.
+constexpr int64_t kMinTimestampMs = 946684800000;
+constexpr int64_t kMaxTimestampMs = 4102444800000;
+// Amounts above 10^15 minor units are not card payments.
+constexpr int64_t kMaxAmountMinor = 1000000000000000;
+
+bool IsUpperAlpha(const std::string& s, size_t n) {
+  if (s.size() != n) return false;
+  for (char c : s) {
+    if (c < 'A' || c > 'Z') return false;
+  }
+  return true;
+}
+
+bool IsPrintableAscii(const std::string& s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+Status CheckId(const std::string& value, const char* field, const ValidationLimits& limits, bool required) {
+  if (value.empty()) {
+    if (required) return InvalidArgument("must not be empty", field);
+    return Status::Ok();
+  }
+  if (value.size() > limits.max_id_bytes) {
+    return InvalidArgument("is " + std::to_string(value.size()) + " bytes; the limit is " +
+                               std::to_string(limits.max_id_bytes),
+                           field);
+  }
+  if (!IsPrintableAscii(value)) return InvalidArgument("must be printable ASCII", field);
+  return Status::Ok();
+}
+
+}  // namespace
+
+double Transaction::amount_major() const {
+  return static_cast<double>(amount_minor) / std::pow(10.0, currency_exponent);
+}
+
+Result<Transaction> ValidateTransaction(const RawTransaction& raw, const ValidationLimits& limits) {
+  TXSCORE_RETURN_IF_ERROR(CheckId(raw.request_id, "request_id", limits, /*required=*/true));
+  if (raw.timestamp_ms < kMinTimestampMs || raw.timestamp_ms >= kMaxTimestampMs) {
+    return InvalidArgument("must be milliseconds since 1970-01-01 UTC between the years 2000 and 2100",
+                           "timestamp_ms");
+  }
+  if (raw.amount_minor < 0) return InvalidArgument("must not be negative", "amount_minor");
+  if (raw.amount_minor > kMaxAmountMinor) return InvalidArgument("exceeds 10^15 minor units", "amount_minor");
+  std::optional<int> exponent = CurrencyExponent(raw.currency);
+  if (!exponent) {
+    return InvalidArgument("is not an ISO 4217 currency code", "currency");
+  }
+  TXSCORE_RETURN_IF_ERROR(CheckId(raw.merchant_id, "merchant_id", limits, /*required=*/true));
+  if (raw.mcc.size() != 4 || raw.mcc.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidArgument("must be 4 digits (ISO 18245)", "mcc");
+  }
+  if (!IsUpperAlpha(raw.merchant_country, 2)) {
+    return InvalidArgument("must be an ISO 3166-1 alpha-2 code such as \"US\"", "merchant_country");
+  }
+  if (raw.card_country && !IsUpperAlpha(*raw.card_country, 2)) {
+    return InvalidArgument("must be an ISO 3166-1 alpha-2 code such as \"US\"", "card_country");
+  }
+  if (raw.channel < 0 || raw.channel > static_cast<int>(Channel::kContactless)) {
+    return InvalidArgument("is not a known Channel value", "channel");
+  }
+  if (raw.entry_mode < 0 || raw.entry_mode > static_cast<int>(EntryMode::kTokenizedWallet)) {
+    return InvalidArgument("is not a known EntryMode value", "entry_mode");
+  }
+  if (raw.device_id) TXSCORE_RETURN_IF_ERROR(CheckId(*raw.device_id, "device_id", limits, /*required=*/true));
+  if (raw.ip_address) {
+    if (raw.ip_address->size() > 45 || !IsPrintableAscii(*raw.ip_address)) {
+      return InvalidArgument("must be an IPv4 or IPv6 address of at most 45 characters", "ip_address");
+    }
+  }
+  if (raw.latitude.has_value() != raw.longitude.has_value()) {
+    return InvalidArgument("latitude and longitude must be sent together", raw.latitude ? "longitude" : "latitude");
+  }
+  if (raw.latitude && !(std::isfinite(*raw.latitude) && std::fabs(*raw.latitude) <= 90.0)) {
+    return InvalidArgument("must be between -90 and 90 degrees", "latitude");
+  }
+  if (raw.longitude && !(std::isfinite(*raw.longitude) && std::fabs(*raw.longitude) <= 180.0)) {
+    return InvalidArgument("must be between -180 and 180 degrees", "longitude");
+  }
+  if (raw.traceparent && (raw.traceparent->size() > 128 || !IsPrintableAscii(*raw.traceparent))) {
+    return InvalidArgument("must be a W3C traceparent of at most 128 printable characters", "traceparent");
+  }
+
+  Transaction tx;
+  tx.request_id = raw.request_id;
+  tx.timestamp_ms = raw.timestamp_ms;
+  tx.amount_minor = raw.amount_minor;
+  tx.currency = raw.currency;
+  tx.currency_exponent = *exponent;
+  tx.merchant_id = raw.merchant_id;
+  tx.mcc = raw.mcc;
+  tx.merchant_country = raw.merchant_country;
+  tx.card_country = raw.card_country.value_or("");
+  tx.channel = static_cast<Channel>(raw.channel);
+  tx.entry_mode = static_cast<EntryMode>(raw.entry_mode);
+  tx.device_id = raw.device_id;
+  tx.ip_address = raw.ip_address;
+  tx.latitude = raw.latitude;
+  tx.longitude = raw.longitude;
+  tx.traceparent = raw.traceparent.value_or("");
+  return tx;
+}
+
+}  // namespace txscore::fraud

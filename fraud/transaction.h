@@ -1,0 +1,74 @@
+// The transaction as the fraud component sees it, independent of the wire format.
+//
+// RawTransaction is what a caller sent (possibly with a PAN); Transaction is what remains
+// after validation and tokenization: the PAN is gone, only its HMAC token is left.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+
+namespace txscore::fraud {
+
+// Values match the Thrift enums (schemas/txscore.thrift).
+enum class Channel : int { kUnknown = 0, kCardPresent = 1, kEcommerce = 2, kAtm = 3, kMailPhoneOrder = 4,
+                           kRecurring = 5, kContactless = 6 };
+enum class EntryMode : int { kUnknown = 0, kChip = 1, kMagstripe = 2, kContactless = 3, kManualKeyed = 4,
+                             kCredentialOnFile = 5, kTokenizedWallet = 6 };
+
+struct RawTransaction {
+  std::string request_id;
+  int64_t timestamp_ms = 0;
+  int64_t amount_minor = 0;
+  std::string currency;
+  std::optional<std::string> card_number;  // PAN; never stored
+  std::optional<std::string> card_token;
+  std::optional<std::string> card_verification_code;  // checked for shape, never stored
+  std::string merchant_id;
+  std::string mcc;
+  std::string merchant_country;
+  std::optional<std::string> card_country;
+  int channel = 0;
+  int entry_mode = 0;
+  std::optional<std::string> device_id;
+  std::optional<std::string> ip_address;
+  std::optional<double> latitude;
+  std::optional<double> longitude;
+  std::optional<std::string> traceparent;
+};
+
+struct Transaction {
+  std::string request_id;
+  int64_t timestamp_ms = 0;
+  int64_t amount_minor = 0;
+  std::string currency;
+  int currency_exponent = 2;  // minor units per major unit = 10^exponent
+  std::string card_token;
+  std::string merchant_id;
+  std::string mcc;
+  std::string merchant_country;
+  std::string card_country;  // empty when the caller did not send one
+  Channel channel = Channel::kUnknown;
+  EntryMode entry_mode = EntryMode::kUnknown;
+  std::optional<std::string> device_id;
+  std::optional<std::string> ip_address;
+  std::optional<double> latitude;
+  std::optional<double> longitude;
+  std::string traceparent;
+
+  double amount_major() const;
+};
+
+// Limits on caller-supplied strings; longer values are rejected as invalid.
+struct ValidationLimits {
+  size_t max_id_bytes = 128;  // Default: 128 (request_id, merchant_id, device_id, card_token)
+};
+
+// Checks every field except the card fields (card_number, card_token and
+// card_verification_code: see card_token.h) and returns the transaction without its card
+// data. Errors name the field.
+Result<Transaction> ValidateTransaction(const RawTransaction& raw, const ValidationLimits& limits = {});
+
+}  // namespace txscore::fraud

@@ -1,0 +1,135 @@
+#include "fraud/xgboost_model.h"
+
+#include <openssl/evp.h>
+#include <xgboost/c_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+namespace txscore::fraud {
+namespace {
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+// "<f4" on little-endian hosts, ">f4" on big-endian ones (IBM Z): the array-interface
+// description of a host float buffer.
+const char* HostFloatTypestr() {
+  const uint16_t probe = 1;
+  unsigned char first;
+  std::memcpy(&first, &probe, 1);
+  return first == 1 ? "<f4" : ">f4";
+}
+
+std::string PredictConfig(int type) {
+  // cache_id is required by XGBoost 1.7's in-place prediction ("Invalid cast, from Null to
+  // Integer" without it).
+  return "{\"type\": " + std::to_string(type) +
+         ", \"training\": false, \"iteration_begin\": 0, \"iteration_end\": 0, \"strict_shape\": false, "
+         "\"cache_id\": 0, \"missing\": NaN}";
+}
+
+}  // namespace
+
+std::string LastXGBoostError() { return XGBGetLastError(); }
+
+Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& model_path,
+                                                         const XGBoostModelOptions& options) {
+  std::ifstream in(model_path, std::ios::binary);
+  if (!in) return NotFound("model file " + model_path + " does not exist or cannot be read");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.empty()) return DataLoss("model file " + model_path + " is empty");
+
+  const std::string schema_path = options.schema_path.empty() ? SchemaPathForModel(model_path) : options.schema_path;
+  Result<FeatureSchema> schema = FeatureSchema::Load(schema_path);
+  if (!schema.ok()) return schema.error();
+
+  std::unique_ptr<XGBoostModel> model(new XGBoostModel());
+  model->schema_ = std::move(schema).value();
+  model->model_id_ = std::filesystem::path(model_path).stem().string();
+  model->model_version_ = Sha256Hex(bytes).substr(0, 12);
+  model->predict_config_ = PredictConfig(0);
+  model->contributions_config_ = PredictConfig(3);
+
+  BoosterHandle booster = nullptr;
+  if (XGBoosterCreate(nullptr, 0, &booster) != 0) return Internal("XGBoosterCreate: " + LastXGBoostError());
+  model->booster_ = booster;
+  // XGBoost picks the format from the extension when loading from a file; loading from the
+  // buffer we already read would guess JSON vs UBJSON from the first byte instead.
+  if (XGBoosterLoadModel(booster, model_path.c_str()) != 0) {
+    return DataLoss("model file " + model_path + " is not a valid XGBoost model: " + LastXGBoostError());
+  }
+  const std::string nthread = std::to_string(options.nthread);
+  if (XGBoosterSetParam(booster, "nthread", nthread.c_str()) != 0) {
+    return Internal("XGBoosterSetParam(nthread): " + LastXGBoostError());
+  }
+  bst_ulong num_features = 0;
+  if (XGBoosterGetNumFeature(booster, &num_features) != 0) {
+    return DataLoss("model file " + model_path + ": cannot read its feature count: " + LastXGBoostError());
+  }
+  if (num_features != model->schema_.size()) {
+    return FailedPrecondition("model " + model_path + " expects " + std::to_string(num_features) +
+                              " features but its schema " + schema_path + " lists " +
+                              std::to_string(model->schema_.size()));
+  }
+  // Warm-up: the first prediction configures the learner, which is not thread-safe.
+  std::vector<float> row(model->schema_.size(), std::numeric_limits<float>::quiet_NaN());
+  Result<std::vector<float>> warm = model->Predict(row.data(), 1);
+  if (!warm.ok()) return warm.error();
+  Result<std::vector<float>> warm_contributions = model->Contributions(row.data());
+  if (!warm_contributions.ok()) return warm_contributions.error();
+  return model;
+}
+
+XGBoostModel::~XGBoostModel() {
+  if (booster_ != nullptr) XGBoosterFree(static_cast<BoosterHandle>(booster_));
+}
+
+Result<std::vector<float>> XGBoostModel::Predict(const float* rows, size_t row_count) const {
+  char array_interface[192];
+  std::snprintf(array_interface, sizeof array_interface,
+                "{\"data\": [%llu, true], \"shape\": [%zu, %zu], \"typestr\": \"%s\", \"version\": 3}",
+                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(rows)), row_count, schema_.size(),
+                HostFloatTypestr());
+  const bst_ulong* shape = nullptr;
+  bst_ulong dims = 0;
+  const float* out = nullptr;
+  if (XGBoosterPredictFromDense(static_cast<BoosterHandle>(booster_), array_interface, predict_config_.c_str(),
+                                nullptr, &shape, &dims, &out) != 0) {
+    return Internal("XGBoost prediction failed: " + LastXGBoostError());
+  }
+  return std::vector<float>(out, out + row_count);
+}
+
+Result<std::vector<float>> XGBoostModel::Contributions(const float* row) const {
+  DMatrixHandle matrix = nullptr;
+  if (XGDMatrixCreateFromMat(row, 1, schema_.size(), std::numeric_limits<float>::quiet_NaN(), &matrix) != 0) {
+    return Internal("XGDMatrixCreateFromMat: " + LastXGBoostError());
+  }
+  const bst_ulong* shape = nullptr;
+  bst_ulong dims = 0;
+  const float* out = nullptr;
+  const int rc = XGBoosterPredictFromDMatrix(static_cast<BoosterHandle>(booster_), matrix,
+                                             contributions_config_.c_str(), &shape, &dims, &out);
+  Result<std::vector<float>> result = rc == 0 ? Result<std::vector<float>>(std::vector<float>(out, out + schema_.size() + 1))
+                                              : Result<std::vector<float>>(Internal("XGBoost contributions failed: " + LastXGBoostError()));
+  XGDMatrixFree(matrix);
+  return result;
+}
+
+}  // namespace txscore::fraud

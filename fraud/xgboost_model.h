@@ -1,0 +1,63 @@
+// An XGBoost model loaded through XGBoost's C API, with its feature schema.
+//
+// XGBoost errors (return codes + XGBGetLastError) are converted to txscore Errors here and
+// nowhere else. Thread safety: Predict and Contributions may be called concurrently (XGBoost
+// keeps prediction buffers per thread); Load warms the model so that the first request does
+// not race XGBoost's lazy configuration.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "fraud/feature_schema.h"
+
+namespace txscore::fraud {
+
+struct XGBoostModelOptions {
+  // Threads XGBoost may use per call. Default: 1, the fastest for single rows (threads cost
+  // more to wake than a few hundred trees take to walk).
+  int nthread = 1;
+  // Feature schema file; empty means SchemaPathForModel(model_path).
+  std::string schema_path;
+};
+
+class XGBoostModel {
+ public:
+  // Loads a JSON (.json) or UBJSON (.ubj) model and its schema. Refuses a model whose
+  // feature count differs from its schema's, naming both numbers.
+  static Result<std::unique_ptr<XGBoostModel>> Load(const std::string& model_path,
+                                                    const XGBoostModelOptions& options = {});
+  ~XGBoostModel();
+  XGBoostModel(const XGBoostModel&) = delete;
+  XGBoostModel& operator=(const XGBoostModel&) = delete;
+
+  // Probabilities for `rows` rows of schema().size() floats each (NaN = missing), through
+  // XGBoost's in-place prediction.
+  Result<std::vector<float>> Predict(const float* rows, size_t row_count) const;
+  // Approximate (Saabas) per-feature contributions in log-odds for one row:
+  // schema().size() values followed by the bias.
+  Result<std::vector<float>> Contributions(const float* row) const;
+
+  const FeatureSchema& schema() const { return schema_; }
+  // File name without extension, e.g. "fraud".
+  const std::string& model_id() const { return model_id_; }
+  // First 12 hex digits of the SHA-256 of the model file: changes whenever the model does.
+  const std::string& model_version() const { return model_version_; }
+
+ private:
+  XGBoostModel() = default;
+
+  void* booster_ = nullptr;  // BoosterHandle; kept opaque so this header needs no XGBoost
+  FeatureSchema schema_;
+  std::string model_id_;
+  std::string model_version_;
+  std::string predict_config_;
+  std::string contributions_config_;
+};
+
+// The XGBoost error text of the last failed C API call on this thread.
+std::string LastXGBoostError();
+
+}  // namespace txscore::fraud

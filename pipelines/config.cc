@@ -1,0 +1,243 @@
+#include "pipelines/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace txscore::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads one YAML document strictly; every error carries file:line:column. yaml-cpp's
+// exceptions are caught here and nowhere else.
+class Reader {
+ public:
+  Reader(std::string source, fs::path base_dir) : source_(std::move(source)), base_dir_(std::move(base_dir)) {}
+
+  Error ErrorAt(const YAML::Node& node, const std::string& message) const {
+    const YAML::Mark mark = node.Mark();
+    return ErrorAtMark(mark.line, mark.column, message);
+  }
+  Error ErrorAtMark(int line, int column, const std::string& message) const {
+    return InvalidArgument(source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message);
+  }
+
+  // The map at `node`, whose keys must all be in `allowed`.
+  Status ExpectMap(const YAML::Node& node, const std::string& what, const std::set<std::string>& allowed) const {
+    if (!node.IsMap()) return ErrorAt(node, what + " must be a mapping");
+    for (const auto& entry : node) {
+      const std::string key = entry.first.Scalar();
+      if (allowed.count(key) == 0) {
+        std::string expected;
+        for (const auto& k : allowed) expected += (expected.empty() ? "" : ", ") + k;
+        return ErrorAt(entry.first, "unknown key \"" + key + "\" in " + what + " (expected one of: " + expected + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
+  template <typename T>
+  Status Read(const YAML::Node& map, const std::string& key, const char* type_name, T* out) const {
+    const YAML::Node node = map[key];
+    if (!node) return Status::Ok();  // keep the default
+    if (!node.IsScalar() || !YAML::convert<T>::decode(node, *out)) {
+      return ErrorAt(node, "\"" + key + "\" must be " + type_name);
+    }
+    return Status::Ok();
+  }
+
+  Status ReadInt(const YAML::Node& map, const std::string& key, int64_t min, int64_t max, int64_t* out) const {
+    TXSCORE_RETURN_IF_ERROR(Read<int64_t>(map, key, "an integer", out));
+    if (*out < min || *out > max) {
+      return ErrorAt(map[key], "\"" + key + "\" must be between " + std::to_string(min) + " and " + std::to_string(max));
+    }
+    return Status::Ok();
+  }
+  Status ReadInt(const YAML::Node& map, const std::string& key, int min, int max, int* out) const {
+    int64_t wide = *out;
+    TXSCORE_RETURN_IF_ERROR(ReadInt(map, key, static_cast<int64_t>(min), static_cast<int64_t>(max), &wide));
+    *out = static_cast<int>(wide);
+    return Status::Ok();
+  }
+  Status ReadDouble(const YAML::Node& map, const std::string& key, double min, double max, double* out) const {
+    TXSCORE_RETURN_IF_ERROR(Read<double>(map, key, "a number", out));
+    if (!(*out >= min && *out <= max)) {
+      return ErrorAt(map[key], "\"" + key + "\" must be between " + Format(min) + " and " + Format(max));
+    }
+    return Status::Ok();
+  }
+  Status ReadString(const YAML::Node& map, const std::string& key, bool required, std::string* out) const {
+    const YAML::Node node = map[key];
+    if (!node) {
+      if (required) return ErrorAt(map, "missing required key \"" + key + "\"");
+      return Status::Ok();
+    }
+    if (!node.IsScalar() || node.Scalar().empty()) return ErrorAt(node, "\"" + key + "\" must be a non-empty string");
+    *out = node.Scalar();
+    return Status::Ok();
+  }
+  // A path relative to the YAML file's directory; with must_exist, the file must be there.
+  Status ReadPath(const YAML::Node& map, const std::string& key, bool required, bool must_exist, std::string* out) const {
+    std::string raw;
+    TXSCORE_RETURN_IF_ERROR(ReadString(map, key, required, &raw));
+    if (raw.empty()) return Status::Ok();
+    fs::path p(raw);
+    if (p.is_relative()) p = base_dir_ / p;
+    *out = p.lexically_normal().string();
+    if (must_exist && !fs::exists(*out)) {
+      return ErrorAt(map[key], "\"" + key + "\": file " + *out + " does not exist");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static std::string Format(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  }
+  std::string source_;
+  fs::path base_dir_;
+};
+
+Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out) {
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "server", {"host", "port", "workers", "socket_timeout_ms", "limits"}));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "host", false, &out->host));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "port", 0, 65535, &out->port));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "workers", 1, 1024, &out->workers));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "socket_timeout_ms", 1, 600000, &out->socket_timeout_ms));
+  if (const YAML::Node limits = node["limits"]) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(limits, "server.limits",
+                                        {"max_message_bytes", "max_frame_bytes", "max_string_bytes",
+                                         "max_container_items", "max_recursion_depth"}));
+    ThriftLimits& l = out->limits;
+    constexpr int64_t kGiB = 1LL << 30;
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_message_bytes", 1024, kGiB, &l.max_message_bytes));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_frame_bytes", 1024, kGiB, &l.max_frame_bytes));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_string_bytes", 16, kGiB, &l.max_string_bytes));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_container_items", 1, 10000000, &l.max_container_items));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_recursion_depth", 4, 1000, &l.max_recursion_depth));
+  }
+  return Status::Ok();
+}
+
+Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out) {
+  if (!node.IsSequence() || node.size() != 3) {
+    return r.ErrorAt(node, "stages must be a list of three stages: features, xgboost model, decision");
+  }
+  static const char* kKinds[] = {"features", "xgboost", "decision"};
+  std::string previous;
+  for (size_t i = 0; i < 3; ++i) {
+    const YAML::Node stage = node[i];
+    if (!stage.IsMap()) return r.ErrorAt(stage, "a stage must be a mapping");
+    std::string kind, name;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "kind", true, &kind));
+    if (kind != kKinds[i]) {
+      return r.ErrorAt(stage["kind"], "stage " + std::to_string(i + 1) + " must be of kind \"" + kKinds[i] +
+                                          "\" (this release runs features -> xgboost -> decision), not \"" + kind + "\"");
+    }
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "name", true, &name));
+    if (i > 0) {
+      std::string after;
+      TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "after", true, &after));
+      if (after != previous) {
+        return r.ErrorAt(stage["after"], "stage \"" + name + "\" must come after \"" + previous + "\", not \"" + after + "\"");
+      }
+    }
+    if (kind == "features") {
+      TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name, {"name", "kind"}));
+      out->features_stage_name = name;
+    } else if (kind == "xgboost") {
+      TXSCORE_RETURN_IF_ERROR(
+          r.ExpectMap(stage, "stage " + name, {"name", "kind", "after", "model", "schema", "placement", "threads"}));
+      ModelStageConfig& m = out->model;
+      m.name = name;
+      TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &m.model_path));
+      TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "schema", false, true, &m.schema_path));
+      TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "placement", false, &m.placement));
+      if (m.placement != "cpu" && m.placement != "auto") {
+        return r.ErrorAt(stage["placement"], "placement \"" + m.placement +
+                                                 "\" is not available for an xgboost stage: use cpu or auto");
+      }
+      m.placement = "cpu";  // auto resolves to cpu for tree ensembles
+      TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 1, 256, &m.nthread));
+    } else {
+      TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+          stage, "stage " + name, {"name", "kind", "after", "review_threshold", "decline_threshold", "max_reasons"}));
+      DecisionStageConfig& d = out->decision;
+      d.name = name;
+      TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "review_threshold", 0.0, 1.0, &d.review_threshold));
+      TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "decline_threshold", 0.0, 1.0, &d.decline_threshold));
+      if (d.review_threshold > d.decline_threshold) {
+        return r.ErrorAt(stage["review_threshold"] ? stage["review_threshold"] : stage,
+                         "review_threshold must not exceed decline_threshold");
+      }
+      TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_reasons", 0, 64, &d.max_reasons));
+    }
+    previous = name;
+  }
+  return Status::Ok();
+}
+
+Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std::string& source_path) {
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file", {"pipeline", "server", "admin", "storage", "security", "stages"}));
+  PipelineConfig config;
+  config.source_path = source_path;
+  if (const YAML::Node p = root["pipeline"]) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(p, "pipeline", {"name", "version"}));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(p, "name", false, &config.name));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(p, "version", false, &config.version));
+  }
+  if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &config.server));
+  if (const YAML::Node a = root["admin"]) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port"}));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(a, "host", false, &config.admin.host));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(a, "port", 0, 65535, &config.admin.port));
+  }
+  const YAML::Node storage = root["storage"];
+  if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(storage, "storage", {"path", "durability"}));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(storage, "path", true, false, &config.storage.path));
+  if (storage["durability"]) {
+    std::string durability;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(storage, "durability", false, &durability));
+    Result<storage::Durability> parsed = storage::ParseDurability(durability);
+    if (!parsed.ok()) return r.ErrorAt(storage["durability"], parsed.error().message);
+    config.storage.durability = *parsed;
+  }
+  const YAML::Node security = root["security"];
+  if (!security) return r.ErrorAt(root, "missing required key \"security\"");
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, true, &config.security.card_key_file));
+  const YAML::Node stages = root["stages"];
+  if (!stages) return r.ErrorAt(root, "missing required key \"stages\"");
+  TXSCORE_RETURN_IF_ERROR(ParseStages(r, stages, &config));
+  return config;
+}
+
+}  // namespace
+
+Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const std::string& source_path) {
+  Reader reader(source_path, fs::path(source_path).parent_path());
+  try {
+    const YAML::Node root = YAML::Load(yaml_text);
+    if (!root.IsDefined() || root.IsNull()) return InvalidArgument(source_path + ": the file is empty");
+    return Parse(root, reader, source_path);
+  } catch (const YAML::Exception& e) {
+    return reader.ErrorAtMark(e.mark.line, e.mark.column, e.msg);
+  }
+}
+
+Result<PipelineConfig> LoadPipelineConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("pipeline file " + path + " does not exist or cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParsePipelineConfig(text.str(), path);
+}
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,82 @@
+// The pipeline YAML (config/pipeline.yaml), loaded into typed structs.
+//
+// Loading is strict: an unknown key, a value of the wrong type or out of range, or a file
+// that does not exist is an error that names the YAML file, line and column. Relative paths
+// in the file are resolved against the directory of the YAML file, so a config works from
+// any working directory. Every field has the default written next to it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "storage/database.h"
+
+namespace txscore::pipelines {
+
+// Thrift's protection against hostile or broken clients.
+struct ThriftLimits {
+  int64_t max_message_bytes = 1 << 20;  // Default: 1 MiB per message
+  int64_t max_frame_bytes = 1 << 20;    // Default: 1 MiB per frame (framed transport)
+  int64_t max_string_bytes = 64 << 10;  // Default: 64 KiB per string field
+  int64_t max_container_items = 10000;  // Default: 10000 items per list/map/set (scoreBatch size)
+  int max_recursion_depth = 64;         // Default: 64 nested structs
+};
+
+struct RpcServerConfig {
+  std::string host = "0.0.0.0";  // Default: all interfaces
+  int port = 9090;               // Default: 9090; 0 picks a free port
+  int workers = 8;               // Default: 8 worker threads, each serves one connection at a time
+  int socket_timeout_ms = 5000;  // Default: 5 s read/write timeout on client sockets
+  ThriftLimits limits;
+};
+
+struct AdminConfig {
+  std::string host = "127.0.0.1";  // Default: loopback only
+  int port = 9091;                 // Default: 9091; 0 picks a free port
+};
+
+struct StorageConfig {
+  std::string path;  // required: RocksDB directory, created when missing
+  storage::Durability durability = storage::Durability::kSync;  // Default: sync (see storage/database.h)
+};
+
+struct SecurityConfig {
+  std::string card_key_file;  // required: >= 32 random bytes, mode 0600
+};
+
+struct ModelStageConfig {
+  std::string name = "fraud";
+  std::string model_path;   // required: XGBoost .json or .ubj
+  std::string schema_path;  // Default: beside the model (fraud.ubj -> fraud.features.json)
+  std::string placement = "cpu";  // Default: cpu. Tree ensembles are branchy and small: CPU is their device.
+  int nthread = 1;          // Default: 1 (fastest for single rows)
+};
+
+struct DecisionStageConfig {
+  std::string name = "decision";
+  double review_threshold = 0.5;   // Default: score >= 0.5 -> REVIEW
+  double decline_threshold = 0.9;  // Default: score >= 0.9 -> DECLINE
+  int max_reasons = 3;             // Default: the 3 largest contributions towards fraud
+};
+
+struct PipelineConfig {
+  std::string source_path;  // the YAML file this came from
+  std::string name = "transactions";
+  std::string version = "1";  // reported in every ScoreResult and audit record
+  RpcServerConfig server;
+  AdminConfig admin;
+  StorageConfig storage;
+  SecurityConfig security;
+  // The stages, in order: features -> model -> decision.
+  std::string features_stage_name = "features";
+  ModelStageConfig model;
+  DecisionStageConfig decision;
+};
+
+Result<PipelineConfig> LoadPipelineConfig(const std::string& path);
+// For tests: parse YAML text as if it were the file `source_path`.
+Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const std::string& source_path);
+
+}  // namespace txscore::pipelines

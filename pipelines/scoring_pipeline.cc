@@ -1,0 +1,143 @@
+#include "pipelines/scoring_pipeline.h"
+
+#include <chrono>
+
+#include "common/bytes.h"
+#include "fraud/entity_state.h"
+#include "fraud/features.h"
+
+namespace txscore::pipelines {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Measures consecutive stages: each Lap() records the time since the previous one.
+class StageClock {
+ public:
+  explicit StageClock(std::vector<StageTiming>* out) : out_(out), last_(SteadyClock::now()) {}
+  void Lap(const std::string& stage) {
+    const auto now = SteadyClock::now();
+    out_->push_back({stage, std::chrono::duration_cast<std::chrono::microseconds>(now - last_).count()});
+    last_ = now;
+  }
+
+ private:
+  std::vector<StageTiming>* out_;
+  SteadyClock::time_point last_;
+};
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db) {
+  std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
+  Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
+  if (!tokenizer.ok()) return tokenizer.error();
+  pipeline->tokenizer_ = std::move(tokenizer).value();
+  fraud::XGBoostModelOptions model_options;
+  model_options.nthread = config.model.nthread;
+  model_options.schema_path = config.model.schema_path;
+  Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(config.model.model_path, model_options);
+  if (!model.ok()) return model.error();
+  pipeline->model_ = std::move(model).value();
+  return pipeline;
+}
+
+Result<std::string> ScoringPipeline::CardToken(fraud::RawTransaction* raw) const {
+  if (raw->card_verification_code) {
+    Status cvc = fraud::ValidateCardVerificationCode(*raw->card_verification_code);
+    fraud::WipeString(&*raw->card_verification_code);
+    raw->card_verification_code.reset();
+    if (!cvc.ok()) {
+      if (raw->card_number) fraud::WipeString(&*raw->card_number);
+      return cvc.error();
+    }
+  }
+  if (raw->card_number.has_value() == raw->card_token.has_value()) {
+    if (raw->card_number) fraud::WipeString(&*raw->card_number);
+    return InvalidArgument("exactly one of card_number and card_token must be set", "card_number");
+  }
+  if (raw->card_token) {
+    TXSCORE_RETURN_IF_ERROR(fraud::ValidateCardToken(*raw->card_token));
+    return *raw->card_token;
+  }
+  Status valid = fraud::ValidatePan(*raw->card_number);
+  std::string token = valid.ok() ? tokenizer_->Tokenize(*raw->card_number) : std::string();
+  fraud::WipeString(&*raw->card_number);
+  if (!valid.ok()) return valid.error();
+  return token;
+}
+
+Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
+  ScoreOutcome outcome;
+  StageClock clock(&outcome.timings);
+
+  // Validate everything before touching storage: bad input writes nothing.
+  Result<std::string> token = CardToken(&raw);
+  if (!token.ok()) return token.error();
+  Result<fraud::Transaction> validated = fraud::ValidateTransaction(raw);
+  if (!validated.ok()) return validated.error();
+  fraud::Transaction& tx = validated.value();
+  tx.card_token = std::move(token).value();
+  clock.Lap("validate");
+
+  std::lock_guard<std::mutex> card_lock(card_locks_[Fnv1a64(tx.card_token) % kCardLockStripes]);
+  Result<std::optional<std::string>> stored = db_->Get(storage::ColumnFamily::kEntityState, tx.card_token);
+  if (!stored.ok()) return stored.error();
+  fraud::CardState state;
+  if (stored->has_value()) {
+    Result<fraud::CardState> decoded = fraud::DecodeCardState(**stored);
+    if (!decoded.ok()) return decoded.error();
+    state = std::move(decoded).value();
+  }
+  clock.Lap("state");
+
+  const fraud::FeatureVector all_features = fraud::ComputeFeatures(tx, state);
+  std::array<float, fraud::kFeatureCount> row;
+  model_->schema().Select(all_features, row.data());
+  clock.Lap(config_.features_stage_name);
+
+  Result<std::vector<float>> prediction = model_->Predict(row.data(), 1);
+  if (!prediction.ok()) return prediction.error();
+  Result<std::vector<float>> contributions = model_->Contributions(row.data());
+  if (!contributions.ok()) return contributions.error();
+  clock.Lap(config_.model.name);
+
+  outcome.request_id = tx.request_id;
+  outcome.card_token = tx.card_token;
+  outcome.score = (*prediction)[0];
+  outcome.decision = Decide(outcome.score, config_.decision);
+  outcome.reasons = TopReasons(*contributions, row.data(), model_->schema(), config_.decision.max_reasons);
+  outcome.model_id = model_->model_id();
+  outcome.model_version = model_->model_version();
+  outcome.pipeline_version = config_.version;
+  clock.Lap(config_.decision.name);
+
+  fraud::UpdateCardState(tx, &state);
+  storage::AuditRecord record;
+  record.time_us = NowMicros();
+  record.request_id = outcome.request_id;
+  record.card_token = outcome.card_token;
+  record.transaction_time_ms = tx.timestamp_ms;
+  record.model_id = outcome.model_id;
+  record.model_version = outcome.model_version;
+  record.pipeline_version = outcome.pipeline_version;
+  record.score = outcome.score;
+  record.decision = DecisionName(outcome.decision);
+  for (const Reason& r : outcome.reasons) record.reasons.push_back({r.feature, r.contribution, r.value});
+  for (const StageTiming& t : outcome.timings) record.timings_us.emplace_back(t.stage, t.elapsed_us);
+  record.placement = config_.model.placement;
+  record.traceparent = tx.traceparent;
+  storage::WriteBatch batch;
+  batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(state));
+  audit_log_.Append(record, &batch);
+  TXSCORE_RETURN_IF_ERROR(db_->Write(batch));
+  clock.Lap("persist");
+  return outcome;
+}
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,80 @@
+// The synchronous scoring pipeline: one transaction in, one decision out.
+//
+//   validate -> tokenize PAN -> read card state -> features -> fraud model -> decision
+//   -> one WriteBatch {audit record, new card state}, durable before Score returns.
+//
+// Thread safety: Score may be called from many threads. Requests for the same card are
+// serialised (a striped lock held from the state read to the write), so concurrent
+// transactions of one card never lose each other's state updates; different cards run in
+// parallel.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "fraud/card_token.h"
+#include "fraud/transaction.h"
+#include "fraud/xgboost_model.h"
+#include "pipelines/config.h"
+#include "pipelines/decision.h"
+#include "storage/audit_log.h"
+#include "storage/database.h"
+
+namespace txscore::pipelines {
+
+struct StageTiming {
+  std::string stage;
+  int64_t elapsed_us = 0;
+};
+
+struct ScoreOutcome {
+  std::string request_id;
+  std::string card_token;
+  double score = 0;
+  Decision decision = Decision::kApprove;
+  std::vector<Reason> reasons;
+  std::string model_id;
+  std::string model_version;
+  std::string pipeline_version;
+  // validate, state, <features stage>, <model stage>, <decision stage>, persist
+  std::vector<StageTiming> timings;
+  std::vector<std::string> degraded_stages;
+  std::vector<std::string> skipped_stages;
+};
+
+class ScoringPipeline {
+ public:
+  // Loads the card key and the model named in `config`; `db` must outlive the pipeline.
+  static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db);
+
+  // Takes the transaction by value: its PAN and card verification code are wiped from
+  // memory once tokenized. kInvalidArgument (with the field) for bad input, in which case
+  // nothing was written; kInternal / kDataLoss when storage or the model fails.
+  Result<ScoreOutcome> Score(fraud::RawTransaction raw);
+
+  const fraud::XGBoostModel& model() const { return *model_; }
+  const PipelineConfig& config() const { return config_; }
+  storage::AuditLog& audit_log() { return audit_log_; }
+
+ private:
+  ScoringPipeline(PipelineConfig config, storage::Database* db) : config_(std::move(config)), db_(db), audit_log_(db) {}
+
+  // The card's token: from the PAN (validated, then wiped) or the caller's own token.
+  Result<std::string> CardToken(fraud::RawTransaction* raw) const;
+
+  static constexpr size_t kCardLockStripes = 256;
+
+  PipelineConfig config_;
+  storage::Database* db_;
+  storage::AuditLog audit_log_;
+  std::unique_ptr<fraud::CardTokenizer> tokenizer_;
+  std::unique_ptr<fraud::XGBoostModel> model_;
+  std::array<std::mutex, kCardLockStripes> card_locks_;
+};
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,143 @@
+// txscore RPC contract.
+//
+// Compatibility rules (callers built against an older copy of this file must keep working):
+//   - field ids are never reused or renumbered;
+//   - every field added after the first release is `optional`;
+//   - enum values are never renumbered; new values are appended.
+// Units are in the field names: `_ms` milliseconds since the Unix epoch (UTC), `_us`
+// microseconds, `_minor` the currency's minor unit (cents for USD, yen for JPY).
+
+namespace cpp txscore.rpc
+namespace py txscore_rpc
+
+enum Channel {
+  UNKNOWN = 0,
+  CARD_PRESENT = 1,
+  ECOMMERCE = 2,
+  ATM = 3,
+  MAIL_PHONE_ORDER = 4,
+  RECURRING = 5,
+  CONTACTLESS = 6,
+}
+
+enum EntryMode {
+  UNKNOWN = 0,
+  CHIP = 1,
+  MAGSTRIPE = 2,
+  CONTACTLESS = 3,
+  MANUAL_KEYED = 4,
+  CREDENTIAL_ON_FILE = 5,
+  TOKENIZED_WALLET = 6,
+}
+
+enum Decision {
+  APPROVE = 1,
+  REVIEW = 2,
+  DECLINE = 3,
+}
+
+struct Transaction {
+  // Caller's id for this authorization; echoed back and written to the audit trail.
+  1: required string request_id,
+  2: required i64 timestamp_ms,
+  3: required i64 amount_minor,
+  // ISO 4217 alphabetic code, e.g. "USD".
+  4: required string currency,
+  // Exactly one of card_number (PAN, 12-19 digits, Luhn-valid) and card_token must be set.
+  // The PAN is replaced by an HMAC-SHA256 token on arrival and never stored or logged.
+  5: optional string card_number,
+  6: optional string card_token,
+  7: required string merchant_id,
+  // ISO 18245 merchant category code, 4 digits.
+  8: required string mcc,
+  // ISO 3166-1 alpha-2, e.g. "US".
+  9: required string merchant_country,
+  10: required Channel channel,
+  11: required EntryMode entry_mode,
+  12: optional string device_id,
+  13: optional string ip_address,
+  14: optional double latitude,
+  15: optional double longitude,
+  // W3C trace context, passed through to logs and the audit trail.
+  16: optional string traceparent,
+  // ISO 3166-1 alpha-2 country of the card issuer; when absent, the card's first-seen
+  // merchant country stands in for it.
+  17: optional string card_country,
+  // Card verification code (CVV2/CVC2). Checked for shape only, never stored or logged.
+  18: optional string card_verification_code,
+}
+
+struct ReasonCode {
+  // Feature name from the model's feature schema, e.g. "velocity_count_1m".
+  1: required string feature,
+  // Contribution to the score in log-odds (positive pushes towards fraud).
+  2: required double contribution,
+  // The feature's value for this transaction (NaN when it was missing).
+  3: required double value,
+}
+
+struct StageTiming {
+  1: required string stage,
+  2: required i64 elapsed_us,
+}
+
+// Filled by the LLM forensic stage (a later release); absent until then.
+struct Findings {
+  1: optional string risk_level,
+  2: optional list<string> flags,
+  3: optional string summary,
+  4: optional string model_id,
+}
+
+struct ScoreResult {
+  1: required string request_id,
+  // Fraud probability in [0, 1].
+  2: required double score,
+  3: required Decision decision,
+  // Top contributions towards fraud, largest first.
+  4: required list<ReasonCode> reasons,
+  5: required string model_id,
+  6: required string model_version,
+  7: required string pipeline_version,
+  8: required list<StageTiming> timings,
+  // Stages that ran in a reduced form or not at all, by name; empty when all ran fully.
+  9: required list<string> degraded_stages,
+  10: required list<string> skipped_stages,
+  11: optional Findings findings,
+  // HMAC token of the card; lets callers correlate without ever holding the PAN.
+  12: optional string card_token,
+}
+
+exception InvalidRequest {
+  // The Transaction field at fault, e.g. "card_number".
+  1: required string field,
+  2: required string reason,
+}
+
+// A failure on txscore's side (storage, model). The request was not applied.
+exception ServiceError {
+  1: required string reason,
+}
+
+// One entry of scoreBatch: exactly one of result and error is set.
+struct BatchItem {
+  1: optional ScoreResult result,
+  2: optional InvalidRequest error,
+  3: optional ServiceError service_error,
+}
+
+struct HealthStatus {
+  1: required bool live,
+  2: required bool ready,
+  3: required string model_id,
+  4: required string model_version,
+  5: required string pipeline_version,
+  6: optional string detail,
+}
+
+service TxScore {
+  ScoreResult score(1: Transaction transaction) throws (1: InvalidRequest invalid, 2: ServiceError failure),
+  // Items are scored in order; one bad item gets its own error and does not fail the others.
+  list<BatchItem> scoreBatch(1: list<Transaction> transactions),
+  HealthStatus health(),
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sets up everything txscore needs on a Debian 12 machine, as root: Debian packages, the
+# build (build/txscore), the demo card key and the demo model. Idempotent: a second run
+# installs nothing, rebuilds only what changed and keeps the existing key and model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages the project needs. Later components add theirs here.
+PACKAGES=(
+  cmake g++ make pkg-config ccache git openssl
+  thrift-compiler libthrift-dev libevent-dev
+  libxgboost-dev
+  libtorch-dev libopenblas0-pthread
+  librocksdb-dev
+  libboost-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-thrift python3-xgboost python3-torch python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: installing packages needs root; run as root or: sudo $0" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+echo "setup: building (build/, $jobs jobs)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+
+mkdir -p var
+if [ ! -f var/card.key ]; then
+  echo "setup: creating the demo card key var/card.key (32 random bytes, mode 0600)"
+  (umask 077 && openssl rand -out var/card.key 32)
+fi
+chmod 600 var/card.key
+
+if [ ! -f var/models/fraud.ubj ] || [ ! -f var/models/fraud.features.json ]; then
+  echo "setup: training the demo fraud model into var/models/"
+  ./build/txscore train --out var/models
+fi
+echo "setup: done"

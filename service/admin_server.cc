@@ -1,0 +1,138 @@
+#include "service/admin_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <thread>
+
+namespace txscore::service {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr auto kIdleTimeout = std::chrono::seconds(30);
+constexpr size_t kMaxRequestBodyBytes = 8 * 1024;
+
+using Routes = std::map<std::string, AdminServer::Handler>;
+
+http::response<http::string_body> Respond(const http::request<http::string_body>& request, const Routes& routes) {
+  HttpResponse answer;
+  std::string target(request.target());
+  const std::string path = target.substr(0, target.find('?'));
+  if (request.method() != http::verb::get && request.method() != http::verb::head) {
+    answer = {405, "application/json", "{\"error\": \"only GET and HEAD are supported\"}\n"};
+  } else if (auto it = routes.find(path); it != routes.end()) {
+    answer = it->second();
+  } else {
+    answer = {404, "application/json", "{\"error\": \"no such path\", \"paths\": [" + [&] {
+                std::string list;
+                for (const auto& [p, h] : routes) list += (list.empty() ? "\"" : ", \"") + p + "\"";
+                return list;
+              }() + "]}\n"};
+  }
+  http::response<http::string_body> response{static_cast<http::status>(answer.status), request.version()};
+  response.set(http::field::server, "txscore");
+  response.set(http::field::content_type, answer.content_type);
+  response.keep_alive(request.keep_alive());
+  if (request.method() != http::verb::head) response.body() = std::move(answer.body);
+  response.prepare_payload();
+  return response;
+}
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const Routes* routes) : stream_(std::move(socket)), routes_(routes) {}
+  void Start() { Read(); }
+
+ private:
+  void Read() {
+    parser_.emplace();
+    parser_->body_limit(kMaxRequestBodyBytes);
+    stream_.expires_after(kIdleTimeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+  void OnRead(beast::error_code ec) {
+    if (ec) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      return;
+    }
+    response_ = std::make_shared<http::response<http::string_body>>(Respond(parser_->get(), *routes_));
+    http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec || !self->response_->keep_alive()) {
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        return;
+      }
+      self->Read();
+    });
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<http::response<http::string_body>> response_;
+  const Routes* routes_;
+};
+
+}  // namespace
+
+struct AdminServer::Impl {
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  Routes routes;
+  std::thread thread;
+
+  void Accept() {
+    acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) std::make_shared<Session>(std::move(socket), &routes)->Start();
+      Accept();
+    });
+  }
+};
+
+AdminServer::AdminServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<AdminServer>> AdminServer::Create(const pipelines::AdminConfig& config,
+                                                         std::map<std::string, Handler> routes) {
+  auto impl = std::make_unique<Impl>();
+  impl->routes = std::move(routes);
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(config.host, ec);
+  if (ec) return InvalidArgument("admin host " + config.host + " is not an IP address: " + ec.message(), "admin.host");
+  const tcp::endpoint endpoint{address, static_cast<unsigned short>(config.port)};
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Error{ErrorCode::kUnavailable,
+                 "cannot listen on admin port " + config.host + ":" + std::to_string(config.port) + ": " + ec.message(),
+                 {}};
+  }
+  return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));
+}
+
+AdminServer::~AdminServer() { Stop(); }
+
+int AdminServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void AdminServer::Start() {
+  impl_->Accept();
+  impl_->thread = std::thread([this] { impl_->io.run(); });
+}
+
+void AdminServer::Stop() {
+  if (!impl_->thread.joinable()) return;
+  impl_->io.stop();
+  impl_->thread.join();
+}
+
+}  // namespace txscore::service

@@ -1,0 +1,57 @@
+// txscore audit --last N: recent audit records, newest first, one JSON object per line.
+#include <cstdio>
+
+#include "pipelines/config.h"
+#include "service/commands/commands.h"
+#include "storage/audit_log.h"
+#include "storage/database.h"
+
+namespace txscore::service {
+namespace {
+
+struct AuditOptions {
+  std::string config_path = "config/pipeline.yaml";
+  std::string db_path;
+  size_t last = 10;
+};
+
+int RunAudit(const AuditOptions& options) {
+  std::string path = options.db_path;
+  if (path.empty()) {
+    Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
+    if (!config.ok()) {
+      std::fprintf(stderr, "%s\n", config.error().ToString().c_str());
+      return 1;
+    }
+    path = config->storage.path;
+  }
+  storage::DatabaseOptions db_options;
+  db_options.read_only = true;  // may run beside a live server
+  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(path, db_options);
+  if (!db.ok()) {
+    std::fprintf(stderr, "%s\n", db.error().ToString().c_str());
+    return 1;
+  }
+  storage::AuditLog log(db->get());
+  Result<std::vector<storage::AuditRecord>> records = log.ReadLast(options.last);
+  if (!records.ok()) {
+    std::fprintf(stderr, "%s\n", records.error().ToString().c_str());
+    return 1;
+  }
+  for (const storage::AuditRecord& record : *records) std::printf("%s\n", storage::EncodeAuditRecord(record).c_str());
+  if (records->empty()) std::fprintf(stderr, "no audit records yet in %s\n", path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddAuditCommand(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<AuditOptions>();
+  CLI::App* cmd = app.add_subcommand("audit", "Print recent decisions from the audit trail (newest first, JSON lines)");
+  cmd->add_option("--last", options->last, "How many records")->capture_default_str();
+  cmd->add_option("--config", options->config_path, "Pipeline YAML file naming the database")->capture_default_str();
+  cmd->add_option("--db", options->db_path, "Database directory (overrides --config)");
+  cmd->callback([options, exit_code] { *exit_code = RunAudit(*options); });
+}
+
+}  // namespace txscore::service

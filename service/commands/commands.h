@@ -1,0 +1,16 @@
+// The `txscore` subcommands. Each Add*Command registers itself on the CLI app; when it runs,
+// it stores the process exit code in *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace txscore::service {
+
+void AddServeCommand(CLI::App& app, int* exit_code);
+void AddTrainCommand(CLI::App& app, int* exit_code);
+void AddScoreCommand(CLI::App& app, int* exit_code);
+void AddAuditCommand(CLI::App& app, int* exit_code);
+void AddModelCommand(CLI::App& app, int* exit_code);
+void AddDataCommand(CLI::App& app, int* exit_code);
+
+}  // namespace txscore::service

@@ -1,0 +1,74 @@
+// txscore serve --config FILE: the scoring service, until SIGINT or SIGTERM.
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <iostream>
+
+#include "common/logging.h"
+#include "pipelines/config.h"
+#include "service/commands/commands.h"
+#include "service/scoring_server.h"
+
+namespace txscore::service {
+namespace {
+
+struct ServeOptions {
+  std::string config_path = "config/pipeline.yaml";
+  std::string log_level = "info";
+};
+
+int RunServe(const ServeOptions& options) {
+  ConfigureLogging(options.log_level);
+  // Block the stop signals before any thread starts, so that only sigwait below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
+  if (!config.ok()) {
+    spdlog::error("invalid pipeline file: {}", config.error().ToString());
+    return 1;
+  }
+  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config);
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", server.error().ToString());
+    if (server.error().code == ErrorCode::kNotFound) {
+      spdlog::error("run ./scripts/setup.sh to create the demo key and model");
+    }
+    return 1;
+  }
+  (*server)->Start([] { kill(getpid(), SIGTERM); });
+  const fraud::XGBoostModel& model = (*server)->pipeline().model();
+  spdlog::info("pipeline {} v{}: model {}@{} ({} features), review at >= {}, decline at >= {}", config->name,
+               config->version, model.model_id(), model.model_version(), model.schema().size(),
+               config->decision.review_threshold, config->decision.decline_threshold);
+  spdlog::info("serving Thrift on {}:{} ({} workers); admin on http://{}:{}/ (healthz, readyz, metrics)",
+               config->server.host, (*server)->rpc_port(), config->server.workers, config->admin.host,
+               (*server)->admin_port());
+  spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}", (*server)->rpc_port());
+  // One machine-readable line for scripts and tests that asked for port 0.
+  std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()
+            << std::endl;
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Stop();
+  spdlog::info("stopped cleanly");
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve fraud scores over Thrift, with health and metrics over HTTP");
+  cmd->add_option("--config", options->config_path, "Pipeline YAML file")->capture_default_str();
+  cmd->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  cmd->callback([options, exit_code] { *exit_code = RunServe(*options); });
+}
+
+}  // namespace txscore::service

@@ -1,0 +1,18 @@
+// txscore: transaction- and claims-scoring service. See README.md.
+#include <CLI/CLI.hpp>
+
+#include "service/commands/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"txscore: fraud scoring over Thrift, with an audit trail in RocksDB"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  txscore::service::AddServeCommand(app, &exit_code);
+  txscore::service::AddTrainCommand(app, &exit_code);
+  txscore::service::AddScoreCommand(app, &exit_code);
+  txscore::service::AddAuditCommand(app, &exit_code);
+  txscore::service::AddModelCommand(app, &exit_code);
+  txscore::service::AddDataCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

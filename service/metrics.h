@@ -1,0 +1,80 @@
+// Prometheus metrics, rendered in the text exposition format (version 0.0.4).
+//
+// Metrics are registered at start-up; the request path only increments atomics through the
+// pointers registration returned (no locks, no allocation, no map lookups by default).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace txscore::service {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class Counter {
+ public:
+  void Increment(uint64_t by = 1) { value_.fetch_add(by, std::memory_order_relaxed); }
+  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
+
+class Histogram {
+ public:
+  // Upper bounds, strictly increasing; +Inf is implicit.
+  explicit Histogram(std::vector<double> upper_bounds);
+  void Observe(double value);
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
+  const std::vector<double>& upper_bounds() const { return upper_bounds_; }
+  // Observations <= upper_bounds()[i] (cumulative, as Prometheus wants).
+  uint64_t cumulative_count(size_t i) const;
+
+ private:
+  std::vector<double> upper_bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // per bucket, non-cumulative; last is +Inf
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0};
+};
+
+// Latency buckets in seconds, 25 us to 2.5 s.
+std::vector<double> LatencyBucketsSeconds();
+
+class MetricsRegistry {
+ public:
+  // Registration is thread-safe but meant for start-up. The returned pointer lives as long
+  // as the registry. Registering the same name and labels twice returns the same metric.
+  Counter* AddCounter(const std::string& name, const std::string& help, const Labels& labels = {});
+  Histogram* AddHistogram(const std::string& name, const std::string& help, const Labels& labels,
+                          std::vector<double> upper_bounds = LatencyBucketsSeconds());
+  // A constant 1 with descriptive labels, e.g. txscore_model_info{model_id=...}.
+  void AddInfo(const std::string& name, const std::string& help, const Labels& labels);
+
+  std::string RenderPrometheus() const;
+
+ private:
+  enum class Type { kCounter, kHistogram, kGauge };
+  struct Series {
+    Labels labels;
+    std::unique_ptr<Counter> counter;
+    std::unique_ptr<Histogram> histogram;
+  };
+  struct Family {
+    std::string name;
+    std::string help;
+    Type type;
+    std::vector<std::unique_ptr<Series>> series;
+  };
+  Series* FindOrAdd(const std::string& name, const std::string& help, Type type, const Labels& labels);
+
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Family>> families_;
+};
+
+}  // namespace txscore::service

@@ -1,0 +1,68 @@
+#include "service/scoring_server.h"
+
+#include <nlohmann/json.hpp>
+
+namespace txscore::service {
+
+Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::PipelineConfig& config) {
+  std::unique_ptr<ScoringServer> server(new ScoringServer());
+  storage::DatabaseOptions db_options;
+  db_options.durability = config.storage.durability;
+  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(config.storage.path, db_options);
+  if (!db.ok()) return db.error();
+  server->db_ = std::move(db).value();
+  Result<std::unique_ptr<pipelines::ScoringPipeline>> pipeline =
+      pipelines::ScoringPipeline::Create(config, server->db_.get());
+  if (!pipeline.ok()) return pipeline.error();
+  server->pipeline_ = std::move(pipeline).value();
+  server->metrics_ = std::make_unique<ScoringMetrics>(&server->registry_, config, server->pipeline_->model());
+
+  auto handler = std::make_shared<TxScoreHandler>(server->pipeline_.get(), server->metrics_.get(), &server->ready_);
+  Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(config.server, handler);
+  if (!rpc.ok()) return rpc.error();
+  server->rpc_ = std::move(rpc).value();
+
+  ScoringServer* self = server.get();
+  std::map<std::string, AdminServer::Handler> routes;
+  routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
+  routes["/readyz"] = [self] {
+    const fraud::XGBoostModel& model = self->pipeline_->model();
+    const bool ready = self->ready_.load();
+    nlohmann::json body = {{"ready", ready},
+                           {"model", model.model_id() + "@" + model.model_version()},
+                           {"database", "open"}};
+    return HttpResponse{ready ? 200 : 503, "application/json", body.dump() + "\n"};
+  };
+  routes["/metrics"] = [self] {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->registry_.RenderPrometheus()};
+  };
+  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(config.admin, std::move(routes));
+  if (!admin.ok()) return admin.error();
+  server->admin_ = std::move(admin).value();
+  return server;
+}
+
+ScoringServer::~ScoringServer() { Stop(); }
+
+void ScoringServer::Start(std::function<void()> on_unexpected_stop) {
+  admin_->Start();
+  rpc_thread_ = std::thread([this, on_unexpected_stop = std::move(on_unexpected_stop)] {
+    rpc_->Serve();
+    if (!stopping_.load() && on_unexpected_stop) on_unexpected_stop();
+  });
+  ready_ = true;
+}
+
+void ScoringServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  ready_ = false;
+  if (rpc_thread_.joinable()) {
+    rpc_->Stop();
+    rpc_thread_.join();
+  }
+  if (admin_) admin_->Stop();
+  pipeline_.reset();
+  db_.reset();  // every write has returned: close RocksDB cleanly
+}
+
+}  // namespace txscore::service

@@ -1,0 +1,56 @@
+// The whole scoring service in one object: database, pipeline, metrics, the Thrift server
+// and the HTTP admin server, wired together. `txscore serve` and the integration tests
+// both run exactly this.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "common/result.h"
+#include "pipelines/config.h"
+#include "pipelines/scoring_pipeline.h"
+#include "service/admin_server.h"
+#include "service/metrics.h"
+#include "service/rpc_server.h"
+#include "service/thrift_handler.h"
+#include "storage/database.h"
+
+namespace txscore::service {
+
+class ScoringServer {
+ public:
+  // Opens the database, loads the key and model, binds both ports. Nothing is served yet.
+  static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config);
+  ~ScoringServer();  // Stop()s if needed
+
+  // Starts serving. `on_unexpected_stop` runs (on the server thread) if the Thrift server
+  // ends without Stop() having been called.
+  void Start(std::function<void()> on_unexpected_stop = nullptr);
+  // Graceful: readiness off, stop accepting, let in-flight requests finish, stop the admin
+  // port, close the database. Idempotent.
+  void Stop();
+
+  int rpc_port() const { return rpc_->port(); }
+  int admin_port() const { return admin_->port(); }
+  bool ready() const { return ready_.load(); }
+  pipelines::ScoringPipeline& pipeline() { return *pipeline_; }
+  storage::Database& database() { return *db_; }
+  MetricsRegistry& metrics() { return registry_; }
+
+ private:
+  ScoringServer() = default;
+
+  std::unique_ptr<storage::Database> db_;
+  std::unique_ptr<pipelines::ScoringPipeline> pipeline_;
+  MetricsRegistry registry_;
+  std::unique_ptr<ScoringMetrics> metrics_;
+  std::unique_ptr<RpcServer> rpc_;
+  std::unique_ptr<AdminServer> admin_;
+  std::thread rpc_thread_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace txscore::service

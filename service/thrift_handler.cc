@@ -1,0 +1,167 @@
+#include "service/thrift_handler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace txscore::service {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+rpc::InvalidRequest ToInvalidRequest(const Error& error) {
+  rpc::InvalidRequest e;
+  e.field = error.field.empty() ? "transaction" : error.field;
+  e.reason = error.message;
+  return e;
+}
+
+rpc::ServiceError ToServiceError(const Error& error) {
+  rpc::ServiceError e;
+  e.reason = error.ToString();
+  return e;
+}
+
+}  // namespace
+
+fraud::RawTransaction FromThrift(const rpc::Transaction& t) {
+  fraud::RawTransaction raw;
+  raw.request_id = t.request_id;
+  raw.timestamp_ms = t.timestamp_ms;
+  raw.amount_minor = t.amount_minor;
+  raw.currency = t.currency;
+  if (t.__isset.card_number) raw.card_number = t.card_number;
+  if (t.__isset.card_token) raw.card_token = t.card_token;
+  if (t.__isset.card_verification_code) raw.card_verification_code = t.card_verification_code;
+  raw.merchant_id = t.merchant_id;
+  raw.mcc = t.mcc;
+  raw.merchant_country = t.merchant_country;
+  if (t.__isset.card_country) raw.card_country = t.card_country;
+  raw.channel = static_cast<int>(t.channel);
+  raw.entry_mode = static_cast<int>(t.entry_mode);
+  if (t.__isset.device_id) raw.device_id = t.device_id;
+  if (t.__isset.ip_address) raw.ip_address = t.ip_address;
+  if (t.__isset.latitude) raw.latitude = t.latitude;
+  if (t.__isset.longitude) raw.longitude = t.longitude;
+  if (t.__isset.traceparent) raw.traceparent = t.traceparent;
+  return raw;
+}
+
+rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
+  rpc::ScoreResult r;
+  r.request_id = outcome.request_id;
+  r.score = outcome.score;
+  r.decision = static_cast<rpc::Decision::type>(outcome.decision);
+  for (const pipelines::Reason& reason : outcome.reasons) {
+    rpc::ReasonCode code;
+    code.feature = reason.feature;
+    code.contribution = reason.contribution;
+    code.value = reason.value;
+    r.reasons.push_back(std::move(code));
+  }
+  r.model_id = outcome.model_id;
+  r.model_version = outcome.model_version;
+  r.pipeline_version = outcome.pipeline_version;
+  for (const pipelines::StageTiming& t : outcome.timings) {
+    rpc::StageTiming timing;
+    timing.stage = t.stage;
+    timing.elapsed_us = t.elapsed_us;
+    r.timings.push_back(std::move(timing));
+  }
+  r.degraded_stages = outcome.degraded_stages;
+  r.skipped_stages = outcome.skipped_stages;
+  r.__set_card_token(outcome.card_token);
+  return r;
+}
+
+ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::PipelineConfig& config,
+                               const fraud::XGBoostModel& model) {
+  for (const std::string& stage : {std::string("validate"), std::string("state"), config.features_stage_name,
+                                   config.model.name, config.decision.name, std::string("persist")}) {
+    stage_seconds_[stage] = registry->AddHistogram("txscore_stage_duration_seconds",
+                                                   "Time spent in each pipeline stage.", {{"stage", stage}});
+  }
+  for (const char* decision : {"APPROVE", "REVIEW", "DECLINE"}) {
+    decisions_[decision] = registry->AddCounter("txscore_decisions_total", "Decisions made, by decision.",
+                                                {{"decision", decision}});
+  }
+  for (const char* method : {"score", "scoreBatch"}) {
+    for (const char* outcome : {"ok", "invalid", "error"}) {
+      requests_[{method, outcome}] = registry->AddCounter("txscore_requests_total", "Scoring requests by method and outcome.",
+                                                          {{"method", method}, {"outcome", outcome}});
+    }
+    request_seconds_[method] = registry->AddHistogram("txscore_request_duration_seconds", "Time to answer a request, by method.",
+                           {{"method", method}});
+  }
+  registry->AddInfo("txscore_model_info", "The loaded fraud model.",
+                    {{"model_id", model.model_id()}, {"model_version", model.model_version()},
+                     {"pipeline", config.name}, {"pipeline_version", config.version}});
+}
+
+void ScoringMetrics::RecordRequest(const std::string& method, const std::string& outcome, double seconds) {
+  requests_.at({method, outcome})->Increment();
+  request_seconds_.at(method)->Observe(seconds);
+}
+
+void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
+  for (const pipelines::StageTiming& t : outcome.timings) {
+    auto it = stage_seconds_.find(t.stage);
+    if (it != stage_seconds_.end()) it->second->Observe(static_cast<double>(t.elapsed_us) * 1e-6);
+  }
+  decisions_[pipelines::DecisionName(outcome.decision)]->Increment();
+}
+
+TxScoreHandler::TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics,
+                               const std::atomic<bool>* ready)
+    : pipeline_(pipeline), metrics_(metrics), ready_(ready) {}
+
+void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(FromThrift(transaction));
+  if (!outcome.ok()) {
+    const bool invalid = outcome.error().code == ErrorCode::kInvalidArgument;
+    metrics_->RecordRequest("score", invalid ? "invalid" : "error", SecondsSince(start));
+    if (invalid) throw ToInvalidRequest(outcome.error());
+    spdlog::error("score {}: {}", transaction.request_id, outcome.error().ToString());
+    throw ToServiceError(outcome.error());
+  }
+  metrics_->RecordOutcome(*outcome);
+  result = ToThrift(*outcome);
+  metrics_->RecordRequest("score", "ok", SecondsSince(start));
+}
+
+void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) {
+  const auto start = std::chrono::steady_clock::now();
+  results.clear();
+  results.reserve(transactions.size());
+  bool any_error = false, any_invalid = false;
+  for (const rpc::Transaction& transaction : transactions) {
+    rpc::BatchItem item;
+    Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(FromThrift(transaction));
+    if (outcome.ok()) {
+      metrics_->RecordOutcome(*outcome);
+      item.__set_result(ToThrift(*outcome));
+    } else if (outcome.error().code == ErrorCode::kInvalidArgument) {
+      any_invalid = true;
+      item.__set_error(ToInvalidRequest(outcome.error()));
+    } else {
+      any_error = true;
+      spdlog::error("scoreBatch item {}: {}", transaction.request_id, outcome.error().ToString());
+      item.__set_service_error(ToServiceError(outcome.error()));
+    }
+    results.push_back(std::move(item));
+  }
+  metrics_->RecordRequest("scoreBatch", any_error ? "error" : any_invalid ? "invalid" : "ok", SecondsSince(start));
+}
+
+void TxScoreHandler::health(rpc::HealthStatus& status) {
+  status.live = true;
+  status.ready = ready_->load();
+  status.model_id = pipeline_->model().model_id();
+  status.model_version = pipeline_->model().model_version();
+  status.pipeline_version = pipeline_->config().version;
+}
+
+}  // namespace txscore::service

@@ -1,0 +1,54 @@
+// The Thrift service: converts wire types to the pipeline's and back, counts outcomes.
+//
+// This is the boundary where txscore Errors become Thrift exceptions: InvalidRequest (field,
+// reason) for bad input, ServiceError for failures on our side.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "gen-cpp/TxScore.h"
+#include "pipelines/scoring_pipeline.h"
+#include "service/metrics.h"
+
+namespace txscore::service {
+
+// Converts a wire Transaction to the pipeline's input; the PAN is copied only into the
+// returned struct, which the pipeline wipes.
+fraud::RawTransaction FromThrift(const rpc::Transaction& t);
+rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome);
+
+// Metrics of the scoring service, registered once.
+class ScoringMetrics {
+ public:
+  ScoringMetrics(MetricsRegistry* registry, const pipelines::PipelineConfig& config, const fraud::XGBoostModel& model);
+  // outcome: "ok", "invalid" or "error".
+  void RecordRequest(const std::string& method, const std::string& outcome, double seconds);
+  void RecordOutcome(const pipelines::ScoreOutcome& outcome);
+
+ private:
+  // Filled in the constructor and only read afterwards, so lookups need no lock.
+  std::map<std::pair<std::string, std::string>, Counter*> requests_;  // (method, outcome)
+  std::map<std::string, Histogram*> request_seconds_;
+  std::map<std::string, Histogram*> stage_seconds_;
+  std::map<std::string, Counter*> decisions_;
+};
+
+class TxScoreHandler : public rpc::TxScoreIf {
+ public:
+  // `pipeline` and `metrics` must outlive the handler. `ready` is read by health().
+  TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics, const std::atomic<bool>* ready);
+
+  void score(rpc::ScoreResult& result, const rpc::Transaction& transaction) override;
+  void scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) override;
+  void health(rpc::HealthStatus& status) override;
+
+ private:
+  pipelines::ScoringPipeline* pipeline_;
+  ScoringMetrics* metrics_;
+  const std::atomic<bool>* ready_;
+};
+
+}  // namespace txscore::service

@@ -1,0 +1,60 @@
+// The audit trail: one record per decision, in column family `audit`.
+//
+// Keys are 16 bytes, big-endian (time_us, sequence), so RocksDB's byte order is time order
+// and "the last N" is a reverse scan. Values are JSON, readable by any tool. A record is
+// added to the same WriteBatch as the card's new state, so both land or neither does.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "storage/database.h"
+
+namespace txscore::storage {
+
+struct AuditReason {
+  std::string feature;
+  double contribution = 0;
+  double value = 0;
+};
+
+struct AuditRecord {
+  int64_t time_us = 0;  // when the decision was made, microseconds since the epoch (UTC)
+  std::string request_id;
+  std::string card_token;  // never the PAN
+  int64_t transaction_time_ms = 0;
+  std::string model_id;
+  std::string model_version;
+  std::string pipeline_version;
+  double score = 0;
+  std::string decision;  // APPROVE, REVIEW or DECLINE
+  std::vector<AuditReason> reasons;
+  std::vector<std::pair<std::string, int64_t>> timings_us;  // stage -> elapsed
+  std::vector<std::string> degraded_stages;
+  std::vector<std::string> skipped_stages;
+  std::string placement;  // where the model ran, e.g. "cpu"
+  std::string traceparent;
+};
+
+std::string EncodeAuditRecord(const AuditRecord& record);
+Result<AuditRecord> DecodeAuditRecord(const std::string& json_text);
+
+class AuditLog {
+ public:
+  explicit AuditLog(Database* db) : db_(db) {}
+
+  // Adds the record to `batch` under a fresh, time-ordered key.
+  void Append(const AuditRecord& record, WriteBatch* batch);
+  // Up to `limit` most recent records, newest first.
+  Result<std::vector<AuditRecord>> ReadLast(size_t limit) const;
+
+ private:
+  Database* db_;
+  std::atomic<uint64_t> sequence_{0};
+};
+
+}  // namespace txscore::storage

@@ -1,0 +1,116 @@
+#include "storage/database.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+namespace txscore::storage {
+namespace {
+
+constexpr ColumnFamily kAllFamilies[] = {ColumnFamily::kEntityState, ColumnFamily::kAudit, ColumnFamily::kJobs};
+
+Error FromRocks(const rocksdb::Status& s, const std::string& what) {
+  const std::string message = what + ": " + s.ToString();
+  if (s.IsNotFound()) return NotFound(message);
+  if (s.IsCorruption()) return DataLoss(message);
+  if (s.IsBusy() || s.IsTimedOut() || s.IsTryAgain()) return Error{ErrorCode::kUnavailable, message, {}};
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return FailedPrecondition(message + " (is another txscore using this database? read-only tools may run beside it)");
+  }
+  return Internal(message);
+}
+
+}  // namespace
+
+const char* ColumnFamilyName(ColumnFamily cf) {
+  switch (cf) {
+    case ColumnFamily::kEntityState: return "entity_state";
+    case ColumnFamily::kAudit: return "audit";
+    case ColumnFamily::kJobs: return "jobs";
+  }
+  return "unknown";
+}
+
+Result<Durability> ParseDurability(std::string_view name) {
+  if (name == "sync") return Durability::kSync;
+  if (name == "wal") return Durability::kWal;
+  return InvalidArgument("durability must be \"sync\" or \"wal\", not \"" + std::string(name) + "\"");
+}
+
+struct Database::Impl {
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // indexed by ColumnFamily, then default last
+  rocksdb::WriteOptions write_options;
+
+  rocksdb::ColumnFamilyHandle* handle(ColumnFamily cf) const { return handles[static_cast<size_t>(cf)]; }
+
+  ~Impl() {
+    for (auto* h : handles) {
+      if (db) db->DestroyColumnFamilyHandle(h);
+    }
+    if (db) db->Close();
+  }
+};
+
+Database::Database(std::unique_ptr<Impl> impl, std::string path) : impl_(std::move(impl)), path_(std::move(path)) {}
+Database::~Database() = default;
+
+Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const DatabaseOptions& options) {
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.keep_log_file_num = 4;
+  rocksdb::ColumnFamilyOptions cf_options;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (ColumnFamily cf : kAllFamilies) descriptors.emplace_back(ColumnFamilyName(cf), cf_options);
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
+
+  auto impl = std::make_unique<Impl>();
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = options.read_only
+                          ? rocksdb::DB::OpenForReadOnly(db_options, path, descriptors, &impl->handles, &raw)
+                          : rocksdb::DB::Open(db_options, path, descriptors, &impl->handles, &raw);
+  if (!s.ok()) return FromRocks(s, "cannot open database " + path);
+  impl->db.reset(raw);
+  impl->write_options.sync = options.durability == Durability::kSync;
+  return std::unique_ptr<Database>(new Database(std::move(impl), path));
+}
+
+Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_view key) const {
+  std::string value;
+  rocksdb::Status s = impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(cf), rocksdb::Slice(key.data(), key.size()), &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  if (!s.ok()) return FromRocks(s, std::string("read from ") + ColumnFamilyName(cf));
+  return std::optional<std::string>(std::move(value));
+}
+
+Status Database::Write(const WriteBatch& batch) {
+  rocksdb::WriteBatch rocks_batch;
+  for (const WriteBatch::Op& op : batch.ops_) {
+    rocksdb::Status s = rocks_batch.Put(impl_->handle(op.cf), op.key, op.value);
+    if (!s.ok()) return FromRocks(s, "prepare write batch");
+  }
+  rocksdb::Status s = impl_->db->Write(impl_->write_options, &rocks_batch);
+  if (!s.ok()) return FromRocks(s, "write batch");
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> Database::ReadLast(ColumnFamily cf, size_t limit) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
+  for (it->SeekToLast(); it->Valid() && out.size() < limit; it->Prev()) {
+    out.emplace_back(it->key().ToString(), it->value().ToString());
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), std::string("scan ") + ColumnFamilyName(cf));
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> Database::ReadAll(ColumnFamily cf) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) out.emplace_back(it->key().ToString(), it->value().ToString());
+  if (!it->status().ok()) return FromRocks(it->status(), std::string("scan ") + ColumnFamilyName(cf));
+  return out;
+}
+
+}  // namespace txscore::storage

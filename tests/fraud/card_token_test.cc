@@ -1,0 +1,126 @@
+#include "fraud/card_token.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "tests/test_support.h"
+
+namespace txscore::fraud {
+namespace {
+
+TEST(LuhnValid, AcceptsKnownValidNumbers) {
+  EXPECT_TRUE(LuhnValid("4111111111111111"));
+  EXPECT_TRUE(LuhnValid("79927398713"));
+  EXPECT_TRUE(LuhnValid("4000001234567899"));
+}
+
+TEST(LuhnValid, RejectsWrongCheckDigitAndNonDigits) {
+  EXPECT_FALSE(LuhnValid("4111111111111112"));
+  EXPECT_FALSE(LuhnValid("79927398710"));
+  EXPECT_FALSE(LuhnValid("4111-1111-1111-1111"));
+  EXPECT_FALSE(LuhnValid(""));
+}
+
+TEST(ValidatePan, RejectsTooShortWithFieldAndLength) {
+  Status s = ValidatePan("42424242424");  // 11 digits
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s.error().field, "card_number");
+  EXPECT_EQ(s.error().message, "must be 12 to 19 digits, got 11 characters");
+}
+
+TEST(ValidatePan, RejectsTwentyDigits) {
+  EXPECT_EQ(ValidatePan("41111111111111111113").error().message, "must be 12 to 19 digits, got 20 characters");
+}
+
+TEST(ValidatePan, RejectsNonDigitsWithoutEchoingThePan) {
+  Status s = ValidatePan("4111 1111 1111 1111");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "must contain digits only");
+}
+
+TEST(ValidatePan, RejectsLuhnFailure) {
+  EXPECT_EQ(ValidatePan("4111111111111112").error().message, "fails the Luhn check digit");
+}
+
+TEST(ValidatePan, AcceptsTwelveAndNineteenDigits) {
+  EXPECT_TRUE(ValidatePan("123456789015").ok());           // 12 digits, Luhn-valid
+  EXPECT_TRUE(ValidatePan("4000000000000000006").ok());    // 19 digits, Luhn-valid
+}
+
+TEST(ValidateCardToken, RejectsSomethingThatIsAPan) {
+  Status s = ValidateCardToken("4111111111111111");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().field, "card_token");
+  EXPECT_EQ(s.error().message, "looks like a card number; send it in card_number so it is tokenized");
+}
+
+TEST(ValidateCardToken, AcceptsOpaqueTokensAndRejectsBadCharacters) {
+  EXPECT_TRUE(ValidateCardToken("tok_8f14e45fceea167a").ok());
+  EXPECT_EQ(ValidateCardToken("tok 1").error().message, "may contain only letters, digits, '_' and '-'");
+  EXPECT_EQ(ValidateCardToken(std::string(129, 'a')).error().message, "must be 1 to 128 characters");
+}
+
+TEST(ValidateCardVerificationCode, AcceptsThreeOrFourDigitsOnly) {
+  EXPECT_TRUE(ValidateCardVerificationCode("737").ok());
+  EXPECT_TRUE(ValidateCardVerificationCode("1234").ok());
+  Status bad = ValidateCardVerificationCode("12a");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "card_verification_code");
+  EXPECT_EQ(bad.error().message, "must be 3 or 4 digits");
+  EXPECT_FALSE(ValidateCardVerificationCode("12").ok());
+}
+
+TEST(CardTokenizer, MatchesRfc4231HmacSha256TestCase2) {
+  // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+  auto tokenizer = CardTokenizer::FromKey("Jefe");
+  EXPECT_EQ(tokenizer->Tokenize("what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(CardTokenizer, SamePanSameTokenDifferentKeyDifferentToken) {
+  auto a = CardTokenizer::FromKey(std::string(32, 'a'));
+  auto b = CardTokenizer::FromKey(std::string(32, 'b'));
+  EXPECT_EQ(a->Tokenize("4111111111111111"), a->Tokenize("4111111111111111"));
+  EXPECT_NE(a->Tokenize("4111111111111111"), b->Tokenize("4111111111111111"));
+  EXPECT_EQ(a->Tokenize("4111111111111111").size(), 64u);
+}
+
+TEST(CardTokenizer, RefusesKeyFileReadableByOthers) {
+  testing::TempDir dir;
+  const std::string path = dir.file("key");
+  testing::WriteFile(path, std::string(32, 'k'));
+  ::chmod(path.c_str(), 0644);
+  auto result = CardTokenizer::FromKeyFile(path);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(result.error().message,
+            "card key file " + path + " is readable by group or others; run: chmod 600 " + path);
+}
+
+TEST(CardTokenizer, RefusesShortKey) {
+  testing::TempDir dir;
+  const std::string path = dir.file("key");
+  testing::WriteFile(path, "short");
+  ::chmod(path.c_str(), 0600);
+  auto result = CardTokenizer::FromKeyFile(path);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().message, "card key file " + path +
+                                        " holds 5 bytes; at least 32 random bytes are needed (openssl rand -out " +
+                                        path + " 32)");
+}
+
+TEST(CardTokenizer, MissingKeyFileIsNotFound) {
+  auto result = CardTokenizer::FromKeyFile("/nonexistent/card.key");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().code, ErrorCode::kNotFound);
+}
+
+TEST(WipeString, ClearsTheString) {
+  std::string secret = "4111111111111111";
+  WipeString(&secret);
+  EXPECT_TRUE(secret.empty());
+}
+
+}  // namespace
+}  // namespace txscore::fraud

@@ -1,0 +1,103 @@
+#include "fraud/transaction.h"
+
+#include <gtest/gtest.h>
+
+#include "fraud/currency.h"
+#include "tests/test_support.h"
+
+namespace txscore::fraud {
+namespace {
+
+using testing::ValidTransaction;
+
+void ExpectInvalid(const RawTransaction& raw, const std::string& field, const std::string& message) {
+  Result<Transaction> result = ValidateTransaction(raw);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(result.error().field, field);
+  EXPECT_EQ(result.error().message, message);
+}
+
+TEST(ValidateTransaction, AcceptsAValidTransactionAndDropsCardData) {
+  Result<Transaction> tx = ValidateTransaction(ValidTransaction());
+  ASSERT_TRUE(tx.ok()) << tx.error().ToString();
+  EXPECT_EQ(tx->currency_exponent, 2);
+  EXPECT_DOUBLE_EQ(tx->amount_major(), 42.5);
+  EXPECT_TRUE(tx->card_token.empty());  // the pipeline sets it from the tokenizer
+}
+
+TEST(ValidateTransaction, RejectsNegativeAmount) {
+  RawTransaction raw = ValidTransaction();
+  raw.amount_minor = -1;
+  ExpectInvalid(raw, "amount_minor", "must not be negative");
+}
+
+TEST(ValidateTransaction, RejectsUnknownCurrency) {
+  RawTransaction raw = ValidTransaction();
+  raw.currency = "XXY";
+  ExpectInvalid(raw, "currency", "is not an ISO 4217 currency code");
+}
+
+TEST(ValidateTransaction, RejectsLowercaseCurrency) {
+  RawTransaction raw = ValidTransaction();
+  raw.currency = "usd";
+  ExpectInvalid(raw, "currency", "is not an ISO 4217 currency code");
+}
+
+TEST(ValidateTransaction, RejectsEmptyRequestId) {
+  RawTransaction raw = ValidTransaction();
+  raw.request_id = "";
+  ExpectInvalid(raw, "request_id", "must not be empty");
+}
+
+TEST(ValidateTransaction, RejectsOverlongMerchantId) {
+  RawTransaction raw = ValidTransaction();
+  raw.merchant_id = std::string(129, 'm');
+  ExpectInvalid(raw, "merchant_id", "is 129 bytes; the limit is 128");
+}
+
+TEST(ValidateTransaction, RejectsTimestampBefore2000) {
+  RawTransaction raw = ValidTransaction();
+  raw.timestamp_ms = 1000;
+  ExpectInvalid(raw, "timestamp_ms", "must be milliseconds since 1970-01-01 UTC between the years 2000 and 2100");
+}
+
+TEST(ValidateTransaction, RejectsBadMcc) {
+  RawTransaction raw = ValidTransaction();
+  raw.mcc = "54x1";
+  ExpectInvalid(raw, "mcc", "must be 4 digits (ISO 18245)");
+}
+
+TEST(ValidateTransaction, RejectsBadCountry) {
+  RawTransaction raw = ValidTransaction();
+  raw.merchant_country = "USA";
+  ExpectInvalid(raw, "merchant_country", "must be an ISO 3166-1 alpha-2 code such as \"US\"");
+}
+
+TEST(ValidateTransaction, RejectsUnknownChannel) {
+  RawTransaction raw = ValidTransaction();
+  raw.channel = 99;
+  ExpectInvalid(raw, "channel", "is not a known Channel value");
+}
+
+TEST(ValidateTransaction, RejectsLatitudeWithoutLongitude) {
+  RawTransaction raw = ValidTransaction();
+  raw.longitude.reset();
+  ExpectInvalid(raw, "longitude", "latitude and longitude must be sent together");
+}
+
+TEST(ValidateTransaction, RejectsLatitudeOutOfRange) {
+  RawTransaction raw = ValidTransaction();
+  raw.latitude = 91;
+  ExpectInvalid(raw, "latitude", "must be between -90 and 90 degrees");
+}
+
+TEST(CurrencyExponent, KnowsMinorUnits) {
+  EXPECT_EQ(CurrencyExponent("USD"), 2);
+  EXPECT_EQ(CurrencyExponent("JPY"), 0);
+  EXPECT_EQ(CurrencyExponent("BHD"), 3);
+  EXPECT_EQ(CurrencyExponent("ZZZ"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace txscore::fraud

@@ -1,0 +1,283 @@
+// The scoring service over loopback: a real Thrift server on a free port, real clients.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thrift/protocol/TBinaryProtocol.h>
+#include <thrift/transport/TBufferTransports.h>
+#include <thrift/transport/TSocket.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <filesystem>
+#include <set>
+
+#include "fraud/synthetic.h"
+#include "gen-cpp/TxScore.h"
+#include "service/scoring_server.h"
+#include "service/transaction_json.h"
+#include "storage/audit_log.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+using apache::thrift::protocol::TBinaryProtocol;
+using apache::thrift::transport::TFramedTransport;
+using apache::thrift::transport::TSocket;
+
+struct Client {
+  explicit Client(int port) {
+    auto socket = std::make_shared<TSocket>("127.0.0.1", port);
+    socket->setRecvTimeout(10000);
+    transport = std::make_shared<TFramedTransport>(socket);
+    client = std::make_unique<rpc::TxScoreClient>(std::make_shared<TBinaryProtocol>(transport));
+    transport->open();
+  }
+  std::shared_ptr<TFramedTransport> transport;
+  std::unique_ptr<rpc::TxScoreClient> client;
+};
+
+struct HttpAnswer {
+  int status;
+  std::string body;
+};
+
+HttpAnswer HttpRequest(int port, const std::string& target, boost::beast::http::verb verb = boost::beast::http::verb::get) {
+  namespace http = boost::beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  http::request<http::string_body> request{verb, target, 11};
+  request.set(http::field::host, "localhost");
+  http::write(socket, request);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  http::read(socket, buffer, response);
+  return {static_cast<int>(response.result_int()), response.body()};
+}
+
+class RpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto config = pipelines::LoadPipelineConfig(testing::WriteTestPipeline(dir_));
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    auto server = ScoringServer::Create(*config);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+    db_path_ = config->storage.path;
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  std::vector<rpc::Transaction> Demo(int cards, int days, uint64_t seed = 1) {
+    std::vector<rpc::Transaction> out;
+    for (const auto& t : fraud::GenerateTransactions({.seed = seed, .cards = cards, .days = days})) {
+      out.push_back(ToThriftTransaction(t.tx));
+    }
+    return out;
+  }
+
+  // A raw TCP connection for sending bytes no Thrift client would.
+  int RawConnect() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->rpc_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    timeval timeout{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    return fd;
+  }
+
+  // Sends bytes and returns what recv() says next: 0 means the server closed the connection.
+  ssize_t SendAndAwaitClose(const std::string& bytes) {
+    int fd = RawConnect();
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    char buf[256];
+    ssize_t n;
+    do {
+      n = ::recv(fd, buf, sizeof buf, 0);
+    } while (n > 0);  // drain any exception reply until the close
+    ::close(fd);
+    return n;
+  }
+
+  void ExpectStillServing() {
+    Client c(server_->rpc_port());
+    rpc::ScoreResult result;
+    c.client->score(result, ToThriftTransaction(testing::ValidTransaction("after")));
+    EXPECT_EQ(result.request_id, "after");
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ScoringServer> server_;
+  std::string db_path_;
+};
+
+TEST_F(RpcServerTest, ScoresDemoTransactionsAndAuditsEveryOne) {
+  Client c(server_->rpc_port());
+  const auto transactions = Demo(10, 2);
+  std::set<std::string> ids;
+  for (const auto& t : transactions) {
+    rpc::ScoreResult result;
+    c.client->score(result, t);
+    EXPECT_EQ(result.request_id, t.request_id);
+    EXPECT_GE(result.score, 0.0);
+    EXPECT_LE(result.score, 1.0);
+    EXPECT_EQ(result.model_id, "fraud");
+    EXPECT_EQ(result.pipeline_version, "t1");
+    EXPECT_EQ(result.timings.size(), 6u);
+    ids.insert(t.request_id);
+  }
+  auto audit = server_->pipeline().audit_log().ReadLast(100000);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), transactions.size());
+  std::set<std::string> audited;
+  for (const auto& r : *audit) audited.insert(r.request_id);
+  EXPECT_EQ(audited, ids);
+}
+
+TEST_F(RpcServerTest, ScoreBatchGivesPerItemResultsAndErrors) {
+  Client c(server_->rpc_port());
+  rpc::Transaction bad = ToThriftTransaction(testing::ValidTransaction("bad"));
+  bad.card_number = "4000001234567898";  // Luhn fails
+  std::vector<rpc::BatchItem> items;
+  c.client->scoreBatch(items, {ToThriftTransaction(testing::ValidTransaction("a")), bad,
+                               ToThriftTransaction(testing::ValidTransaction("b"))});
+  ASSERT_EQ(items.size(), 3u);
+  ASSERT_TRUE(items[0].__isset.result);
+  EXPECT_EQ(items[0].result.request_id, "a");
+  ASSERT_TRUE(items[1].__isset.error);
+  EXPECT_FALSE(items[1].__isset.result);
+  EXPECT_EQ(items[1].error.field, "card_number");
+  EXPECT_EQ(items[1].error.reason, "fails the Luhn check digit");
+  ASSERT_TRUE(items[2].__isset.result);
+  EXPECT_EQ(items[2].result.request_id, "b");
+  EXPECT_EQ(server_->pipeline().audit_log().ReadLast(10).value().size(), 2u);
+}
+
+TEST_F(RpcServerTest, BadInputsGetTypedErrorsNamingTheField) {
+  Client c(server_->rpc_port());
+  struct Case {
+    std::function<void(rpc::Transaction&)> spoil;
+    std::string field;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {[](rpc::Transaction& t) { t.card_number = "1234567890123"; }, "card_number", "fails the Luhn check digit"},
+      {[](rpc::Transaction& t) { t.amount_minor = -500; }, "amount_minor", "must not be negative"},
+      {[](rpc::Transaction& t) { t.currency = "EUX"; }, "currency", "is not an ISO 4217 currency code"},
+      {[](rpc::Transaction& t) { t.merchant_id = std::string(200, 'm'); }, "merchant_id", "is 200 bytes; the limit is 128"},
+  };
+  for (const Case& test_case : cases) {
+    rpc::Transaction t = ToThriftTransaction(testing::ValidTransaction("bad"));
+    test_case.spoil(t);
+    rpc::ScoreResult result;
+    try {
+      c.client->score(result, t);
+      ADD_FAILURE() << "expected InvalidRequest for " << test_case.field;
+    } catch (const rpc::InvalidRequest& e) {
+      EXPECT_EQ(e.field, test_case.field);
+      EXPECT_EQ(e.reason, test_case.reason);
+    }
+  }
+  EXPECT_TRUE(server_->pipeline().audit_log().ReadLast(10).value().empty());  // nothing written
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerTest, StringOverTheLimitClosesTheConnection) {
+  {
+    Client c(server_->rpc_port());
+    rpc::Transaction t = ToThriftTransaction(testing::ValidTransaction(std::string(2000, 'r')));  // limit: 1024
+    rpc::ScoreResult result;
+    EXPECT_THROW(c.client->score(result, t), apache::thrift::TException);
+  }
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerTest, BatchOverTheContainerLimitClosesTheConnection) {
+  {
+    Client c(server_->rpc_port());
+    std::vector<rpc::Transaction> many(101, ToThriftTransaction(testing::ValidTransaction()));  // limit: 100
+    std::vector<rpc::BatchItem> items;
+    EXPECT_THROW(c.client->scoreBatch(items, many), apache::thrift::TException);
+  }
+  EXPECT_TRUE(server_->pipeline().audit_log().ReadLast(10).value().empty());
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerTest, GarbageBytesCloseTheConnection) {
+  EXPECT_EQ(SendAndAwaitClose("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), 0);             // frame size 0x47455420: too big
+  EXPECT_EQ(SendAndAwaitClose(std::string("\x00\x00\x00\x08garbage!", 12)), 0);     // a frame of junk
+  EXPECT_EQ(SendAndAwaitClose(std::string("\x7f\xff\xff\xff", 4)), 0);              // 2 GiB frame announced
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerTest, DatabaseDirectoryHoldsNoPan) {
+  Client c(server_->rpc_port());
+  std::set<std::string> pans;
+  for (const auto& t : Demo(10, 2, 9)) {
+    rpc::ScoreResult result;
+    c.client->score(result, t);
+    pans.insert(t.card_number);
+  }
+  server_->Stop();  // flush and close, so every byte is on disk
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(db_path_)) {
+    if (!entry.is_regular_file()) continue;
+    ++files;
+    const std::string bytes = testing::ReadFile(entry.path().string());
+    for (const std::string& pan : pans) {
+      EXPECT_EQ(bytes.find(pan), std::string::npos) << "PAN found in " << entry.path();
+    }
+  }
+  EXPECT_GT(files, 0u);
+  EXPECT_EQ(pans.size(), 10u);
+}
+
+TEST_F(RpcServerTest, HealthReportsReadyModel) {
+  Client c(server_->rpc_port());
+  rpc::HealthStatus health;
+  c.client->health(health);
+  EXPECT_TRUE(health.live);
+  EXPECT_TRUE(health.ready);
+  EXPECT_EQ(health.model_id, "fraud");
+  EXPECT_EQ(health.model_version, server_->pipeline().model().model_version());
+}
+
+TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
+  {
+    Client c(server_->rpc_port());
+    rpc::ScoreResult result;
+    c.client->score(result, ToThriftTransaction(testing::ValidTransaction("m1")));
+  }
+  const int port = server_->admin_port();
+  EXPECT_EQ(HttpRequest(port, "/healthz").status, 200);
+  EXPECT_EQ(HttpRequest(port, "/healthz").body, "ok\n");
+  const HttpAnswer ready = HttpRequest(port, "/readyz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "{\"database\":\"open\",\"model\":\"fraud@" + server_->pipeline().model().model_version() +
+                            "\",\"ready\":true}\n");
+  const std::string metrics = HttpRequest(port, "/metrics").body;
+  EXPECT_NE(metrics.find("txscore_requests_total{method=\"score\",outcome=\"ok\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("txscore_request_duration_seconds_count{method=\"score\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("txscore_stage_duration_seconds_count{stage=\"fraud\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("txscore_model_info{model_id=\"fraud\",model_version=\""), std::string::npos);
+  EXPECT_EQ(HttpRequest(port, "/nope").status, 404);
+  EXPECT_EQ(HttpRequest(port, "/healthz", boost::beast::http::verb::post).status, 405);
+}
+
+TEST_F(RpcServerTest, StopFinishesAndReadinessTurnsOff) {
+  server_->Stop();
+  EXPECT_FALSE(server_->ready());
+  EXPECT_THROW(Client c(server_->rpc_port()), apache::thrift::TException);
+}
+
+}  // namespace
+}  // namespace txscore::service

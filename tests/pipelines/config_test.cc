@@ -1,0 +1,143 @@
+#include "pipelines/config.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "tests/test_support.h"
+
+namespace txscore::pipelines {
+namespace {
+
+// A valid file whose relative paths resolve inside `dir`.
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+    testing::WriteFile(dir_.file("model.ubj"), "x");
+  }
+  Result<PipelineConfig> Parse(const std::string& yaml) { return ParsePipelineConfig(yaml, dir_.file("p.yaml")); }
+  std::string Where(int line, int column) {
+    return dir_.file("p.yaml") + ":" + std::to_string(line) + ":" + std::to_string(column) + ": ";
+  }
+
+  static constexpr char kValid[] =
+      "storage:\n"
+      "  path: db\n"
+      "security:\n"
+      "  card_key_file: card.key\n"
+      "stages:\n"
+      "  - {name: features, kind: features}\n"
+      "  - {name: fraud, kind: xgboost, after: features, model: model.ubj}\n"
+      "  - {name: decision, kind: decision, after: fraud}\n";
+  testing::TempDir dir_;
+};
+
+TEST_F(ConfigTest, MinimalFileGetsDefaultsAndResolvedPaths) {
+  auto config = Parse(kValid);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->server.port, 9090);
+  EXPECT_EQ(config->server.workers, 8);
+  EXPECT_EQ(config->server.limits.max_string_bytes, 65536);
+  EXPECT_EQ(config->admin.host, "127.0.0.1");
+  EXPECT_EQ(config->storage.path, dir_.file("db"));
+  EXPECT_EQ(config->storage.durability, storage::Durability::kSync);
+  EXPECT_EQ(config->model.model_path, dir_.file("model.ubj"));
+  EXPECT_EQ(config->decision.review_threshold, 0.5);
+  EXPECT_EQ(config->decision.decline_threshold, 0.9);
+}
+
+TEST_F(ConfigTest, TheShippedDemoPipelineParses) {
+  // config/pipeline.yaml names var/ files that only exist after set-up; check its shape by
+  // pointing the paths at this test's files.
+  std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/pipeline.yaml");
+  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+                          {"../var/models/fraud.ubj", "model.ubj"}}) {
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  auto config = Parse(yaml);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->version, "2026.11");
+}
+
+TEST_F(ConfigTest, UnknownKeyIsRejectedWithLineAndColumn) {
+  auto config = Parse(std::string("server:\n  prot: 9090\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message,
+            Where(2, 3) + "unknown key \"prot\" in server (expected one of: host, limits, port, socket_timeout_ms, workers)");
+}
+
+TEST_F(ConfigTest, WrongTypeIsRejectedWithLineAndColumn) {
+  auto config = Parse(std::string("server:\n  workers: many\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(2, 12) + "\"workers\" must be an integer");
+}
+
+TEST_F(ConfigTest, OutOfRangeIsRejected) {
+  auto config = Parse(std::string("server:\n  port: 70000\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(2, 9) + "\"port\" must be between 0 and 65535");
+}
+
+TEST_F(ConfigTest, MissingModelFileIsRejectedWithItsPath) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("model.ubj"), 9, "absent.ubj");
+  auto config = Parse(yaml);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message,
+            Where(7, 58) + "\"model\": file " + dir_.file("absent.ubj") + " does not exist");
+}
+
+TEST_F(ConfigTest, ThresholdsMustBeOrdered) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("after: fraud}"), 13, "after: fraud, review_threshold: 0.95, decline_threshold: 0.9}");
+  auto config = Parse(yaml);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(8, 70) + "review_threshold must not exceed decline_threshold");
+}
+
+TEST_F(ConfigTest, StagesMustBeInPipelineOrder) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("after: features"), 15, "after: decision");
+  auto config = Parse(yaml);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(7, 41) + "stage \"fraud\" must come after \"features\", not \"decision\"");
+}
+
+TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, placement: spyre");
+  auto config = Parse(yaml);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message,
+            Where(7, 80) + "placement \"spyre\" is not available for an xgboost stage: use cpu or auto");
+}
+
+TEST_F(ConfigTest, MissingStorageSectionIsNamed) {
+  auto config = Parse("security:\n  card_key_file: card.key\n");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(1, 1) + "missing required key \"storage\"");
+}
+
+TEST_F(ConfigTest, BadDurabilityIsRejected) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("path: db"), 8, "path: db\n  durability: maybe");
+  auto config = Parse(yaml);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(3, 15) + "durability must be \"sync\" or \"wal\", not \"maybe\"");
+}
+
+TEST_F(ConfigTest, YamlSyntaxErrorHasLineAndColumn) {
+  auto config = Parse("storage: [unclosed\n");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message.rfind(dir_.file("p.yaml") + ":", 0), 0u) << config.error().message;
+}
+
+TEST(LoadPipelineConfig, MissingFileIsNotFound) {
+  auto config = LoadPipelineConfig("/nonexistent/p.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(config.error().message, "pipeline file /nonexistent/p.yaml does not exist or cannot be read");
+}
+
+}  // namespace
+}  // namespace txscore::pipelines

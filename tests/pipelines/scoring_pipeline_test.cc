@@ -1,0 +1,149 @@
+#include "pipelines/scoring_pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "fraud/card_token.h"
+#include "fraud/entity_state.h"
+#include "tests/test_support.h"
+
+namespace txscore::pipelines {
+namespace {
+
+using storage::ColumnFamily;
+
+class ScoringPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto config = LoadPipelineConfig(testing::WriteTestPipeline(dir_));
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    config_ = *config;
+    auto db = storage::Database::Open(config_.storage.path, {.durability = storage::Durability::kWal});
+    ASSERT_TRUE(db.ok()) << db.error().ToString();
+    db_ = std::move(db).value();
+    auto pipeline = ScoringPipeline::Create(config_, db_.get());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+    pipeline_ = std::move(pipeline).value();
+  }
+
+  std::string ExpectedToken() const {
+    return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(testing::kTestPan);
+  }
+
+  testing::TempDir dir_;
+  PipelineConfig config_;
+  std::unique_ptr<storage::Database> db_;
+  std::unique_ptr<ScoringPipeline> pipeline_;
+};
+
+TEST_F(ScoringPipelineTest, ScoreWritesAuditRecordAndCardState) {
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->request_id, "req-1");
+  EXPECT_EQ(outcome->card_token, ExpectedToken());
+  EXPECT_GE(outcome->score, 0.0);
+  EXPECT_LE(outcome->score, 1.0);
+  EXPECT_EQ(outcome->decision, Decide(outcome->score, config_.decision));
+  EXPECT_EQ(outcome->model_id, "fraud");
+  EXPECT_EQ(outcome->pipeline_version, "t1");
+  std::vector<std::string> stages;
+  for (const auto& t : outcome->timings) stages.push_back(t.stage);
+  EXPECT_EQ(stages, (std::vector<std::string>{"validate", "state", "features", "fraud", "decision", "persist"}));
+
+  auto audit = pipeline_->audit_log().ReadLast(10);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].request_id, "req-1");
+  EXPECT_EQ((*audit)[0].card_token, ExpectedToken());
+  EXPECT_EQ((*audit)[0].score, outcome->score);
+  EXPECT_EQ((*audit)[0].decision, DecisionName(outcome->decision));
+  EXPECT_EQ((*audit)[0].placement, "cpu");
+
+  auto state_bytes = db_->Get(ColumnFamily::kEntityState, ExpectedToken());
+  ASSERT_TRUE(state_bytes.ok() && state_bytes->has_value());
+  EXPECT_EQ(fraud::DecodeCardState(**state_bytes).value().transaction_count, 1u);
+}
+
+TEST_F(ScoringPipelineTest, LaterTransactionSeesEarlierOneInItsFeatures) {
+  ASSERT_TRUE(pipeline_->Score(testing::ValidTransaction("a")).ok());
+  fraud::RawTransaction second = testing::ValidTransaction("b");
+  second.timestamp_ms += 20 * 1000;
+  ASSERT_TRUE(pipeline_->Score(second).ok());
+  auto state = fraud::DecodeCardState(db_->Get(ColumnFamily::kEntityState, ExpectedToken()).value().value());
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->transaction_count, 2u);
+  EXPECT_EQ(state->last_timestamp_ms, second.timestamp_ms);
+}
+
+TEST_F(ScoringPipelineTest, InvalidInputWritesNothing) {
+  fraud::RawTransaction bad = testing::ValidTransaction();
+  bad.currency = "ABC";
+  auto outcome = pipeline_->Score(bad);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.error().field, "currency");
+  EXPECT_TRUE(db_->ReadAll(ColumnFamily::kAudit).value().empty());
+  EXPECT_TRUE(db_->ReadAll(ColumnFamily::kEntityState).value().empty());
+}
+
+TEST_F(ScoringPipelineTest, InvalidPanIsRejectedOnTheCardNumberField) {
+  fraud::RawTransaction bad = testing::ValidTransaction();
+  bad.card_number = "4000001234567898";
+  auto outcome = pipeline_->Score(bad);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.error().field, "card_number");
+  EXPECT_EQ(outcome.error().message, "fails the Luhn check digit");
+}
+
+TEST_F(ScoringPipelineTest, CardNumberAndTokenTogetherAreRejected) {
+  fraud::RawTransaction bad = testing::ValidTransaction();
+  bad.card_token = "tok_1";
+  auto outcome = pipeline_->Score(bad);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.error().message, "exactly one of card_number and card_token must be set");
+}
+
+TEST_F(ScoringPipelineTest, CallerTokenIsUsedAsTheStateKey) {
+  fraud::RawTransaction tx = testing::ValidTransaction();
+  tx.card_number.reset();
+  tx.card_token = "tok_caller_42";
+  auto outcome = pipeline_->Score(tx);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->card_token, "tok_caller_42");
+  EXPECT_TRUE(db_->Get(ColumnFamily::kEntityState, "tok_caller_42").value().has_value());
+}
+
+TEST_F(ScoringPipelineTest, PanNeverReachesTheDatabase) {
+  fraud::RawTransaction tx = testing::ValidTransaction();
+  tx.card_verification_code = "737";  // accepted, and dropped: Transaction has no field for it
+  ASSERT_TRUE(pipeline_->Score(tx).ok());
+  for (ColumnFamily cf : {ColumnFamily::kEntityState, ColumnFamily::kAudit, ColumnFamily::kJobs}) {
+    const auto entries = db_->ReadAll(cf).value();
+    for (const auto& [key, value] : entries) {
+      EXPECT_EQ(key.find(testing::kTestPan), std::string::npos);
+      EXPECT_EQ(value.find(testing::kTestPan), std::string::npos);
+    }
+  }
+}
+
+TEST_F(ScoringPipelineTest, ConcurrentTransactionsOfOneCardLoseNoStateUpdates) {
+  constexpr int kThreads = 4, kPerThread = 25;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        fraud::RawTransaction tx = testing::ValidTransaction("c-" + std::to_string(t) + "-" + std::to_string(i));
+        tx.timestamp_ms += (t * kPerThread + i) * 1000;
+        ASSERT_TRUE(pipeline_->Score(tx).ok());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  auto state = fraud::DecodeCardState(db_->Get(ColumnFamily::kEntityState, ExpectedToken()).value().value());
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->transaction_count, static_cast<uint64_t>(kThreads * kPerThread));
+  EXPECT_EQ(db_->ReadAll(ColumnFamily::kAudit).value().size(), static_cast<size_t>(kThreads * kPerThread));
+}
+
+}  // namespace
+}  // namespace txscore::pipelines

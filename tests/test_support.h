@@ -1,0 +1,40 @@
+// Helpers shared by txscore's tests: temporary directories, a small trained model, a key and
+// a pipeline config that points at them.
+#pragma once
+
+#include <string>
+
+#include "fraud/transaction.h"
+
+namespace txscore::testing {
+
+// A fresh directory under $TMPDIR, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void WriteFile(const std::string& path, const std::string& contents);
+std::string ReadFile(const std::string& path);
+
+// Trains (once per test process) a small fraud model: 300 cards x 10 days, 40 rounds, json
+// and ubj copies. Returns the directory holding fraud.json, fraud.ubj and fraud.features.json.
+const std::string& SmallModelDir();
+
+// Writes a 32-byte key (mode 0600) and a pipeline YAML using the small model, a database
+// under `dir`, and ports 0. Returns the YAML path.
+std::string WriteTestPipeline(const TempDir& dir, const std::string& durability = "wal");
+
+// A valid transaction with a Luhn-valid test PAN (4000001234567899).
+fraud::RawTransaction ValidTransaction(const std::string& request_id = "req-1");
+inline constexpr char kTestPan[] = "4000001234567899";
+
+}  // namespace txscore::testing
