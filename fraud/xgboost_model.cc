@@ -89,10 +89,25 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
   }
   // Warm-up: the first prediction configures the learner, which is not thread-safe.
   std::vector<float> row(model->schema_.size(), std::numeric_limits<float>::quiet_NaN());
-  Result<std::vector<float>> warm = model->Predict(row.data(), 1);
+  Result<std::vector<float>> warm = model->PredictWithXGBoost(row.data(), 1);
   if (!warm.ok()) return warm.error();
-  Result<std::vector<float>> warm_contributions = model->Contributions(row.data());
+  Result<std::vector<float>> warm_contributions = model->ContributionsWithXGBoost(row.data());
   if (!warm_contributions.ok()) return warm_contributions.error();
+
+  if (options.fast_evaluator) {
+    // XGBoost exports whatever it loaded (JSON or UBJSON) as JSON; the evaluator reads that.
+    bst_ulong length = 0;
+    const char* json = nullptr;
+    if (XGBoosterSaveModelToBuffer(booster, "{\"format\": \"json\"}", &length, &json) != 0) {
+      return Internal("XGBoosterSaveModelToBuffer: " + LastXGBoostError());
+    }
+    Result<TreeEnsemble> ensemble = TreeEnsemble::FromXGBoostJson(std::string_view(json, length));
+    if (ensemble.ok()) {
+      model->ensemble_ = std::make_unique<TreeEnsemble>(std::move(ensemble).value());
+    } else if (ensemble.error().code != ErrorCode::kFailedPrecondition) {
+      return ensemble.error();  // a model XGBoost accepted but we read differently: a bug to surface
+    }  // else: a model feature the evaluator lacks; the C API scores it
+  }
   return model;
 }
 
@@ -101,6 +116,20 @@ XGBoostModel::~XGBoostModel() {
 }
 
 Result<std::vector<float>> XGBoostModel::Predict(const float* rows, size_t row_count) const {
+  if (!ensemble_) return PredictWithXGBoost(rows, row_count);
+  std::vector<float> out(row_count);
+  for (size_t r = 0; r < row_count; ++r) out[r] = ensemble_->Probability(rows + r * schema_.size());
+  return out;
+}
+
+Result<std::vector<float>> XGBoostModel::Contributions(const float* row) const {
+  if (!ensemble_) return ContributionsWithXGBoost(row);
+  std::vector<float> out(schema_.size() + 1);
+  ensemble_->Contributions(row, out.data());
+  return out;
+}
+
+Result<std::vector<float>> XGBoostModel::PredictWithXGBoost(const float* rows, size_t row_count) const {
   char array_interface[192];
   std::snprintf(array_interface, sizeof array_interface,
                 "{\"data\": [%llu, true], \"shape\": [%zu, %zu], \"typestr\": \"%s\", \"version\": 3}",
@@ -116,7 +145,7 @@ Result<std::vector<float>> XGBoostModel::Predict(const float* rows, size_t row_c
   return std::vector<float>(out, out + row_count);
 }
 
-Result<std::vector<float>> XGBoostModel::Contributions(const float* row) const {
+Result<std::vector<float>> XGBoostModel::ContributionsWithXGBoost(const float* row) const {
   DMatrixHandle matrix = nullptr;
   if (XGDMatrixCreateFromMat(row, 1, schema_.size(), std::numeric_limits<float>::quiet_NaN(), &matrix) != 0) {
     return Internal("XGDMatrixCreateFromMat: " + LastXGBoostError());

@@ -12,6 +12,7 @@
 
 #include "common/result.h"
 #include "fraud/feature_schema.h"
+#include "fraud/tree_ensemble.h"
 
 namespace txscore::fraud {
 
@@ -21,6 +22,9 @@ struct XGBoostModelOptions {
   int nthread = 1;
   // Feature schema file; empty means SchemaPathForModel(model_path).
   std::string schema_path;
+  // Score with txscore's TreeEnsemble when the model allows (see tree_ensemble.h), XGBoost's
+  // C API otherwise. Default: true.
+  bool fast_evaluator = true;
 };
 
 class XGBoostModel {
@@ -33,12 +37,19 @@ class XGBoostModel {
   XGBoostModel(const XGBoostModel&) = delete;
   XGBoostModel& operator=(const XGBoostModel&) = delete;
 
-  // Probabilities for `rows` rows of schema().size() floats each (NaN = missing), through
-  // XGBoost's in-place prediction.
+  // Probabilities for `rows` rows of schema().size() floats each (NaN = missing).
   Result<std::vector<float>> Predict(const float* rows, size_t row_count) const;
   // Approximate (Saabas) per-feature contributions in log-odds for one row:
   // schema().size() values followed by the bias.
   Result<std::vector<float>> Contributions(const float* row) const;
+
+  // The same through XGBoost's C API (in-place prediction; approx_contribs), whatever
+  // evaluator() says: the reference the fast evaluator is tested and benchmarked against.
+  Result<std::vector<float>> PredictWithXGBoost(const float* rows, size_t row_count) const;
+  Result<std::vector<float>> ContributionsWithXGBoost(const float* row) const;
+
+  // "tree_ensemble" (txscore's evaluator) or "xgboost" (the C API).
+  const char* evaluator() const { return ensemble_ ? "tree_ensemble" : "xgboost"; }
 
   const FeatureSchema& schema() const { return schema_; }
   // File name without extension, e.g. "fraud".
@@ -53,6 +64,7 @@ class XGBoostModel {
   FeatureSchema schema_;
   std::string model_id_;
   std::string model_version_;
+  std::unique_ptr<TreeEnsemble> ensemble_;  // null: score through the C API
   std::string predict_config_;
   std::string contributions_config_;
 };

@@ -153,7 +153,8 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
       out->features_stage_name = name;
     } else if (kind == "xgboost") {
       TXSCORE_RETURN_IF_ERROR(
-          r.ExpectMap(stage, "stage " + name, {"name", "kind", "after", "model", "schema", "placement", "threads"}));
+          r.ExpectMap(stage, "stage " + name,
+                      {"name", "kind", "after", "model", "schema", "placement", "threads", "evaluator"}));
       ModelStageConfig& m = out->model;
       m.name = name;
       TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &m.model_path));
@@ -165,6 +166,14 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
       }
       m.placement = "cpu";  // auto resolves to cpu for tree ensembles
       TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 1, 256, &m.nthread));
+      if (stage["evaluator"]) {
+        std::string evaluator;
+        TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "evaluator", false, &evaluator));
+        if (evaluator != "fast" && evaluator != "xgboost") {
+          return r.ErrorAt(stage["evaluator"], "evaluator must be \"fast\" or \"xgboost\", not \"" + evaluator + "\"");
+        }
+        m.fast_evaluator = evaluator == "fast";
+      }
     } else {
       TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
           stage, "stage " + name, {"name", "kind", "after", "review_threshold", "decline_threshold", "max_reasons"}));

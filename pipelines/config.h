@@ -52,6 +52,8 @@ struct ModelStageConfig {
   std::string schema_path;  // Default: beside the model (fraud.ubj -> fraud.features.json)
   std::string placement = "cpu";  // Default: cpu. Tree ensembles are branchy and small: CPU is their device.
   int nthread = 1;          // Default: 1 (fastest for single rows)
+  // Score with txscore's tree evaluator when the model allows; false forces XGBoost's C API.
+  bool fast_evaluator = true;  // Default: true
 };
 
 struct DecisionStageConfig {

@@ -41,6 +41,7 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
   fraud::XGBoostModelOptions model_options;
   model_options.nthread = config.model.nthread;
   model_options.schema_path = config.model.schema_path;
+  model_options.fast_evaluator = config.model.fast_evaluator;
   Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(config.model.model_path, model_options);
   if (!model.ok()) return model.error();
   pipeline->model_ = std::move(model).value();

@@ -112,6 +112,17 @@ TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
             Where(7, 80) + "placement \"spyre\" is not available for an xgboost stage: use cpu or auto");
 }
 
+TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, evaluator: xgboost");
+  auto config = Parse(yaml);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_FALSE(config->model.fast_evaluator);
+  EXPECT_TRUE(Parse(kValid)->model.fast_evaluator);
+  yaml.replace(yaml.find("evaluator: xgboost"), 18, "evaluator: magic");
+  EXPECT_EQ(Parse(yaml).error().message, Where(7, 80) + "evaluator must be \"fast\" or \"xgboost\", not \"magic\"");
+}
+
 TEST_F(ConfigTest, MissingStorageSectionIsNamed) {
   auto config = Parse("security:\n  card_key_file: card.key\n");
   ASSERT_FALSE(config.ok());
