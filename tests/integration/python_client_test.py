@@ -113,6 +113,27 @@ stages:
         assert [r["request_id"] for r in records] == list(reversed(ids)), records
         assert PAN not in audit.stdout
 
+        # The command-line client: generated demo transactions as a table ...
+        demo = subprocess.run([args.txscore, "score", "--server", f"127.0.0.1:{thrift_port}", "--count", "5"],
+                              check=True, capture_output=True, text=True)
+        rows = demo.stdout.splitlines()
+        assert len(rows) == 5 and all(r.startswith("demo-") for r in rows), demo.stdout
+        assert "scored 5 transactions" in demo.stderr, demo.stderr
+        # ... and a JSON-lines file with one malformed line, which is reported and skipped.
+        jsonl = os.path.join(work, "tx.jsonl")
+        subprocess.run([args.txscore, "data", "generate", "--format", "jsonl", "--out", jsonl, "--cards", "2",
+                        "--days", "2", "--seed", "5"], check=True, stderr=subprocess.DEVNULL)
+        with open(jsonl) as f:
+            lines = f.read().splitlines()[:3]
+        with open(jsonl, "w") as f:
+            f.write("\n".join([lines[0], '{"request_id": 7}', lines[1], lines[2]]) + "\n")
+        scored = subprocess.run([args.txscore, "score", "--server", f"127.0.0.1:{thrift_port}", "--file", jsonl,
+                                 "--json"], check=True, capture_output=True, text=True)
+        out = [json.loads(l) for l in scored.stdout.splitlines()]
+        assert out[0] == {"line": 2, "error": "invalid argument: request_id: must be a string"}, out[0]
+        assert [o["request_id"] for o in out[1:]] == [json.loads(l)["request_id"] for l in lines], out
+        assert all(o["decision"] in ("APPROVE", "REVIEW", "DECLINE") for o in out[1:]), out
+
         server.send_signal(signal.SIGTERM)
         _, stderr = server.communicate(timeout=30)
         assert server.returncode == 0, f"serve exited with {server.returncode}: {stderr}"

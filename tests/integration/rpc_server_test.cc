@@ -219,6 +219,53 @@ TEST_F(RpcServerTest, GarbageBytesCloseTheConnection) {
   ExpectStillServing();
 }
 
+// A framed score() call whose arguments carry, before a valid Transaction, an unknown field
+// nested `depth` structs deep. Unknown fields are skipped, so only the nesting limit (64 in
+// the test config) decides whether the call is answered.
+std::string ScoreCallWithNesting(int depth) {
+  auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
+  TBinaryProtocol out(buffer);
+  out.writeMessageBegin("score", apache::thrift::protocol::T_CALL, 1);
+  out.writeStructBegin("args");
+  for (int i = 0; i < depth; ++i) {
+    out.writeFieldBegin("x", apache::thrift::protocol::T_STRUCT, 99);
+    out.writeStructBegin("x");
+  }
+  for (int i = 0; i < depth; ++i) {
+    out.writeFieldStop();
+    out.writeStructEnd();
+    out.writeFieldEnd();
+  }
+  out.writeFieldBegin("transaction", apache::thrift::protocol::T_STRUCT, 1);
+  ToThriftTransaction(testing::ValidTransaction("nested")).write(&out);
+  out.writeFieldEnd();
+  out.writeFieldStop();
+  out.writeStructEnd();
+  out.writeMessageEnd();
+  const std::string payload = buffer->getBufferAsString();
+  std::string frame;
+  for (int shift = 24; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((payload.size() >> shift) & 0xff));
+  return frame + payload;
+}
+
+TEST_F(RpcServerTest, NestingWithinTheRecursionLimitIsAnswered) {
+  int fd = RawConnect();
+  const std::string call = ScoreCallWithNesting(10);
+  ::send(fd, call.data(), call.size(), MSG_NOSIGNAL);
+  char reply[512];
+  EXPECT_GT(::recv(fd, reply, sizeof reply, 0), 0);  // a reply frame, not a close
+  ::close(fd);
+  auto audit = server_->pipeline().audit_log().ReadLast(10);
+  ASSERT_EQ(audit.value().size(), 1u);
+  EXPECT_EQ(audit.value()[0].request_id, "nested");
+}
+
+TEST_F(RpcServerTest, NestingDeeperThanTheRecursionLimitClosesTheConnection) {
+  EXPECT_EQ(SendAndAwaitClose(ScoreCallWithNesting(200)), 0);
+  EXPECT_TRUE(server_->pipeline().audit_log().ReadLast(10).value().empty());
+  ExpectStillServing();
+}
+
 TEST_F(RpcServerTest, DatabaseDirectoryHoldsNoPan) {
   Client c(server_->rpc_port());
   std::set<std::string> pans;
