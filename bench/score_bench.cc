@@ -84,34 +84,30 @@ BENCHMARK(BM_ComputeFeatures);
 
 // Single-row prediction and contributions: txscore's TreeEnsemble against XGBoost's C API
 // on the same model and rows (the A/B pair the fast evaluator is judged by).
-void BM_PredictOneRow(benchmark::State& state, bool fast) {
+template <typename Call>
+void TimeOneRowCalls(benchmark::State& state, Call call) {
   const auto& table = Features();
-  const auto& model = Model();
   LatencyRecorder latency;
   size_t r = 0;
   for (auto _ : state) {
     const float* row = table.values.data() + (r++ % table.rows()) * table.schema.size();
     const auto start = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(fast ? model.Predict(row, 1) : model.PredictWithXGBoost(row, 1));
+    benchmark::DoNotOptimize(call(row));
     latency.Add(std::chrono::steady_clock::now() - start);
   }
   latency.Report(state);
+}
+
+void BM_PredictOneRow(benchmark::State& state, bool fast) {
+  const auto& model = Model();
+  TimeOneRowCalls(state, [&](const float* row) { return fast ? model.Predict(row, 1) : model.PredictWithXGBoost(row, 1); });
 }
 BENCHMARK_CAPTURE(BM_PredictOneRow, tree_ensemble, true);
 BENCHMARK_CAPTURE(BM_PredictOneRow, xgboost_c_api, false);
 
 void BM_ContributionsOneRow(benchmark::State& state, bool fast) {
-  const auto& table = Features();
   const auto& model = Model();
-  LatencyRecorder latency;
-  size_t r = 0;
-  for (auto _ : state) {
-    const float* row = table.values.data() + (r++ % table.rows()) * table.schema.size();
-    const auto start = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(fast ? model.Contributions(row) : model.ContributionsWithXGBoost(row));
-    latency.Add(std::chrono::steady_clock::now() - start);
-  }
-  latency.Report(state);
+  TimeOneRowCalls(state, [&](const float* row) { return fast ? model.Contributions(row) : model.ContributionsWithXGBoost(row); });
 }
 BENCHMARK_CAPTURE(BM_ContributionsOneRow, tree_ensemble, true);
 BENCHMARK_CAPTURE(BM_ContributionsOneRow, xgboost_c_api, false);

@@ -10,12 +10,14 @@
 
 namespace txscore::fraud {
 
-bool LuhnValid(std::string_view digits) {
-  if (digits.empty()) return false;
+namespace {
+
+// The Luhn sum of `digits` (ASCII digits only), doubling every second digit from the right,
+// starting with the rightmost when `double_rightmost`.
+int LuhnSum(std::string_view digits, bool double_rightmost) {
   int sum = 0;
-  bool double_it = false;
+  bool double_it = double_rightmost;
   for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-    if (*it < '0' || *it > '9') return false;
     int d = *it - '0';
     if (double_it) {
       d *= 2;
@@ -24,7 +26,18 @@ bool LuhnValid(std::string_view digits) {
     sum += d;
     double_it = !double_it;
   }
-  return sum % 10 == 0;
+  return sum;
+}
+
+}  // namespace
+
+bool LuhnValid(std::string_view digits) {
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  return LuhnSum(digits, /*double_rightmost=*/false) % 10 == 0;
+}
+
+char LuhnCheckDigit(std::string_view digits) {
+  return static_cast<char>('0' + (10 - LuhnSum(digits, /*double_rightmost=*/true) % 10) % 10);
 }
 
 Status ValidatePan(std::string_view pan) {

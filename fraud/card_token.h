@@ -17,6 +17,9 @@ namespace txscore::fraud {
 // True when `digits` is all ASCII digits and passes the Luhn check.
 bool LuhnValid(std::string_view digits);
 
+// The Luhn check digit that completes `digits` (ASCII digits) into a valid number.
+char LuhnCheckDigit(std::string_view digits);
+
 // OK when `pan` is 12-19 ASCII digits and Luhn-valid; the error never echoes the PAN.
 Status ValidatePan(std::string_view pan);
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "fraud/card_token.h"
+
 namespace txscore::fraud {
 namespace {
 
@@ -342,21 +344,6 @@ const char* FraudPatternName(FraudPattern pattern) {
     case FraudPattern::kHighRiskNight: return "high_risk_night";
   }
   return "unknown";
-}
-
-char LuhnCheckDigit(const std::string& digits) {
-  int sum = 0;
-  bool double_it = true;  // the check digit will sit to the right
-  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-    int d = *it - '0';
-    if (double_it) {
-      d *= 2;
-      if (d > 9) d -= 9;
-    }
-    sum += d;
-    double_it = !double_it;
-  }
-  return static_cast<char>('0' + (10 - sum % 10) % 10);
 }
 
 std::vector<LabeledTransaction> GenerateTransactions(const SyntheticOptions& options) {

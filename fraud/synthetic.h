@@ -41,7 +41,4 @@ struct LabeledTransaction {
 // All transactions of all cards, ordered by timestamp; request ids are "syn-<seed>-<n>".
 std::vector<LabeledTransaction> GenerateTransactions(const SyntheticOptions& options);
 
-// The Luhn check digit that completes `digits` into a valid number.
-char LuhnCheckDigit(const std::string& digits);
-
 }  // namespace txscore::fraud

@@ -21,6 +21,12 @@ TEST(LuhnValid, RejectsWrongCheckDigitAndNonDigits) {
   EXPECT_FALSE(LuhnValid(""));
 }
 
+TEST(LuhnCheckDigit, CompletesAValidNumber) {
+  EXPECT_EQ(LuhnCheckDigit("7992739871"), '3');
+  EXPECT_EQ(LuhnCheckDigit("400000123456789"), '9');
+  EXPECT_TRUE(LuhnValid(std::string("41111111111111") + LuhnCheckDigit("41111111111111")));
+}
+
 TEST(ValidatePan, RejectsTooShortWithFieldAndLength) {
   Status s = ValidatePan("42424242424");  // 11 digits
   ASSERT_FALSE(s.ok());

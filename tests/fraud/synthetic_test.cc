@@ -72,10 +72,5 @@ TEST(GenerateTransactions, CardTestingIsABurstOfSmallOnlinePayments) {
   EXPECT_EQ(small, total);
 }
 
-TEST(LuhnCheckDigit, CompletesAValidNumber) {
-  EXPECT_EQ(LuhnCheckDigit("7992739871"), '3');
-  EXPECT_EQ(LuhnCheckDigit("400000123456789"), '9');
-}
-
 }  // namespace
 }  // namespace txscore::fraud

@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
@@ -318,6 +319,48 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   EXPECT_NE(metrics.find("txscore_model_info{model_id=\"fraud\",model_version=\""), std::string::npos);
   EXPECT_EQ(HttpRequest(port, "/nope").status, 404);
   EXPECT_EQ(HttpRequest(port, "/healthz", boost::beast::http::verb::post).status, 405);
+}
+
+TEST_F(RpcServerTest, StopAnswersEveryRequestItAccepted) {
+  // Clients keep scoring while the server stops. Whatever the interleaving, a request either
+  // got its reply or was never applied: the replied and the audited sets are equal.
+  constexpr int kClients = 3;
+  std::vector<std::vector<std::string>> replied(kClients);
+  std::atomic<int> answered{0}, finished{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      try {
+        Client client(server_->rpc_port());
+        for (int i = 0;; ++i) {
+          fraud::RawTransaction tx = testing::ValidTransaction("stop-" + std::to_string(c) + "-" + std::to_string(i));
+          tx.timestamp_ms += i * 1000;
+          rpc::ScoreResult result;
+          client.client->score(result, ToThriftTransaction(tx));
+          replied[c].push_back(result.request_id);
+          answered++;
+        }
+      } catch (const apache::thrift::TException&) {
+        // the server closed the connection: this client is done
+      }
+      finished++;
+    });
+  }
+  // Stop while requests are flowing (or at once if the clients failed, which the checks report).
+  while (answered.load() < 30 && finished.load() < kClients) std::this_thread::yield();
+  server_->Stop();
+  for (auto& t : clients) t.join();
+  std::set<std::string> replied_ids;
+  for (const auto& ids : replied) replied_ids.insert(ids.begin(), ids.end());
+
+  auto db = storage::Database::Open(db_path_, {.read_only = true});
+  ASSERT_TRUE(db.ok()) << db.error().ToString();
+  auto audit = storage::AuditLog(db->get()).ReadLast(100000);
+  ASSERT_TRUE(audit.ok());
+  std::set<std::string> audited_ids;
+  for (const auto& record : *audit) audited_ids.insert(record.request_id);
+  EXPECT_GE(replied_ids.size(), 30u);
+  EXPECT_EQ(audited_ids, replied_ids);
 }
 
 TEST_F(RpcServerTest, StopFinishesAndReadinessTurnsOff) {
