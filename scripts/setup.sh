@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the project needs. Later components add theirs here.
 PACKAGES=(
-  cmake g++ make pkg-config ccache git openssl
+  cmake g++ make pkg-config ccache git openssl curl
   thrift-compiler libthrift-dev libevent-dev
   libxgboost-dev
   libtorch-dev libopenblas0-pthread

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <thrift/TConfiguration.h>
+#include <thrift/TOutput.h>
 #include <thrift/concurrency/ThreadFactory.h>
 #include <thrift/concurrency/ThreadManager.h>
 #include <thrift/protocol/TBinaryProtocol.h>
@@ -65,6 +66,9 @@ class PreboundServerSocket : public TServerSocket {
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const pipelines::RpcServerConfig& config,
                                                      std::shared_ptr<rpc::TxScoreIf> handler) {
+  // Thrift reports dropped clients and socket trouble through GlobalOutput (stderr by
+  // default); send it to our log instead, one format for everything.
+  apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { spdlog::warn("thrift: {}", message); });
   const pipelines::ThriftLimits& limits = config.limits;
   auto thrift_config = std::make_shared<TConfiguration>(static_cast<int>(limits.max_message_bytes),
                                                         static_cast<int>(limits.max_frame_bytes),
