@@ -1,0 +1,91 @@
+// A decoder's architecture, read from a Hugging Face config.json.
+//
+// One struct covers the supported families; each difference between them is a field here,
+// set from the config's keys (or the family's Hugging Face default when a key is absent), so
+// the model code branches on fields, never on the family name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace txscore::llm {
+
+enum class ModelFamily { kLlama, kQwen3, kGranite, kGemma2, kGemma3 };
+const char* ModelFamilyName(ModelFamily family);
+
+struct RopeConfig {
+  double theta = 10000.0;
+  // "default", "llama3" (Llama 3.1+ frequency-dependent scaling) or "linear" (positions / factor).
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;    // llama3
+  double high_freq_factor = 4.0;   // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::kLlama;
+  std::string model_type;  // as written in config.json (text part for gemma3)
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // grouped-query attention; = num_attention_heads when absent
+  int64_t head_dim = 0;             // explicit in Qwen3 and Gemma; else hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  std::string hidden_act = "silu";  // "silu" or "gelu_pytorch_tanh"
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+
+  RopeConfig rope;         // global (full-attention) layers
+  RopeConfig local_rope;   // sliding-window layers (Gemma 3: rope_local_base_freq, no scaling)
+
+  // Per-head RMSNorm on queries and keys (Qwen3, Gemma 3).
+  bool qk_norm = false;
+  // Gemma: RMSNorm scales by (1 + weight); four norms per layer (post-attention and
+  // pre/post-feed-forward); embeddings multiplied by sqrt(hidden_size).
+  bool norm_weight_plus_one = false;
+  bool sandwich_norms = false;
+
+  // Granite: embeddings * embedding_multiplier, residual branches * residual_multiplier,
+  // logits / logits_scaling, attention softmax scale = attention_multiplier.
+  double embedding_multiplier = 1.0;
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
+  std::optional<double> attention_multiplier;
+
+  // Gemma: softmax scale = query_pre_attn_scalar^-0.5; tanh soft-capping (0 = off).
+  std::optional<double> query_pre_attn_scalar;
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
+
+  // Sliding-window attention: window size and, per layer, whether it applies.
+  int64_t sliding_window = 0;
+  std::vector<bool> layer_is_sliding;
+
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+
+  // Scale applied to q.k before the softmax.
+  double attention_scale() const;
+  // Multiplier applied to token embeddings (sqrt(hidden_size) for Gemma, embedding_multiplier
+  // for Granite, 1 otherwise).
+  double embedding_scale() const;
+  int64_t num_query_groups() const { return num_attention_heads / num_key_value_heads; }
+};
+
+// `source` names the file in errors. kInvalidArgument naming the key for missing or wrong
+// values; kFailedPrecondition naming the model_type (or option) txscore does not support.
+Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source);
+// Reads DIR/config.json.
+Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir);
+
+}  // namespace txscore::llm
