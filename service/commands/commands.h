@@ -12,5 +12,6 @@ void AddScoreCommand(CLI::App& app, int* exit_code);
 void AddAuditCommand(CLI::App& app, int* exit_code);
 void AddModelCommand(CLI::App& app, int* exit_code);
 void AddDataCommand(CLI::App& app, int* exit_code);
+void AddLlmCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

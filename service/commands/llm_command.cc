@@ -1,0 +1,101 @@
+// txscore llm ...: tools around the LLM stage.
+//   llm tokenize --tokenizer FILE [--decode] [--no-special]
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "llm/tokenizer.h"
+#include "service/commands/commands.h"
+
+namespace txscore::service {
+namespace {
+
+struct TokenizeOptions {
+  std::string tokenizer_path;
+  bool decode = false;
+  bool no_special = false;
+  bool lines = false;
+};
+
+int RunTokenize(const TokenizeOptions& options) {
+  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromFile(options.tokenizer_path);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
+    return 1;
+  }
+  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (options.decode) {
+    // One JSON array of ids (or, with --lines, one per line, each answered by a JSON string).
+    std::istringstream in(input);
+    std::string line;
+    size_t number = 0;
+    auto decode_one = [&](const std::string& text, std::string* out) -> bool {
+      const nlohmann::json ids = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (ids.is_discarded() || !ids.is_array()) {
+        std::fprintf(stderr, "line %zu: --decode reads a JSON array of token ids\n", number);
+        return false;
+      }
+      std::vector<int32_t> tokens;
+      for (const auto& id : ids) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (*tokenizer)->vocab_size()) {
+          std::fprintf(stderr, "line %zu: token id %s is outside the vocabulary (0..%d)\n", number, id.dump().c_str(),
+                       (*tokenizer)->vocab_size() - 1);
+          return false;
+        }
+        tokens.push_back(id.get<int32_t>());
+      }
+      *out = (*tokenizer)->Decode(tokens);
+      return true;
+    };
+    std::string text;
+    if (!options.lines) {
+      number = 1;
+      if (!decode_one(input, &text)) return 1;
+      std::fputs(text.c_str(), stdout);
+      return 0;
+    }
+    while (std::getline(in, line)) {
+      ++number;
+      if (!decode_one(line, &text)) return 1;
+      std::printf("%s\n", nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    return 0;
+  }
+  llm::EncodeOptions encode;
+  encode.parse_special = !options.no_special;
+  if (!options.lines) {
+    std::printf("%s\n", nlohmann::json((*tokenizer)->Encode(input, encode)).dump().c_str());
+    return 0;
+  }
+  // --lines: every input line is a JSON string (so texts may hold newlines); one array out per line.
+  std::istringstream in(input);
+  std::string line;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    const nlohmann::json text = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (text.is_discarded() || !text.is_string()) {
+      std::fprintf(stderr, "line %zu: expected a JSON string\n", number);
+      return 1;
+    }
+    std::printf("%s\n", nlohmann::json((*tokenizer)->Encode(text.get<std::string>(), encode)).dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddLlmCommand(CLI::App& app, int* exit_code) {
+  CLI::App* llm = app.add_subcommand("llm", "LLM tools: tokenizers (checkpoints and generation follow)");
+  llm->require_subcommand(1);
+  auto options = std::make_shared<TokenizeOptions>();
+  CLI::App* tokenize = llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
+  tokenize->add_option("--tokenizer", options->tokenizer_path, "A Hugging Face tokenizer.json")->required();
+  tokenize->add_flag("--decode", options->decode, "Read a JSON array of ids and print the text");
+  tokenize->add_flag("--no-special", options->no_special, "Treat special-token text as plain text");
+  tokenize->add_flag("--lines", options->lines,
+                     "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
+  tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });
+}
+
+}  // namespace txscore::service

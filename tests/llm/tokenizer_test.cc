@@ -1,0 +1,136 @@
+#include "llm/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+namespace txscore::llm {
+namespace {
+
+// A tiny byte-level BPE: vocabulary of the bytes it needs plus a few merges, in both forms.
+std::string ByteLevelTokenizer(const std::string& merges, const std::string& added = "[]",
+                               const std::string& pre_tokenizer =
+                                   R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})") {
+  return R"({"version": "1.0", "added_tokens": )" + added + R"(, "normalizer": {"type": "NFC"},
+    "pre_tokenizer": )" + pre_tokenizer + R"(, "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "Ġ": 4, "w": 5, "r": 6, "d": 7,
+      "he": 8, "ll": 9, "hell": 10, "hello": 11, "Ġw": 12, "or": 13, "Ġwor": 14, "Ġworld": 15, "!": 16},
+      "merges": )" + merges + "}}";
+}
+constexpr char kStringMerges[] = R"(["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or"])";
+constexpr char kPairMerges[] =
+    R"([["h","e"], ["l","l"], ["he","ll"], ["hell","o"], ["Ġ","w"], ["o","r"], ["Ġw","or"]])";
+
+TEST(Tokenizer, StringAndPairMergesGiveTheSameTokens) {
+  auto from_strings = Tokenizer::FromJson(ByteLevelTokenizer(kStringMerges), "t.json");
+  auto from_pairs = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges), "t.json");
+  ASSERT_TRUE(from_strings.ok()) << from_strings.error().ToString();
+  ASSERT_TRUE(from_pairs.ok());
+  EXPECT_EQ((*from_strings)->Encode("hello world!"), (*from_pairs)->Encode("hello world!"));
+}
+
+TEST(Tokenizer, RejectsMergesOfTokensOutsideTheVocabulary) {
+  auto t = Tokenizer::FromJson(ByteLevelTokenizer(R"(["h e", "Ġwor l"])"), "t.json");
+  ASSERT_FALSE(t.ok());  // "Ġworl" is not in the vocabulary: the file is inconsistent
+  EXPECT_EQ(t.error().message, "t.json: model.merges: \"Ġwor\" + \"l\" uses tokens not in the vocabulary");
+}
+
+TEST(Tokenizer, PairFormMergesEncodeAndDecode) {
+  auto t = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges), "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  // "hello" -> he, ll -> hell -> hello; " world" -> Ġw + or -> Ġwor, then l, d unmerged.
+  EXPECT_EQ((*t)->Encode("hello world!"), (std::vector<int32_t>{11, 14, 2, 7, 16}));
+  EXPECT_EQ((*t)->Decode({11, 14, 2, 7, 16}), "hello world!");
+  EXPECT_EQ((*t)->TokenString(14), "Ġwor");
+  EXPECT_EQ((*t)->TokenId("Ġworld"), 15);
+  EXPECT_EQ((*t)->vocab_size(), 17);
+}
+
+TEST(Tokenizer, AddedTokensAreSplitOutFirstAndCanBeRefused) {
+  auto t = Tokenizer::FromJson(
+      ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<|end|>", "special": true},
+                                          {"id": 18, "content": "<|end|>x", "special": true}])"),
+      "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ((*t)->Encode("hello<|end|>"), (std::vector<int32_t>{11, 17}));
+  EXPECT_EQ((*t)->Encode("hello<|end|>x"), (std::vector<int32_t>{11, 18}));  // longest match wins
+  EXPECT_TRUE((*t)->IsSpecial(17));
+  EXPECT_EQ((*t)->Decode({11, 17}), "hello<|end|>");
+  EXPECT_EQ((*t)->Decode({11, 17}, {.skip_special = true}), "hello");
+  // User text must not be able to forge control tokens.
+  const auto plain = (*t)->Encode("<|end|>", {.parse_special = false});
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 17), 0);
+}
+
+TEST(Tokenizer, LstripAndRstripAbsorbWhitespace) {
+  auto t = Tokenizer::FromJson(
+      ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<m>", "special": true, "lstrip": true, "rstrip": true}])"),
+      "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ((*t)->Encode("hello  <m>  hello"), (std::vector<int32_t>{11, 17, 11}));
+}
+
+TEST(Tokenizer, ByteFallbackSpellsUnknownCharactersAsBytes) {
+  std::string vocab = R"({"a": 0, "▁": 1)";
+  for (int b = 0; b < 256; ++b) {
+    char entry[32];
+    std::snprintf(entry, sizeof entry, R"(, "<0x%02X>": %d)", b, 2 + b);
+    vocab += entry;
+  }
+  vocab += "}";
+  const std::string json = R"({"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+    "pre_tokenizer": null,
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]},
+    "model": {"type": "BPE", "byte_fallback": true, "vocab": )" + vocab + R"(, "merges": []}})";
+  auto t = Tokenizer::FromJson(json, "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  // "é" is not in the vocabulary: its two UTF-8 bytes 0xC3 0xA9 become <0xC3> <0xA9>.
+  EXPECT_EQ((*t)->Encode("a é"), (std::vector<int32_t>{0, 1, 2 + 0xC3, 2 + 0xA9}));
+  EXPECT_EQ((*t)->Decode({0, 1, 2 + 0xC3, 2 + 0xA9}), "a é");
+}
+
+TEST(Tokenizer, SplitBehaviours) {
+  auto with_split = [](const std::string& behavior) {
+    return ByteLevelTokenizer(kPairMerges, "[]",
+                              R"({"type": "Sequence", "pretokenizers": [
+                                   {"type": "Split", "pattern": {"String": "l"}, "behavior": ")" + behavior + R"(", "invert": false},
+                                   {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})");
+  };
+  // "hello" split on "l", as Hugging Face's tokenizers define the behaviours: Isolated
+  // he|l|l|o, Removed he|o, MergedWithPrevious hel|l|o (a match joins the piece before it
+  // unless that was a match), MergedWithNext he|llo (whatever follows a match joins it),
+  // Contiguous he|ll|o.
+  const std::map<std::string, std::vector<int32_t>> expected = {
+      {"Isolated", {8, 2, 2, 3}},
+      {"Removed", {8, 3}},
+      {"MergedWithPrevious", {8, 2, 2, 3}},
+      {"MergedWithNext", {8, 9, 3}},
+      {"Contiguous", {8, 9, 3}},
+  };
+  for (const auto& [behavior, ids] : expected) {
+    auto t = Tokenizer::FromJson(with_split(behavior), "t.json");
+    ASSERT_TRUE(t.ok()) << behavior << ": " << t.error().ToString();
+    EXPECT_EQ((*t)->Encode("hello"), ids) << behavior;
+  }
+}
+
+TEST(Tokenizer, UnsupportedPartsAreNamed) {
+  auto t = Tokenizer::FromJson(
+      ByteLevelTokenizer(kPairMerges, "[]", R"({"type": "Whitespace"})"), "t.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "t.json: pre_tokenizer: pre_tokenizer type \"Whitespace\" is not supported");
+  auto wordpiece = Tokenizer::FromJson(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})", "t.json");
+  ASSERT_FALSE(wordpiece.ok());
+  EXPECT_EQ(wordpiece.error().message, "t.json: model: model type \"WordPiece\" is not supported (BPE only)");
+}
+
+TEST(Tokenizer, BadRegexIsReportedWithItsOffset) {
+  auto t = Tokenizer::FromJson(
+      ByteLevelTokenizer(kPairMerges, "[]", R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"),
+      "t.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("t.json: pre_tokenizer.pattern: regex does not compile at offset 9"), std::string::npos)
+      << t.error().message;
+}
+
+}  // namespace
+}  // namespace txscore::llm
