@@ -823,6 +823,14 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, const DecodeOptio
   return out;
 }
 
+const std::string& ByteLevelCharacter(uint8_t byte) { return ByteLevel().byte_to_char[byte]; }
+
+std::vector<std::string> Tokenizer::PreTokenize(std::string_view text) const {
+  std::vector<std::string> pieces{impl_->normalizer ? impl_->normalizer->Apply(std::string(text)) : std::string(text)};
+  if (impl_->pre_tokenizer) impl_->pre_tokenizer->Apply(&pieces);
+  return pieces;
+}
+
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
 
 std::optional<int32_t> Tokenizer::TokenId(std::string_view token) const {

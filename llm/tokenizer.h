@@ -46,6 +46,10 @@ class Tokenizer {
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
   std::string Decode(const std::vector<int32_t>& ids, const DecodeOptions& options = {}) const;
 
+  // The pieces the model sees for `text` (no added-token handling): normalised, pre-tokenized,
+  // byte-mapped where the pre-tokenizer says so. Used by the BPE trainer.
+  std::vector<std::string> PreTokenize(std::string_view text) const;
+
   // Number of ids (vocabulary plus added tokens): every id is below this.
   int32_t vocab_size() const;
   std::optional<int32_t> TokenId(std::string_view token) const;
@@ -58,5 +62,9 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// GPT-2's byte-level alphabet: the printable character that stands for `byte` in byte-level
+// vocabularies ("Ġ" for the space).
+const std::string& ByteLevelCharacter(uint8_t byte);
 
 }  // namespace txscore::llm

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   txscore::service::AddModelCommand(app, &exit_code);
   txscore::service::AddDataCommand(app, &exit_code);
   txscore::service::AddLlmCommand(app, &exit_code);
+  txscore::service::AddGenerateCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -13,5 +13,6 @@ void AddAuditCommand(CLI::App& app, int* exit_code);
 void AddModelCommand(CLI::App& app, int* exit_code);
 void AddDataCommand(CLI::App& app, int* exit_code);
 void AddLlmCommand(CLI::App& app, int* exit_code);
+void AddGenerateCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

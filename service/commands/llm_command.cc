@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "llm/checkpoint_maker.h"
 #include "llm/tokenizer.h"
 #include "service/commands/commands.h"
 
@@ -96,6 +97,31 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   tokenize->add_flag("--lines", options->lines,
                      "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
   tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });
+
+  auto spec = std::make_shared<llm::CheckpointSpec>();
+  auto out_dir = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>("bfloat16");
+  CLI::App* make = llm->add_subcommand("make-checkpoint", "Write a random-weight checkpoint in the Hugging Face layout");
+  make->add_option("--family", spec->family, "llama, qwen3, granite, gemma2 or gemma3")->required();
+  make->add_option("--size", spec->size, "tiny, small or 0.5b")->capture_default_str();
+  make->add_option("--out", *out_dir, "Output directory")->required();
+  make->add_option("--seed", spec->seed, "Weight and tokenizer seed")->capture_default_str();
+  make->add_option("--dtype", *dtype, "Stored dtype: bfloat16 or float32")
+      ->check(CLI::IsMember({"bfloat16", "float32"}))
+      ->capture_default_str();
+  make->callback([spec, out_dir, dtype, exit_code] {
+    spec->dtype = *dtype == "float32" ? llm::DType::kF32 : llm::DType::kBF16;
+    Result<llm::CheckpointSummary> summary = llm::MakeCheckpoint(*spec, *out_dir);
+    if (!summary.ok()) {
+      std::fprintf(stderr, "%s\n", summary.error().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    std::printf("wrote %s: %s %s, %lld parameters (random weights), tokenizer of %lld tokens, vocab_size %lld\n",
+                out_dir->c_str(), spec->family.c_str(), spec->size.c_str(),
+                static_cast<long long>(summary->parameters), static_cast<long long>(summary->tokenizer_vocab),
+                static_cast<long long>(summary->config_vocab));
+  });
 }
 
 }  // namespace txscore::service

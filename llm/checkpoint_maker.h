@@ -1,0 +1,33 @@
+// Writes random-weight checkpoints in the Hugging Face layout (config.json,
+// model.safetensors, tokenizer.json) for tests, the demo and benchmarks: txscore never
+// downloads a model. The weights are random, so whatever such a model writes is well-formed
+// (with constrained decoding) but meaningless.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+#include "llm/safetensors.h"
+
+namespace txscore::llm {
+
+struct CheckpointSpec {
+  std::string family = "qwen3";  // llama, qwen3, granite, gemma2, gemma3
+  // tiny (tests: 2 layers, hidden 64), small (4 layers, hidden 256), 0.5b (Qwen2.5-0.5B's
+  // dimensions: 24 layers, hidden 896, 14 heads, 2 KV heads, vocabulary 151936).
+  std::string size = "tiny";
+  uint64_t seed = 1;
+  DType dtype = DType::kBF16;  // Default: BF16, as checkpoints on the hub usually are
+};
+
+struct CheckpointSummary {
+  int64_t parameters = 0;
+  int64_t tokenizer_vocab = 0;  // trained tokens + special tokens
+  int64_t config_vocab = 0;     // rows of the embedding (>= tokenizer_vocab)
+};
+
+// Creates `out_dir` if needed and writes the three files (each to a temporary name first).
+Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::string& out_dir);
+
+}  // namespace txscore::llm

@@ -1,0 +1,396 @@
+// The decoder on libtorch. Formulas follow Hugging Face's modeling files for each family
+// (modeling_llama, modeling_qwen3, modeling_granite, modeling_gemma2, modeling_gemma3); every
+// family difference is a ModelConfig field, so there is one forward pass.
+#include "llm/decoder.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "llm/safetensors.h"
+
+namespace txscore::llm {
+namespace {
+
+namespace F = torch::nn::functional;
+
+bool HostIsLittleEndian() {
+  const uint16_t probe = 1;
+  unsigned char first;
+  std::memcpy(&first, &probe, 1);
+  return first == 1;
+}
+
+// Copies a checkpoint tensor out of the mapped file into a torch tensor of `dtype`.
+Result<torch::Tensor> ToTorch(const TensorView& view, torch::ScalarType dtype) {
+  const TensorInfo& info = *view.info;
+  std::vector<int64_t> shape(info.shape.begin(), info.shape.end());
+  if (HostIsLittleEndian() && (info.dtype == DType::kF32 || info.dtype == DType::kBF16 || info.dtype == DType::kF16)) {
+    const torch::ScalarType stored = info.dtype == DType::kF32    ? torch::kFloat32
+                                     : info.dtype == DType::kBF16 ? torch::kBFloat16
+                                                                  : torch::kFloat16;
+    // from_blob views the mapping; the cast (or clone) copies it into memory we own.
+    torch::Tensor mapped = torch::from_blob(const_cast<uint8_t*>(view.data), shape, torch::TensorOptions().dtype(stored));
+    return stored == dtype ? mapped.clone() : mapped.to(dtype);
+  }
+  // Big-endian hosts (IBM Z) and other layouts: decode element by element.
+  std::vector<float> values;
+  TXSCORE_RETURN_IF_ERROR(DecodeToFloat(view, &values));
+  return torch::from_blob(values.data(), shape, torch::kFloat32).to(dtype).clone();
+}
+
+class TorchCache : public DecoderCache {
+ public:
+  TorchCache(const ModelConfig& c, int batch, int max_tokens, torch::ScalarType dtype)
+      : lengths_(static_cast<size_t>(batch), 0), batch_(batch), max_tokens_(max_tokens) {
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      keys.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, dtype));
+      values.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, dtype));
+    }
+  }
+  int batch() const override { return batch_; }
+  int max_tokens() const override { return max_tokens_; }
+  const std::vector<int64_t>& lengths() const override { return lengths_; }
+  void Reset(int index) override { lengths_[static_cast<size_t>(index)] = 0; }
+
+  std::vector<torch::Tensor> keys;    // per layer [batch, kv_heads, max_tokens, head_dim]
+  std::vector<torch::Tensor> values;
+  std::vector<int64_t> lengths_;
+
+ private:
+  int batch_;
+  int max_tokens_;
+};
+
+struct Layer {
+  torch::Tensor input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
+  torch::Tensor q, k, v, o, q_bias, k_bias, v_bias, o_bias;
+  torch::Tensor q_norm, k_norm;
+  torch::Tensor gate, up, down;
+  bool sliding = false;
+};
+
+class TorchDecoder : public Decoder {
+ public:
+  static Result<std::unique_ptr<TorchDecoder>> Create(const std::string& dir, const DecoderOptions& options) {
+    Result<ModelConfig> config = LoadModelConfig(dir);
+    if (!config.ok()) return config.error();
+    if (options.dtype != "float32" && options.dtype != "bfloat16") {
+      return InvalidArgument("dtype must be float32 or bfloat16 (libtorch has no float16 matmul on CPU)", "dtype");
+    }
+    if (options.threads > 0) torch::set_num_threads(options.threads);
+    auto checkpoint = SafetensorsCheckpoint::Open(dir);
+    if (!checkpoint.ok()) return checkpoint.error();
+    auto decoder = std::unique_ptr<TorchDecoder>(new TorchDecoder());
+    decoder->config_ = std::move(config).value();
+    decoder->dtype_ = options.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
+    decoder->global_inv_freq_ = InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim);
+    decoder->local_inv_freq_ = InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim);
+    return decoder;
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  std::unique_ptr<DecoderCache> NewCache(int batch, int max_tokens) const override {
+    return std::make_unique<TorchCache>(config_, batch, max_tokens, dtype_);
+  }
+
+  Result<std::vector<std::vector<float>>> Forward(DecoderCache* cache,
+                                                  const std::vector<std::vector<int32_t>>& new_tokens) const override {
+    // libtorch reports failures as c10::Error exceptions; they become Errors here.
+    try {
+      return ForwardUnchecked(static_cast<TorchCache*>(cache), new_tokens);
+    } catch (const c10::Error& e) {
+      return Internal(std::string("libtorch failed in the decoder: ") + e.what_without_backtrace());
+    }
+  }
+
+ private:
+  TorchDecoder() = default;
+
+  Result<std::vector<std::vector<float>>> ForwardUnchecked(TorchCache* cache,
+                                                           const std::vector<std::vector<int32_t>>& new_tokens) const {
+    const ModelConfig& c = config_;
+    const int64_t batch = cache->batch();
+    if (static_cast<int64_t>(new_tokens.size()) != batch) {
+      return InvalidArgument("new_tokens has " + std::to_string(new_tokens.size()) + " sequences; the cache holds " +
+                             std::to_string(batch));
+    }
+    int64_t longest = 0, total_max = 0;
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t n = static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size());
+      if (cache->lengths_[static_cast<size_t>(i)] + n > cache->max_tokens()) {
+        return InvalidArgument("sequence " + std::to_string(i) + " would hold " +
+                               std::to_string(cache->lengths_[static_cast<size_t>(i)] + n) +
+                               " tokens; the cache holds " + std::to_string(cache->max_tokens()));
+      }
+      for (int32_t id : new_tokens[static_cast<size_t>(i)]) {
+        if (id < 0 || id >= c.vocab_size) return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
+      }
+      longest = std::max(longest, n);
+      total_max = std::max(total_max, cache->lengths_[static_cast<size_t>(i)] + n);
+    }
+    std::vector<std::vector<float>> result(static_cast<size_t>(batch));
+    if (longest == 0) return result;
+
+    torch::NoGradGuard no_grad;
+    // Right-padded ids and, per query row, the absolute position it stands for (padding rows
+    // repeat the sequence's last position so that their attention is well defined; their
+    // outputs are never read).
+    std::vector<int64_t> ids(static_cast<size_t>(batch * longest), 0), positions(static_cast<size_t>(batch * longest), 0);
+    for (int64_t i = 0; i < batch; ++i) {
+      const auto& tokens = new_tokens[static_cast<size_t>(i)];
+      const int64_t n = static_cast<int64_t>(tokens.size());
+      const int64_t start = cache->lengths_[static_cast<size_t>(i)];
+      for (int64_t j = 0; j < longest; ++j) {
+        if (j < n) ids[static_cast<size_t>(i * longest + j)] = tokens[static_cast<size_t>(j)];
+        positions[static_cast<size_t>(i * longest + j)] = start + std::max<int64_t>(std::min(j, n - 1), 0);
+      }
+    }
+    const torch::Tensor id_tensor = torch::from_blob(ids.data(), {batch, longest}, torch::kInt64).clone();
+    const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).clone();
+
+    // Masks [batch, 1, longest, total_max]: key t is visible from query position p when
+    // t <= p (causal), and for sliding layers when p - t < window.
+    const torch::Tensor key_index = torch::arange(total_max, torch::kInt64).view({1, 1, total_max});
+    const torch::Tensor query_position = position_tensor.unsqueeze(-1);
+    const torch::Tensor causal = key_index <= query_position;
+    const torch::Tensor global_mask = MaskToBias(causal);
+    const torch::Tensor sliding_mask =
+        c.sliding_window > 0 ? MaskToBias(causal & ((query_position - key_index) < c.sliding_window)) : global_mask;
+
+    const torch::Tensor global_rope = RopeTables(global_inv_freq_, position_tensor);
+    const torch::Tensor local_rope = RopeTables(local_inv_freq_, position_tensor);
+
+    torch::Tensor x = F::embedding(id_tensor, embed_tokens_);
+    const double embed_scale = c.embedding_scale();
+    if (embed_scale != 1.0) {
+      // Hugging Face multiplies by the scale rounded to the activation dtype.
+      x = x * torch::tensor(embed_scale, torch::TensorOptions().dtype(dtype_));
+    }
+
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& layer = layers_[l];
+      torch::Tensor h = Norm(x, layer.input_norm);
+      h = Attention(layer, h, layer.sliding ? local_rope : global_rope, layer.sliding ? sliding_mask : global_mask,
+                    cache, l, new_tokens, total_max);
+      if (c.sandwich_norms) h = Norm(h, layer.post_attention_norm);
+      x = x + (c.residual_multiplier != 1.0 ? h * c.residual_multiplier : h);
+      h = Norm(x, c.sandwich_norms ? layer.pre_feedforward_norm : layer.post_attention_norm);
+      h = Mlp(layer, h);
+      if (c.sandwich_norms) h = Norm(h, layer.post_feedforward_norm);
+      x = x + (c.residual_multiplier != 1.0 ? h * c.residual_multiplier : h);
+    }
+    x = Norm(x, final_norm_);
+
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t n = static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size());
+      if (n == 0) continue;
+      torch::Tensor logits = F::linear(x[i][n - 1], lm_head_).to(torch::kFloat32);
+      if (c.logits_scaling != 1.0) logits = logits / c.logits_scaling;
+      if (c.final_logit_softcapping > 0) {
+        logits = torch::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
+      }
+      logits = logits.contiguous();
+      result[static_cast<size_t>(i)].assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+      cache->lengths_[static_cast<size_t>(i)] += n;
+    }
+    return result;
+  }
+
+  static torch::Tensor MaskToBias(const torch::Tensor& allowed) {
+    return torch::zeros(allowed.sizes(), torch::kFloat32)
+        .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
+        .unsqueeze(1);
+  }
+
+  // 1 / theta^(2i/d), with Llama 3's frequency-dependent scaling or linear scaling applied.
+  static torch::Tensor InverseFrequencies(const RopeConfig& rope, int64_t head_dim) {
+    torch::Tensor inv = 1.0 / torch::pow(rope.theta, torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) /
+                                                         static_cast<double>(head_dim));
+    if (rope.type == "linear") return inv / rope.factor;
+    if (rope.type == "llama3") {
+      const double old_context = static_cast<double>(rope.original_max_position_embeddings);
+      const double low_freq_wavelen = old_context / rope.low_freq_factor;
+      const double high_freq_wavelen = old_context / rope.high_freq_factor;
+      const torch::Tensor wavelen = 2 * M_PI / inv;
+      torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv / rope.factor, inv);
+      const torch::Tensor smooth = (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+      const torch::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
+      const torch::Tensor medium = (wavelen <= low_freq_wavelen) & (wavelen >= high_freq_wavelen);
+      return torch::where(medium, smoothed, scaled);
+    }
+    return inv;
+  }
+
+  // cos and sin stacked: [2, batch, 1, longest, head_dim], in the activation dtype.
+  torch::Tensor RopeTables(const torch::Tensor& inv_freq, const torch::Tensor& positions) const {
+    const torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});
+    const torch::Tensor angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);
+    return torch::stack({angles.cos(), angles.sin()}).to(dtype_);
+  }
+
+  static torch::Tensor RotateHalf(const torch::Tensor& x) {
+    const int64_t half = x.size(-1) / 2;
+    return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  }
+
+  // RMSNorm in float32, as Hugging Face computes it; Gemma scales by (1 + w).
+  torch::Tensor Norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+    const torch::Tensor x32 = x.to(torch::kFloat32);
+    const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + config_.rms_norm_eps);
+    if (config_.norm_weight_plus_one) return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+    return weight * normed.to(x.scalar_type());
+  }
+
+  torch::Tensor Attention(const Layer& layer, const torch::Tensor& h, const torch::Tensor& rope,
+                          const torch::Tensor& mask, TorchCache* cache, size_t layer_index,
+                          const std::vector<std::vector<int32_t>>& new_tokens, int64_t total_max) const {
+    const ModelConfig& c = config_;
+    const int64_t batch = h.size(0), length = h.size(1);
+    torch::Tensor q = F::linear(h, layer.q, layer.q_bias).view({batch, length, c.num_attention_heads, c.head_dim});
+    torch::Tensor k = F::linear(h, layer.k, layer.k_bias).view({batch, length, c.num_key_value_heads, c.head_dim});
+    torch::Tensor v = F::linear(h, layer.v, layer.v_bias).view({batch, length, c.num_key_value_heads, c.head_dim});
+    if (c.qk_norm) {
+      q = Norm(q, layer.q_norm);
+      k = Norm(k, layer.k_norm);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+    const torch::Tensor cos = rope[0], sin = rope[1];
+    q = q * cos + RotateHalf(q) * sin;
+    k = k * cos + RotateHalf(k) * sin;
+
+    torch::Tensor& cache_k = cache->keys[layer_index];
+    torch::Tensor& cache_v = cache->values[layer_index];
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t n = static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size());
+      if (n == 0) continue;
+      const int64_t start = cache->lengths_[static_cast<size_t>(i)];
+      cache_k[i].narrow(1, start, n).copy_(k[i].narrow(1, 0, n));
+      cache_v[i].narrow(1, start, n).copy_(v[i].narrow(1, 0, n));
+    }
+    torch::Tensor keys = cache_k.narrow(2, 0, total_max);
+    torch::Tensor values = cache_v.narrow(2, 0, total_max);
+    const int64_t groups = c.num_query_groups();
+    if (groups > 1) {
+      keys = keys.repeat_interleave(groups, 1);
+      values = values.repeat_interleave(groups, 1);
+    }
+    torch::Tensor scores = torch::matmul(q, keys.transpose(2, 3)) * c.attention_scale();
+    if (c.attn_logit_softcapping > 0) {
+      scores = torch::tanh(scores / c.attn_logit_softcapping) * c.attn_logit_softcapping;
+    }
+    scores = scores.to(torch::kFloat32) + mask;
+    const torch::Tensor weights = torch::softmax(scores, -1).to(dtype_);
+    const torch::Tensor out = torch::matmul(weights, values).transpose(1, 2).reshape({batch, length, -1});
+    return F::linear(out, layer.o, layer.o_bias);
+  }
+
+  torch::Tensor Mlp(const Layer& layer, const torch::Tensor& h) const {
+    torch::Tensor gate = F::linear(h, layer.gate);
+    gate = config_.hidden_act == "silu" ? F::silu(gate) : F::gelu(gate, F::GELUFuncOptions().approximate("tanh"));
+    return F::linear(gate * F::linear(h, layer.up), layer.down);
+  }
+
+  Status LoadWeights(const SafetensorsCheckpoint& checkpoint) {
+    const ModelConfig& c = config_;
+    // Multimodal Gemma 3 checkpoints keep the text model under language_model.
+    std::string prefix = "model.";
+    std::string head_name = "lm_head.weight";
+    if (!checkpoint.Contains("model.embed_tokens.weight") && checkpoint.Contains("language_model.model.embed_tokens.weight")) {
+      prefix = "language_model.model.";
+      head_name = "language_model.lm_head.weight";
+    }
+    auto load = [&](const std::string& name, std::vector<int64_t> shape, torch::Tensor* out) -> Status {
+      Result<TensorView> view = checkpoint.Get(name);
+      if (!view.ok()) return view.error();
+      if (view->info->shape != shape) {
+        std::string want, got;
+        for (int64_t d : shape) want += (want.empty() ? "" : "x") + std::to_string(d);
+        for (int64_t d : view->info->shape) got += (got.empty() ? "" : "x") + std::to_string(d);
+        return DataLoss("tensor \"" + name + "\" has shape " + got + "; config.json implies " + want);
+      }
+      // Norm weights stay in float32: they are applied in float32.
+      Result<torch::Tensor> tensor = ToTorch(*view, shape.size() == 1 ? torch::kFloat32 : dtype_);
+      if (!tensor.ok()) return tensor.error();
+      *out = std::move(tensor).value();
+      return Status::Ok();
+    };
+    const int64_t hidden = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
+                  kv_dim = c.num_key_value_heads * c.head_dim;
+    TXSCORE_RETURN_IF_ERROR(load(prefix + "embed_tokens.weight", {c.vocab_size, hidden}, &embed_tokens_));
+    TXSCORE_RETURN_IF_ERROR(load(prefix + "norm.weight", {hidden}, &final_norm_));
+    if (c.tie_word_embeddings || !checkpoint.Contains(head_name)) {
+      if (!c.tie_word_embeddings) return NotFound("checkpoint has no \"" + head_name + "\" and embeddings are not tied");
+      lm_head_ = embed_tokens_;
+    } else {
+      TXSCORE_RETURN_IF_ERROR(load(head_name, {c.vocab_size, hidden}, &lm_head_));
+    }
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = prefix + "layers." + std::to_string(l) + ".";
+      Layer layer;
+      layer.sliding = c.layer_is_sliding[static_cast<size_t>(l)];
+      TXSCORE_RETURN_IF_ERROR(load(p + "input_layernorm.weight", {hidden}, &layer.input_norm));
+      TXSCORE_RETURN_IF_ERROR(load(p + "post_attention_layernorm.weight", {hidden}, &layer.post_attention_norm));
+      if (c.sandwich_norms) {
+        TXSCORE_RETURN_IF_ERROR(load(p + "pre_feedforward_layernorm.weight", {hidden}, &layer.pre_feedforward_norm));
+        TXSCORE_RETURN_IF_ERROR(load(p + "post_feedforward_layernorm.weight", {hidden}, &layer.post_feedforward_norm));
+      }
+      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.q_proj.weight", {q_dim, hidden}, &layer.q));
+      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.k_proj.weight", {kv_dim, hidden}, &layer.k));
+      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.v_proj.weight", {kv_dim, hidden}, &layer.v));
+      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.o_proj.weight", {hidden, q_dim}, &layer.o));
+      if (c.attention_bias) {
+        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.q_proj.bias", {q_dim}, &layer.q_bias));
+        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.k_proj.bias", {kv_dim}, &layer.k_bias));
+        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.v_proj.bias", {kv_dim}, &layer.v_bias));
+        layer.q_bias = layer.q_bias.to(dtype_);
+        layer.k_bias = layer.k_bias.to(dtype_);
+        layer.v_bias = layer.v_bias.to(dtype_);
+      }
+      if (c.qk_norm) {
+        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.q_norm.weight", {c.head_dim}, &layer.q_norm));
+        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.k_norm.weight", {c.head_dim}, &layer.k_norm));
+      }
+      TXSCORE_RETURN_IF_ERROR(load(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}, &layer.gate));
+      TXSCORE_RETURN_IF_ERROR(load(p + "mlp.up_proj.weight", {c.intermediate_size, hidden}, &layer.up));
+      TXSCORE_RETURN_IF_ERROR(load(p + "mlp.down_proj.weight", {hidden, c.intermediate_size}, &layer.down));
+      if (!c.norm_weight_plus_one) {
+        // Llama-style norms multiply in the activation dtype (weight * normed.to(dtype)).
+        layer.input_norm = layer.input_norm.to(dtype_);
+        layer.post_attention_norm = layer.post_attention_norm.to(dtype_);
+        if (c.qk_norm) {
+          layer.q_norm = layer.q_norm.to(dtype_);
+          layer.k_norm = layer.k_norm.to(dtype_);
+        }
+      }
+      layers_.push_back(std::move(layer));
+    }
+    if (!c.norm_weight_plus_one) final_norm_ = final_norm_.to(dtype_);
+    return Status::Ok();
+  }
+
+  ModelConfig config_;
+  torch::ScalarType dtype_ = torch::kFloat32;
+  torch::Tensor embed_tokens_, final_norm_, lm_head_;
+  torch::Tensor global_inv_freq_, local_inv_freq_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Decoder>> Decoder::Load(const std::string& checkpoint_dir, const DecoderOptions& options) {
+  try {
+    Result<std::unique_ptr<TorchDecoder>> decoder = TorchDecoder::Create(checkpoint_dir, options);
+    if (!decoder.ok()) return decoder.error();
+    return std::unique_ptr<Decoder>(std::move(decoder).value());
+  } catch (const c10::Error& e) {
+    return Internal(std::string("libtorch failed while loading ") + checkpoint_dir + ": " + e.what_without_backtrace());
+  }
+}
+
+}  // namespace txscore::llm

@@ -1,0 +1,51 @@
+// A decoder-only transformer (Llama 3, Qwen3, Granite, Gemma 2/3) on libtorch, with a
+// preallocated KV cache and batches of sequences of different lengths.
+//
+// This header has no torch include: callers hold a Decoder and a DecoderCache and get plain
+// float logits back; the tensors stay inside decoder.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "llm/model_config.h"
+
+namespace txscore::llm {
+
+struct DecoderOptions {
+  std::string dtype = "float32";  // Default: float32; or "bfloat16" (weights and activations)
+  int threads = 0;                // Default: 0 = libtorch's choice
+};
+
+// Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.
+class DecoderCache {
+ public:
+  virtual ~DecoderCache() = default;
+  virtual int batch() const = 0;
+  virtual int max_tokens() const = 0;
+  // Tokens already in the cache, per sequence.
+  virtual const std::vector<int64_t>& lengths() const = 0;
+  // Forget sequence `index` (its slot is reused from position 0).
+  virtual void Reset(int index) = 0;
+};
+
+class Decoder {
+ public:
+  static Result<std::unique_ptr<Decoder>> Load(const std::string& checkpoint_dir, const DecoderOptions& options = {});
+  virtual ~Decoder() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual std::unique_ptr<DecoderCache> NewCache(int batch, int max_tokens) const = 0;
+
+  // Appends `new_tokens[i]` to sequence i of the cache (an empty list leaves it alone) and
+  // returns, per sequence, the logits after its last new token (empty for untouched
+  // sequences). Prefill and decode are the same call: many tokens, or one.
+  // kInvalidArgument when a sequence would outgrow the cache or an id is out of range.
+  virtual Result<std::vector<std::vector<float>>> Forward(DecoderCache* cache,
+                                                          const std::vector<std::vector<int32_t>>& new_tokens) const = 0;
+};
+
+}  // namespace txscore::llm

@@ -1,0 +1,138 @@
+#include "llm/decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "llm/checkpoint_maker.h"
+#include "tests/test_support.h"
+
+namespace txscore::llm {
+namespace {
+
+float MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+class DecoderTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    CheckpointSpec spec;
+    spec.family = GetParam();
+    auto made = MakeCheckpoint(spec, dir_.path());
+    ASSERT_TRUE(made.ok()) << made.error().ToString();
+    auto decoder = Decoder::Load(dir_.path());
+    ASSERT_TRUE(decoder.ok()) << decoder.error().ToString();
+    decoder_ = std::move(decoder).value();
+  }
+
+  // Logits after each new chunk, running one sequence alone.
+  std::vector<std::vector<float>> Alone(const std::vector<std::vector<int32_t>>& chunks) {
+    auto cache = decoder_->NewCache(1, 64);
+    std::vector<std::vector<float>> out;
+    for (const auto& chunk : chunks) {
+      auto logits = decoder_->Forward(cache.get(), {chunk});
+      EXPECT_TRUE(logits.ok()) << logits.error().ToString();
+      out.push_back((*logits)[0]);
+    }
+    return out;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Decoder> decoder_;
+};
+
+TEST_P(DecoderTest, BatchOfDifferentLengthsEqualsEachSequenceAlone) {
+  // Equal within 1e-4: batched and single-row matrix products round differently (measured up
+  // to 1.3e-5 on logits of magnitude ~10). Three sequences: prefill of 5, 12 and 1 tokens, then decode steps in which the third
+  // sequence sits one step out. Sliding-window families have a window of 8, so the longer
+  // sequences cross it.
+  const std::vector<std::vector<int32_t>> a = {{1, 2, 3, 4, 5}, {6}, {7}};
+  const std::vector<std::vector<int32_t>> b = {{10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120}, {130}, {140}};
+  const std::vector<std::vector<int32_t>> c = {{200}, {}, {201}};
+  auto cache = decoder_->NewCache(3, 64);
+  std::vector<std::vector<std::vector<float>>> batched(3);
+  for (size_t step = 0; step < 3; ++step) {
+    auto logits = decoder_->Forward(cache.get(), {a[step], b[step], c[step]});
+    ASSERT_TRUE(logits.ok()) << logits.error().ToString();
+    for (size_t s = 0; s < 3; ++s) batched[s].push_back((*logits)[s]);
+  }
+  EXPECT_TRUE(batched[2][1].empty());  // no new tokens, no logits
+  EXPECT_EQ(cache->lengths(), (std::vector<int64_t>{7, 14, 2}));
+
+  const auto alone_a = Alone(a);
+  const auto alone_b = Alone(b);
+  const auto alone_c = Alone({c[0], c[2]});
+  for (size_t step = 0; step < 3; ++step) {
+    EXPECT_LE(MaxDifference(batched[0][step], alone_a[step]), 1e-4) << "sequence a, step " << step;
+    EXPECT_LE(MaxDifference(batched[1][step], alone_b[step]), 1e-4) << "sequence b, step " << step;
+  }
+  EXPECT_LE(MaxDifference(batched[2][0], alone_c[0]), 1e-4);
+  EXPECT_LE(MaxDifference(batched[2][2], alone_c[1]), 1e-4);
+}
+
+TEST_P(DecoderTest, PrefillEqualsTokenByTokenDecoding) {
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46};
+  const auto at_once = Alone({prompt});
+  std::vector<std::vector<int32_t>> one_by_one;
+  for (int32_t id : prompt) one_by_one.push_back({id});
+  EXPECT_LE(MaxDifference(at_once[0], Alone(one_by_one).back()), 1e-4);
+}
+
+TEST_P(DecoderTest, Bfloat16StaysCloseToFloat32) {
+  auto bf16 = Decoder::Load(dir_.path(), {.dtype = "bfloat16"});
+  ASSERT_TRUE(bf16.ok()) << bf16.error().ToString();
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
+  auto cache32 = decoder_->NewCache(1, 16);
+  auto cache16 = (*bf16)->NewCache(1, 16);
+  const auto f32 = decoder_->Forward(cache32.get(), {prompt}).value()[0];
+  const auto b16 = (*bf16)->Forward(cache16.get(), {prompt}).value()[0];
+  double dot = 0, n32 = 0, n16 = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    dot += static_cast<double>(f32[i]) * b16[i];
+    n32 += static_cast<double>(f32[i]) * f32[i];
+    n16 += static_cast<double>(b16[i]) * b16[i];
+  }
+  EXPECT_GE(dot / std::sqrt(n32 * n16), 0.99);  // cosine similarity of the logits
+}
+
+TEST_P(DecoderTest, RefusesToOverflowTheCacheOrReadUnknownIds) {
+  auto cache = decoder_->NewCache(1, 4);
+  auto overflow = decoder_->Forward(cache.get(), {{1, 2, 3, 4, 5}});
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.error().message, "sequence 0 would hold 5 tokens; the cache holds 4");
+  auto unknown = decoder_->Forward(cache.get(), {{static_cast<int32_t>(decoder_->config().vocab_size)}});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message,
+            "token id " + std::to_string(decoder_->config().vocab_size) + " is outside the vocabulary");
+  EXPECT_EQ(cache->lengths(), (std::vector<int64_t>{0}));  // nothing was appended
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DecoderTest, ::testing::Values("llama", "qwen3", "granite", "gemma2", "gemma3"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Decoder, MissingTensorIsNamed) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
+  // Rewrite the checkpoint without the final norm.
+  auto file = SafetensorsFile::Open(dir.file("model.safetensors"));
+  ASSERT_TRUE(file.ok());
+  SafetensorsWriter writer;
+  for (const TensorInfo& t : (*file)->tensors()) {
+    if (t.name == "model.norm.weight") continue;
+    const TensorView view = (*file)->View(t);
+    ASSERT_TRUE(writer.Add(t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(view.data), t.size_bytes)).ok());
+  }
+  file->reset();
+  ASSERT_TRUE(writer.Write(dir.file("model.safetensors")).ok());
+  auto decoder = Decoder::Load(dir.path());
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(decoder.error().message, "checkpoint " + dir.path() + " has no tensor \"model.norm.weight\"");
+}
+
+}  // namespace
+}  // namespace txscore::llm
