@@ -1,11 +1,14 @@
-// txscore generate --model DIR --prompt TEXT [--max-new-tokens N] [--json]: try a model.
-// Greedy decoding; sampling and constrained decoding arrive with the generator.
+// txscore generate --model DIR --prompt TEXT [--schema FILE] [--max-new-tokens N] [--json]:
+// try a model. Greedy unless sampling options are given.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/bytes.h"
 #include "llm/decoder.h"
+#include "llm/generator.h"
 #include "llm/tokenizer.h"
 #include "service/commands/commands.h"
 
@@ -16,11 +19,11 @@ struct GenerateOptions {
   std::string model_dir;
   std::string prompt;
   std::string prompt_ids;  // JSON array; instead of --prompt
-  int max_new_tokens = 32;
+  std::string schema_path;
   bool json = false;
-  bool ignore_eos = false;
   std::string dtype = "float32";
   std::string dump_logits;  // file: float32 little-endian, one row of vocab_size per step
+  llm::GenerationOptions generation;
 };
 
 int Fail(const std::string& message) {
@@ -28,7 +31,7 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-int RunGenerate(const GenerateOptions& options) {
+int RunGenerate(GenerateOptions& options) {
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
   if (!tokenizer.ok()) return Fail(tokenizer.error().ToString());
   llm::DecoderOptions decoder_options;
@@ -40,24 +43,24 @@ int RunGenerate(const GenerateOptions& options) {
   if (!options.prompt_ids.empty()) {
     const nlohmann::json ids = nlohmann::json::parse(options.prompt_ids, nullptr, false);
     if (ids.is_discarded() || !ids.is_array()) return Fail("--prompt-ids must be a JSON array of token ids");
-    for (const auto& id : ids) prompt.push_back(id.get<int32_t>());
+    for (const auto& id : ids) {
+      if (!id.is_number_integer()) return Fail("--prompt-ids must be a JSON array of token ids");
+      prompt.push_back(id.get<int32_t>());
+    }
   } else {
     prompt = (*tokenizer)->Encode(options.prompt);
   }
-  if (prompt.empty()) return Fail("the prompt is empty");
-
-  const int max_tokens = static_cast<int>(prompt.size()) + options.max_new_tokens;
-  auto cache = (*decoder)->NewCache(1, max_tokens);
+  if (!options.schema_path.empty()) {
+    std::ifstream in(options.schema_path);
+    if (!in) return Fail("cannot read the schema " + options.schema_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    options.generation.schema = text.str();
+  }
   std::ofstream logits_out;
-  if (!options.dump_logits.empty()) logits_out.open(options.dump_logits, std::ios::binary | std::ios::trunc);
-  const auto& eos = (*decoder)->config().eos_token_ids;
-  std::vector<int32_t> generated;
-  std::vector<int32_t> step = prompt;
-  for (int n = 0; n < options.max_new_tokens; ++n) {
-    Result<std::vector<std::vector<float>>> logits = (*decoder)->Forward(cache.get(), {step});
-    if (!logits.ok()) return Fail(logits.error().ToString());
-    const std::vector<float>& row = (*logits)[0];
-    if (logits_out.is_open()) {
+  if (!options.dump_logits.empty()) {
+    logits_out.open(options.dump_logits, std::ios::binary | std::ios::trunc);
+    options.generation.on_logits = [&logits_out](const std::vector<float>& row) {
       std::string bytes;
       for (float v : row) {
         uint32_t bits;
@@ -65,18 +68,21 @@ int RunGenerate(const GenerateOptions& options) {
         PutU32LE(&bytes, bits);
       }
       logits_out << bytes;
-    }
-    const int32_t next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-    generated.push_back(next);
-    if (!options.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
-    step = {next};
+    };
   }
-  const std::string text = (*tokenizer)->Decode(generated, {.skip_special = true});
+  llm::Generator generator(decoder->get(), tokenizer->get());
+  Result<llm::GenerationResult> result = generator.Generate(prompt, options.generation);
+  if (!result.ok()) return Fail(result.error().ToString());
   if (options.json) {
-    nlohmann::json out = {{"prompt_ids", prompt}, {"generated_ids", generated}, {"text", text}};
+    nlohmann::json out = {{"prompt_ids", result->prompt_ids},
+                          {"generated_ids", result->generated_ids},
+                          {"text", result->text},
+                          {"finish_reason", result->finish_reason},
+                          {"prefill_us", result->prefill_us},
+                          {"token_us", result->token_us}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("%s\n", text.c_str());
+    std::printf("%s\n", result->text.c_str());
   }
   return 0;
 }
@@ -85,14 +91,22 @@ int RunGenerate(const GenerateOptions& options) {
 
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a Hugging Face checkpoint (greedy)");
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a Hugging Face checkpoint");
   cmd->add_option("--model", options->model_dir, "Checkpoint directory (config.json, *.safetensors, tokenizer.json)")
       ->required();
   cmd->add_option("--prompt", options->prompt, "Prompt text");
   cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt as a JSON array of token ids (instead of --prompt)");
-  cmd->add_option("--max-new-tokens", options->max_new_tokens, "Tokens to generate at most")->capture_default_str();
-  cmd->add_flag("--json", options->json, "Print prompt ids, generated ids and text as one JSON object");
-  cmd->add_flag("--ignore-eos", options->ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->add_option("--schema", options->schema_path, "JSON schema file: the output always parses and validates");
+  cmd->add_option("--max-new-tokens", options->generation.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature", options->generation.sampling.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", options->generation.sampling.top_k, "Sample among the k most likely (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", options->generation.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
+  cmd->add_option("--seed", options->generation.sampling.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--stop", options->generation.stop, "Stop when the text ends with this (repeatable)");
+  cmd->add_flag("--json", options->json, "Print prompt ids, generated ids, text and timings as one JSON object");
+  cmd->add_flag("--ignore-eos", options->generation.ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_option("--dtype", options->dtype, "float32 or bfloat16")->capture_default_str();
   cmd->add_option("--dump-logits", options->dump_logits, "Write each step's logits (float32, little-endian) to FILE");
   cmd->callback([options, exit_code] { *exit_code = RunGenerate(*options); });

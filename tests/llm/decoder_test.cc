@@ -4,7 +4,11 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "llm/checkpoint_maker.h"
+#include "llm/generator.h"
+#include "llm/tokenizer.h"
 #include "tests/test_support.h"
 
 namespace txscore::llm {
@@ -132,6 +136,75 @@ TEST(Decoder, MissingTensorIsNamed) {
   ASSERT_FALSE(decoder.ok());
   EXPECT_EQ(decoder.error().code, ErrorCode::kNotFound);
   EXPECT_EQ(decoder.error().message, "checkpoint " + dir.path() + " has no tensor \"model.norm.weight\"");
+}
+
+}  // namespace
+}  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+class GeneratorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(MakeCheckpoint({.family = "qwen3"}, dir_.path()).ok());
+    decoder_ = Decoder::Load(dir_.path()).value();
+    tokenizer_ = Tokenizer::FromFile(dir_.file("tokenizer.json")).value();
+  }
+  testing::TempDir dir_;
+  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_F(GeneratorTest, SchemaConstrainedSamplingAlwaysParses) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  const std::string schema = R"({"type": "object", "properties": {
+      "risk_level": {"type": "string", "enum": ["low", "medium", "high"]},
+      "summary": {"type": "string", "maxLength": 30}}, "required": ["risk_level", "summary"]})";
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    GenerationOptions options;
+    options.schema = schema;
+    options.max_new_tokens = 40;
+    options.sampling = {.temperature = 1.5, .seed = seed};
+    auto result = generator.Generate(tokenizer_->Encode("Claim: water damage"), options);
+    ASSERT_TRUE(result.ok()) << result.error().ToString();
+    EXPECT_EQ(result->finish_reason, "schema_complete");
+    const auto doc = nlohmann::json::parse(result->text, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << result->text;
+    EXPECT_LE(result->generated_ids.size(), 40u);
+    EXPECT_EQ(result->token_us.size() + 1, result->generated_ids.size());
+  }
+}
+
+TEST_F(GeneratorTest, GreedyIsRepeatableAndStopsAtTheBudgetOrAStopString) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions options;
+  options.max_new_tokens = 12;
+  options.ignore_eos = true;
+  const auto prompt = tokenizer_->Encode("The adjuster notes");
+  auto first = generator.Generate(prompt, options);
+  auto second = generator.Generate(prompt, options);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->generated_ids, second->generated_ids);
+  EXPECT_EQ(first->generated_ids.size(), 12u);
+  EXPECT_EQ(first->finish_reason, "max_new_tokens");
+  // Stop on the text of the third generated token: generation ends there, the stop text is cut.
+  const std::string third = tokenizer_->Decode({first->generated_ids[0], first->generated_ids[1], first->generated_ids[2]});
+  options.stop = {third.substr(third.size() - 1)};
+  auto stopped = generator.Generate(prompt, options);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->finish_reason, "stop");
+  EXPECT_LE(stopped->generated_ids.size(), 3u);
+}
+
+TEST_F(GeneratorTest, RefusesABudgetTooSmallForTheSchema) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions options;
+  options.schema = R"({"type": "string", "enum": ["a-long-option"]})";
+  options.max_new_tokens = 3;
+  auto result = generator.Generate({1, 2}, options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().message, "the schema needs at least 15 tokens; max_new_tokens is 3");
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+// Text generation: prompt ids in, tokens out, with greedy or seeded sampling, stop strings,
+// a token budget, optional JSON-schema constraint, and per-token timings.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "llm/decoder.h"
+#include "llm/json_constraint.h"
+#include "llm/sampler.h"
+#include "llm/tokenizer.h"
+
+namespace txscore::llm {
+
+struct GenerationOptions {
+  int max_new_tokens = 128;        // Default: 128
+  SamplingOptions sampling;        // Default: greedy
+  std::vector<std::string> stop;   // generation ends when the text ends with one (it is cut off)
+  std::string schema;              // JSON schema text; empty = unconstrained
+  bool ignore_eos = false;         // keep going past end-of-sequence tokens (tests, benchmarks)
+  // Called with each step's logits before sampling (tests compare them with a reference).
+  std::function<void(const std::vector<float>&)> on_logits;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;
+  std::string text;
+  // "eos", "stop", "max_new_tokens" or "schema_complete".
+  std::string finish_reason;
+  int64_t prefill_us = 0;
+  std::vector<int64_t> token_us;  // each decode step after the first token
+};
+
+class Generator {
+ public:
+  // Neither pointer is owned; both must outlive the generator.
+  Generator(const Decoder* decoder, const Tokenizer* tokenizer) : decoder_(decoder), tokenizer_(tokenizer) {}
+
+  Result<GenerationResult> Generate(const std::vector<int32_t>& prompt, const GenerationOptions& options);
+
+ private:
+  Result<std::shared_ptr<const JsonConstraint>> ConstraintFor(const std::string& schema);
+
+  const Decoder* decoder_;
+  const Tokenizer* tokenizer_;
+  std::mutex constraints_mutex_;
+  std::map<std::string, std::shared_ptr<const JsonConstraint>> constraints_;  // by schema text
+};
+
+}  // namespace txscore::llm
