@@ -4,9 +4,13 @@
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <sstream>
 
 #include "llm/checkpoint_maker.h"
+#include "llm/claim_analysis.h"
+#include "llm/decoder.h"
+#include "llm/generator.h"
 #include "llm/tokenizer.h"
 #include "service/commands/commands.h"
 
@@ -84,6 +88,57 @@ int RunTokenize(const TokenizeOptions& options) {
   return 0;
 }
 
+struct AnalyzeOptions {
+  std::string model_dir;
+  std::string claim_path;
+  int max_new_tokens = 160;
+  std::string dtype = "float32";
+};
+
+int RunAnalyzeClaim(const AnalyzeOptions& options) {
+  std::ifstream in(options.claim_path);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    std::fprintf(stderr, "%s: expected a JSON object with the claim's fields\n", options.claim_path.c_str());
+    return 1;
+  }
+  llm::ClaimFields claim;
+  claim.claim_id = doc.value("claim_id", "");
+  claim.policy_id = doc.value("policy_id", "");
+  claim.claim_type = doc.value("claim_type", "");
+  claim.incident_date = doc.value("incident_date", "");
+  claim.report_date = doc.value("report_date", "");
+  claim.amount_claimed = doc.value("amount_claimed", "");
+  claim.policy_limit = doc.value("policy_limit", "");
+  claim.prior_claims = doc.value("prior_claims", 0);
+  claim.provider_id = doc.value("provider_id", "");
+  claim.narrative = doc.value("narrative", "");
+  claim.adjuster_notes = doc.value("adjuster_notes", "");
+  auto tokenizer = llm::Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
+    return 1;
+  }
+  auto decoder = llm::Decoder::Load(options.model_dir, {.dtype = options.dtype});
+  if (!decoder.ok()) {
+    std::fprintf(stderr, "%s\n", decoder.error().ToString().c_str());
+    return 1;
+  }
+  llm::Generator generator(decoder->get(), tokenizer->get());
+  llm::GenerationOptions generation;
+  generation.max_new_tokens = options.max_new_tokens;
+  auto findings = llm::ClaimAnalysisTask::Analyze(generator, **tokenizer, claim, generation, options.model_dir);
+  if (!findings.ok()) {
+    std::fprintf(stderr, "%s\n", findings.error().ToString().c_str());
+    return 1;
+  }
+  nlohmann::json out = {{"claim_id", claim.claim_id},  {"risk_level", findings->risk_level},
+                        {"flags", findings->flags},    {"summary", findings->summary},
+                        {"model", findings->model_id}};
+  std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  return 0;
+}
+
 }  // namespace
 
 void AddLlmCommand(CLI::App& app, int* exit_code) {
@@ -97,6 +152,14 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   tokenize->add_flag("--lines", options->lines,
                      "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
   tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });
+
+  auto analyze = std::make_shared<AnalyzeOptions>();
+  CLI::App* claim = llm->add_subcommand("analyze-claim", "Read a claim (JSON) and print structured findings");
+  claim->add_option("--model", analyze->model_dir, "Checkpoint directory")->required();
+  claim->add_option("--claim", analyze->claim_path, "Claim fields as a JSON object")->required();
+  claim->add_option("--max-new-tokens", analyze->max_new_tokens, "Token budget (at least 50)")->capture_default_str();
+  claim->add_option("--dtype", analyze->dtype, "float32 or bfloat16")->capture_default_str();
+  claim->callback([analyze, exit_code] { *exit_code = RunAnalyzeClaim(*analyze); });
 
   auto spec = std::make_shared<llm::CheckpointSpec>();
   auto out_dir = std::make_shared<std::string>();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llm/checkpoint_maker.h"
+#include "llm/claim_analysis.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
 #include "tests/test_support.h"
@@ -205,6 +206,30 @@ TEST_F(GeneratorTest, RefusesABudgetTooSmallForTheSchema) {
   auto result = generator.Generate({1, 2}, options);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error().message, "the schema needs at least 15 tokens; max_new_tokens is 3");
+}
+
+}  // namespace
+}  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+TEST_F(GeneratorTest, ClaimAnalysisGivesWellFormedFindings) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  ClaimFields claim{"C-1", "P-9", "water damage", "2026-03-03", "2026-04-20", "4200.50 EUR", "5000 EUR", 3, "R-17",
+                    "Water came through the ceiling; the plumber's invoice is dated before the leak.",
+                    "Claimant pressed for a quick settlement."};
+  GenerationOptions options;
+  options.max_new_tokens = 120;
+  auto findings = ClaimAnalysisTask::Analyze(generator, *tokenizer_, claim, options, "tiny-qwen3");
+  ASSERT_TRUE(findings.ok()) << findings.error().ToString();
+  EXPECT_TRUE(findings->risk_level == "low" || findings->risk_level == "medium" || findings->risk_level == "high");
+  ASSERT_FALSE(findings->flags.empty());
+  for (const std::string& flag : findings->flags) {
+    EXPECT_NE(std::find(ClaimAnalysisTask::Flags().begin(), ClaimAnalysisTask::Flags().end(), flag),
+              ClaimAnalysisTask::Flags().end());
+  }
+  EXPECT_EQ(findings->model_id, "tiny-qwen3");
 }
 
 }  // namespace

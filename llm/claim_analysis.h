@@ -1,0 +1,57 @@
+// The claim-analysis task: a prompt built from a claim's fields and narrative, an output
+// schema the generator enforces, and the parse of the model's JSON into Findings.
+//
+// With the random-weight demo checkpoints the findings are well-formed but meaningless; point
+// the model directory at a real instruction-tuned checkpoint for real analysis.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "llm/generator.h"
+#include "llm/tokenizer.h"
+
+namespace txscore::llm {
+
+struct ClaimFields {
+  std::string claim_id;
+  std::string policy_id;
+  std::string claim_type;
+  std::string incident_date;  // ISO 8601 date
+  std::string report_date;
+  std::string amount_claimed;  // with currency, e.g. "4200.50 EUR"
+  std::string policy_limit;
+  int prior_claims = 0;
+  std::string provider_id;
+  std::string narrative;
+  std::string adjuster_notes;
+};
+
+struct Findings {
+  std::string risk_level;          // low, medium, high
+  std::vector<std::string> flags;  // from ClaimAnalysisTask::kFlags
+  std::string summary;             // at most 400 characters
+  std::string model_id;            // which checkpoint wrote it
+};
+
+class ClaimAnalysisTask {
+ public:
+  static const std::vector<std::string>& Flags();  // inconsistent_dates, ..., none
+  // {risk_level: low|medium|high, flags: [flag, ...] (1-7), summary: string (<= 400)}.
+  static const std::string& Schema();
+
+  // Prompt token ids. The instructions use the checkpoint's chat markers when its tokenizer
+  // has them (ChatML: <|im_start|>/<|im_end|>); the claim's own text is encoded with special
+  // tokens disabled, so a narrative cannot forge control tokens.
+  static std::vector<int32_t> PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim);
+
+  // Parses and checks the model's JSON (enum values, known flags, summary length).
+  static Result<Findings> ParseFindings(const std::string& json_text);
+
+  // Generates under the schema (greedy unless options say otherwise) and parses.
+  static Result<Findings> Analyze(Generator& generator, const Tokenizer& tokenizer, const ClaimFields& claim,
+                                  GenerationOptions options, const std::string& model_id);
+};
+
+}  // namespace txscore::llm
