@@ -353,7 +353,8 @@ Result<std::unique_ptr<JsonConstraint>> JsonConstraint::Create(const std::string
   impl->token_bytes.resize(static_cast<size_t>(tokenizer.vocab_size()));
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
     if (tokenizer.IsSpecial(id) || tokenizer.TokenString(id).empty()) continue;
-    const std::string bytes = tokenizer.Decode({id});
+    if (tokenizer.TokenBytes(id).empty()) continue;
+    const std::string bytes = tokenizer.TokenBytes(id);
     impl->token_bytes[static_cast<size_t>(id)] = bytes;
     int32_t node = 0;
     for (unsigned char b : bytes) {

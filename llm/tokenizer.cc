@@ -764,6 +764,16 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
+Result<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
+  const std::string json_path = dir + "/tokenizer.json";
+  if (std::ifstream(json_path).good()) return FromFile(json_path);
+  if (std::ifstream(dir + "/tokenizer.model").good()) {
+    return FailedPrecondition(dir + " has only a SentencePiece tokenizer.model, which txscore does not read yet; "
+                                    "a tokenizer.json for the same model (most hub repositories ship one) works");
+  }
+  return NotFound(dir + " has no tokenizer.json");
+}
+
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
   std::vector<int32_t> ids;
   size_t plain_start = 0;
@@ -814,6 +824,11 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, const DecodeOptio
 
 const std::string& ByteLevelCharacter(uint8_t byte) { return ByteLevel().byte_to_char[byte]; }
 
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size() || IsSpecial(id)) return "";
+  return Decode({id});
+}
+
 std::vector<std::string> Tokenizer::PreTokenize(std::string_view text) const {
   std::vector<std::string> pieces{impl_->normalizer ? impl_->normalizer->Apply(std::string(text)) : std::string(text)};
   if (impl_->pre_tokenizer) impl_->pre_tokenizer->Apply(&pieces);
@@ -821,6 +836,7 @@ std::vector<std::string> Tokenizer::PreTokenize(std::string_view text) const {
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
+
 
 std::optional<int32_t> Tokenizer::TokenId(std::string_view token) const {
   for (const AddedToken& a : impl_->added) {

@@ -40,6 +40,9 @@ class Tokenizer {
  public:
   static Result<std::unique_ptr<Tokenizer>> FromFile(const std::string& tokenizer_json_path);
   static Result<std::unique_ptr<Tokenizer>> FromJson(const std::string& json_text, const std::string& source);
+  // DIR/tokenizer.json. A directory with only a SentencePiece tokenizer.model is refused with
+  // a message saying so (reading those files is future work).
+  static Result<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
   ~Tokenizer();
 
   // Thread-safe.
@@ -56,6 +59,10 @@ class Tokenizer {
   // The token as the vocabulary writes it ("Ġthe", "<|im_end|>"); empty for an unused id.
   const std::string& TokenString(int32_t id) const;
   bool IsSpecial(int32_t id) const;
+  // The bytes a token adds to the text; empty for special tokens. Constrained decoding builds
+  // on this. (It decodes the token alone, so a decoder that strips a leading space at the
+  // start of a text, as Llama 2's Strip does, would misreport the first piece's space.)
+  std::string TokenBytes(int32_t id) const;
 
  private:
   struct Impl;

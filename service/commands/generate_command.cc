@@ -32,7 +32,7 @@ int Fail(const std::string& message) {
 }
 
 int RunGenerate(GenerateOptions& options) {
-  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
+  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(options.model_dir);
   if (!tokenizer.ok()) return Fail(tokenizer.error().ToString());
   llm::DecoderOptions decoder_options;
   decoder_options.dtype = options.dtype;

@@ -114,7 +114,7 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
   claim.provider_id = doc.value("provider_id", "");
   claim.narrative = doc.value("narrative", "");
   claim.adjuster_notes = doc.value("adjuster_notes", "");
-  auto tokenizer = llm::Tokenizer::FromFile(options.model_dir + "/tokenizer.json");
+  auto tokenizer = llm::Tokenizer::FromDirectory(options.model_dir);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
     return 1;
@@ -146,7 +146,8 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   llm->require_subcommand(1);
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* tokenize = llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
-  tokenize->add_option("--tokenizer", options->tokenizer_path, "A Hugging Face tokenizer.json")->required();
+  tokenize->add_option("--tokenizer", options->tokenizer_path, "A Hugging Face tokenizer.json")
+      ->required();
   tokenize->add_flag("--decode", options->decode, "Read a JSON array of ids and print the text");
   tokenize->add_flag("--no-special", options->no_special, "Treat special-token text as plain text");
   tokenize->add_flag("--lines", options->lines,

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_support.h"
+
 namespace txscore::llm {
 namespace {
 
@@ -130,6 +132,34 @@ TEST(Tokenizer, BadRegexIsReportedWithItsOffset) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.error().message.find("t.json: pre_tokenizer.pattern: regex does not compile at offset 9"), std::string::npos)
       << t.error().message;
+}
+
+}  // namespace
+}  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+TEST(Tokenizer, FromDirectoryReadsTokenizerJsonAndExplainsTokenizerModel) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("tokenizer.model"), "protobuf bytes");
+  auto only_model = Tokenizer::FromDirectory(dir.path());
+  ASSERT_FALSE(only_model.ok());
+  EXPECT_EQ(only_model.error().code, ErrorCode::kFailedPrecondition);
+  testing::WriteFile(dir.file("tokenizer.json"), ByteLevelTokenizer(kPairMerges));
+  auto from_json = Tokenizer::FromDirectory(dir.path());
+  ASSERT_TRUE(from_json.ok()) << from_json.error().ToString();
+  EXPECT_EQ((*from_json)->TokenBytes(14), " wor");  // "Ġwor": the byte-level space is a space
+  testing::TempDir empty;
+  EXPECT_EQ(Tokenizer::FromDirectory(empty.path()).error().message, empty.path() + " has no tokenizer.json");
+}
+
+TEST(Tokenizer, SpecialTokensHaveNoBytes) {
+  auto t = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<|end|>", "special": true}])"),
+                               "t.json");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->TokenBytes(17), "");
+  EXPECT_EQ((*t)->TokenBytes(11), "hello");
 }
 
 }  // namespace
