@@ -29,7 +29,22 @@ Result<std::shared_ptr<const JsonConstraint>> Generator::ConstraintFor(const std
 }
 
 Result<GenerationResult> Generator::Generate(const std::vector<int32_t>& prompt, const GenerationOptions& options) {
-  if (prompt.empty()) return InvalidArgument("the prompt is empty", "prompt");
+  Result<std::vector<GenerationResult>> results = Run({prompt}, options, /*single=*/true);
+  if (!results.ok()) return results.error();
+  return std::move(results->front());
+}
+
+Result<std::vector<GenerationResult>> Generator::GenerateBatch(const std::vector<std::vector<int32_t>>& prompts,
+                                                               const GenerationOptions& options) {
+  return Run(prompts, options, /*single=*/false);
+}
+
+Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vector<int32_t>>& prompts,
+                                                     const GenerationOptions& options, bool single) {
+  if (prompts.empty()) return InvalidArgument("no prompts", "prompt");
+  for (const auto& prompt : prompts) {
+    if (prompt.empty()) return InvalidArgument("the prompt is empty", "prompt");
+  }
   if (options.max_new_tokens < 1) return InvalidArgument("must be at least 1", "max_new_tokens");
   std::shared_ptr<const JsonConstraint> constraint;
   if (!options.schema.empty()) {
@@ -45,58 +60,87 @@ Result<GenerationResult> Generator::Generate(const std::vector<int32_t>& prompt,
   }
   const auto& eos = decoder_->config().eos_token_ids;
   const size_t vocab = static_cast<size_t>(decoder_->config().vocab_size);
-  auto cache = decoder_->NewCache(1, static_cast<int>(prompt.size()) + options.max_new_tokens);
-  Sampler sampler(options.sampling);
-  JsonState state = constraint ? constraint->Start() : JsonState{};
-  std::vector<bool> mask;
+  const size_t n = prompts.size();
+  size_t longest = 0;
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+  auto cache = decoder_->NewCache(static_cast<int>(n), static_cast<int>(longest) + options.max_new_tokens);
 
-  GenerationResult result;
-  result.prompt_ids = prompt;
-  result.finish_reason = "max_new_tokens";
-  std::vector<int32_t> step = prompt;
-  for (int n = 0; n < options.max_new_tokens; ++n) {
-    const auto start = std::chrono::steady_clock::now();
-    Result<std::vector<std::vector<float>>> logits = decoder_->Forward(cache.get(), {step});
-    if (!logits.ok()) return logits.error();
-    const std::vector<float>& row = (*logits)[0];
-    if (options.on_logits) options.on_logits(row);
-    if (constraint) {
-      constraint->AllowedTokens(state, vocab, static_cast<size_t>(options.max_new_tokens - n), &mask);
-    }
-    const int32_t next = sampler.Sample(row, constraint ? &mask : nullptr);
-    if (n == 0) {
-      result.prefill_us = MicrosSince(start);
-    } else {
-      result.token_us.push_back(MicrosSince(start));
-    }
-    if (next < 0) return Internal("no token is allowed at step " + std::to_string(n));
-    const bool is_eos = std::find(eos.begin(), eos.end(), next) != eos.end();
-    if (is_eos && !options.ignore_eos) {
-      result.finish_reason = "eos";
-      break;
-    }
-    result.generated_ids.push_back(next);
-    if (constraint) {
-      constraint->Advance(&state, next);
-      if (constraint->IsComplete(state)) {
-        result.finish_reason = "schema_complete";
-        break;
-      }
-    }
-    if (!options.stop.empty()) {
-      const std::string text = tokenizer_->Decode(result.generated_ids, {.skip_special = true});
-      const auto hit = std::find_if(options.stop.begin(), options.stop.end(),
-                                    [&](const std::string& s) { return !s.empty() && EndsWith(text, s); });
-      if (hit != options.stop.end()) {
-        result.text = text.substr(0, text.size() - hit->size());
-        result.finish_reason = "stop";
-        return result;
-      }
-    }
-    step = {next};
+  struct Sequence {
+    Sampler sampler;
+    JsonState state;
+    bool done = false;
+  };
+  std::vector<Sequence> sequences;
+  std::vector<GenerationResult> results(n);
+  std::vector<std::vector<int32_t>> step(prompts);
+  for (size_t i = 0; i < n; ++i) {
+    SamplingOptions sampling = options.sampling;
+    sampling.seed += i;
+    sequences.push_back({Sampler(sampling), constraint ? constraint->Start() : JsonState{}, false});
+    results[i].prompt_ids = prompts[i];
+    results[i].finish_reason = "max_new_tokens";
   }
-  result.text = tokenizer_->Decode(result.generated_ids, {.skip_special = true});
-  return result;
+  std::vector<bool> mask;
+  for (int t = 0; t < options.max_new_tokens; ++t) {
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::vector<std::vector<float>>> logits = decoder_->Forward(cache.get(), step);
+    if (!logits.ok()) return logits.error();
+    size_t active = 0;
+    std::vector<bool> ran(n);
+    for (size_t i = 0; i < n; ++i) ran[i] = !sequences[i].done;
+    for (size_t i = 0; i < n; ++i) {
+      step[i].clear();
+      Sequence& seq = sequences[i];
+      if (seq.done) continue;
+      const std::vector<float>& row = (*logits)[i];
+      if (single && options.on_logits) options.on_logits(row);
+      if (constraint) constraint->AllowedTokens(seq.state, vocab, static_cast<size_t>(options.max_new_tokens - t), &mask);
+      const int32_t next = seq.sampler.Sample(row, constraint ? &mask : nullptr);
+      if (next < 0) return Internal("no token is allowed at step " + std::to_string(t));
+      GenerationResult& r = results[i];
+      if (std::find(eos.begin(), eos.end(), next) != eos.end() && !options.ignore_eos) {
+        r.finish_reason = "eos";
+        seq.done = true;
+        continue;
+      }
+      r.generated_ids.push_back(next);
+      if (constraint) {
+        constraint->Advance(&seq.state, next);
+        if (constraint->IsComplete(seq.state)) {
+          r.finish_reason = "schema_complete";
+          seq.done = true;
+          continue;
+        }
+      }
+      if (!options.stop.empty()) {
+        const std::string text = tokenizer_->Decode(r.generated_ids, {.skip_special = true});
+        const auto hit = std::find_if(options.stop.begin(), options.stop.end(),
+                                      [&](const std::string& s) { return !s.empty() && EndsWith(text, s); });
+        if (hit != options.stop.end()) {
+          r.text = text.substr(0, text.size() - hit->size());
+          r.finish_reason = "stop";
+          seq.done = true;
+          continue;
+        }
+      }
+      step[i] = {next};
+      ++active;
+    }
+    // The step's time counts for every sequence that took part in it.
+    const int64_t elapsed = MicrosSince(start);
+    for (size_t i = 0; i < n; ++i) {
+      if (t == 0) {
+        results[i].prefill_us = elapsed;
+      } else if (ran[i]) {
+        results[i].token_us.push_back(elapsed);
+      }
+    }
+    if (active == 0) break;
+  }
+  for (GenerationResult& r : results) {
+    if (r.finish_reason != "stop") r.text = tokenizer_->Decode(r.generated_ids, {.skip_special = true});
+  }
+  return results;
 }
 
 }  // namespace txscore::llm

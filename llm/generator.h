@@ -44,9 +44,16 @@ class Generator {
   Generator(const Decoder* decoder, const Tokenizer* tokenizer) : decoder_(decoder), tokenizer_(tokenizer) {}
 
   Result<GenerationResult> Generate(const std::vector<int32_t>& prompt, const GenerationOptions& options);
+  // Several prompts of any lengths through one batched forward pass per step; each sequence
+  // stops on its own (finished ones ride along with no new tokens). Sequence i samples with
+  // seed options.sampling.seed + i. on_logits is not called in batch mode.
+  Result<std::vector<GenerationResult>> GenerateBatch(const std::vector<std::vector<int32_t>>& prompts,
+                                                      const GenerationOptions& options);
 
  private:
   Result<std::shared_ptr<const JsonConstraint>> ConstraintFor(const std::string& schema);
+  Result<std::vector<GenerationResult>> Run(const std::vector<std::vector<int32_t>>& prompts,
+                                            const GenerationOptions& options, bool single);
 
   const Decoder* decoder_;
   const Tokenizer* tokenizer_;

@@ -234,3 +234,42 @@ TEST_F(GeneratorTest, ClaimAnalysisGivesWellFormedFindings) {
 
 }  // namespace
 }  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+TEST_F(GeneratorTest, BatchGenerationEqualsOneByOne) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions options;
+  options.max_new_tokens = 10;
+  options.ignore_eos = true;
+  const std::vector<std::vector<int32_t>> prompts = {tokenizer_->Encode("Claim C-1 water damage"),
+                                                     tokenizer_->Encode("Card transaction"),
+                                                     tokenizer_->Encode("The adjuster notes the invoice")};
+  auto batch = generator.GenerateBatch(prompts, options);
+  ASSERT_TRUE(batch.ok()) << batch.error().ToString();
+  ASSERT_EQ(batch->size(), 3u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = generator.Generate(prompts[i], options);
+    ASSERT_TRUE(alone.ok());
+    EXPECT_EQ((*batch)[i].generated_ids, alone->generated_ids) << "prompt " << i;
+    EXPECT_EQ((*batch)[i].token_us.size(), 9u);
+  }
+}
+
+TEST_F(GeneratorTest, BatchWithSchemaFinishesEverySequenceWithValidJson) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions options;
+  options.max_new_tokens = 60;
+  options.schema = ClaimAnalysisTask::Schema();
+  options.sampling = {.temperature = 1.0, .seed = 11};
+  auto batch = generator.GenerateBatch({{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10}}, options);
+  ASSERT_TRUE(batch.ok()) << batch.error().ToString();
+  for (const GenerationResult& r : *batch) {
+    EXPECT_EQ(r.finish_reason, "schema_complete");
+    EXPECT_TRUE(ClaimAnalysisTask::ParseFindings(r.text).ok()) << r.text;
+  }
+}
+
+}  // namespace
+}  // namespace txscore::llm
