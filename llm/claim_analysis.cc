@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "llm/utf8.h"
+
 namespace txscore::llm {
 namespace {
 
 constexpr size_t kMaxSummaryCharacters = 400;
-
-size_t Utf8Characters(const std::string& s) {
-  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xc0) != 0x80; }));
-}
 
 void Append(std::vector<int32_t>* ids, const std::vector<int32_t>& more) { ids->insert(ids->end(), more.begin(), more.end()); }
 
@@ -91,7 +89,7 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
     }
   }
   const auto summary = doc.find("summary");
-  if (summary == doc.end() || !summary->is_string() || Utf8Characters(summary->get<std::string>()) > kMaxSummaryCharacters) {
+  if (summary == doc.end() || !summary->is_string() || Utf8Length(summary->get<std::string>()) > kMaxSummaryCharacters) {
     return InvalidArgument("summary must be a string of at most 400 characters", "summary");
   }
   f.summary = summary->get<std::string>();

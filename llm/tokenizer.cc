@@ -14,6 +14,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "llm/utf8.h"
+
 namespace txscore::llm {
 namespace {
 
@@ -21,26 +23,6 @@ using nlohmann::json;
 
 // ---------------------------------------------------------------------------------------
 // UTF-8 helpers
-
-// Length of the UTF-8 sequence starting with byte `c` (1 for stray continuation bytes, so
-// malformed input still advances).
-size_t Utf8Length(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c >> 5) == 0x6) return 2;
-  if ((c >> 4) == 0xe) return 3;
-  if ((c >> 3) == 0x1e) return 4;
-  return 1;
-}
-
-std::vector<std::string_view> SplitChars(std::string_view s) {
-  std::vector<std::string_view> chars;
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = std::min(Utf8Length(static_cast<unsigned char>(s[i])), s.size() - i);
-    chars.push_back(s.substr(i, n));
-    i += n;
-  }
-  return chars;
-}
 
 void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
@@ -113,7 +95,7 @@ class Regex {
       const size_t begin = ovector[0], end = ovector[1];
       if (end == begin) {  // empty match: step over one character
         if (begin >= text.size()) break;
-        start = begin + Utf8Length(static_cast<unsigned char>(text[begin]));
+        start = begin + Utf8SequenceLength(static_cast<unsigned char>(text[begin]));
         continue;
       }
       matches.emplace_back(begin, end);
@@ -441,7 +423,7 @@ class ByteLevelDecoder : public Decoder {
     const ByteLevelTable& table = ByteLevel();
     for (std::string& token : *tokens) {
       std::string bytes;
-      for (std::string_view c : SplitChars(token)) {
+      for (std::string_view c : SplitUtf8(token)) {
         auto it = table.char_to_byte.find(std::string(c));
         if (it != table.char_to_byte.end()) {
           bytes.push_back(static_cast<char>(it->second));
@@ -627,7 +609,7 @@ class BpeModel {
       }
     }
     std::vector<int32_t> symbols;
-    for (std::string_view c : SplitChars(word)) {
+    for (std::string_view c : SplitUtf8(word)) {
       auto it = vocab_.find(std::string(c));
       if (it != vocab_.end()) {
         symbols.push_back(it->second);

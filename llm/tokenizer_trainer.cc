@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "llm/tokenizer.h"
+#include "llm/utf8.h"
 
 namespace txscore::llm {
 namespace {
@@ -30,17 +31,6 @@ json TokenizerSkeleton() {
       {"post_processor", nullptr},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
   };
-}
-
-std::vector<std::string> Utf8Chars(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
-  return out;
 }
 
 // xorshift64*: small, fully specified.
@@ -81,7 +71,11 @@ Result<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, co
       for (const std::string& word : (*pre)->PreTokenize(text)) counts[word]++;
     }
     std::vector<std::pair<std::vector<std::string>, int64_t>> words;
-    for (const auto& [word, count] : counts) words.emplace_back(Utf8Chars(word), count);
+    for (const auto& [word, count] : counts) {
+      std::vector<std::string> symbols;
+      for (std::string_view c : SplitUtf8(word)) symbols.emplace_back(c);
+      words.emplace_back(std::move(symbols), count);
+    }
 
     json merges = json::array();
     int next_id = 256;

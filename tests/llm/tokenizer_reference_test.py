@@ -36,7 +36,7 @@ def check(args, family):
     with open(args.corpus) as f:
         corpus = json.load(f)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_tokenizer.js")
-    reference = subprocess.run(["node", script, args.node_modules, args.corpus, name], check=True,
+    reference = subprocess.run(["node", script, os.path.abspath(args.node_modules), args.corpus, name], check=True,
                                capture_output=True, text=True).stdout.splitlines()
     ours = subprocess.run([args.txscore, "llm", "tokenize", "--tokenizer", tokenizer_json, "--lines"],
                           input="".join(json.dumps(t) + "\n" for t in corpus), check=True, capture_output=True,
