@@ -142,6 +142,20 @@ Result<Pattern> ParsePattern(const json& node, const std::string& where) {
   return InvalidArgument(where + ": pattern must be {\"String\": ...} or {\"Regex\": ...}");
 }
 
+// The parts of a {"type": "Sequence", key: [...]} node, each parsed by `parse`.
+template <typename Part, typename ParseFn>
+Result<std::vector<std::unique_ptr<Part>>> ParseSequence(const json& node, const char* key, const std::string& where,
+                                                         ParseFn parse) {
+  std::vector<std::unique_ptr<Part>> parts;
+  const json& list = node.value(key, json::array());
+  for (size_t i = 0; i < list.size(); ++i) {
+    Result<std::unique_ptr<Part>> part = parse(list[i], where + "." + key + "[" + std::to_string(i) + "]");
+    if (!part.ok()) return part.error();
+    if (*part) parts.push_back(std::move(part).value());
+  }
+  return parts;
+}
+
 // ---------------------------------------------------------------------------------------
 // Normalizers
 
@@ -235,14 +249,9 @@ Result<std::unique_ptr<Normalizer>> ParseNormalizer(const json& node, const std:
   }
   if (type == "Prepend") return std::unique_ptr<Normalizer>(new PrependNormalizer(node.value("prepend", "")));
   if (type == "Sequence") {
-    std::vector<std::unique_ptr<Normalizer>> parts;
-    const json& list = node.value("normalizers", json::array());
-    for (size_t i = 0; i < list.size(); ++i) {
-      Result<std::unique_ptr<Normalizer>> part = ParseNormalizer(list[i], where + ".normalizers[" + std::to_string(i) + "]");
-      if (!part.ok()) return part.error();
-      if (*part) parts.push_back(std::move(part).value());
-    }
-    return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts)));
+    auto parts = ParseSequence<Normalizer>(node, "normalizers", where, ParseNormalizer);
+    if (!parts.ok()) return parts.error();
+    return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts).value()));
   }
   return FailedPrecondition(where + ": normalizer type \"" + type + "\" is not supported");
 }
@@ -395,15 +404,11 @@ Result<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const json& node, const 
     return std::unique_ptr<PreTokenizer>(new ByteLevelPreTokenizer(node.value("add_prefix_space", false), std::move(split)));
   }
   if (type == "Sequence") {
-    std::vector<std::unique_ptr<PreTokenizer>> parts;
-    const json& list = node.value("pretokenizers", json::array());
-    for (size_t i = 0; i < list.size(); ++i) {
-      Result<std::unique_ptr<PreTokenizer>> part =
-          ParsePreTokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]", byte_level);
-      if (!part.ok()) return part.error();
-      if (*part) parts.push_back(std::move(part).value());
-    }
-    return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts)));
+    auto parts = ParseSequence<PreTokenizer>(node, "pretokenizers", where, [byte_level](const json& part, const std::string& at) {
+      return ParsePreTokenizer(part, at, byte_level);
+    });
+    if (!parts.ok()) return parts.error();
+    return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts).value()));
   }
   return FailedPrecondition(where + ": pre_tokenizer type \"" + type + "\" is not supported");
 }
@@ -516,14 +521,9 @@ Result<std::unique_ptr<Decoder>> ParseDecoder(const json& node, const std::strin
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(pattern).value(), node.value("content", "")));
   }
   if (type == "Sequence") {
-    std::vector<std::unique_ptr<Decoder>> parts;
-    const json& list = node.value("decoders", json::array());
-    for (size_t i = 0; i < list.size(); ++i) {
-      Result<std::unique_ptr<Decoder>> part = ParseDecoder(list[i], where + ".decoders[" + std::to_string(i) + "]");
-      if (!part.ok()) return part.error();
-      if (*part) parts.push_back(std::move(part).value());
-    }
-    return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));
+    auto parts = ParseSequence<Decoder>(node, "decoders", where, ParseDecoder);
+    if (!parts.ok()) return parts.error();
+    return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts).value()));
   }
   return FailedPrecondition(where + ": decoder type \"" + type + "\" is not supported");
 }
