@@ -11,6 +11,8 @@
 #include <iterator>
 #include <limits>
 
+#include "fraud/ubjson_check.h"
+
 namespace txscore::fraud {
 namespace {
 
@@ -65,6 +67,14 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
   model->model_version_ = Sha256Hex(bytes).substr(0, 12);
   model->predict_config_ = PredictConfig(0);
   model->contributions_config_ = PredictConfig(3);
+
+  if (model_path.ends_with(".ubj")) {
+    // XGBoost's UBJSON reader trusts lengths and crashes on a truncated file; check the shape first.
+    Status shape = CheckUbjsonDocument(bytes);
+    if (!shape.ok()) {
+      return DataLoss("model file " + model_path + " is not a valid XGBoost model: " + shape.error().message);
+    }
+  }
 
   BoosterHandle booster = nullptr;
   if (XGBoosterCreate(nullptr, 0, &booster) != 0) return Internal("XGBoosterCreate: " + LastXGBoostError());
