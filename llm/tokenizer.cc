@@ -9,11 +9,14 @@
 #include <array>
 #include <fstream>
 #include <map>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
+#include "llm/sentencepiece_model.h"
 #include "llm/utf8.h"
 
 namespace txscore::llm {
@@ -570,6 +573,7 @@ class BpeModel {
     }
     model->byte_fallback_ = node.value("byte_fallback", false);
     model->ignore_merges_ = node.value("ignore_merges", false);
+    model->fuse_unk_ = node.value("fuse_unk", false);
     if (node.contains("unk_token") && node["unk_token"].is_string()) {
       auto unk = model->vocab_.find(node["unk_token"].get<std::string>());
       if (unk != model->vocab_.end()) model->unk_id_ = unk->second;
@@ -615,28 +619,14 @@ class BpeModel {
         symbols.push_back(it->second);
       } else if (byte_fallback_) {
         for (unsigned char b : c) symbols.push_back(byte_ids_[b]);
-      } else if (unk_id_) {
+      } else if (unk_id_ && !(fuse_unk_ && !symbols.empty() && symbols.back() == *unk_id_)) {
         symbols.push_back(*unk_id_);
       }
     }
-    // Repeatedly merge the adjacent pair with the lowest rank.
-    while (symbols.size() > 1) {
-      int32_t best_rank = INT32_MAX;
-      size_t best = 0;
-      int32_t merged = 0;
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        auto it = merges_.find(PairKey(symbols[i], symbols[i + 1]));
-        if (it != merges_.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          best = i;
-          merged = it->second.second;
-        }
-      }
-      if (best_rank == INT32_MAX) break;
-      symbols[best] = merged;
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    }
+    MergeByRank(&symbols);
     out->insert(out->end(), symbols.begin(), symbols.end());
+    // Words without a pre-tokenizer (SentencePiece models) can be whole texts: keep those out.
+    if (word.size() > kMaxCachedWordBytes) return;
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() > kMaxCacheEntries) cache_.clear();
     cache_.emplace(std::string(word), std::move(symbols));
@@ -645,13 +635,62 @@ class BpeModel {
   const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
 
  private:
+  // Repeatedly merges the adjacent pair with the lowest rank, the leftmost among equals. A heap
+  // of candidate pairs over a linked list of symbols keeps this O(n log n) in the word length,
+  // which matters when a word is a whole paragraph.
+  void MergeByRank(std::vector<int32_t>* symbols) const {
+    const size_t n = symbols->size();
+    if (n < 2) return;
+    std::vector<int32_t>& ids = *symbols;
+    std::vector<size_t> prev(n), next(n);
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = i - 1;  // wraps to SIZE_MAX for the first: "none"
+      next[i] = i + 1;  // n: "none"
+    }
+    constexpr size_t kNone = static_cast<size_t>(-1);
+    struct Candidate {
+      int32_t rank;
+      size_t left;
+      int32_t left_id, right_id;
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto consider = [&](size_t left) {
+      if (left == kNone || next[left] >= n) return;
+      auto it = merges_.find(PairKey(ids[left], ids[next[left]]));
+      if (it != merges_.end()) heap.push({it->second.first, left, ids[left], ids[next[left]]});
+    };
+    for (size_t i = 0; i + 1 < n; ++i) consider(i);
+    std::vector<bool> removed(n, false);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const size_t right = next[c.left];
+      // Stale when either symbol changed since the candidate was pushed.
+      if (removed[c.left] || right >= n || ids[c.left] != c.left_id || ids[right] != c.right_id) continue;
+      ids[c.left] = merges_.at(PairKey(c.left_id, c.right_id)).second;
+      removed[right] = true;
+      next[c.left] = next[right];
+      if (next[right] < n) prev[next[right]] = c.left;
+      consider(prev[c.left]);
+      consider(c.left);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!removed[i]) ids[kept++] = ids[i];
+    }
+    ids.resize(kept);
+  }
+
   static constexpr size_t kMaxCacheEntries = 1 << 16;
+  static constexpr size_t kMaxCachedWordBytes = 256;
   static uint64_t PairKey(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // pair -> (rank, merged id)
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
+  bool fuse_unk_ = false;  // a run of unknown characters becomes one unknown token
   std::optional<int32_t> unk_id_;
   std::array<int32_t, 256> byte_ids_{};
   mutable std::mutex cache_mutex_;
@@ -698,6 +737,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) 
   if (!in) return NotFound("tokenizer file " + path + " does not exist or cannot be read");
   std::stringstream text;
   text << in.rdbuf();
+  if (path.ends_with(".model")) {
+    Result<SentencePieceModel> model = ParseSentencePieceModel(text.str(), path);
+    if (!model.ok()) return model.error();
+    Result<std::string> converted = SentencePieceToTokenizerJson(*model, path);
+    if (!converted.ok()) return converted.error();
+    return FromJson(*converted, path);
+  }
   return FromJson(text.str(), path);
 }
 
@@ -747,13 +793,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
-  const std::string json_path = dir + "/tokenizer.json";
-  if (std::ifstream(json_path).good()) return FromFile(json_path);
-  if (std::ifstream(dir + "/tokenizer.model").good()) {
-    return FailedPrecondition(dir + " has only a SentencePiece tokenizer.model, which txscore does not read yet; "
-                                    "a tokenizer.json for the same model (most hub repositories ship one) works");
+  for (const char* name : {"/tokenizer.json", "/tokenizer.model"}) {
+    if (std::ifstream(dir + name).good()) return FromFile(dir + name);
   }
-  return NotFound(dir + " has no tokenizer.json");
+  return NotFound(dir + " has neither tokenizer.json nor tokenizer.model");
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {

@@ -38,10 +38,11 @@ struct DecodeOptions {
 
 class Tokenizer {
  public:
-  static Result<std::unique_ptr<Tokenizer>> FromFile(const std::string& tokenizer_json_path);
+  // A tokenizer.json, or a SentencePiece model when the name ends in ".model" (see
+  // llm/sentencepiece_model.h for what is read from those).
+  static Result<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
   static Result<std::unique_ptr<Tokenizer>> FromJson(const std::string& json_text, const std::string& source);
-  // DIR/tokenizer.json. A directory with only a SentencePiece tokenizer.model is refused with
-  // a message saying so (reading those files is future work).
+  // DIR/tokenizer.json, or DIR/tokenizer.model where there is no tokenizer.json.
   static Result<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
   ~Tokenizer();
 

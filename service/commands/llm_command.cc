@@ -146,7 +146,7 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   llm->require_subcommand(1);
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* tokenize = llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
-  tokenize->add_option("--tokenizer", options->tokenizer_path, "A Hugging Face tokenizer.json")
+  tokenize->add_option("--tokenizer", options->tokenizer_path, "A Hugging Face tokenizer.json, or a SentencePiece tokenizer.model")
       ->required();
   tokenize->add_flag("--decode", options->decode, "Read a JSON array of ids and print the text");
   tokenize->add_flag("--no-special", options->no_special, "Treat special-token text as plain text");

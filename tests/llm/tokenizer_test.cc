@@ -140,18 +140,16 @@ TEST(Tokenizer, BadRegexIsReportedWithItsOffset) {
 namespace txscore::llm {
 namespace {
 
-TEST(Tokenizer, FromDirectoryReadsTokenizerJsonAndExplainsTokenizerModel) {
+TEST(Tokenizer, FromDirectoryPrefersTokenizerJson) {
   testing::TempDir dir;
-  testing::WriteFile(dir.file("tokenizer.model"), "protobuf bytes");
-  auto only_model = Tokenizer::FromDirectory(dir.path());
-  ASSERT_FALSE(only_model.ok());
-  EXPECT_EQ(only_model.error().code, ErrorCode::kFailedPrecondition);
+  testing::WriteFile(dir.file("tokenizer.model"), "not protobuf at all");
   testing::WriteFile(dir.file("tokenizer.json"), ByteLevelTokenizer(kPairMerges));
   auto from_json = Tokenizer::FromDirectory(dir.path());
   ASSERT_TRUE(from_json.ok()) << from_json.error().ToString();
   EXPECT_EQ((*from_json)->TokenBytes(14), " wor");  // "Ġwor": the byte-level space is a space
   testing::TempDir empty;
-  EXPECT_EQ(Tokenizer::FromDirectory(empty.path()).error().message, empty.path() + " has no tokenizer.json");
+  EXPECT_EQ(Tokenizer::FromDirectory(empty.path()).error().message,
+            empty.path() + " has neither tokenizer.json nor tokenizer.model");
 }
 
 TEST(Tokenizer, SpecialTokensHaveNoBytes) {
