@@ -3,8 +3,9 @@
 // same shape and dtype (what one decode step cannot beat on a memory-bound machine).
 //
 //   ./build/txscore llm make-checkpoint --family qwen3 --size 0.5b --out var/models/bench-0.5b
-//   ./build/bench/llm_bench --model var/models/bench-0.5b --benchmark_repetitions=5 \
+//   ./build/bench/llm_bench --model var/models/bench-0.5b --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+//   (one command line)
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 

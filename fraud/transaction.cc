@@ -95,6 +95,10 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
     return InvalidArgument("must be a W3C traceparent of at most 128 printable characters", "traceparent");
   }
 
+  if (raw.budget_ms && (*raw.budget_ms < 1 || *raw.budget_ms > 600000)) {
+    return InvalidArgument("must be between 1 and 600000 milliseconds", "budget_ms");
+  }
+
   Transaction tx;
   tx.request_id = raw.request_id;
   tx.timestamp_ms = raw.timestamp_ms;
@@ -112,6 +116,7 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
   tx.latitude = raw.latitude;
   tx.longitude = raw.longitude;
   tx.traceparent = raw.traceparent.value_or("");
+  tx.budget_ms = raw.budget_ms;
   return tx;
 }
 

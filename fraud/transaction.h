@@ -37,6 +37,7 @@ struct RawTransaction {
   std::optional<double> latitude;
   std::optional<double> longitude;
   std::optional<std::string> traceparent;
+  std::optional<int32_t> budget_ms;  // the caller's time budget for this request
 };
 
 struct Transaction {
@@ -57,6 +58,7 @@ struct Transaction {
   std::optional<double> latitude;
   std::optional<double> longitude;
   std::string traceparent;
+  std::optional<int32_t> budget_ms;  // 1..600000 when set
 
   double amount_major() const;
 };

@@ -1,6 +1,7 @@
 #include "llm/claim_analysis.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "llm/utf8.h"
@@ -35,19 +36,13 @@ const std::string& ClaimAnalysisTask::Schema() {
   return schema;
 }
 
-std::vector<int32_t> ClaimAnalysisTask::PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim) {
-  const std::string instructions =
-      "You are an insurance claims fraud analyst. Read the claim and answer with JSON only: "
-      "{\"risk_level\": \"low\"|\"medium\"|\"high\", \"flags\": [...], \"summary\": \"...\"}. Flags: "
-      "inconsistent_dates, amount_mismatch, prior_claims_pattern, vague_description, pressure_to_settle, "
-      "provider_anomaly, none.";
-  const std::string fields = "Claim " + claim.claim_id + " on policy " + claim.policy_id + "\nType: " +
-                             claim.claim_type + "\nIncident date: " + claim.incident_date +
-                             "\nReport date: " + claim.report_date + "\nAmount claimed: " + claim.amount_claimed +
-                             "\nPolicy limit: " + claim.policy_limit +
-                             "\nPrior claims: " + std::to_string(claim.prior_claims) +
-                             "\nProvider: " + claim.provider_id + "\nNarrative: " + claim.narrative +
-                             "\nAdjuster notes: " + claim.adjuster_notes;
+namespace {
+
+// The prompt around a case's fields. The instructions use the checkpoint's chat markers when
+// its tokenizer has them (ChatML); the case's own text is encoded with special tokens disabled,
+// so a narrative or merchant name cannot forge control tokens.
+std::vector<int32_t> ForensicPromptIds(const Tokenizer& tokenizer, const std::string& instructions,
+                                       const std::string& fields) {
   EncodeOptions template_text;  // our own markers: special tokens on
   EncodeOptions user_text;
   user_text.parse_special = false;
@@ -63,6 +58,65 @@ std::vector<int32_t> ClaimAnalysisTask::PromptIds(const Tokenizer& tokenizer, co
     Append(&ids, tokenizer.Encode("\n\nJSON:", user_text));
   }
   return ids;
+}
+
+const char kAnswerFormat[] =
+    "Answer with JSON only: {\"risk_level\": \"low\"|\"medium\"|\"high\", \"flags\": [...], \"summary\": \"...\"}. "
+    "Flags: inconsistent_dates, amount_mismatch, prior_claims_pattern, vague_description, pressure_to_settle, "
+    "provider_anomaly, none.";
+
+// Generates under the findings schema and parses the result.
+Result<Findings> GenerateFindings(Generator& generator, const std::vector<int32_t>& prompt, GenerationOptions options,
+                                  const std::string& model_id) {
+  options.schema = ClaimAnalysisTask::Schema();
+  Result<GenerationResult> result = generator.Generate(prompt, options);
+  if (!result.ok()) return result.error();
+  if (result->finish_reason == "deadline") {
+    return Error{ErrorCode::kUnavailable,
+                 "the deadline cut the findings short after " + std::to_string(result->generated_ids.size()) + " tokens",
+                 {}};
+  }
+  Result<Findings> findings = ClaimAnalysisTask::ParseFindings(result->text);
+  if (!findings.ok()) return Internal("the constrained output did not parse: " + findings.error().ToString());
+  findings->model_id = model_id;
+  return findings;
+}
+
+}  // namespace
+
+std::vector<int32_t> ClaimAnalysisTask::PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim) {
+  const std::string fields = "Claim " + claim.claim_id + " on policy " + claim.policy_id + "\nType: " +
+                             claim.claim_type + "\nIncident date: " + claim.incident_date +
+                             "\nReport date: " + claim.report_date + "\nAmount claimed: " + claim.amount_claimed +
+                             "\nPolicy limit: " + claim.policy_limit +
+                             "\nPrior claims: " + std::to_string(claim.prior_claims) +
+                             "\nProvider: " + claim.provider_id + "\nNarrative: " + claim.narrative +
+                             "\nAdjuster notes: " + claim.adjuster_notes;
+  return ForensicPromptIds(tokenizer,
+                           std::string("You are an insurance claims fraud analyst. Read the claim. ") + kAnswerFormat,
+                           fields);
+}
+
+std::vector<int32_t> TransactionReviewTask::PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx) {
+  std::string fields = "Transaction " + tx.request_id + " at " + tx.time_utc + "\nAmount: " + tx.amount +
+                       "\nMerchant: " + tx.merchant_id + " (MCC " + tx.mcc + ", " + tx.merchant_country + ")" +
+                       "\nCard country: " + tx.card_country + "\nChannel: " + tx.channel +
+                       "\nEntry mode: " + tx.entry_mode;
+  char score[32];
+  std::snprintf(score, sizeof score, "%.3f", tx.score);
+  fields += std::string("\nFraud score: ") + score + "\nReasons:";
+  for (const std::string& reason : tx.reasons) fields += "\n- " + reason;
+  return ForensicPromptIds(tokenizer,
+                           std::string("You are a card fraud analyst. A scoring model sent this transaction to manual "
+                                       "review. Read it. ") +
+                               kAnswerFormat,
+                           fields);
+}
+
+Result<Findings> TransactionReviewTask::Analyze(Generator& generator, const Tokenizer& tokenizer,
+                                                const TransactionCase& tx, GenerationOptions options,
+                                                const std::string& model_id) {
+  return GenerateFindings(generator, PromptIds(tokenizer, tx), std::move(options), model_id);
 }
 
 Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) {
@@ -98,13 +152,7 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
 
 Result<Findings> ClaimAnalysisTask::Analyze(Generator& generator, const Tokenizer& tokenizer, const ClaimFields& claim,
                                             GenerationOptions options, const std::string& model_id) {
-  options.schema = Schema();
-  Result<GenerationResult> result = generator.Generate(PromptIds(tokenizer, claim), options);
-  if (!result.ok()) return result.error();
-  Result<Findings> findings = ParseFindings(result->text);
-  if (!findings.ok()) return Internal("the constrained output did not parse: " + findings.error().ToString());
-  findings->model_id = model_id;
-  return findings;
+  return GenerateFindings(generator, PromptIds(tokenizer, claim), std::move(options), model_id);
 }
 
 }  // namespace txscore::llm

@@ -35,6 +35,22 @@ struct Findings {
   std::string model_id;            // which checkpoint wrote it
 };
 
+// A transaction the fraud model sent to REVIEW, as the forensic stage shows it to the LLM.
+// No card number: the pipeline never has it after tokenization.
+struct TransactionCase {
+  std::string request_id;
+  std::string time_utc;  // ISO 8601, e.g. "2026-01-01T10:00:00Z"
+  std::string amount;    // with currency, e.g. "42.50 USD"
+  std::string merchant_id;
+  std::string mcc;
+  std::string merchant_country;
+  std::string card_country;
+  std::string channel;     // e.g. "ECOMMERCE"
+  std::string entry_mode;  // e.g. "MANUAL_KEYED"
+  double score = 0;
+  std::vector<std::string> reasons;  // the fraud model's top reasons, e.g. "amount_zscore = 6.1 (+2.30)"
+};
+
 class ClaimAnalysisTask {
  public:
   static const std::vector<std::string>& Flags();  // inconsistent_dates, ..., none
@@ -51,6 +67,16 @@ class ClaimAnalysisTask {
 
   // Generates under the schema (greedy unless options say otherwise) and parses.
   static Result<Findings> Analyze(Generator& generator, const Tokenizer& tokenizer, const ClaimFields& claim,
+                                  GenerationOptions options, const std::string& model_id);
+};
+
+// The forensic stage of the transaction pipeline: the same output schema and Findings as the
+// claim-analysis task, with a prompt built from a REVIEW decision.
+class TransactionReviewTask {
+ public:
+  static std::vector<int32_t> PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx);
+  // As ClaimAnalysisTask::Analyze. kUnavailable when options.deadline cut the output short.
+  static Result<Findings> Analyze(Generator& generator, const Tokenizer& tokenizer, const TransactionCase& tx,
                                   GenerationOptions options, const std::string& model_id);
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,5 +48,10 @@ class Decoder {
   virtual Result<std::vector<std::vector<float>>> Forward(DecoderCache* cache,
                                                           const std::vector<std::vector<int32_t>>& new_tokens) const = 0;
 };
+
+// How a component that must not link libtorch gets a decoder: the program passes
+// Decoder::Load (from txscore_llm_torch); tests may pass their own.
+using DecoderLoader =
+    std::function<Result<std::unique_ptr<Decoder>>(const std::string& checkpoint_dir, const DecoderOptions& options)>;
 
 }  // namespace txscore::llm

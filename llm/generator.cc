@@ -136,6 +136,12 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       }
     }
     if (active == 0) break;
+    if (options.deadline && std::chrono::steady_clock::now() >= *options.deadline) {
+      for (size_t i = 0; i < n; ++i) {
+        if (!sequences[i].done) results[i].finish_reason = "deadline";
+      }
+      break;
+    }
   }
   for (GenerationResult& r : results) {
     if (r.finish_reason != "stop") r.text = tokenizer_->Decode(r.generated_ids, {.skip_special = true});

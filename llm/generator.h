@@ -2,11 +2,13 @@
 // a token budget, optional JSON-schema constraint, and per-token timings.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,9 @@ struct GenerationOptions {
   std::vector<std::string> stop;   // generation ends when the text ends with one (it is cut off)
   std::string schema;              // JSON schema text; empty = unconstrained
   bool ignore_eos = false;         // keep going past end-of-sequence tokens (tests, benchmarks)
+  // Stop after the step that passes this time (finish_reason "deadline"). Checked between
+  // steps, so a step already running finishes. Default: none.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   // Called with each step's logits before sampling (tests compare them with a reference).
   std::function<void(const std::vector<float>&)> on_logits;
 };
@@ -32,7 +37,7 @@ struct GenerationResult {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_ids;
   std::string text;
-  // "eos", "stop", "max_new_tokens" or "schema_complete".
+  // "eos", "stop", "max_new_tokens", "schema_complete" or "deadline".
   std::string finish_reason;
   int64_t prefill_us = 0;
   std::vector<int64_t> token_us;  // each decode step after the first token

@@ -125,20 +125,44 @@ Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out
   return Status::Ok();
 }
 
-Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out) {
-  if (!node.IsSequence() || node.size() != 3) {
-    return r.ErrorAt(node, "stages must be a list of three stages: features, xgboost model, decision");
+Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::string& name, FindingsStageConfig* f) {
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name,
+                                      {"name", "kind", "after", "model", "dtype", "threads", "max_new_tokens",
+                                       "budget_ms", "placement"}));
+  f->enabled = true;
+  f->name = name;
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &f->model_dir));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &f->dtype));
+  if (f->dtype != "float32" && f->dtype != "bfloat16") {
+    return r.ErrorAt(stage["dtype"], "dtype must be \"float32\" or \"bfloat16\", not \"" + f->dtype + "\"");
   }
-  static const char* kKinds[] = {"features", "xgboost", "decision"};
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 0, 256, &f->threads));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_new_tokens", 50, 4096, &f->max_new_tokens));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &f->budget_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "placement", false, &f->placement));
+  if (f->placement != "cpu") {
+    return r.ErrorAt(stage["placement"], "placement \"" + f->placement + "\" is not available for an llm_findings stage "
+                                         "in this release: use cpu");
+  }
+  return Status::Ok();
+}
+
+Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out) {
+  if (!node.IsSequence() || (node.size() != 3 && node.size() != 4)) {
+    return r.ErrorAt(node, "stages must be a list of three stages: features, xgboost model, decision, "
+                           "optionally followed by an llm_findings stage");
+  }
+  static const char* kKinds[] = {"features", "xgboost", "decision", "llm_findings"};
   std::string previous;
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < node.size(); ++i) {
     const YAML::Node stage = node[i];
     if (!stage.IsMap()) return r.ErrorAt(stage, "a stage must be a mapping");
     std::string kind, name;
     TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "kind", true, &kind));
     if (kind != kKinds[i]) {
       return r.ErrorAt(stage["kind"], "stage " + std::to_string(i + 1) + " must be of kind \"" + kKinds[i] +
-                                          "\" (this release runs features -> xgboost -> decision), not \"" + kind + "\"");
+                                          "\" (this release runs features -> xgboost -> decision [-> llm_findings]), not \"" +
+                                          kind + "\"");
     }
     TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "name", true, &name));
     if (i > 0) {
@@ -174,6 +198,8 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
         }
         m.fast_evaluator = evaluator == "fast";
       }
+    } else if (kind == "llm_findings") {
+      TXSCORE_RETURN_IF_ERROR(ParseFindingsStage(r, stage, name, &out->findings));
     } else {
       TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
           stage, "stage " + name, {"name", "kind", "after", "review_threshold", "decline_threshold", "max_reasons"}));

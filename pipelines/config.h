@@ -63,6 +63,22 @@ struct DecisionStageConfig {
   int max_reasons = 3;             // Default: the 3 largest contributions towards fraud
 };
 
+// The forensic stage: for REVIEW decisions only, an LLM reads the transaction and the model's
+// reasons and writes Findings (llm/claim_analysis.h) into the result and the audit record.
+struct FindingsStageConfig {
+  bool enabled = false;     // true when the pipeline file has an llm_findings stage
+  std::string name = "forensic";
+  std::string model_dir;    // required: a Hugging Face checkpoint directory
+  std::string dtype = "float32";  // Default: float32; or bfloat16
+  int threads = 1;          // Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring
+  int max_new_tokens = 96;  // Default: 96; the findings schema needs at least 50
+  // Default: 1500 ms from the request's arrival, unless the request asks for less
+  // (Transaction.budget_ms). Output still unfinished then is dropped: the stage is reported
+  // degraded and the decision stands without findings.
+  int budget_ms = 1500;
+  std::string placement = "cpu";  // Default: cpu (the only choice until accelerators land)
+};
+
 struct PipelineConfig {
   std::string source_path;  // the YAML file this came from
   std::string name = "transactions";
@@ -71,10 +87,11 @@ struct PipelineConfig {
   AdminConfig admin;
   StorageConfig storage;
   SecurityConfig security;
-  // The stages, in order: features -> model -> decision.
+  // The stages, in order: features -> model -> decision [-> findings].
   std::string features_stage_name = "features";
   ModelStageConfig model;
   DecisionStageConfig decision;
+  FindingsStageConfig findings;  // optional fourth stage
 };
 
 Result<PipelineConfig> LoadPipelineConfig(const std::string& path);

@@ -1,5 +1,8 @@
 #include "pipelines/scoring_pipeline.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <chrono>
 
 #include "common/bytes.h"
@@ -33,7 +36,8 @@ int64_t NowMicros() {
 
 }  // namespace
 
-Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db) {
+Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
+                                                                 const llm::DecoderLoader& load_decoder) {
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
   Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
@@ -45,6 +49,11 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
   Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(config.model.model_path, model_options);
   if (!model.ok()) return model.error();
   pipeline->model_ = std::move(model).value();
+  if (config.findings.enabled) {
+    Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(config.findings, load_decoder);
+    if (!forensic.ok()) return forensic.error();
+    pipeline->forensic_ = std::move(forensic).value();
+  }
   return pipeline;
 }
 
@@ -73,7 +82,39 @@ Result<std::string> ScoringPipeline::CardToken(fraud::RawTransaction* raw) const
   return token;
 }
 
+Result<fraud::CardState> ScoringPipeline::ReadCardState(const std::string& card_token) const {
+  Result<std::optional<std::string>> stored = db_->Get(storage::ColumnFamily::kEntityState, card_token);
+  if (!stored.ok()) return stored.error();
+  if (!stored->has_value()) return fraud::CardState();
+  return fraud::DecodeCardState(**stored);
+}
+
+void ScoringPipeline::RunForensicStage(const fraud::Transaction& tx, SteadyClock::time_point arrival,
+                                       ScoreOutcome* outcome) {
+  const FindingsStageConfig& stage = config_.findings;
+  const int budget_ms = tx.budget_ms ? std::min(*tx.budget_ms, stage.budget_ms) : stage.budget_ms;
+  ForensicResult result =
+      forensic_->Analyze(tx, outcome->score, outcome->reasons, arrival + std::chrono::milliseconds(budget_ms));
+  switch (result.outcome) {
+    case ForensicResult::Outcome::kAnalysed:
+      outcome->findings = std::move(result.findings);
+      return;
+    case ForensicResult::Outcome::kSkipped:
+      outcome->skipped_stages.push_back(stage.name);
+      return;
+    case ForensicResult::Outcome::kCutShort:
+      outcome->degraded_stages.push_back(stage.name);
+      return;
+    case ForensicResult::Outcome::kFailed:
+      // The decision stands without findings; the operator sees why in the log.
+      spdlog::warn("stage {} failed for request {}: {}", stage.name, tx.request_id, result.detail);
+      outcome->degraded_stages.push_back(stage.name);
+      return;
+  }
+}
+
 Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
+  const SteadyClock::time_point arrival = SteadyClock::now();
   ScoreOutcome outcome;
   StageClock clock(&outcome.timings);
 
@@ -86,18 +127,12 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   tx.card_token = std::move(token).value();
   clock.Lap("validate");
 
-  std::lock_guard<std::mutex> card_lock(card_locks_[Fnv1a64(tx.card_token) % kCardLockStripes]);
-  Result<std::optional<std::string>> stored = db_->Get(storage::ColumnFamily::kEntityState, tx.card_token);
-  if (!stored.ok()) return stored.error();
-  fraud::CardState state;
-  if (stored->has_value()) {
-    Result<fraud::CardState> decoded = fraud::DecodeCardState(**stored);
-    if (!decoded.ok()) return decoded.error();
-    state = std::move(decoded).value();
-  }
+  std::unique_lock<std::mutex> card_lock(card_locks_[Fnv1a64(tx.card_token) % kCardLockStripes]);
+  Result<fraud::CardState> state = ReadCardState(tx.card_token);
+  if (!state.ok()) return state.error();
   clock.Lap("state");
 
-  const fraud::FeatureVector all_features = fraud::ComputeFeatures(tx, state);
+  const fraud::FeatureVector all_features = fraud::ComputeFeatures(tx, *state);
   std::array<float, fraud::kFeatureCount> row;
   model_->schema().Select(all_features, row.data());
   clock.Lap(config_.features_stage_name);
@@ -118,7 +153,16 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   outcome.pipeline_version = config_.version;
   clock.Lap(config_.decision.name);
 
-  fraud::UpdateCardState(tx, &state);
+  if (forensic_ && outcome.decision == Decision::kReview) {
+    card_lock.unlock();
+    RunForensicStage(tx, arrival, &outcome);
+    clock.Lap(config_.findings.name);
+    card_lock.lock();
+    state = ReadCardState(tx.card_token);  // another transaction of this card may have landed meanwhile
+    if (!state.ok()) return state.error();
+  }
+
+  fraud::UpdateCardState(tx, &*state);
   storage::AuditRecord record;
   record.time_us = NowMicros();
   record.request_id = outcome.request_id;
@@ -131,10 +175,16 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   record.decision = DecisionName(outcome.decision);
   for (const Reason& r : outcome.reasons) record.reasons.push_back({r.feature, r.contribution, r.value});
   for (const StageTiming& t : outcome.timings) record.timings_us.emplace_back(t.stage, t.elapsed_us);
+  record.degraded_stages = outcome.degraded_stages;
+  record.skipped_stages = outcome.skipped_stages;
+  if (outcome.findings) {
+    record.findings = storage::AuditFindings{outcome.findings->risk_level, outcome.findings->flags,
+                                             outcome.findings->summary, outcome.findings->model_id};
+  }
   record.placement = config_.model.placement;
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
-  batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(state));
+  batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));
   audit_log_.Append(record, &batch);
   TXSCORE_RETURN_IF_ERROR(db_->Write(batch));
   clock.Lap("persist");

@@ -1,27 +1,34 @@
 // The synchronous scoring pipeline: one transaction in, one decision out.
 //
 //   validate -> tokenize PAN -> read card state -> features -> fraud model -> decision
+//   -> [REVIEW and an llm_findings stage configured: forensic LLM stage, within the deadline]
 //   -> one WriteBatch {audit record, new card state}, durable before Score returns.
 //
 // Thread safety: Score may be called from many threads. Requests for the same card are
 // serialised (a striped lock held from the state read to the write), so concurrent
 // transactions of one card never lose each other's state updates; different cards run in
-// parallel.
+// parallel. The forensic stage runs outside that lock (it takes milliseconds to seconds);
+// afterwards the card's state is read again and this transaction applied to it, so a
+// transaction of the same card that finished meanwhile is not lost.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "fraud/card_token.h"
+#include "fraud/entity_state.h"
 #include "fraud/transaction.h"
 #include "fraud/xgboost_model.h"
 #include "pipelines/config.h"
 #include "pipelines/decision.h"
+#include "pipelines/forensic_stage.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
 
@@ -43,14 +50,20 @@ struct ScoreOutcome {
   std::string pipeline_version;
   // validate, state, <features stage>, <model stage>, <decision stage>, persist
   std::vector<StageTiming> timings;
+  // Stages that started but did not finish in full (the forensic stage cut short by the
+  // deadline, or failing), and stages that should have run but did not start (deadline).
+  // A conditional stage whose condition is false (findings for APPROVE) is in neither.
   std::vector<std::string> degraded_stages;
   std::vector<std::string> skipped_stages;
+  std::optional<llm::Findings> findings;  // from the forensic stage, for REVIEW decisions
 };
 
 class ScoringPipeline {
  public:
-  // Loads the card key and the model named in `config`; `db` must outlive the pipeline.
-  static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db);
+  // Loads the card key and the model named in `config`; `db` must outlive the pipeline. A
+  // pipeline with an llm_findings stage needs `load_decoder` (llm::Decoder::Load).
+  static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db,
+                                                         const llm::DecoderLoader& load_decoder = {});
 
   // Takes the transaction by value: its PAN and card verification code are wiped from
   // memory once tokenized. kInvalidArgument (with the field) for bad input, in which case
@@ -66,6 +79,10 @@ class ScoringPipeline {
 
   // The card's token: from the PAN (validated, then wiped) or the caller's own token.
   Result<std::string> CardToken(fraud::RawTransaction* raw) const;
+  Result<fraud::CardState> ReadCardState(const std::string& card_token) const;
+  // Runs the forensic stage for a REVIEW outcome and records what happened in `outcome`.
+  void RunForensicStage(const fraud::Transaction& tx, std::chrono::steady_clock::time_point arrival,
+                        ScoreOutcome* outcome);
 
   static constexpr size_t kCardLockStripes = 256;
 
@@ -74,6 +91,7 @@ class ScoringPipeline {
   storage::AuditLog audit_log_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
   std::unique_ptr<fraud::XGBoostModel> model_;
+  std::unique_ptr<ForensicStage> forensic_;  // null without an llm_findings stage
   std::array<std::mutex, kCardLockStripes> card_locks_;
 };
 

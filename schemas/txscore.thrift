@@ -65,6 +65,10 @@ struct Transaction {
   17: optional string card_country,
   // Card verification code (CVV2/CVC2). Checked for shape only, never stored or logged.
   18: optional string card_verification_code,
+  // Time budget for this request in milliseconds from its arrival (1..600000). Only stages
+  // that may take long (the LLM forensic stage) use it; when absent, the stage's own
+  // budget_ms from the pipeline file applies, and when present the smaller of the two.
+  19: optional i32 budget_ms,
 }
 
 struct ReasonCode {
@@ -81,7 +85,10 @@ struct StageTiming {
   2: required i64 elapsed_us,
 }
 
-// Filled by the LLM forensic stage (a later release); absent until then.
+// Written by the LLM forensic stage (a pipeline's llm_findings stage) for REVIEW decisions:
+// risk_level is low|medium|high; flags come from inconsistent_dates, amount_mismatch,
+// prior_claims_pattern, vague_description, pressure_to_settle, provider_anomaly, none;
+// summary has at most 400 characters; model_id names the checkpoint.
 struct Findings {
   1: optional string risk_level,
   2: optional list<string> flags,

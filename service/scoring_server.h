@@ -21,8 +21,10 @@ namespace txscore::service {
 
 class ScoringServer {
  public:
-  // Opens the database, loads the key and model, binds both ports. Nothing is served yet.
-  static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config);
+  // Opens the database, loads the key and models, binds both ports. Nothing is served yet.
+  // `load_decoder` is needed when the pipeline has an llm_findings stage.
+  static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config,
+                                                       const llm::DecoderLoader& load_decoder = {});
   ~ScoringServer();  // Stop()s if needed
 
   // Starts serving. `on_unexpected_stop` runs (on the server thread) if the Thrift server

@@ -46,6 +46,7 @@ fraud::RawTransaction FromThrift(const rpc::Transaction& t) {
   if (t.__isset.latitude) raw.latitude = t.latitude;
   if (t.__isset.longitude) raw.longitude = t.longitude;
   if (t.__isset.traceparent) raw.traceparent = t.traceparent;
+  if (t.__isset.budget_ms) raw.budget_ms = t.budget_ms;
   return raw;
 }
 
@@ -72,14 +73,32 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
   }
   r.degraded_stages = outcome.degraded_stages;
   r.skipped_stages = outcome.skipped_stages;
+  if (outcome.findings) {
+    rpc::Findings f;
+    f.__set_risk_level(outcome.findings->risk_level);
+    f.__set_flags(outcome.findings->flags);
+    f.__set_summary(outcome.findings->summary);
+    f.__set_model_id(outcome.findings->model_id);
+    r.__set_findings(std::move(f));
+  }
   r.__set_card_token(outcome.card_token);
   return r;
 }
 
 ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::PipelineConfig& config,
                                const fraud::XGBoostModel& model) {
-  for (const std::string& stage : {std::string("validate"), std::string("state"), config.features_stage_name,
-                                   config.model.name, config.decision.name, std::string("persist")}) {
+  std::vector<std::string> stages = {"validate", "state", config.features_stage_name, config.model.name,
+                                     config.decision.name, "persist"};
+  if (config.findings.enabled) {
+    stages.push_back(config.findings.name);
+    for (const char* how : {"degraded", "skipped"}) {
+      incomplete_[{config.findings.name, how}] =
+          registry->AddCounter("txscore_stage_incomplete_total",
+                               "Requests in which a stage did not finish (degraded) or did not start (skipped).",
+                               {{"stage", config.findings.name}, {"how", how}});
+    }
+  }
+  for (const std::string& stage : stages) {
     stage_seconds_[stage] = registry->AddHistogram("txscore_stage_duration_seconds",
                                                    "Time spent in each pipeline stage.", {{"stage", stage}});
   }
@@ -111,6 +130,12 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
     if (it != stage_seconds_.end()) it->second->Observe(static_cast<double>(t.elapsed_us) * 1e-6);
   }
   decisions_[pipelines::DecisionName(outcome.decision)]->Increment();
+  for (const auto& [stages, how] : {std::pair{&outcome.degraded_stages, "degraded"}, std::pair{&outcome.skipped_stages, "skipped"}}) {
+    for (const std::string& stage : *stages) {
+      auto it = incomplete_.find({stage, how});
+      if (it != incomplete_.end()) it->second->Increment();
+    }
+  }
 }
 
 TxScoreHandler::TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics,

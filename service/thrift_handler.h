@@ -34,6 +34,7 @@ class ScoringMetrics {
   std::map<std::string, Histogram*> request_seconds_;
   std::map<std::string, Histogram*> stage_seconds_;
   std::map<std::string, Counter*> decisions_;
+  std::map<std::pair<std::string, std::string>, Counter*> incomplete_;  // (stage, degraded|skipped)
 };
 
 class TxScoreHandler : public rpc::TxScoreIf {

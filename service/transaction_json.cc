@@ -31,7 +31,7 @@ Result<rpc::Transaction> TransactionFromJson(const std::string& json_text) {
   static const std::set<std::string> kKnown = {
       "request_id", "timestamp_ms", "amount_minor", "currency", "card_number", "card_token",
       "merchant_id", "mcc", "merchant_country", "channel", "entry_mode", "device_id", "ip_address",
-      "latitude", "longitude", "traceparent", "card_country", "card_verification_code"};
+      "latitude", "longitude", "traceparent", "card_country", "card_verification_code", "budget_ms"};
   for (const auto& [key, value] : doc.items()) {
     if (kKnown.count(key) == 0) return InvalidArgument("unknown field", key);
   }
@@ -81,6 +81,12 @@ Result<rpc::Transaction> TransactionFromJson(const std::string& json_text) {
   TXSCORE_RETURN_IF_ERROR(optional_string("traceparent", &raw.traceparent));
   TXSCORE_RETURN_IF_ERROR(optional_string("card_country", &raw.card_country));
   TXSCORE_RETURN_IF_ERROR(optional_string("card_verification_code", &raw.card_verification_code));
+  if (auto it = doc.find("budget_ms"); it != doc.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 600000) {
+      return InvalidArgument("must be an integer between 1 and 600000", "budget_ms");
+    }
+    raw.budget_ms = static_cast<int32_t>(it->get<int64_t>());
+  }
   if (!doc.contains("channel")) return InvalidArgument("is required", "channel");
   if (!doc.contains("entry_mode")) return InvalidArgument("is required", "entry_mode");
   Result<rpc::Channel::type> channel =
@@ -110,6 +116,7 @@ std::string TransactionToJson(const rpc::Transaction& t) {
   if (t.__isset.longitude) doc["longitude"] = t.longitude;
   if (t.__isset.traceparent) doc["traceparent"] = t.traceparent;
   if (t.__isset.card_verification_code) doc["card_verification_code"] = t.card_verification_code;
+  if (t.__isset.budget_ms) doc["budget_ms"] = t.budget_ms;
   return doc.dump();
 }
 
@@ -133,6 +140,7 @@ rpc::Transaction ToThriftTransaction(const fraud::RawTransaction& raw) {
   if (raw.longitude) t.__set_longitude(*raw.longitude);
   if (raw.traceparent) t.__set_traceparent(*raw.traceparent);
   if (raw.card_verification_code) t.__set_card_verification_code(*raw.card_verification_code);
+  if (raw.budget_ms) t.__set_budget_ms(*raw.budget_ms);
   return t;
 }
 
@@ -155,6 +163,12 @@ std::string ScoreResultToJson(const rpc::ScoreResult& r) {
               {"timings_us", timings}};
   if (!r.degraded_stages.empty()) doc["degraded_stages"] = r.degraded_stages;
   if (!r.skipped_stages.empty()) doc["skipped_stages"] = r.skipped_stages;
+  if (r.__isset.findings) {
+    doc["findings"] = {{"risk_level", r.findings.risk_level},
+                       {"flags", r.findings.flags},
+                       {"summary", r.findings.summary},
+                       {"model_id", r.findings.model_id}};
+  }
   return doc.dump();
 }
 

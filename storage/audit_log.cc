@@ -31,6 +31,12 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"placement", r.placement},
       {"traceparent", r.traceparent},
   };
+  if (r.findings) {
+    doc["findings"] = {{"risk_level", r.findings->risk_level},
+                       {"flags", r.findings->flags},
+                       {"summary", r.findings->summary},
+                       {"model_id", r.findings->model_id}};
+  }
   // NaN feature values (missing) are written as null: JSON has no NaN.
   return doc.dump();
 }
@@ -59,6 +65,10 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
     r.skipped_stages = doc.at("skipped_stages").get<std::vector<std::string>>();
     r.placement = doc.value("placement", "");
     r.traceparent = doc.value("traceparent", "");
+    if (auto f = doc.find("findings"); f != doc.end()) {
+      r.findings = AuditFindings{f->at("risk_level").get<std::string>(), f->at("flags").get<std::vector<std::string>>(),
+                                 f->at("summary").get<std::string>(), f->at("model_id").get<std::string>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(std::string("audit record is malformed: ") + e.what());
   }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,14 @@ struct AuditReason {
   std::string feature;
   double contribution = 0;
   double value = 0;
+};
+
+// What the forensic stage wrote (storage keeps its own copy of the shape: no llm dependency).
+struct AuditFindings {
+  std::string risk_level;
+  std::vector<std::string> flags;
+  std::string summary;
+  std::string model_id;
 };
 
 struct AuditRecord {
@@ -38,6 +47,7 @@ struct AuditRecord {
   std::vector<std::string> skipped_stages;
   std::string placement;  // where the model ran, e.g. "cpu"
   std::string traceparent;
+  std::optional<AuditFindings> findings;  // only for decisions the forensic stage analysed
 };
 
 std::string EncodeAuditRecord(const AuditRecord& record);

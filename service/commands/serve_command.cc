@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "common/logging.h"
+#include "llm/decoder.h"
 #include "pipelines/config.h"
 #include "service/commands/commands.h"
 #include "service/scoring_server.h"
@@ -32,7 +33,7 @@ int RunServe(const ServeOptions& options) {
     spdlog::error("invalid pipeline file: {}", config.error().ToString());
     return 1;
   }
-  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config);
+  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config, llm::Decoder::Load);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", server.error().ToString());
     if (server.error().code == ErrorCode::kNotFound) {
@@ -45,6 +46,10 @@ int RunServe(const ServeOptions& options) {
   spdlog::info("pipeline {} v{}: model {}@{} ({} features), review at >= {}, decline at >= {}", config->name,
                config->version, model.model_id(), model.model_version(), model.schema().size(),
                config->decision.review_threshold, config->decision.decline_threshold);
+  if (config->findings.enabled) {
+    spdlog::info("stage {}: REVIEW decisions get findings from {} ({}, budget {} ms)", config->findings.name,
+                 config->findings.model_dir, config->findings.dtype, config->findings.budget_ms);
+  }
   spdlog::info("serving Thrift on {}:{} ({} workers); admin on http://{}:{}/ (healthz, readyz, metrics)",
                config->server.host, (*server)->rpc_port(), config->server.workers, config->admin.host,
                (*server)->admin_port());

@@ -32,6 +32,19 @@ TEST(ValidateTransaction, RejectsNegativeAmount) {
   ExpectInvalid(raw, "amount_minor", "must not be negative");
 }
 
+TEST(ValidateTransaction, BudgetMustBeBetweenOneMillisecondAndTenMinutes) {
+  RawTransaction raw = ValidTransaction();
+  raw.budget_ms = 250;
+  EXPECT_EQ(ValidateTransaction(raw)->budget_ms, 250);
+  for (int32_t bad : {0, 600001}) {
+    raw.budget_ms = bad;
+    Result<Transaction> tx = ValidateTransaction(raw);
+    ASSERT_FALSE(tx.ok());
+    EXPECT_EQ(tx.error().field, "budget_ms");
+    EXPECT_EQ(tx.error().message, "must be between 1 and 600000 milliseconds");
+  }
+}
+
 TEST(ValidateTransaction, RejectsUnknownCurrency) {
   RawTransaction raw = ValidTransaction();
   raw.currency = "XXY";

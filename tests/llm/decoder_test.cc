@@ -232,6 +232,24 @@ TEST_F(GeneratorTest, ClaimAnalysisGivesWellFormedFindings) {
   EXPECT_EQ(findings->model_id, "tiny-qwen3");
 }
 
+TEST_F(GeneratorTest, TransactionReviewGivesWellFormedFindingsOrStopsAtTheDeadline) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  TransactionCase tx{"r-1", "2026-01-01T10:00:00Z", "4250.00 USD", "m-7", "5967", "RO", "US", "ECOMMERCE",
+                     "MANUAL_KEYED", 0.71, {"amount_zscore = 6.1 (+2.30)"}};
+  GenerationOptions options;
+  options.max_new_tokens = 120;
+  auto findings = TransactionReviewTask::Analyze(generator, *tokenizer_, tx, options, "tiny-qwen3");
+  ASSERT_TRUE(findings.ok()) << findings.error().ToString();
+  EXPECT_TRUE(findings->risk_level == "low" || findings->risk_level == "medium" || findings->risk_level == "high");
+  EXPECT_FALSE(findings->flags.empty());
+  // A deadline already past: one step runs (it is checked between steps), then it stops.
+  options.deadline = std::chrono::steady_clock::now();
+  auto cut = TransactionReviewTask::Analyze(generator, *tokenizer_, tx, options, "tiny-qwen3");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(cut.error().message, "the deadline cut the findings short after 1 tokens");
+}
+
 }  // namespace
 }  // namespace txscore::llm
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <filesystem>
+
 #include "tests/test_support.h"
 
 namespace txscore::pipelines {
@@ -51,12 +53,14 @@ TEST_F(ConfigTest, TheShippedDemoPipelineParses) {
   // pointing the paths at this test's files.
   std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/pipeline.yaml");
   for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
-                          {"../var/models/fraud.ubj", "model.ubj"}}) {
+                          {"../var/models/fraud.ubj", "model.ubj"},
+                          {"../var/models/llm-tiny", "."}}) {
     yaml.replace(yaml.find(from), from.size(), to);
   }
   auto config = Parse(yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->version, "2026.11");
+  EXPECT_TRUE(config->findings.enabled);
 }
 
 TEST_F(ConfigTest, UnknownKeyIsRejectedWithLineAndColumn) {
@@ -121,6 +125,40 @@ TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
   EXPECT_TRUE(Parse(kValid)->model.fast_evaluator);
   yaml.replace(yaml.find("evaluator: xgboost"), 18, "evaluator: magic");
   EXPECT_EQ(Parse(yaml).error().message, Where(7, 80) + "evaluator must be \"fast\" or \"xgboost\", not \"magic\"");
+}
+
+TEST_F(ConfigTest, FindingsStageIsOptionalAndGetsDefaults) {
+  EXPECT_FALSE(Parse(kValid)->findings.enabled);
+  std::filesystem::create_directory(dir_.file("llm"));
+  auto config = Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, model: llm}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  const FindingsStageConfig& f = config->findings;
+  EXPECT_TRUE(f.enabled);
+  EXPECT_EQ(f.name, "forensic");
+  EXPECT_EQ(f.model_dir, dir_.file("llm"));
+  EXPECT_EQ(f.dtype, "float32");
+  EXPECT_EQ(f.threads, 1);
+  EXPECT_EQ(f.max_new_tokens, 96);
+  EXPECT_EQ(f.budget_ms, 1500);
+}
+
+TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
+  std::filesystem::create_directory(dir_.file("llm"));
+  const std::string stage = "  - {name: forensic, kind: llm_findings, after: decision, model: llm, ";
+  EXPECT_EQ(Parse(kValid + stage + "dtype: float16}\n").error().message,
+            Where(9, 78) + "dtype must be \"float32\" or \"bfloat16\", not \"float16\"");
+  EXPECT_EQ(Parse(kValid + stage + "placement: spyre}\n").error().message,
+            Where(9, 82) + "placement \"spyre\" is not available for an llm_findings stage in this release: use cpu");
+  EXPECT_EQ(Parse(kValid + stage + "max_new_tokens: 10}\n").error().message,
+            Where(9, 87) + "\"max_new_tokens\" must be between 50 and 4096");
+  EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: fraud, model: llm}\n")
+                .error()
+                .message,
+            Where(9, 49) + "stage \"forensic\" must come after \"decision\", not \"fraud\"");
+  EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, model: nowhere}\n")
+                .error()
+                .message,
+            Where(9, 66) + "\"model\": file " + dir_.file("nowhere") + " does not exist");
 }
 
 TEST_F(ConfigTest, MissingStorageSectionIsNamed) {

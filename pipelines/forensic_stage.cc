@@ -1,0 +1,112 @@
+#include "pipelines/forensic_stage.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+namespace txscore::pipelines {
+namespace {
+
+const char* ChannelName(fraud::Channel channel) {
+  static const char* kNames[] = {"UNKNOWN", "CARD_PRESENT", "ECOMMERCE", "ATM", "MAIL_PHONE_ORDER", "RECURRING",
+                                 "CONTACTLESS"};
+  const int i = static_cast<int>(channel);
+  return i >= 0 && i < 7 ? kNames[i] : "UNKNOWN";
+}
+
+const char* EntryModeName(fraud::EntryMode mode) {
+  static const char* kNames[] = {"UNKNOWN", "CHIP", "MAGSTRIPE", "CONTACTLESS", "MANUAL_KEYED", "CREDENTIAL_ON_FILE",
+                                 "TOKENIZED_WALLET"};
+  const int i = static_cast<int>(mode);
+  return i >= 0 && i < 7 ? kNames[i] : "UNKNOWN";
+}
+
+std::string IsoTimeUtc(int64_t timestamp_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(timestamp_ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string Amount(const fraud::Transaction& tx) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f %s", tx.currency_exponent, tx.amount_major(), tx.currency.c_str());
+  return text;
+}
+
+}  // namespace
+
+llm::TransactionCase ForensicStage::CaseFor(const fraud::Transaction& tx, double score,
+                                            const std::vector<Reason>& reasons) {
+  llm::TransactionCase c;
+  c.request_id = tx.request_id;
+  c.time_utc = IsoTimeUtc(tx.timestamp_ms);
+  c.amount = Amount(tx);
+  c.merchant_id = tx.merchant_id;
+  c.mcc = tx.mcc;
+  c.merchant_country = tx.merchant_country;
+  c.card_country = tx.card_country.empty() ? "unknown" : tx.card_country;
+  c.channel = ChannelName(tx.channel);
+  c.entry_mode = EntryModeName(tx.entry_mode);
+  c.score = score;
+  for (const Reason& r : reasons) {
+    char line[160];
+    if (std::isnan(r.value)) {
+      std::snprintf(line, sizeof line, "%s missing (%+.2f)", r.feature.c_str(), r.contribution);
+    } else {
+      std::snprintf(line, sizeof line, "%s = %g (%+.2f)", r.feature.c_str(), r.value, r.contribution);
+    }
+    c.reasons.push_back(line);
+  }
+  return c;
+}
+
+Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStageConfig& config,
+                                                             const llm::DecoderLoader& load_decoder) {
+  if (!load_decoder) {
+    return FailedPrecondition("stage " + config.name + " needs the LLM runtime, which this program does not include");
+  }
+  std::unique_ptr<ForensicStage> stage(new ForensicStage());
+  stage->config_ = config;
+  stage->model_id_ = std::filesystem::path(config.model_dir).filename().string();
+  llm::DecoderOptions options;
+  options.dtype = config.dtype;
+  options.threads = config.threads;
+  Result<std::unique_ptr<llm::Decoder>> decoder = load_decoder(config.model_dir, options);
+  if (!decoder.ok()) return decoder.error();
+  stage->decoder_ = std::move(decoder).value();
+  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
+  if (!tokenizer.ok()) return tokenizer.error();
+  stage->tokenizer_ = std::move(tokenizer).value();
+  stage->generator_ = std::make_unique<llm::Generator>(stage->decoder_.get(), stage->tokenizer_.get());
+  return stage;
+}
+
+ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
+                                      std::chrono::steady_clock::time_point deadline) {
+  ForensicResult result;
+  std::unique_lock<std::timed_mutex> turn(turn_, std::defer_lock);
+  if (std::chrono::steady_clock::now() >= deadline || !turn.try_lock_until(deadline)) {
+    result.outcome = ForensicResult::Outcome::kSkipped;
+    result.detail = "the deadline passed before the stage could start";
+    return result;
+  }
+  llm::GenerationOptions options;
+  options.max_new_tokens = config_.max_new_tokens;
+  options.deadline = deadline;
+  Result<llm::Findings> findings =
+      llm::TransactionReviewTask::Analyze(*generator_, *tokenizer_, CaseFor(tx, score, reasons), options, model_id_);
+  if (findings.ok()) {
+    result.findings = std::move(findings).value();
+    return result;
+  }
+  result.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
+                                                                      : ForensicResult::Outcome::kFailed;
+  result.detail = findings.error().message;
+  return result;
+}
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,254 @@
+#include "pipelines/forensic_stage.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <future>
+#include <thread>
+
+#include "fraud/entity_state.h"
+#include "llm/checkpoint_maker.h"
+#include "llm/model_config.h"
+#include "pipelines/scoring_pipeline.h"
+#include "tests/test_support.h"
+
+namespace txscore::pipelines {
+namespace {
+
+// A decoder double: every step returns flat logits, so tests control how long generation
+// takes and when it runs without linking libtorch. Greedy decoding under the findings schema
+// still writes valid findings from flat logits (the constraint picks the allowed tokens).
+class FlatLogitsDecoder : public llm::Decoder {
+ public:
+  struct Control {
+    std::atomic<int> forward_calls{0};
+    std::chrono::milliseconds pause_per_step{0};
+    // When set, the first Forward call waits until `release` is called.
+    bool block_first_call = false;
+    std::promise<void> entered;
+    std::mutex mutex;
+    std::condition_variable released_cv;
+    bool released = false;
+    void Release() {
+      std::lock_guard<std::mutex> lock(mutex);
+      released = true;
+      released_cv.notify_all();
+    }
+  };
+
+  FlatLogitsDecoder(llm::ModelConfig config, Control* control) : config_(std::move(config)), control_(control) {}
+
+  const llm::ModelConfig& config() const override { return config_; }
+
+  std::unique_ptr<llm::DecoderCache> NewCache(int batch, int max_tokens) const override {
+    return std::make_unique<Cache>(batch, max_tokens);
+  }
+
+  Result<std::vector<std::vector<float>>> Forward(llm::DecoderCache* cache,
+                                                  const std::vector<std::vector<int32_t>>& new_tokens) const override {
+    if (control_->forward_calls.fetch_add(1) == 0 && control_->block_first_call) {
+      control_->entered.set_value();
+      std::unique_lock<std::mutex> lock(control_->mutex);
+      control_->released_cv.wait(lock, [&] { return control_->released; });
+    }
+    if (control_->pause_per_step.count() > 0) std::this_thread::sleep_for(control_->pause_per_step);
+    auto* c = static_cast<Cache*>(cache);
+    std::vector<std::vector<float>> logits(new_tokens.size());
+    for (size_t i = 0; i < new_tokens.size(); ++i) {
+      if (new_tokens[i].empty()) continue;
+      c->lengths_[i] += static_cast<int64_t>(new_tokens[i].size());
+      logits[i].assign(static_cast<size_t>(config_.vocab_size), 0.0f);
+    }
+    return logits;
+  }
+
+ private:
+  class Cache : public llm::DecoderCache {
+   public:
+    Cache(int batch, int max_tokens) : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
+    int batch() const override { return batch_; }
+    int max_tokens() const override { return max_tokens_; }
+    const std::vector<int64_t>& lengths() const override { return lengths_; }
+    void Reset(int index) override { lengths_[static_cast<size_t>(index)] = 0; }
+    int batch_;
+    int max_tokens_;
+    std::vector<int64_t> lengths_;
+  };
+
+  llm::ModelConfig config_;
+  Control* control_;
+};
+
+// A pipeline where every decision is REVIEW (thresholds 0 and 1), with a forensic stage on a
+// tiny generated checkpoint whose decoder is the double above.
+class ForensicPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    llm::CheckpointSpec spec;
+    spec.family = "qwen3";
+    spec.size = "tiny";
+    ASSERT_TRUE(llm::MakeCheckpoint(spec, dir_.file("llm")).ok());
+  }
+
+  void CreatePipeline(double review_threshold, int budget_ms = 60000) {
+    std::string yaml = testing::ReadFile(testing::WriteTestPipeline(dir_));
+    const std::string thresholds = "review_threshold: 0.5";
+    yaml.replace(yaml.find(thresholds), thresholds.size(), "review_threshold: " + std::to_string(review_threshold));
+    const std::string decline = "decline_threshold: 0.9";
+    yaml.replace(yaml.find(decline), decline.size(), "decline_threshold: 1.0");
+    yaml += "  - {name: forensic, kind: llm_findings, after: decision, model: llm, budget_ms: " +
+            std::to_string(budget_ms) + "}\n";
+    testing::WriteFile(dir_.file("forensic.yaml"), yaml);
+    auto config = LoadPipelineConfig(dir_.file("forensic.yaml"));
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    auto db = storage::Database::Open(config->storage.path, {.durability = storage::Durability::kWal});
+    ASSERT_TRUE(db.ok()) << db.error().ToString();
+    db_ = std::move(db).value();
+    auto pipeline = ScoringPipeline::Create(*config, db_.get(), [this](const std::string& dir, const llm::DecoderOptions&) {
+      Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
+      if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
+      return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FlatLogitsDecoder>(*model_config, &control_));
+    });
+    ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+    pipeline_ = std::move(pipeline).value();
+  }
+
+  uint64_t CardTransactionCount() {
+    auto stored = db_->Get(storage::ColumnFamily::kEntityState, ExpectedToken());
+    if (!stored.ok() || !stored->has_value()) return 0;
+    return fraud::DecodeCardState(**stored)->transaction_count;
+  }
+  std::string ExpectedToken() const {
+    return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(testing::kTestPan);
+  }
+
+  testing::TempDir dir_;
+  FlatLogitsDecoder::Control control_;
+  std::unique_ptr<storage::Database> db_;
+  std::unique_ptr<ScoringPipeline> pipeline_;
+};
+
+TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRecord) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kReview);
+  ASSERT_TRUE(outcome->findings.has_value());
+  EXPECT_TRUE(outcome->findings->risk_level == "low" || outcome->findings->risk_level == "medium" ||
+              outcome->findings->risk_level == "high")
+      << outcome->findings->risk_level;
+  EXPECT_FALSE(outcome->findings->flags.empty());
+  EXPECT_EQ(outcome->findings->model_id, "llm");
+  EXPECT_TRUE(outcome->degraded_stages.empty());
+  EXPECT_TRUE(outcome->skipped_stages.empty());
+  std::vector<std::string> stages;
+  for (const auto& t : outcome->timings) stages.push_back(t.stage);
+  EXPECT_EQ(stages,
+            (std::vector<std::string>{"validate", "state", "features", "fraud", "decision", "forensic", "persist"}));
+  EXPECT_GT(control_.forward_calls.load(), 1);
+
+  auto audit = pipeline_->audit_log().ReadLast(1);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_TRUE((*audit)[0].findings.has_value());
+  EXPECT_EQ((*audit)[0].findings->risk_level, outcome->findings->risk_level);
+  EXPECT_EQ((*audit)[0].findings->flags, outcome->findings->flags);
+  EXPECT_EQ((*audit)[0].findings->summary, outcome->findings->summary);
+  EXPECT_EQ((*audit)[0].findings->model_id, "llm");
+  EXPECT_EQ(CardTransactionCount(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {
+  CreatePipeline(/*review_threshold=*/0.999);
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kApprove);
+  EXPECT_FALSE(outcome->findings.has_value());
+  EXPECT_TRUE(outcome->degraded_stages.empty());
+  EXPECT_TRUE(outcome->skipped_stages.empty());
+  EXPECT_EQ(control_.forward_calls.load(), 0);
+  EXPECT_FALSE(pipeline_->audit_log().ReadLast(1)->at(0).findings.has_value());
+}
+
+TEST_F(ForensicPipelineTest, TheRequestsBudgetCutsTheStageShortAndTheDecisionStands) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  control_.pause_per_step = std::chrono::milliseconds(20);  // 50+ steps would take over a second
+  fraud::RawTransaction tx = testing::ValidTransaction("req-1");
+  tx.budget_ms = 300;
+  auto outcome = pipeline_->Score(tx);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kReview);
+  EXPECT_FALSE(outcome->findings.has_value());
+  EXPECT_EQ(outcome->degraded_stages, std::vector<std::string>{"forensic"});
+  EXPECT_TRUE(outcome->skipped_stages.empty());
+  auto audit = pipeline_->audit_log().ReadLast(1);
+  EXPECT_EQ((*audit)[0].degraded_stages, std::vector<std::string>{"forensic"});
+  EXPECT_FALSE((*audit)[0].findings.has_value());
+  EXPECT_EQ(CardTransactionCount(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, ARequestThatCannotGetItsTurnInTimeIsSkippedAndNoUpdateIsLost) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  control_.block_first_call = true;
+  std::future<void> entered = control_.entered.get_future();
+  std::thread first([&] {
+    auto outcome = pipeline_->Score(testing::ValidTransaction("first"));
+    ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+    EXPECT_TRUE(outcome->findings.has_value());
+  });
+  entered.wait();  // "first" is inside the stage, outside the card lock
+  fraud::RawTransaction second_tx = testing::ValidTransaction("second");
+  second_tx.timestamp_ms += 1000;
+  second_tx.budget_ms = 1;
+  auto second = pipeline_->Score(second_tx);  // same card: must not wait for "first"'s stage
+  ASSERT_TRUE(second.ok()) << second.error().ToString();
+  EXPECT_EQ(second->skipped_stages, std::vector<std::string>{"forensic"});
+  EXPECT_FALSE(second->findings.has_value());
+  EXPECT_EQ(CardTransactionCount(), 1u);
+  control_.Release();
+  first.join();
+  // "first" re-read the card after its stage and added itself to what "second" wrote.
+  EXPECT_EQ(CardTransactionCount(), 2u);
+}
+
+TEST_F(ForensicPipelineTest, WithoutTheLlmRuntimeThePipelineDoesNotStart) {
+  std::string yaml = testing::ReadFile(testing::WriteTestPipeline(dir_));
+  yaml += "  - {name: forensic, kind: llm_findings, after: decision, model: llm}\n";
+  testing::WriteFile(dir_.file("forensic.yaml"), yaml);
+  auto config = LoadPipelineConfig(dir_.file("forensic.yaml"));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto db = storage::Database::Open(config->storage.path, {});
+  ASSERT_TRUE(db.ok());
+  auto pipeline = ScoringPipeline::Create(*config, db->get());
+  ASSERT_FALSE(pipeline.ok());
+  EXPECT_EQ(pipeline.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(pipeline.error().message, "stage forensic needs the LLM runtime, which this program does not include");
+}
+
+TEST(ForensicStageCase, ShowsTheTransactionWithoutTheCardAndTheReasonsWithTheirValues) {
+  fraud::Transaction tx;
+  tx.request_id = "r-9";
+  tx.timestamp_ms = 1767261600000;
+  tx.amount_minor = 4250;
+  tx.currency = "USD";
+  tx.currency_exponent = 2;
+  tx.card_token = "tok";
+  tx.merchant_id = "m-1";
+  tx.mcc = "5411";
+  tx.merchant_country = "US";
+  tx.channel = fraud::Channel::kEcommerce;
+  tx.entry_mode = fraud::EntryMode::kManualKeyed;
+  const llm::TransactionCase c =
+      ForensicStage::CaseFor(tx, 0.71, {{"amount_zscore", 2.3046, 6.1}, {"device_age_days", 0.5, std::nan("")}});
+  EXPECT_EQ(c.request_id, "r-9");
+  EXPECT_EQ(c.time_utc, "2026-01-01T10:00:00Z");
+  EXPECT_EQ(c.amount, "42.50 USD");
+  EXPECT_EQ(c.card_country, "unknown");
+  EXPECT_EQ(c.channel, "ECOMMERCE");
+  EXPECT_EQ(c.entry_mode, "MANUAL_KEYED");
+  EXPECT_EQ(c.reasons, (std::vector<std::string>{"amount_zscore = 6.1 (+2.30)", "device_age_days missing (+0.50)"}));
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
