@@ -718,6 +718,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;
   std::vector<bool> special;
   std::string empty;
+  int32_t anchor_id = 0;  // the first ordinary token with text of its own; see TokenBytes
 
   // Encodes text that holds no added tokens.
   void EncodePlain(std::string_view text, std::vector<int32_t>* out) const {
@@ -789,7 +790,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
   } catch (const json::exception& e) {
     return InvalidArgument(source + ": unexpected structure: " + e.what());
   }
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+  std::unique_ptr<Tokenizer> tokenizer(new Tokenizer(std::move(impl)));
+  for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
+    if (!tokenizer->IsSpecial(id) && !tokenizer->Decode({id}).empty()) {
+      tokenizer->impl_->anchor_id = id;
+      break;
+    }
+  }
+  return tokenizer;
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
@@ -851,6 +859,11 @@ const std::string& ByteLevelCharacter(uint8_t byte) { return ByteLevel().byte_to
 
 std::string Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size() || IsSpecial(id)) return "";
+  // Decoded after another token, so that a decoder that strips the text's first space (the
+  // dummy prefix of Llama 2 and SentencePiece models) does not touch this token's.
+  const std::string anchor = Decode({impl_->anchor_id});
+  const std::string both = Decode({impl_->anchor_id, id});
+  if (!anchor.empty() && both.compare(0, anchor.size(), anchor) == 0) return both.substr(anchor.size());
   return Decode({id});
 }
 

@@ -60,9 +60,9 @@ class Tokenizer {
   // The token as the vocabulary writes it ("Ġthe", "<|im_end|>"); empty for an unused id.
   const std::string& TokenString(int32_t id) const;
   bool IsSpecial(int32_t id) const;
-  // The bytes a token adds to the text; empty for special tokens. Constrained decoding builds
-  // on this. (It decodes the token alone, so a decoder that strips a leading space at the
-  // start of a text, as Llama 2's Strip does, would misreport the first piece's space.)
+  // The bytes a token adds to the text after other tokens (so "▁the" of a SentencePiece model
+  // is " the", though a text starting with it decodes to "the"); empty for special tokens.
+  // Constrained decoding builds on this.
   std::string TokenBytes(int32_t id) const;
 
  private:

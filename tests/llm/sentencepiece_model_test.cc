@@ -106,6 +106,16 @@ TEST(SentencePieceModel, MergesByScoreAddsTheDummyPrefixAndFallsBackToBytes) {
   EXPECT_EQ((*tokenizer)->Encode("<s>", {.parse_special = true}), std::vector<int32_t>{1});
 }
 
+TEST(SentencePieceModel, TokenBytesKeepTheSpaceThatOnlyTheFirstTokenLoses) {
+  auto tokenizer = LoadModel(ModelProto(SmallVocabulary(), 2, true));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().ToString();
+  EXPECT_EQ((*tokenizer)->Decode({Id("\u2581the")}), "the");
+  EXPECT_EQ((*tokenizer)->TokenBytes(Id("\u2581the")), " the");
+  EXPECT_EQ((*tokenizer)->TokenBytes(Id("he")), "he");
+  EXPECT_EQ((*tokenizer)->TokenBytes(Id("<0xC3>")), "\xC3");
+  EXPECT_EQ((*tokenizer)->TokenBytes(1), "");  // <s> is a control token
+}
+
 TEST(SentencePieceModel, RemovesExtraWhitespaceWhenTheModelSaysSo) {
   auto tokenizer = LoadModel(ModelProto(SmallVocabulary(), 2, true, "identity", "", /*add_dummy_prefix=*/true,
                                         /*remove_extra_whitespaces=*/true));

@@ -1,0 +1,91 @@
+// What txscore knows about a device it may place a stage on: its kind, memory, dtypes, the
+// ops it runs natively, and a cost profile. This header has no torch include; the code that
+// discovers devices and measures their profiles lives in accelerator/discovery.cc.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace txscore::accelerator {
+
+// The kinds a pipeline file can name in `placement:`. CUDA is in PyTorch's tree; Spyre (and
+// other vendors' devices) are out-of-tree backends on the PrivateUse1 dispatch key; the
+// emulated dataflow device is txscore's own PrivateUse1 backend.
+enum class DeviceKind { kCpu, kCuda, kSpyre, kEmulated };
+inline constexpr DeviceKind kAllDeviceKinds[] = {DeviceKind::kCpu, DeviceKind::kCuda, DeviceKind::kSpyre,
+                                                 DeviceKind::kEmulated};
+
+const char* DeviceKindName(DeviceKind kind);  // "cpu", "cuda", "spyre", "emulated"
+Result<DeviceKind> ParseDeviceKind(std::string_view name);
+
+// The op vocabulary that stages declare and devices claim. Coarse on purpose: it is what
+// placement and the op adapters reason about, not an ATen op list.
+namespace ops {
+inline constexpr char kMatmul[] = "matmul";
+inline constexpr char kSoftmax[] = "softmax";
+inline constexpr char kRmsNorm[] = "rms_norm";
+inline constexpr char kRope[] = "rope";
+inline constexpr char kEmbedding[] = "embedding";
+inline constexpr char kActivation[] = "activation";  // SiLU / GELU
+inline constexpr char kTreeWalk[] = "tree_walk";     // branchy tree-ensemble traversal
+}  // namespace ops
+
+// The numbers placement predicts with. Units are in the names.
+struct CostProfile {
+  double dispatch_us = 0;         // fixed cost of one stage call on the device
+  double flops_per_s = 0;         // sustained matrix-product rate for the stage's dtype
+  double memory_bytes_per_s = 0;  // device memory bandwidth
+  double copy_bytes_per_s = 0;    // host <-> device transfers; 0 for the host (nothing to copy)
+  std::string source;             // where the numbers came from: "calibrated", "cache", "config", ...
+};
+
+struct Device {
+  std::string name;  // "cpu", "cuda:0", "spyre:0", "emulated:0"
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+  std::string torch_device;  // how libtorch names it: "cpu", "cuda:0", "privateuseone:0"
+  int64_t memory_bytes = 0;
+  std::vector<std::string> dtypes;   // "float32", "bfloat16", "float16"
+  std::set<std::string> native_ops;  // from accelerator::ops
+  int alignment = 1;                 // preferred multiple for head_dim and vocabulary (op adapters pad to it)
+  CostProfile cost;
+  bool emulated = false;  // an emulator: every plan, log line and metric says so
+  std::string description;
+
+  bool Supports(std::string_view dtype) const;
+  // "emulated:0 (emulated)" for emulators, else the name: what plans and logs print.
+  std::string DisplayName() const;
+};
+
+struct AbsentDevice {
+  DeviceKind kind;
+  std::string reason;  // why it is not available, e.g. "libtorch was built without CUDA"
+};
+
+// The devices of this process, built by explicit calls at start-up (DiscoverDevices) or by a
+// test. Not thread-safe to modify; read-only once built.
+class DeviceRegistry {
+ public:
+  void Register(Device device);
+  void ReportAbsent(DeviceKind kind, std::string reason);
+  // For tests and operators' "what if": drops every device of `kind`, recording `reason`.
+  void Remove(DeviceKind kind, const std::string& reason);
+
+  // The first device of `kind`, or null.
+  const Device* Find(DeviceKind kind) const;
+  // Why `kind` is absent; empty when present or never looked for.
+  std::string AbsenceReason(DeviceKind kind) const;
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::vector<AbsentDevice>& absent() const { return absent_; }
+
+ private:
+  std::vector<Device> devices_;
+  std::vector<AbsentDevice> absent_;
+};
+
+}  // namespace txscore::accelerator
