@@ -1,5 +1,6 @@
 #include "fraud/tree_ensemble.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -102,6 +103,7 @@ Status TreeEnsemble::FillMeans(int32_t offset, int32_t index, const std::vector<
   if (depth > kMaxDepth) return DataLoss("XGBoost tree is deeper than " + std::to_string(kMaxDepth) + " or has a cycle");
   Node& node = nodes_[index];
   if (node.left < 0) {
+    max_depth_ = std::max(max_depth_, depth);
     node.mean = node.value;
     return Status::Ok();
   }

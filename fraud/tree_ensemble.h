@@ -35,6 +35,7 @@ class TreeEnsemble {
 
   size_t num_features() const { return num_features_; }
   size_t num_trees() const { return tree_roots_.size(); }
+  int max_depth() const { return max_depth_; }  // splits on the longest root-to-leaf path
 
  private:
   struct Node {
@@ -55,6 +56,7 @@ class TreeEnsemble {
   std::vector<int32_t> tree_roots_;
   size_t num_features_ = 0;
   float base_margin_ = 0;
+  int max_depth_ = 0;
 };
 
 }  // namespace txscore::fraud

@@ -52,6 +52,9 @@ class XGBoostModel {
   const char* evaluator() const { return ensemble_ ? "tree_ensemble" : "xgboost"; }
 
   const FeatureSchema& schema() const { return schema_; }
+  // Size of the ensemble, for placement; zero when the C API scores it (no tree evaluator).
+  size_t num_trees() const { return ensemble_ ? ensemble_->num_trees() : 0; }
+  int max_depth() const { return ensemble_ ? ensemble_->max_depth() : 0; }
   // File name without extension, e.g. "fraud".
   const std::string& model_id() const { return model_id_; }
   // First 12 hex digits of the SHA-256 of the model file: changes whenever the model does.

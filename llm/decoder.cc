@@ -42,11 +42,11 @@ Result<torch::Tensor> ToTorch(const TensorView& view, torch::ScalarType dtype) {
 
 class TorchCache : public DecoderCache {
  public:
-  TorchCache(const ModelConfig& c, int batch, int max_tokens, torch::ScalarType dtype)
+  TorchCache(const ModelConfig& c, int batch, int max_tokens, const torch::TensorOptions& options)
       : lengths_(static_cast<size_t>(batch), 0), batch_(batch), max_tokens_(max_tokens) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      keys.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, dtype));
-      values.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, dtype));
+      keys.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, options));
+      values.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, options));
     }
   }
   int batch() const override { return batch_; }
@@ -85,16 +85,18 @@ class TorchDecoder : public Decoder {
     auto decoder = std::unique_ptr<TorchDecoder>(new TorchDecoder());
     decoder->config_ = std::move(config).value();
     decoder->dtype_ = options.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    decoder->device_ = torch::Device(options.device);
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
-    decoder->global_inv_freq_ = InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim);
-    decoder->local_inv_freq_ = InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim);
+    decoder->global_inv_freq_ = InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim).to(decoder->device_);
+    decoder->local_inv_freq_ = InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim).to(decoder->device_);
+    decoder->MoveWeightsToDevice();
     return decoder;
   }
 
   const ModelConfig& config() const override { return config_; }
 
   std::unique_ptr<DecoderCache> NewCache(int batch, int max_tokens) const override {
-    return std::make_unique<TorchCache>(config_, batch, max_tokens, dtype_);
+    return std::make_unique<TorchCache>(config_, batch, max_tokens, torch::TensorOptions().dtype(dtype_).device(device_));
   }
 
   Result<std::vector<std::vector<float>>> Forward(DecoderCache* cache,
@@ -149,12 +151,13 @@ class TorchDecoder : public Decoder {
         positions[static_cast<size_t>(i * longest + j)] = start + std::max<int64_t>(std::min(j, n - 1), 0);
       }
     }
-    const torch::Tensor id_tensor = torch::from_blob(ids.data(), {batch, longest}, torch::kInt64).clone();
-    const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).clone();
+    const torch::Tensor id_tensor = torch::from_blob(ids.data(), {batch, longest}, torch::kInt64).to(device_);
+    const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).to(device_);
 
     // Masks [batch, 1, longest, total_max]: key t is visible from query position p when
     // t <= p (causal), and for sliding layers when p - t < window.
-    const torch::Tensor key_index = torch::arange(total_max, torch::kInt64).view({1, 1, total_max});
+    const torch::Tensor key_index =
+        torch::arange(total_max, torch::TensorOptions().dtype(torch::kInt64).device(device_)).view({1, 1, total_max});
     const torch::Tensor query_position = position_tensor.unsqueeze(-1);
     const torch::Tensor causal = key_index <= query_position;
     const torch::Tensor global_mask = MaskToBias(causal);
@@ -168,7 +171,7 @@ class TorchDecoder : public Decoder {
     const double embed_scale = c.embedding_scale();
     if (embed_scale != 1.0) {
       // Hugging Face multiplies by the scale rounded to the activation dtype.
-      x = x * torch::tensor(embed_scale, torch::TensorOptions().dtype(dtype_));
+      x = x * torch::tensor(embed_scale, torch::TensorOptions().dtype(dtype_)).to(device_);
     }
 
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -188,7 +191,7 @@ class TorchDecoder : public Decoder {
     for (int64_t i = 0; i < batch; ++i) {
       const int64_t n = static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size());
       if (n == 0) continue;
-      torch::Tensor logits = F::linear(x[i][n - 1], lm_head_).to(torch::kFloat32);
+      torch::Tensor logits = F::linear(x[i][n - 1], lm_head_).to(torch::kFloat32).to(torch::kCPU);
       if (c.logits_scaling != 1.0) logits = logits / c.logits_scaling;
       if (c.final_logit_softcapping > 0) {
         logits = torch::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
@@ -201,7 +204,7 @@ class TorchDecoder : public Decoder {
   }
 
   static torch::Tensor MaskToBias(const torch::Tensor& allowed) {
-    return torch::zeros(allowed.sizes(), torch::kFloat32)
+    return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(torch::kFloat32).device(allowed.device()))
         .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
         .unsqueeze(1);
   }
@@ -380,8 +383,28 @@ class TorchDecoder : public Decoder {
     return Status::Ok();
   }
 
+  // Weights are moved once, at load: the request path moves none.
+  void MoveWeightsToDevice() {
+    if (device_.is_cpu()) return;
+    auto move = [this](torch::Tensor& t) {
+      if (t.defined()) t = t.to(device_);
+    };
+    const bool tied = lm_head_.is_same(embed_tokens_);
+    move(embed_tokens_);
+    move(final_norm_);
+    lm_head_ = tied ? embed_tokens_ : lm_head_.to(device_);
+    for (Layer& l : layers_) {
+      for (torch::Tensor* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm, &l.post_feedforward_norm,
+                               &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm,
+                               &l.gate, &l.up, &l.down}) {
+        move(*t);
+      }
+    }
+  }
+
   ModelConfig config_;
   torch::ScalarType dtype_ = torch::kFloat32;
+  torch::Device device_ = torch::kCPU;
   torch::Tensor embed_tokens_, final_norm_, lm_head_;
   torch::Tensor global_inv_freq_, local_inv_freq_;
   std::vector<Layer> layers_;

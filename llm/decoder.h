@@ -19,6 +19,9 @@ namespace txscore::llm {
 struct DecoderOptions {
   std::string dtype = "float32";  // Default: float32; or "bfloat16" (weights and activations)
   int threads = 0;                // Default: 0 = libtorch's choice
+  // Default: "cpu". A libtorch device name: "cuda:0", or "privateuseone:0" for an out-of-tree
+  // backend (the emulated device). Weights are moved there once, at load; logits come back.
+  std::string device = "cpu";
 };
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.

@@ -125,10 +125,52 @@ Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out
   return Status::Ok();
 }
 
+// auto or a device kind; whether that device exists and can run the stage is the planner's
+// question, asked at start-up.
+Status ReadPlacement(const Reader& r, const YAML::Node& stage, std::string* out) {
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "placement", false, out));
+  if (*out != "auto" && !accelerator::ParseDeviceKind(*out).ok()) {
+    return r.ErrorAt(stage["placement"], "placement must be auto, cpu, cuda, spyre or emulated, not \"" + *out + "\"");
+  }
+  return Status::Ok();
+}
+
+Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out) {
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "devices", {"emulated", "backend_library", "backend_kind", "calibration_cache"}));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "backend_library", false, false, &out->backend_library));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "backend_kind", false, &out->backend_kind));
+  if (out->backend_kind != "spyre") {
+    return r.ErrorAt(node["backend_kind"], "backend_kind must be spyre (the out-of-tree kind txscore knows), not \"" +
+                                               out->backend_kind + "\"");
+  }
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "calibration_cache", false, false, &out->calibration_cache));
+  if (const YAML::Node e = node["emulated"]) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(e, "devices.emulated",
+                                        {"enabled", "stage_dispatch_us", "op_dispatch_us", "tflops", "memory_gbps",
+                                         "copy_gbps", "memory_gib", "alignment"}));
+    TXSCORE_RETURN_IF_ERROR(r.Read<bool>(e, "enabled", "true or false", &out->emulated));
+    accelerator::EmulatedDeviceOptions& m = out->emulated_model;
+    double tflops = m.flops_per_s / 1e12, memory_gbps = m.memory_bytes_per_s / 1e9, copy_gbps = m.copy_bytes_per_s / 1e9;
+    double memory_gib = static_cast<double>(m.memory_bytes) / (1LL << 30);
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "stage_dispatch_us", 0, 1e6, &m.stage_dispatch_us));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "op_dispatch_us", 0, 1e6, &m.op_dispatch_us));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "tflops", 0.001, 1e4, &tflops));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "memory_gbps", 0.001, 1e5, &memory_gbps));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "copy_gbps", 0.001, 1e5, &copy_gbps));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "memory_gib", 0.001, 1e6, &memory_gib));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(e, "alignment", 1, 4096, &m.alignment));
+    m.flops_per_s = tflops * 1e12;
+    m.memory_bytes_per_s = memory_gbps * 1e9;
+    m.copy_bytes_per_s = copy_gbps * 1e9;
+    m.memory_bytes = static_cast<int64_t>(memory_gib * (1LL << 30));
+  }
+  return Status::Ok();
+}
+
 Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::string& name, FindingsStageConfig* f) {
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name,
                                       {"name", "kind", "after", "model", "dtype", "threads", "max_new_tokens",
-                                       "budget_ms", "placement"}));
+                                       "budget_ms", "placement", "expected_batch", "expected_tokens"}));
   f->enabled = true;
   f->name = name;
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &f->model_dir));
@@ -139,11 +181,9 @@ Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::s
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 0, 256, &f->threads));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_new_tokens", 50, 4096, &f->max_new_tokens));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &f->budget_ms));
-  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "placement", false, &f->placement));
-  if (f->placement != "cpu") {
-    return r.ErrorAt(stage["placement"], "placement \"" + f->placement + "\" is not available for an llm_findings stage "
-                                         "in this release: use cpu");
-  }
+  TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &f->placement));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "expected_batch", 1, 4096, &f->expected_batch));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "expected_tokens", 1, 1 << 20, &f->expected_tokens));
   return Status::Ok();
 }
 
@@ -183,12 +223,7 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
       m.name = name;
       TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &m.model_path));
       TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "schema", false, true, &m.schema_path));
-      TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "placement", false, &m.placement));
-      if (m.placement != "cpu" && m.placement != "auto") {
-        return r.ErrorAt(stage["placement"], "placement \"" + m.placement +
-                                                 "\" is not available for an xgboost stage: use cpu or auto");
-      }
-      m.placement = "cpu";  // auto resolves to cpu for tree ensembles
+      TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &m.placement));
       TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 1, 256, &m.nthread));
       if (stage["evaluator"]) {
         std::string evaluator;
@@ -219,7 +254,7 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
 }
 
 Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std::string& source_path) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file", {"pipeline", "server", "admin", "storage", "security", "stages"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file", {"pipeline", "server", "admin", "storage", "security", "devices", "stages"}));
   PipelineConfig config;
   config.source_path = source_path;
   if (const YAML::Node p = root["pipeline"]) {
@@ -248,6 +283,7 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, true, &config.security.card_key_file));
+  if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &config.devices));
   const YAML::Node stages = root["stages"];
   if (!stages) return r.ErrorAt(root, "missing required key \"stages\"");
   TXSCORE_RETURN_IF_ERROR(ParseStages(r, stages, &config));

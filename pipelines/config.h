@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "accelerator/emulated_device.h"
 #include "common/result.h"
 #include "storage/database.h"
 
@@ -46,11 +47,22 @@ struct SecurityConfig {
   std::string card_key_file;  // required: >= 32 random bytes, mode 0600
 };
 
+// Which devices the process looks for (accelerator/discovery.h). Placement itself is per stage.
+struct DevicesConfig {
+  bool emulated = true;  // Default: the emulated dataflow device is registered
+  accelerator::EmulatedDeviceOptions emulated_model;  // its latency model; defaults in emulated_device.h
+  std::string backend_library;   // Default: none. An out-of-tree PyTorch backend (.so), e.g. torch-spyre's
+  std::string backend_kind = "spyre";  // Default: spyre; what that backend is
+  std::string calibration_cache;  // Default: none (calibrate at every start); measured profiles are kept here
+};
+
 struct ModelStageConfig {
   std::string name = "fraud";
   std::string model_path;   // required: XGBoost .json or .ubj
   std::string schema_path;  // Default: beside the model (fraud.ubj -> fraud.features.json)
-  std::string placement = "cpu";  // Default: cpu. Tree ensembles are branchy and small: CPU is their device.
+  // Default: cpu. auto, cpu, cuda, spyre or emulated; the planner checks it at start-up (tree
+  // ensembles are branchy and small: only the CPU walks trees, and auto finds that).
+  std::string placement = "cpu";
   int nthread = 1;          // Default: 1 (fastest for single rows)
   // Score with txscore's tree evaluator when the model allows; false forces XGBoost's C API.
   bool fast_evaluator = true;  // Default: true
@@ -76,7 +88,11 @@ struct FindingsStageConfig {
   // (Transaction.budget_ms). Output still unfinished then is dropped: the stage is reported
   // degraded and the decision stands without findings.
   int budget_ms = 1500;
-  std::string placement = "cpu";  // Default: cpu (the only choice until accelerators land)
+  // Default: cpu. auto, cpu, cuda, spyre or emulated; auto picks the device with the least
+  // predicted time at the expected batch and tokens below.
+  std::string placement = "cpu";
+  int expected_batch = 1;      // Default: 1 request at a time
+  int expected_tokens = 512;   // Default: 512 tokens per request (prompt and findings)
 };
 
 struct PipelineConfig {
@@ -87,6 +103,7 @@ struct PipelineConfig {
   AdminConfig admin;
   StorageConfig storage;
   SecurityConfig security;
+  DevicesConfig devices;
   // The stages, in order: features -> model -> decision [-> findings].
   std::string features_stage_name = "features";
   ModelStageConfig model;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "accelerator/emulated_device.h"
+
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -102,6 +104,39 @@ TEST_P(DecoderTest, Bfloat16StaysCloseToFloat32) {
     n16 += static_cast<double>(b16[i]) * b16[i];
   }
   EXPECT_GE(dot / std::sqrt(n32 * n16), 0.99);  // cosine similarity of the logits
+}
+
+TEST_P(DecoderTest, RunsOnTheEmulatedDeviceCloseToTheCpu) {
+  ASSERT_TRUE(accelerator::RegisterEmulatedDevice().ok());
+  auto emulated = Decoder::Load(dir_.path(), {.dtype = "bfloat16", .device = "privateuseone:0"});
+  ASSERT_TRUE(emulated.ok()) << emulated.error().ToString();
+  accelerator::ResetEmulatedDeviceStats();
+  auto cache32 = decoder_->NewCache(1, 24);
+  auto cache_emulated = (*emulated)->NewCache(1, 24);
+  std::vector<int32_t> step = {11, 22, 33, 44, 55, 66};
+  int same_tokens = 0;
+  for (int t = 0; t < 8; ++t) {
+    const auto f32 = decoder_->Forward(cache32.get(), {step}).value()[0];
+    const auto on_device = (*emulated)->Forward(cache_emulated.get(), {step}).value()[0];
+    double dot = 0, n32 = 0, n16 = 0;
+    for (size_t i = 0; i < f32.size(); ++i) {
+      dot += static_cast<double>(f32[i]) * on_device[i];
+      n32 += static_cast<double>(f32[i]) * f32[i];
+      n16 += static_cast<double>(on_device[i]) * on_device[i];
+    }
+    EXPECT_GE(dot / std::sqrt(n32 * n16), 0.99) << "step " << t;
+    const auto argmax = [](const std::vector<float>& v) {
+      return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+    };
+    same_tokens += argmax(f32) == argmax(on_device);
+    step = {argmax(f32)};  // both follow the float32 path, so each step compares like with like
+  }
+  EXPECT_GE(same_tokens, 6);
+  const accelerator::EmulatedDeviceStats stats = accelerator::EmulatedDeviceStatsSnapshot();
+  EXPECT_GT(stats.native_ops, 0);
+  EXPECT_EQ(stats.fallback_by_op.count("aten::index_select"), 1u);  // the embedding lookup ran on the host
+  EXPECT_GT(stats.bytes_to_host, 0);  // the logits of every step came back
+  EXPECT_GT(stats.modeled_us, 0);
 }
 
 TEST_P(DecoderTest, RefusesToOverflowTheCacheOrReadUnknownIds) {

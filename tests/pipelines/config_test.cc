@@ -109,11 +109,13 @@ TEST_F(ConfigTest, StagesMustBeInPipelineOrder) {
 
 TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
   std::string yaml = kValid;
-  yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, placement: spyre");
+  yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, placement: tpu");
   auto config = Parse(yaml);
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.error().message,
-            Where(7, 80) + "placement \"spyre\" is not available for an xgboost stage: use cpu or auto");
+  EXPECT_EQ(config.error().message, Where(7, 80) + "placement must be auto, cpu, cuda, spyre or emulated, not \"tpu\"");
+  // Whether a named device exists and can run the stage is decided at start-up by the planner.
+  yaml.replace(yaml.find("placement: tpu"), 14, "placement: spyre");
+  EXPECT_EQ(Parse(yaml)->model.placement, "spyre");
 }
 
 TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
@@ -147,8 +149,8 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   const std::string stage = "  - {name: forensic, kind: llm_findings, after: decision, model: llm, ";
   EXPECT_EQ(Parse(kValid + stage + "dtype: float16}\n").error().message,
             Where(9, 78) + "dtype must be \"float32\" or \"bfloat16\", not \"float16\"");
-  EXPECT_EQ(Parse(kValid + stage + "placement: spyre}\n").error().message,
-            Where(9, 82) + "placement \"spyre\" is not available for an llm_findings stage in this release: use cpu");
+  EXPECT_EQ(Parse(kValid + stage + "placement: tpu}\n").error().message,
+            Where(9, 82) + "placement must be auto, cpu, cuda, spyre or emulated, not \"tpu\"");
   EXPECT_EQ(Parse(kValid + stage + "max_new_tokens: 10}\n").error().message,
             Where(9, 87) + "\"max_new_tokens\" must be between 50 and 4096");
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: fraud, model: llm}\n")
@@ -159,6 +161,27 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
                 .error()
                 .message,
             Where(9, 66) + "\"model\": file " + dir_.file("nowhere") + " does not exist");
+}
+
+TEST_F(ConfigTest, DevicesSectionSetsDiscoveryAndTheEmulatorsModel) {
+  EXPECT_TRUE(Parse(kValid)->devices.emulated);
+  auto config = Parse(std::string(kValid) +
+                      "devices:\n"
+                      "  calibration_cache: profiles.json\n"
+                      "  backend_library: /opt/spyre/libtorch_spyre.so\n"
+                      "  emulated: {enabled: false, tflops: 100, memory_gbps: 400, copy_gbps: 32, memory_gib: 16}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  const DevicesConfig& d = config->devices;
+  EXPECT_EQ(d.calibration_cache, dir_.file("profiles.json"));
+  EXPECT_EQ(d.backend_library, "/opt/spyre/libtorch_spyre.so");
+  EXPECT_FALSE(d.emulated);
+  EXPECT_EQ(d.emulated_model.flops_per_s, 100e12);
+  EXPECT_EQ(d.emulated_model.memory_bytes_per_s, 400e9);
+  EXPECT_EQ(d.emulated_model.copy_bytes_per_s, 32e9);
+  EXPECT_EQ(d.emulated_model.memory_bytes, 16LL << 30);
+  EXPECT_EQ(d.emulated_model.stage_dispatch_us, 150);  // unchanged default
+  EXPECT_EQ(Parse(std::string(kValid) + "devices:\n  emulated: {tflops: 0}\n").error().message,
+            Where(10, 22) + "\"tflops\" must be between 0.001 and 10000");
 }
 
 TEST_F(ConfigTest, MissingStorageSectionIsNamed) {

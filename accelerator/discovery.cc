@@ -1,0 +1,203 @@
+#include "accelerator/discovery.h"
+
+#include <dlfcn.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace txscore::accelerator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The median time of `runs` calls of `fn` after one warm-up call, in seconds.
+template <typename Fn>
+double MedianSeconds(int runs, Fn fn) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = Clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::nth_element(times.begin(), times.begin() + runs / 2, times.end());
+  return times[static_cast<size_t>(runs / 2)];
+}
+
+std::string CacheKey(const std::string& device, int threads) {
+  return device + "/threads=" + std::to_string(threads) + "/torch=" + TORCH_VERSION;
+}
+
+nlohmann::json ReadCache(const std::string& path) {
+  if (path.empty()) return nlohmann::json::object();
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return doc.is_object() ? doc : nlohmann::json::object();
+}
+
+// Written to a temporary file and renamed, so a reader never sees half a file.
+void WriteCache(const std::string& path, const nlohmann::json& doc) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << doc.dump(2) << "\n";
+    if (!out) return;
+  }
+  std::error_code ignored;
+  std::filesystem::rename(tmp, path, ignored);
+}
+
+// From the cache when present, else measured (and cached).
+Result<CostProfile> Profile(const std::string& name, const std::string& torch_device, int threads, nlohmann::json* cache,
+                            bool* cache_changed) {
+  const std::string key = CacheKey(name, threads);
+  if (auto it = cache->find(key); it != cache->end() && it->is_object()) {
+    CostProfile p;
+    p.dispatch_us = it->value("dispatch_us", 0.0);
+    p.flops_per_s = it->value("flops_per_s", 0.0);
+    p.memory_bytes_per_s = it->value("memory_bytes_per_s", 0.0);
+    p.copy_bytes_per_s = it->value("copy_bytes_per_s", 0.0);
+    p.source = "calibration cache";
+    if (p.flops_per_s > 0 && p.memory_bytes_per_s > 0) return p;
+  }
+  Result<CostProfile> measured = CalibrateDevice(torch_device, threads);
+  if (!measured.ok()) return measured.error();
+  (*cache)[key] = {{"dispatch_us", measured->dispatch_us},
+                   {"flops_per_s", measured->flops_per_s},
+                   {"memory_bytes_per_s", measured->memory_bytes_per_s},
+                   {"copy_bytes_per_s", measured->copy_bytes_per_s}};
+  *cache_changed = true;
+  return measured;
+}
+
+int64_t HostMemoryBytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
+const std::set<std::string> kAllOps = {ops::kMatmul, ops::kSoftmax,   ops::kRmsNorm, ops::kRope,
+                                       ops::kEmbedding, ops::kActivation, ops::kTreeWalk};
+
+}  // namespace
+
+Result<CostProfile> CalibrateDevice(const std::string& torch_device, int threads) {
+  try {
+    const int previous_threads = torch::get_num_threads();
+    if (threads > 0) torch::set_num_threads(threads);
+    const torch::Device device(torch_device);
+    const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    auto sync = [&](const torch::Tensor& t) { return t.sum().item<float>(); };  // waits for the device
+    CostProfile p;
+    torch::Tensor one = torch::ones({1}, options);
+    p.dispatch_us = MedianSeconds(51, [&] { sync(one + one); }) * 1e6;
+    const int64_t n = 384;
+    torch::Tensor a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+    const double gemm = MedianSeconds(7, [&] { sync(torch::mm(a, b)); });
+    p.flops_per_s = 2.0 * n * n * n / gemm;
+    const int64_t rows = 4096;  // 64 MiB of float32: larger than the caches
+    torch::Tensor m = torch::randn({rows, rows}, options), v = torch::randn({rows, 1}, options);
+    const double gemv = MedianSeconds(7, [&] { sync(torch::mm(m, v)); });
+    p.memory_bytes_per_s = static_cast<double>(rows) * rows * 4 / gemv;
+    if (device.type() != torch::kCPU) {
+      torch::Tensor host = torch::randn({rows, 1024});
+      const double copy = MedianSeconds(5, [&] { sync(host.to(device)); });
+      p.copy_bytes_per_s = static_cast<double>(host.numel()) * 4 / copy;
+    }
+    p.source = "calibrated";
+    torch::set_num_threads(previous_threads);
+    return p;
+  } catch (const c10::Error& e) {
+    return Internal("calibrating " + torch_device + ": " + e.what_without_backtrace());
+  }
+}
+
+Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
+  DeviceRegistry registry;
+  nlohmann::json cache = ReadCache(options.calibration_cache);
+  bool cache_changed = false;
+
+  Device cpu;
+  cpu.name = "cpu";
+  cpu.kind = DeviceKind::kCpu;
+  cpu.torch_device = "cpu";
+  cpu.memory_bytes = HostMemoryBytes();
+  cpu.dtypes = {"float32", "bfloat16"};  // libtorch 1.13 has no float16 matmul on CPU
+  cpu.native_ops = kAllOps;
+  cpu.description = "host CPU, " + std::to_string(options.threads) + " libtorch thread(s)";
+  Result<CostProfile> cpu_profile = Profile("cpu", "cpu", options.threads, &cache, &cache_changed);
+  if (!cpu_profile.ok()) return cpu_profile.error();
+  cpu.cost = *cpu_profile;
+  registry.Register(std::move(cpu));
+
+  if (!at::globalContext().hasCUDA()) {
+    registry.ReportAbsent(DeviceKind::kCuda, "libtorch was built without CUDA");
+  } else if (!torch::cuda::is_available()) {
+    registry.ReportAbsent(DeviceKind::kCuda, "libtorch has CUDA but sees no GPU");
+  } else {
+    Device gpu;
+    gpu.name = "cuda:0";
+    gpu.kind = DeviceKind::kCuda;
+    gpu.torch_device = "cuda:0";
+    gpu.dtypes = {"float32", "bfloat16", "float16"};
+    gpu.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation};
+    gpu.alignment = 8;
+    gpu.description = "CUDA GPU (memory not known to this build: not checked)";
+    Result<CostProfile> profile = Profile("cuda:0", "cuda:0", options.threads, &cache, &cache_changed);
+    if (!profile.ok()) return profile.error();
+    gpu.cost = *profile;
+    registry.Register(std::move(gpu));
+  }
+
+  bool private_use_taken = false;
+  if (!options.backend_library.empty()) {
+    const std::string kind = DeviceKindName(options.backend_kind);
+    // The library registers its backend on PrivateUse1 from its static initialisers.
+    void* handle = dlopen(options.backend_library.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (handle == nullptr) {
+      registry.ReportAbsent(options.backend_kind, "cannot load " + options.backend_library + ": " + dlerror());
+    } else {
+      private_use_taken = true;
+      Device d;
+      d.name = kind + ":0";
+      d.kind = options.backend_kind;
+      d.torch_device = "privateuseone:0";
+      d.dtypes = {"float16", "bfloat16"};
+      d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kActivation};
+      d.description = "out-of-tree PyTorch backend from " + options.backend_library;
+      Result<CostProfile> profile = Profile(d.name, d.torch_device, options.threads, &cache, &cache_changed);
+      if (!profile.ok()) {
+        registry.ReportAbsent(options.backend_kind, "loaded " + options.backend_library + " but " + profile.error().message);
+      } else {
+        d.cost = *profile;
+        registry.Register(std::move(d));
+      }
+    }
+  } else {
+    registry.ReportAbsent(DeviceKind::kSpyre, "no backend library configured (devices.backend_library)");
+  }
+
+  if (!options.emulated) {
+    registry.ReportAbsent(DeviceKind::kEmulated, "disabled in the pipeline file (devices.emulated.enabled: false)");
+  } else if (private_use_taken) {
+    registry.ReportAbsent(DeviceKind::kEmulated,
+                          "the out-of-tree backend " + options.backend_library + " holds PrivateUse1");
+  } else {
+    Status status = RegisterEmulatedDevice(options.emulated_model);
+    if (!status.ok()) {
+      registry.ReportAbsent(DeviceKind::kEmulated, status.error().message);
+    } else {
+      registry.Register(EmulatedDeviceDescription(options.emulated_model));
+    }
+  }
+  if (cache_changed) WriteCache(options.calibration_cache, cache);
+  return registry;
+}
+
+}  // namespace txscore::accelerator
