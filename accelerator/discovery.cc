@@ -180,7 +180,7 @@ Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
       }
     }
   } else {
-    registry.ReportAbsent(DeviceKind::kSpyre, "no backend library configured (devices.backend_library)");
+    registry.ReportAbsent(DeviceKind::kSpyre, "no backend library configured: set devices.backend_library");
   }
 
   if (!options.emulated) {

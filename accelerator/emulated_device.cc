@@ -296,22 +296,6 @@ Status RegisterEmulatedDevice(const EmulatedDeviceOptions& options) {
 
 bool EmulatedDeviceRegistered() { return registered; }
 
-Device EmulatedDeviceDescription(const EmulatedDeviceOptions& options) {
-  Device d;
-  d.name = "emulated:0";
-  d.kind = DeviceKind::kEmulated;
-  d.torch_device = "privateuseone:0";
-  d.memory_bytes = options.memory_bytes;
-  d.dtypes = {"bfloat16", "float16"};
-  d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kActivation};
-  d.alignment = options.alignment;
-  d.cost = {options.stage_dispatch_us, options.flops_per_s, options.memory_bytes_per_s, options.copy_bytes_per_s,
-            "emulator latency model"};
-  d.emulated = true;
-  d.description = "txscore's emulated dataflow device (PrivateUse1 backend; runs on the host CPU)";
-  return d;
-}
-
 EmulatedDeviceStats EmulatedDeviceStatsSnapshot() {
   State& s = GlobalState();
   std::lock_guard<std::mutex> lock(s.mutex);

@@ -93,6 +93,8 @@ struct FindingsStageConfig {
   std::string placement = "cpu";
   int expected_batch = 1;      // Default: 1 request at a time
   int expected_tokens = 512;   // Default: 512 tokens per request (prompt and findings)
+  // Set at start-up from the plan, not read from the file: the libtorch device the stage runs on.
+  std::string device = "cpu";
 };
 
 struct PipelineConfig {

@@ -75,6 +75,7 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
   llm::DecoderOptions options;
   options.dtype = config.dtype;
   options.threads = config.threads;
+  options.device = config.device;
   Result<std::unique_ptr<llm::Decoder>> decoder = load_decoder(config.model_dir, options);
   if (!decoder.ok()) return decoder.error();
   stage->decoder_ = std::move(decoder).value();

@@ -37,7 +37,7 @@ int64_t NowMicros() {
 }  // namespace
 
 Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
-                                                                 const llm::DecoderLoader& load_decoder) {
+                                                                 const PipelineRuntime& runtime) {
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
   Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
@@ -49,8 +49,26 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
   Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(config.model.model_path, model_options);
   if (!model.ok()) return model.error();
   pipeline->model_ = std::move(model).value();
-  if (config.findings.enabled) {
-    Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(config.findings, load_decoder);
+  FindingsStageConfig findings = config.findings;
+  if (runtime.devices != nullptr) {
+    Result<PipelinePlan> plan = PlanPipeline(config, *runtime.devices);
+    if (!plan.ok()) return plan.error();
+    pipeline->plan_ = std::move(plan).value();
+    if (const accelerator::Placement* p = pipeline->plan_.Find(findings.name); p != nullptr && findings.enabled) {
+      findings.device = runtime.devices->Find(p->kind)->torch_device;
+      findings.dtype = p->dtype;
+    }
+  } else {
+    for (const auto& [stage, placement] : {std::pair{config.model.name, config.model.placement},
+                                           std::pair{findings.name, findings.enabled ? findings.placement : "cpu"}}) {
+      if (placement != "cpu" && placement != "auto") {
+        return FailedPrecondition("stage " + stage + ": placement \"" + placement +
+                                  "\" needs device discovery, which this program did not run");
+      }
+    }
+  }
+  if (findings.enabled) {
+    Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(findings, runtime.load_decoder);
     if (!forensic.ok()) return forensic.error();
     pipeline->forensic_ = std::move(forensic).value();
   }

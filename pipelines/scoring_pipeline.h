@@ -29,6 +29,7 @@
 #include "pipelines/config.h"
 #include "pipelines/decision.h"
 #include "pipelines/forensic_stage.h"
+#include "pipelines/placement.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
 
@@ -58,12 +59,22 @@ struct ScoreOutcome {
   std::optional<llm::Findings> findings;  // from the forensic stage, for REVIEW decisions
 };
 
+// What the program provides beyond the pipeline file.
+struct PipelineRuntime {
+  // Needed when the pipeline has an llm_findings stage: llm::Decoder::Load (libtorch), which
+  // this library does not link.
+  llm::DecoderLoader load_decoder;
+  // The devices of this process (accelerator::DiscoverDevices). Null: no discovery ran, every
+  // stage runs on the CPU, and a placement naming another device is refused.
+  const accelerator::DeviceRegistry* devices = nullptr;
+};
+
 class ScoringPipeline {
  public:
-  // Loads the card key and the model named in `config`; `db` must outlive the pipeline. A
-  // pipeline with an llm_findings stage needs `load_decoder` (llm::Decoder::Load).
+  // Loads the card key and the models named in `config` and places its stages; `db` (and
+  // runtime.devices) must outlive the pipeline.
   static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db,
-                                                         const llm::DecoderLoader& load_decoder = {});
+                                                         const PipelineRuntime& runtime = {});
 
   // Takes the transaction by value: its PAN and card verification code are wiped from
   // memory once tokenized. kInvalidArgument (with the field) for bad input, in which case
@@ -72,6 +83,8 @@ class ScoringPipeline {
 
   const fraud::XGBoostModel& model() const { return *model_; }
   const PipelineConfig& config() const { return config_; }
+  // Where each model stage runs; empty without runtime.devices.
+  const PipelinePlan& plan() const { return plan_; }
   storage::AuditLog& audit_log() { return audit_log_; }
 
  private:
@@ -92,6 +105,7 @@ class ScoringPipeline {
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
   std::unique_ptr<fraud::XGBoostModel> model_;
   std::unique_ptr<ForensicStage> forensic_;  // null without an llm_findings stage
+  PipelinePlan plan_;
   std::array<std::mutex, kCardLockStripes> card_locks_;
 };
 

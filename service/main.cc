@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   txscore::service::AddDataCommand(app, &exit_code);
   txscore::service::AddLlmCommand(app, &exit_code);
   txscore::service::AddGenerateCommand(app, &exit_code);
+  txscore::service::AddPlanCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -5,7 +5,7 @@
 namespace txscore::service {
 
 Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::PipelineConfig& config,
-                                                             const llm::DecoderLoader& load_decoder) {
+                                                             const pipelines::PipelineRuntime& runtime) {
   std::unique_ptr<ScoringServer> server(new ScoringServer());
   storage::DatabaseOptions db_options;
   db_options.durability = config.storage.durability;
@@ -13,7 +13,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
   Result<std::unique_ptr<pipelines::ScoringPipeline>> pipeline =
-      pipelines::ScoringPipeline::Create(config, server->db_.get(), load_decoder);
+      pipelines::ScoringPipeline::Create(config, server->db_.get(), runtime);
   if (!pipeline.ok()) return pipeline.error();
   server->pipeline_ = std::move(pipeline).value();
   server->metrics_ = std::make_unique<ScoringMetrics>(&server->registry_, config, server->pipeline_->model());

@@ -22,9 +22,9 @@ namespace txscore::service {
 class ScoringServer {
  public:
   // Opens the database, loads the key and models, binds both ports. Nothing is served yet.
-  // `load_decoder` is needed when the pipeline has an llm_findings stage.
+  // `runtime` as for ScoringPipeline::Create.
   static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config,
-                                                       const llm::DecoderLoader& load_decoder = {});
+                                                       const pipelines::PipelineRuntime& runtime = {});
   ~ScoringServer();  // Stop()s if needed
 
   // Starts serving. `on_unexpected_stop` runs (on the server thread) if the Thrift server

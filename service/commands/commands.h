@@ -14,5 +14,6 @@ void AddModelCommand(CLI::App& app, int* exit_code);
 void AddDataCommand(CLI::App& app, int* exit_code);
 void AddLlmCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
+void AddPlanCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

@@ -6,7 +6,9 @@
 #include <iostream>
 
 #include "common/logging.h"
+#include "accelerator/discovery.h"
 #include "llm/decoder.h"
+#include "pipelines/placement.h"
 #include "pipelines/config.h"
 #include "service/commands/commands.h"
 #include "service/scoring_server.h"
@@ -33,7 +35,18 @@ int RunServe(const ServeOptions& options) {
     spdlog::error("invalid pipeline file: {}", config.error().ToString());
     return 1;
   }
-  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config, llm::Decoder::Load);
+  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
+  if (!devices.ok()) {
+    spdlog::error("device discovery failed: {}", devices.error().ToString());
+    return 1;
+  }
+  for (const accelerator::AbsentDevice& absent : devices->absent()) {
+    spdlog::info("device {}: absent ({})", accelerator::DeviceKindName(absent.kind), absent.reason);
+  }
+  pipelines::PipelineRuntime runtime;
+  runtime.load_decoder = llm::Decoder::Load;
+  runtime.devices = &*devices;
+  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config, runtime);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", server.error().ToString());
     if (server.error().code == ErrorCode::kNotFound) {
@@ -46,9 +59,12 @@ int RunServe(const ServeOptions& options) {
   spdlog::info("pipeline {} v{}: model {}@{} ({} features), review at >= {}, decline at >= {}", config->name,
                config->version, model.model_id(), model.model_version(), model.schema().size(),
                config->decision.review_threshold, config->decision.decline_threshold);
+  for (const accelerator::Placement& p : (*server)->pipeline().plan().stages) {
+    spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+  }
   if (config->findings.enabled) {
-    spdlog::info("stage {}: REVIEW decisions get findings from {} ({}, budget {} ms)", config->findings.name,
-                 config->findings.model_dir, config->findings.dtype, config->findings.budget_ms);
+    spdlog::info("stage {}: REVIEW decisions get findings from {} (budget {} ms)", config->findings.name,
+                 config->findings.model_dir, config->findings.budget_ms);
   }
   spdlog::info("serving Thrift on {}:{} ({} workers); admin on http://{}:{}/ (healthz, readyz, metrics)",
                config->server.host, (*server)->rpc_port(), config->server.workers, config->admin.host,

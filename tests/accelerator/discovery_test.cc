@@ -20,7 +20,7 @@ TEST(DiscoverDevices, FindsTheCpuAndTheEmulatedDeviceAndSaysWhyOthersAreAbsent) 
   const Device* emulated = registry->Find(DeviceKind::kEmulated);
   ASSERT_NE(emulated, nullptr);
   EXPECT_TRUE(emulated->emulated);
-  EXPECT_EQ(registry->AbsenceReason(DeviceKind::kSpyre), "no backend library configured (devices.backend_library)");
+  EXPECT_EQ(registry->AbsenceReason(DeviceKind::kSpyre), "no backend library configured: set devices.backend_library");
   if (registry->Find(DeviceKind::kCuda) == nullptr) {
     const std::string why = registry->AbsenceReason(DeviceKind::kCuda);
     EXPECT_TRUE(why == "libtorch was built without CUDA" || why == "libtorch has CUDA but sees no GPU") << why;

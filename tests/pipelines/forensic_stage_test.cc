@@ -106,11 +106,13 @@ class ForensicPipelineTest : public ::testing::Test {
     auto db = storage::Database::Open(config->storage.path, {.durability = storage::Durability::kWal});
     ASSERT_TRUE(db.ok()) << db.error().ToString();
     db_ = std::move(db).value();
-    auto pipeline = ScoringPipeline::Create(*config, db_.get(), [this](const std::string& dir, const llm::DecoderOptions&) {
+    PipelineRuntime runtime;
+    runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions&) {
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
       return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FlatLogitsDecoder>(*model_config, &control_));
-    });
+    };
+    auto pipeline = ScoringPipeline::Create(*config, db_.get(), runtime);
     ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
     pipeline_ = std::move(pipeline).value();
   }
