@@ -21,15 +21,13 @@ Candidate Evaluate(const StageWorkload& work, const Device& device) {
   Candidate c;
   c.device = device.DisplayName();
   c.kind = device.kind;
-  for (const std::string& op : work.ops) {
-    if (device.native_ops.count(op) > 0) continue;
-    const std::string adapter = AdapterFor(op, device.native_ops);
-    if (adapter.empty()) {
-      c.why_not = "cannot run op " + op;
-      return c;
-    }
-    c.adapters.push_back(adapter);
+  std::vector<std::string> missing;
+  c.op_adapters = ChooseAdapters(work.ops, device.native_ops, &missing);
+  if (!missing.empty()) {
+    c.why_not = "cannot run op " + missing.front();
+    return c;
   }
+  c.adapters = c.op_adapters.Describe();
   for (const std::string& dtype : work.dtypes) {
     if (device.Supports(dtype)) {
       c.dtype = dtype;
@@ -67,17 +65,6 @@ std::string Microseconds(double us) {
 }
 
 }  // namespace
-
-std::string AdapterFor(const std::string& op, const std::set<std::string>& native_ops) {
-  const bool matmul = native_ops.count(ops::kMatmul) > 0;
-  if (op == ops::kRope && matmul) return "rope as a matmul with precomputed rotation matrices";
-  if (op == ops::kRmsNorm && matmul) return "rms_norm as x*x summed by a matmul, fp32 accumulator";
-  if (op == ops::kSoftmax && matmul && native_ops.count(ops::kActivation) > 0) {
-    return "attention decomposed into matmul, exp, sum and matmul";
-  }
-  if (op == ops::kEmbedding) return "embedding lookup on the host";
-  return "";
-}
 
 StageWorkload TreeEnsembleWorkload(const std::string& stage, int trees, int max_depth, int features) {
   StageWorkload w;
@@ -180,6 +167,7 @@ Result<Placement> PlaceStage(const StageWorkload& work, std::string_view request
   }
   plan.kind = chosen->kind;
   plan.dtype = chosen->dtype;
+  plan.adapters = chosen->op_adapters;
   for (const Device& d : devices.devices()) {
     if (d.DisplayName() == chosen->device) {
       plan.device = d.name;

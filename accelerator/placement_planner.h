@@ -6,8 +6,8 @@
 //
 //   dispatch_us + max(flops / flops_per_s, memory_bytes / memory_bytes_per_s) + transfer_bytes / copy_bytes_per_s
 //
-// at the stage's expected batch and tokens, after checking that the device has a usable dtype,
-// every op (natively or through an op adapter) and the memory. `auto` takes the least
+// at the stage's expected batch and tokens, after checking that the device has every op
+// (natively or through an op adapter, accelerator/op_adapters.h), a usable dtype and the memory. `auto` takes the least
 // predicted time; an explicit kind must be present and able, or the plan is an error that
 // says why. The remaining able devices, fastest first, are the fallback order.
 #pragma once
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "accelerator/device.h"
+#include "accelerator/op_adapters.h"
 #include "common/result.h"
 
 namespace txscore::accelerator {
@@ -65,7 +66,8 @@ struct Candidate {
   bool able = false;
   std::string why_not;  // when not able: absent, no dtype, missing op, not enough memory
   std::string dtype;
-  std::vector<std::string> adapters;  // op adapters the stage would use there
+  OpAdapters op_adapters;             // op adapters the stage would use there
+  std::vector<std::string> adapters;  // the same, described
   double dispatch_us = 0, compute_us = 0, memory_us = 0, transfer_us = 0;
   double predicted_us = 0;
 };
@@ -76,6 +78,7 @@ struct Placement {
   std::string device;     // the chosen device's name, e.g. "cpu"
   DeviceKind kind = DeviceKind::kCpu;
   std::string dtype;
+  OpAdapters adapters;  // what the stage must use on the chosen device
   bool emulated = false;
   std::string reason;
   std::vector<Candidate> candidates;  // present devices in registry order, then absent kinds
@@ -86,8 +89,5 @@ struct Placement {
 // requested device and why it cannot be used; kInvalidArgument for an unknown kind.
 Result<Placement> PlaceStage(const StageWorkload& work, std::string_view requested, const DeviceRegistry& devices);
 
-// The op adapter a device without `op` natively could use, given its native ops; empty when
-// there is none. E.g. "rope" on a device with matmul: "rope as a matmul with precomputed rotation matrices".
-std::string AdapterFor(const std::string& op, const std::set<std::string>& native_ops);
 
 }  // namespace txscore::accelerator

@@ -3,6 +3,8 @@
 // family difference is a ModelConfig field, so there is one forward pass.
 #include "llm/decoder.h"
 
+#include "accelerator/op_adapters_torch.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -86,10 +88,15 @@ class TorchDecoder : public Decoder {
     decoder->config_ = std::move(config).value();
     decoder->dtype_ = options.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     decoder->device_ = torch::Device(options.device);
+    decoder->adapters_ = options.adapters;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->global_inv_freq_ = InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim).to(decoder->device_);
     decoder->local_inv_freq_ = InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim).to(decoder->device_);
     decoder->MoveWeightsToDevice();
+    if (options.adapters.rope_as_matmul) {
+      decoder->rotate_half_ = accelerator::RotateHalfMatrix(
+          decoder->config_.head_dim, torch::TensorOptions().dtype(decoder->dtype_).device(decoder->device_));
+    }
     return decoder;
   }
 
@@ -151,7 +158,8 @@ class TorchDecoder : public Decoder {
         positions[static_cast<size_t>(i * longest + j)] = start + std::max<int64_t>(std::min(j, n - 1), 0);
       }
     }
-    const torch::Tensor id_tensor = torch::from_blob(ids.data(), {batch, longest}, torch::kInt64).to(device_);
+    const torch::Tensor host_ids = torch::from_blob(ids.data(), {batch, longest}, torch::kInt64);
+    const torch::Tensor id_tensor = host_ids.to(device_);
     const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).to(device_);
 
     // Masks [batch, 1, longest, total_max]: key t is visible from query position p when
@@ -167,7 +175,9 @@ class TorchDecoder : public Decoder {
     const torch::Tensor global_rope = RopeTables(global_inv_freq_, position_tensor);
     const torch::Tensor local_rope = RopeTables(local_inv_freq_, position_tensor);
 
-    torch::Tensor x = F::embedding(id_tensor, embed_tokens_);
+    torch::Tensor x = adapters_.embedding_on_host
+                          ? accelerator::EmbeddingOnHost(embed_tokens_host_, host_ids, device_)
+                          : F::embedding(id_tensor, embed_tokens_);
     const double embed_scale = c.embedding_scale();
     if (embed_scale != 1.0) {
       // Hugging Face multiplies by the scale rounded to the activation dtype.
@@ -235,15 +245,17 @@ class TorchDecoder : public Decoder {
     return torch::stack({angles.cos(), angles.sin()}).to(dtype_);
   }
 
-  static torch::Tensor RotateHalf(const torch::Tensor& x) {
-    const int64_t half = x.size(-1) / 2;
-    return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  torch::Tensor RotateHalf(const torch::Tensor& x) const {
+    return adapters_.rope_as_matmul ? accelerator::RotateHalfByMatmul(x, rotate_half_) : accelerator::RotateHalfBySlicing(x);
   }
 
   // RMSNorm in float32, as Hugging Face computes it; Gemma scales by (1 + w).
   torch::Tensor Norm(const torch::Tensor& x, const torch::Tensor& weight) const {
     const torch::Tensor x32 = x.to(torch::kFloat32);
-    const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + config_.rms_norm_eps);
+    const torch::Tensor mean_square = adapters_.rms_norm_by_matmul
+                                          ? accelerator::SumOfSquaresByMatmul(x32) / static_cast<double>(x32.size(-1))
+                                          : x32.pow(2).mean(-1, true);
+    const torch::Tensor normed = x32 * torch::rsqrt(mean_square + config_.rms_norm_eps);
     if (config_.norm_weight_plus_one) return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
     return weight * normed.to(x.scalar_type());
   }
@@ -385,6 +397,7 @@ class TorchDecoder : public Decoder {
 
   // Weights are moved once, at load: the request path moves none.
   void MoveWeightsToDevice() {
+    if (adapters_.embedding_on_host) embed_tokens_host_ = embed_tokens_;  // stays in host memory
     if (device_.is_cpu()) return;
     auto move = [this](torch::Tensor& t) {
       if (t.defined()) t = t.to(device_);
@@ -405,6 +418,9 @@ class TorchDecoder : public Decoder {
   ModelConfig config_;
   torch::ScalarType dtype_ = torch::kFloat32;
   torch::Device device_ = torch::kCPU;
+  accelerator::OpAdapters adapters_;
+  torch::Tensor rotate_half_;        // with rope_as_matmul
+  torch::Tensor embed_tokens_host_;  // with embedding_on_host (on a non-CPU device)
   torch::Tensor embed_tokens_, final_norm_, lm_head_;
   torch::Tensor global_inv_freq_, local_inv_freq_;
   std::vector<Layer> layers_;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "accelerator/op_adapters.h"
 #include "common/result.h"
 #include "llm/model_config.h"
 
@@ -22,6 +23,9 @@ struct DecoderOptions {
   // Default: "cpu". A libtorch device name: "cuda:0", or "privateuseone:0" for an out-of-tree
   // backend (the emulated device). Weights are moved there once, at load; logits come back.
   std::string device = "cpu";
+  // Equivalent forms of ops the device lacks (accelerator/op_adapters.h); the placement plan
+  // says which. Default: none.
+  accelerator::OpAdapters adapters{};
 };
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "accelerator/emulated_device.h"
+#include "accelerator/op_adapters.h"
 #include "common/result.h"
 #include "storage/database.h"
 
@@ -93,8 +94,10 @@ struct FindingsStageConfig {
   std::string placement = "cpu";
   int expected_batch = 1;      // Default: 1 request at a time
   int expected_tokens = 512;   // Default: 512 tokens per request (prompt and findings)
-  // Set at start-up from the plan, not read from the file: the libtorch device the stage runs on.
+  // Set at start-up from the plan, not read from the file: the libtorch device the stage runs
+  // on and the op adapters it uses there.
   std::string device = "cpu";
+  accelerator::OpAdapters adapters{};
 };
 
 struct PipelineConfig {

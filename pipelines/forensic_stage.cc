@@ -76,6 +76,7 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
   options.dtype = config.dtype;
   options.threads = config.threads;
   options.device = config.device;
+  options.adapters = config.adapters;
   Result<std::unique_ptr<llm::Decoder>> decoder = load_decoder(config.model_dir, options);
   if (!decoder.ok()) return decoder.error();
   stage->decoder_ = std::move(decoder).value();

@@ -57,6 +57,7 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
     if (const accelerator::Placement* p = pipeline->plan_.Find(findings.name); p != nullptr && findings.enabled) {
       findings.device = runtime.devices->Find(p->kind)->torch_device;
       findings.dtype = p->dtype;
+      findings.adapters = p->adapters;
     }
   } else {
     for (const auto& [stage, placement] : {std::pair{config.model.name, config.model.placement},

@@ -104,3 +104,39 @@ TEST(EmulatedDeviceDescription, SaysItIsAnEmulator) {
 
 }  // namespace
 }  // namespace txscore::accelerator
+
+#include "accelerator/op_adapters_torch.h"
+
+namespace txscore::accelerator {
+namespace {
+
+TEST(OpAdapters, RotateHalfAsAMatmulIsExact) {
+  torch::manual_seed(3);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor x = torch::randn({2, 4, 5, 16}).to(dtype);
+    torch::Tensor p = RotateHalfMatrix(16, torch::TensorOptions().dtype(dtype));
+    EXPECT_TRUE(torch::equal(RotateHalfByMatmul(x, p), RotateHalfBySlicing(x)));
+  }
+}
+
+TEST(OpAdapters, SumOfSquaresAsAMatmulIsWithinOneMillionthOfTheReduction) {
+  torch::manual_seed(4);
+  torch::Tensor x = torch::randn({3, 7, 896});
+  torch::Tensor native = x.pow(2).sum(-1, true);
+  torch::Tensor adapted = SumOfSquaresByMatmul(x);
+  EXPECT_LE(((adapted - native).abs() / native).max().item<float>(), 1e-6f);
+}
+
+TEST(OpAdapters, EmbeddingOnTheHostIsExactAndNeedsNoGatherOnTheDevice) {
+  ASSERT_TRUE(RegisterEmulatedDevice().ok());
+  torch::Tensor table = torch::randn({50, 8}).to(torch::kBFloat16);
+  torch::Tensor ids = torch::tensor({{3, 7, 7}, {0, 49, 1}}, torch::kLong);
+  ResetEmulatedDeviceStats();
+  torch::Tensor rows = EmbeddingOnHost(table, ids, torch::Device("privateuseone:0"));
+  EXPECT_EQ(rows.device().str(), "privateuseone:0");
+  EXPECT_TRUE(torch::equal(rows.to(torch::kCPU), torch::embedding(table, ids)));
+  EXPECT_EQ(EmulatedDeviceStatsSnapshot().fallback_ops, 0);
+}
+
+}  // namespace
+}  // namespace txscore::accelerator

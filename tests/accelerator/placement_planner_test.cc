@@ -71,8 +71,9 @@ TEST(PlaceStage, LlmLandsOnTheEmulatedAcceleratorAtBatch16And1024Tokens) {
   EXPECT_EQ(plan->fallback, std::vector<std::string>{"cpu"});
   const Candidate& emulated = plan->candidates[1];
   EXPECT_EQ(emulated.adapters, (std::vector<std::string>{"embedding lookup on the host",
-                                                         "rms_norm as x*x summed by a matmul, fp32 accumulator",
-                                                         "rope as a matmul with precomputed rotation matrices"}));
+                                                         "rms_norm's sum of squares as a matmul, fp32 accumulator",
+                                                         "rope's rotate_half as a matmul with a signed permutation"}));
+  EXPECT_TRUE(plan->adapters.rope_as_matmul && plan->adapters.rms_norm_by_matmul && plan->adapters.embedding_on_host);
   EXPECT_LT(emulated.predicted_us * 10, plan->candidates[0].predicted_us);
 }
 

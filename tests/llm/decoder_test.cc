@@ -139,6 +139,33 @@ TEST_P(DecoderTest, RunsOnTheEmulatedDeviceCloseToTheCpu) {
   EXPECT_GT(stats.modeled_us, 0);
 }
 
+TEST_P(DecoderTest, OpAdaptersGiveTheSameLogits) {
+  accelerator::OpAdapters all;
+  all.rope_as_matmul = all.rms_norm_by_matmul = all.embedding_on_host = true;
+  auto adapted = Decoder::Load(dir_.path(), {.adapters = all});
+  ASSERT_TRUE(adapted.ok()) << adapted.error().ToString();
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
+  auto native_cache = decoder_->NewCache(1, 16);
+  auto adapted_cache = (*adapted)->NewCache(1, 16);
+  const auto native = decoder_->Forward(native_cache.get(), {prompt}).value()[0];
+  const auto with_adapters = (*adapted)->Forward(adapted_cache.get(), {prompt}).value()[0];
+  EXPECT_LE(MaxDifference(native, with_adapters), 1e-5);
+}
+
+TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks) {
+  ASSERT_TRUE(accelerator::RegisterEmulatedDevice().ok());
+  accelerator::OpAdapters all;
+  all.rope_as_matmul = all.rms_norm_by_matmul = all.embedding_on_host = true;
+  auto emulated = Decoder::Load(dir_.path(), {.dtype = "bfloat16", .device = "privateuseone:0", .adapters = all});
+  ASSERT_TRUE(emulated.ok()) << emulated.error().ToString();
+  accelerator::ResetEmulatedDeviceStats();
+  auto cache = (*emulated)->NewCache(1, 16);
+  ASSERT_TRUE((*emulated)->Forward(cache.get(), {{11, 22, 33, 44}}).ok());
+  const auto fallbacks = accelerator::EmulatedDeviceStatsSnapshot().fallback_by_op;
+  EXPECT_EQ(fallbacks.count("aten::index_select"), 0u);
+  EXPECT_EQ(fallbacks.count("aten::cat"), 0u);
+}
+
 TEST_P(DecoderTest, RefusesToOverflowTheCacheOrReadUnknownIds) {
   auto cache = decoder_->NewCache(1, 4);
   auto overflow = decoder_->Forward(cache.get(), {{1, 2, 3, 4, 5}});

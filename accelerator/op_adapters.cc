@@ -1,0 +1,34 @@
+#include "accelerator/op_adapters.h"
+
+#include "accelerator/device.h"
+
+namespace txscore::accelerator {
+
+std::vector<std::string> OpAdapters::Describe() const {
+  std::vector<std::string> lines;
+  if (embedding_on_host) lines.push_back("embedding lookup on the host");
+  if (rms_norm_by_matmul) lines.push_back("rms_norm's sum of squares as a matmul, fp32 accumulator");
+  if (rope_as_matmul) lines.push_back("rope's rotate_half as a matmul with a signed permutation");
+  return lines;
+}
+
+OpAdapters ChooseAdapters(const std::set<std::string>& stage_ops, const std::set<std::string>& native_ops,
+                          std::vector<std::string>* missing) {
+  OpAdapters adapters;
+  const bool matmul = native_ops.count(ops::kMatmul) > 0;
+  for (const std::string& op : stage_ops) {
+    if (native_ops.count(op) > 0) continue;
+    if (op == ops::kRope && matmul) {
+      adapters.rope_as_matmul = true;
+    } else if (op == ops::kRmsNorm && matmul) {
+      adapters.rms_norm_by_matmul = true;
+    } else if (op == ops::kEmbedding) {
+      adapters.embedding_on_host = true;
+    } else {
+      missing->push_back(op);
+    }
+  }
+  return adapters;
+}
+
+}  // namespace txscore::accelerator

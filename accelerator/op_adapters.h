@@ -1,0 +1,36 @@
+// Op adapters: where a device lacks an op (or runs it badly), the model uses an equivalent
+// form built from ops the device has. Chosen per device from its native ops; the tensor code
+// is in op_adapters_torch.h, each form tested equal to the native one (tests/accelerator).
+//
+//   rope_as_matmul      RoPE's rotate_half as x @ P, P a fixed signed permutation: a matmul
+//                       instead of slicing and concatenation. Exact (one nonzero per column).
+//   rms_norm_by_matmul  RMSNorm's sum of squares as (x*x) @ ones in float32: a matmul instead
+//                       of a reduction. Within 1e-6 relative of the native form.
+//   embedding_on_host   the embedding table stays in host memory and rows are looked up there
+//                       and copied over: no gather on the device, and the table is never copied
+//                       to the host for a fallback. Exact.
+//
+// Not done: padding head_dim and the vocabulary to the device's alignment.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace txscore::accelerator {
+
+struct OpAdapters {
+  bool rope_as_matmul = false;
+  bool rms_norm_by_matmul = false;
+  bool embedding_on_host = false;
+
+  std::vector<std::string> Describe() const;  // one line per adapter in use
+  bool any() const { return rope_as_matmul || rms_norm_by_matmul || embedding_on_host; }
+};
+
+// The adapters a stage needing `stage_ops` uses on a device with `native_ops`. `*missing` gets
+// the ops that are neither native nor adaptable there (the stage cannot run on that device).
+OpAdapters ChooseAdapters(const std::set<std::string>& stage_ops, const std::set<std::string>& native_ops,
+                          std::vector<std::string>* missing);
+
+}  // namespace txscore::accelerator
