@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   txscore::service::AddLlmCommand(app, &exit_code);
   txscore::service::AddGenerateCommand(app, &exit_code);
   txscore::service::AddPlanCommand(app, &exit_code);
+  txscore::service::AddConformanceCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -15,5 +15,6 @@ void AddDataCommand(CLI::App& app, int* exit_code);
 void AddLlmCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
+void AddConformanceCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

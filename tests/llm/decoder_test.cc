@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "accelerator/emulated_device.h"
+#include "llm/conformance.h"
 
 #include <cmath>
 
@@ -164,6 +165,25 @@ TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks
   const auto fallbacks = accelerator::EmulatedDeviceStatsSnapshot().fallback_by_op;
   EXPECT_EQ(fallbacks.count("aten::index_select"), 0u);
   EXPECT_EQ(fallbacks.count("aten::cat"), 0u);
+}
+
+TEST_P(DecoderTest, ConformanceOfADecoderWithItselfIsPerfectAndBfloat16PassesOnlyItsOwnThresholds) {
+  const std::vector<int32_t> prompt = {11, 22, 33, 44};
+  auto same = CompareDecoders(*decoder_, *decoder_, prompt, 8, ThresholdsFor("float32"));
+  ASSERT_TRUE(same.ok()) << same.error().ToString();
+  EXPECT_TRUE(same->passed);
+  EXPECT_EQ(same->same_tokens, 8);
+  EXPECT_EQ(same->max_abs, 0.0);
+  ASSERT_EQ(same->cosine.size(), 8u);
+  auto bf16 = Decoder::Load(dir_.path(), {.dtype = "bfloat16"});
+  ASSERT_TRUE(bf16.ok());
+  auto strict = CompareDecoders(*decoder_, **bf16, prompt, 8, {.min_cosine = 0.9999999, .min_agreement = 1.0});
+  ASSERT_TRUE(strict.ok());
+  EXPECT_FALSE(strict->passed);
+  EXPECT_EQ(strict->failure.rfind("cosine ", 0), 0u) << strict->failure;
+  auto reduced = CompareDecoders(*decoder_, **bf16, prompt, 8, ThresholdsFor("bfloat16"));
+  ASSERT_TRUE(reduced.ok());
+  EXPECT_TRUE(reduced->passed) << reduced->failure;
 }
 
 TEST_P(DecoderTest, RefusesToOverflowTheCacheOrReadUnknownIds) {

@@ -1,0 +1,173 @@
+// txscore conformance: every model family on every available device against the CPU in float32.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "accelerator/discovery.h"
+#include "accelerator/placement_planner.h"
+#include "llm/checkpoint_maker.h"
+#include "llm/conformance.h"
+#include "llm/decoder.h"
+#include "llm/model_config.h"
+#include "llm/tokenizer.h"
+#include "service/commands/commands.h"
+
+namespace txscore::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ConformanceOptions {
+  std::vector<std::string> models;  // empty: generate a tiny checkpoint of each family
+  std::vector<std::string> devices;  // empty: every device found
+  int steps = 32;
+  std::string out_dir = "var/conformance";
+};
+
+// A device and dtype to check, with the adapters the planner would give a decoder there.
+struct Target {
+  std::string label;  // e.g. "emulated:0 (emulated) bfloat16"
+  std::string torch_device;
+  std::string dtype;
+  accelerator::OpAdapters adapters;
+};
+
+std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const std::vector<std::string>& wanted) {
+  std::vector<Target> targets;
+  const std::set<std::string> decoder_ops =
+      accelerator::DecoderWorkload("llm", accelerator::DecoderShape{}).ops;
+  for (const accelerator::Device& d : devices.devices()) {
+    const std::string kind = accelerator::DeviceKindName(d.kind);
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), kind) == wanted.end()) continue;
+    std::vector<std::string> missing;
+    const accelerator::OpAdapters adapters = accelerator::ChooseAdapters(decoder_ops, d.native_ops, &missing);
+    if (!missing.empty()) continue;
+    for (const char* dtype : {"float32", "bfloat16"}) {
+      if (!d.Supports(dtype)) continue;
+      if (d.kind == accelerator::DeviceKind::kCpu && std::string(dtype) == "float32") continue;  // the reference
+      targets.push_back({d.DisplayName() + " " + dtype, d.torch_device, dtype, adapters});
+    }
+  }
+  return targets;
+}
+
+std::vector<int32_t> PromptFor(const std::string& model_dir) {
+  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(model_dir);
+  if (tokenizer.ok()) {
+    std::vector<int32_t> ids = (*tokenizer)->Encode(
+        "Claim C-1: water damage reported 48 days after the incident; the plumber's invoice predates the leak.",
+        {.parse_special = false});
+    if (!ids.empty()) return ids;
+  }
+  return {1, 2, 3, 4, 5, 6, 7, 8};
+}
+
+int RunConformance(ConformanceOptions options) {
+  std::error_code ignored;
+  fs::create_directories(options.out_dir, ignored);
+  if (options.models.empty()) {
+    for (const char* family : {"llama", "qwen3", "granite", "gemma2", "gemma3"}) {
+      const std::string dir = options.out_dir + "/checkpoints/" + family;
+      if (!fs::exists(dir + "/config.json")) {
+        Result<llm::CheckpointSummary> made = llm::MakeCheckpoint({.family = family, .size = "tiny"}, dir);
+        if (!made.ok()) {
+          std::cerr << "cannot write the " << family << " checkpoint: " << made.error().ToString() << "\n";
+          return 1;
+        }
+      }
+      options.models.push_back(dir);
+    }
+  }
+  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices({});
+  if (!devices.ok()) {
+    std::cerr << "device discovery failed: " << devices.error().ToString() << "\n";
+    return 1;
+  }
+  const std::vector<Target> targets = TargetsFor(*devices, options.devices);
+  for (const std::string& wanted : options.devices) {
+    Result<accelerator::DeviceKind> kind = accelerator::ParseDeviceKind(wanted);
+    if (!kind.ok() || devices->Find(*kind) == nullptr) {
+      std::cerr << "device " << wanted << " is not available"
+                << (kind.ok() ? ": " + devices->AbsenceReason(*kind) : std::string()) << "\n";
+      return 1;
+    }
+  }
+
+  nlohmann::json results = nlohmann::json::array();
+  std::ostringstream table;
+  table << "| model | reference |";
+  for (const Target& t : targets) table << " " << t.label << " |";
+  table << "\n|---|---|";
+  for (size_t i = 0; i < targets.size(); ++i) table << "---|";
+  table << "\n";
+  bool all_passed = true;
+  for (const std::string& model_dir : options.models) {
+    Result<llm::ModelConfig> config = llm::LoadModelConfig(model_dir);
+    Result<std::unique_ptr<llm::Decoder>> reference = llm::Decoder::Load(model_dir, {.dtype = "float32"});
+    if (!config.ok() || !reference.ok()) {
+      std::cerr << "cannot load " << model_dir << ": "
+                << (config.ok() ? reference.error().ToString() : config.error().ToString()) << "\n";
+      return 1;
+    }
+    const std::vector<int32_t> prompt = PromptFor(model_dir);
+    table << "| " << fs::path(model_dir).filename().string() << " (" << config->model_type << ") | cpu float32 |";
+    for (const Target& t : targets) {
+      Result<std::unique_ptr<llm::Decoder>> candidate =
+          llm::Decoder::Load(model_dir, {.dtype = t.dtype, .device = t.torch_device, .adapters = t.adapters});
+      Result<llm::ConformanceReport> report =
+          candidate.ok() ? llm::CompareDecoders(**reference, **candidate, prompt, options.steps, llm::ThresholdsFor(t.dtype))
+                         : Result<llm::ConformanceReport>(candidate.error());
+      nlohmann::json row = {{"model", model_dir}, {"model_type", config->model_type}, {"device", t.label},
+                            {"dtype", t.dtype}, {"steps", options.steps}, {"adapters", t.adapters.Describe()}};
+      if (!report.ok()) {
+        row["error"] = report.error().ToString();
+        row["passed"] = false;
+        table << " ERROR |";
+        all_passed = false;
+      } else {
+        row.update({{"cosine_per_step", report->cosine},
+                    {"max_abs_difference_per_step", report->max_abs_difference},
+                    {"min_cosine", report->min_cosine},
+                    {"max_abs_difference", report->max_abs},
+                    {"greedy_agreement", report->same_tokens},
+                    {"passed", report->passed}});
+        if (!report->passed) row["failure"] = report->failure;
+        char cell[160];
+        std::snprintf(cell, sizeof cell, " %s cos>=%.6f max|d|=%.2g %d/%d |", report->passed ? "PASS" : "FAIL",
+                      report->min_cosine, report->max_abs, report->same_tokens, report->steps);
+        table << cell;
+        all_passed = all_passed && report->passed;
+      }
+      results.push_back(std::move(row));
+    }
+    table << "\n";
+  }
+  table << "\nThresholds: float32 cosine >= 0.99999 at every step and every greedy token equal; "
+           "bfloat16 cosine >= 0.999 at every step. Each cell: min cosine over " << options.steps
+        << " teacher-forced steps, largest absolute logit difference, greedy tokens equal to the reference's.\n";
+  for (const accelerator::AbsentDevice& a : devices->absent()) {
+    table << "Not checked: " << accelerator::DeviceKindName(a.kind) << " (" << a.reason << ").\n";
+  }
+  std::ofstream(options.out_dir + "/conformance.json") << nlohmann::json{{"results", results}}.dump(2) << "\n";
+  std::ofstream(options.out_dir + "/conformance.md") << table.str();
+  std::cout << table.str() << "written: " << options.out_dir << "/conformance.json and conformance.md\n";
+  return all_passed ? 0 : 1;
+}
+
+}  // namespace
+
+void AddConformanceCommand(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<ConformanceOptions>();
+  CLI::App* cmd = app.add_subcommand("conformance",
+                                     "Run each model on each device against the CPU in float32; write a JSON file and a Markdown matrix");
+  cmd->add_option("--models", options->models, "Checkpoint directories (default: a generated tiny one per family)");
+  cmd->add_option("--devices", options->devices, "Device kinds to check, e.g. cpu emulated cuda (default: all found)")
+      ->delimiter(',');
+  cmd->add_option("--steps", options->steps, "Greedy steps after the prompt")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--out", options->out_dir, "Where conformance.json and conformance.md go")->capture_default_str();
+  cmd->callback([options, exit_code] { *exit_code = RunConformance(*options); });
+}
+
+}  // namespace txscore::service
