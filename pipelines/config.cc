@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -167,12 +168,20 @@ Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out)
   return Status::Ok();
 }
 
-Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::string& name, FindingsStageConfig* f) {
+Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::string& name, const PipelineConfig& upstream,
+                          FindingsStageConfig* f) {
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name,
                                       {"name", "kind", "after", "model", "dtype", "threads", "max_new_tokens",
-                                       "budget_ms", "placement", "expected_batch", "expected_tokens"}));
+                                       "budget_ms", "placement", "expected_batch", "expected_tokens", "when"}));
   f->enabled = true;
   f->name = name;
+  const std::map<std::string, Condition::Output> outputs = {{upstream.model.name + ".score", {ValueType::kNumber}},
+                                                            {upstream.decision.name + ".decision", {ValueType::kDecision}}};
+  std::string when = upstream.decision.name + ".decision == REVIEW";
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "when", false, &when));
+  Result<Condition> condition = Condition::Parse(when, outputs);
+  if (!condition.ok()) return r.ErrorAt(stage["when"], "when: " + condition.error().message);
+  f->when = std::move(condition).value();
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &f->model_dir));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &f->dtype));
   if (f->dtype != "float32" && f->dtype != "bfloat16") {
@@ -234,7 +243,7 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
         m.fast_evaluator = evaluator == "fast";
       }
     } else if (kind == "llm_findings") {
-      TXSCORE_RETURN_IF_ERROR(ParseFindingsStage(r, stage, name, &out->findings));
+      TXSCORE_RETURN_IF_ERROR(ParseFindingsStage(r, stage, name, *out, &out->findings));
     } else {
       TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
           stage, "stage " + name, {"name", "kind", "after", "review_threshold", "decline_threshold", "max_reasons"}));

@@ -13,6 +13,7 @@
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters.h"
 #include "common/result.h"
+#include "pipelines/condition.h"
 #include "storage/database.h"
 
 namespace txscore::pipelines {
@@ -76,11 +77,15 @@ struct DecisionStageConfig {
   int max_reasons = 3;             // Default: the 3 largest contributions towards fraud
 };
 
-// The forensic stage: for REVIEW decisions only, an LLM reads the transaction and the model's
-// reasons and writes Findings (llm/claim_analysis.h) into the result and the audit record.
+// The forensic stage: when its condition holds (default: REVIEW decisions), an LLM reads the
+// transaction and the model's reasons and writes Findings (llm/claim_analysis.h) into the
+// result and the audit record.
 struct FindingsStageConfig {
   bool enabled = false;     // true when the pipeline file has an llm_findings stage
   std::string name = "forensic";
+  // `when:` over the outputs of the stages before it (pipelines/condition.h).
+  // Default: "<decision stage>.decision == REVIEW".
+  Condition when;
   std::string model_dir;    // required: a Hugging Face checkpoint directory
   std::string dtype = "float32";  // Default: float32; or bfloat16
   int threads = 1;          // Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring

@@ -1,5 +1,6 @@
-// The llm_findings stage: for a REVIEW decision, an LLM reads the transaction and the fraud
-// model's reasons and writes Findings under the findings schema (llm/claim_analysis.h).
+// The llm_findings stage: for a decision its `when` selects (default: REVIEW), an LLM reads
+// the transaction and the fraud model's reasons and writes Findings under the findings schema
+// (llm/claim_analysis.h).
 //
 // One analysis runs at a time: on a CPU, concurrent generations share the same cores and all
 // finish later. A request waits for its turn only until its deadline, and generation stops at

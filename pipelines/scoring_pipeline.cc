@@ -172,7 +172,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   outcome.pipeline_version = config_.version;
   clock.Lap(config_.decision.name);
 
-  if (forensic_ && outcome.decision == Decision::kReview) {
+  if (forensic_ && config_.findings.when.Evaluate({outcome.score, outcome.decision})) {
     card_lock.unlock();
     RunForensicStage(tx, arrival, &outcome);
     clock.Lap(config_.findings.name);

@@ -1,7 +1,7 @@
 // The synchronous scoring pipeline: one transaction in, one decision out.
 //
 //   validate -> tokenize PAN -> read card state -> features -> fraud model -> decision
-//   -> [REVIEW and an llm_findings stage configured: forensic LLM stage, within the deadline]
+//   -> [an llm_findings stage whose `when` holds (default: REVIEW): forensic LLM stage, within the deadline]
 //   -> one WriteBatch {audit record, new card state}, durable before Score returns.
 //
 // Thread safety: Score may be called from many threads. Requests for the same card are
@@ -56,7 +56,7 @@ struct ScoreOutcome {
   // A conditional stage whose condition is false (findings for APPROVE) is in neither.
   std::vector<std::string> degraded_stages;
   std::vector<std::string> skipped_stages;
-  std::optional<llm::Findings> findings;  // from the forensic stage, for REVIEW decisions
+  std::optional<llm::Findings> findings;  // from the forensic stage, when it ran and finished
 };
 
 // What the program provides beyond the pipeline file.
@@ -93,7 +93,7 @@ class ScoringPipeline {
   // The card's token: from the PAN (validated, then wiped) or the caller's own token.
   Result<std::string> CardToken(fraud::RawTransaction* raw) const;
   Result<fraud::CardState> ReadCardState(const std::string& card_token) const;
-  // Runs the forensic stage for a REVIEW outcome and records what happened in `outcome`.
+  // Runs the forensic stage for an outcome its condition selected; records what happened.
   void RunForensicStage(const fraud::Transaction& tx, std::chrono::steady_clock::time_point arrival,
                         ScoreOutcome* outcome);
 

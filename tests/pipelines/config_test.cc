@@ -142,6 +142,19 @@ TEST_F(ConfigTest, FindingsStageIsOptionalAndGetsDefaults) {
   EXPECT_EQ(f.threads, 1);
   EXPECT_EQ(f.max_new_tokens, 96);
   EXPECT_EQ(f.budget_ms, 1500);
+  EXPECT_EQ(f.when.text(), "decision.decision == REVIEW");
+}
+
+TEST_F(ConfigTest, FindingsStageConditionIsCheckedAgainstEarlierStagesOutputs) {
+  std::filesystem::create_directory(dir_.file("llm"));
+  auto config = Parse(std::string(kValid) +
+                      "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score >= 0.6\"}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->findings.when.text(), "fraud.score >= 0.6");
+  auto bad = Parse(std::string(kValid) +
+                   "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score == REVIEW\"}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, Where(9, 77) + "when: fraud.score is a number; \"REVIEW\" is not");
 }
 
 TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {

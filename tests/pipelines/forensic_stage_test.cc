@@ -92,14 +92,14 @@ class ForensicPipelineTest : public ::testing::Test {
     ASSERT_TRUE(llm::MakeCheckpoint(spec, dir_.file("llm")).ok());
   }
 
-  void CreatePipeline(double review_threshold, int budget_ms = 60000) {
+  void CreatePipeline(double review_threshold, int budget_ms = 60000, const std::string& when = "") {
     std::string yaml = testing::ReadFile(testing::WriteTestPipeline(dir_));
     const std::string thresholds = "review_threshold: 0.5";
     yaml.replace(yaml.find(thresholds), thresholds.size(), "review_threshold: " + std::to_string(review_threshold));
     const std::string decline = "decline_threshold: 0.9";
     yaml.replace(yaml.find(decline), decline.size(), "decline_threshold: 1.0");
     yaml += "  - {name: forensic, kind: llm_findings, after: decision, model: llm, budget_ms: " +
-            std::to_string(budget_ms) + "}\n";
+            std::to_string(budget_ms) + (when.empty() ? "" : ", when: \"" + when + "\"") + "}\n";
     testing::WriteFile(dir_.file("forensic.yaml"), yaml);
     auto config = LoadPipelineConfig(dir_.file("forensic.yaml"));
     ASSERT_TRUE(config.ok()) << config.error().ToString();
@@ -171,6 +171,14 @@ TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {
   EXPECT_TRUE(outcome->skipped_stages.empty());
   EXPECT_EQ(control_.forward_calls.load(), 0);
   EXPECT_FALSE(pipeline_->audit_log().ReadLast(1)->at(0).findings.has_value());
+}
+
+TEST_F(ForensicPipelineTest, AConditionOnTheScoreSelectsApprovedTransactionsToo) {
+  CreatePipeline(/*review_threshold=*/0.999, 60000, "fraud.score >= 0.0");
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kApprove);
+  EXPECT_TRUE(outcome->findings.has_value());
 }
 
 TEST_F(ForensicPipelineTest, TheRequestsBudgetCutsTheStageShortAndTheDecisionStands) {
