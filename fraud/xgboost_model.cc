@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 
+#include "common/prepare_counters.h"
 #include "fraud/ubjson_check.h"
 
 namespace txscore::fraud {
@@ -118,6 +119,7 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
       return ensemble.error();  // a model XGBoost accepted but we read differently: a bug to surface
     }  // else: a model feature the evaluator lacks; the C API scores it
   }
+  CountModelBuild();
   return model;
 }
 

@@ -4,6 +4,7 @@
 #include "llm/decoder.h"
 
 #include "accelerator/op_adapters_torch.h"
+#include "common/prepare_counters.h"
 
 #include <torch/torch.h>
 
@@ -93,6 +94,7 @@ class TorchDecoder : public Decoder {
     decoder->global_inv_freq_ = InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim).to(decoder->device_);
     decoder->local_inv_freq_ = InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim).to(decoder->device_);
     decoder->MoveWeightsToDevice();
+    CountModelBuild();
     if (options.adapters.rope_as_matmul) {
       decoder->rotate_half_ = accelerator::RotateHalfMatrix(
           decoder->config_.head_dim, torch::TensorOptions().dtype(decoder->dtype_).device(decoder->device_));
@@ -400,12 +402,18 @@ class TorchDecoder : public Decoder {
     if (adapters_.embedding_on_host) embed_tokens_host_ = embed_tokens_;  // stays in host memory
     if (device_.is_cpu()) return;
     auto move = [this](torch::Tensor& t) {
-      if (t.defined()) t = t.to(device_);
+      if (!t.defined()) return;
+      t = t.to(device_);
+      CountWeightBytesMoved(static_cast<uint64_t>(t.numel()) * t.element_size());
     };
     const bool tied = lm_head_.is_same(embed_tokens_);
     move(embed_tokens_);
     move(final_norm_);
-    lm_head_ = tied ? embed_tokens_ : lm_head_.to(device_);
+    if (tied) {
+      lm_head_ = embed_tokens_;
+    } else {
+      move(lm_head_);
+    }
     for (Layer& l : layers_) {
       for (torch::Tensor* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm, &l.post_feedforward_norm,
                                &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm,

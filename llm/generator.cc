@@ -1,5 +1,7 @@
 #include "llm/generator.h"
 
+#include "common/prepare_counters.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -25,7 +27,14 @@ Result<std::shared_ptr<const JsonConstraint>> Generator::ConstraintFor(const std
   if (!constraint.ok()) return constraint.error();
   std::shared_ptr<const JsonConstraint> shared = std::move(constraint).value();
   constraints_[schema] = shared;
+  CountGraphBuild();
   return shared;
+}
+
+Status Generator::Prepare(const std::string& schema) {
+  Result<std::shared_ptr<const JsonConstraint>> constraint = ConstraintFor(schema);
+  if (!constraint.ok()) return constraint.error();
+  return Status::Ok();
 }
 
 Result<GenerationResult> Generator::Generate(const std::vector<int32_t>& prompt, const GenerationOptions& options) {

@@ -48,6 +48,10 @@ class Generator {
   // Neither pointer is owned; both must outlive the generator.
   Generator(const Decoder* decoder, const Tokenizer* tokenizer) : decoder_(decoder), tokenizer_(tokenizer) {}
 
+  // Compiles the constraint for `schema` now (a per-vocabulary precomputation), so that the
+  // first request using it does not pay for it.
+  Status Prepare(const std::string& schema);
+
   Result<GenerationResult> Generate(const std::vector<int32_t>& prompt, const GenerationOptions& options);
   // Several prompts of any lengths through one batched forward pass per step; each sequence
   // stops on its own (finished ones ride along with no new tokens). Sequence i samples with

@@ -84,6 +84,8 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();
   stage->generator_ = std::make_unique<llm::Generator>(stage->decoder_.get(), stage->tokenizer_.get());
+  // Compile the findings constraint now: requests only run it.
+  TXSCORE_RETURN_IF_ERROR(stage->generator_->Prepare(llm::ClaimAnalysisTask::Schema()));
   return stage;
 }
 

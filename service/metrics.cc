@@ -99,6 +99,13 @@ Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::str
   return s->histogram.get();
 }
 
+void MetricsRegistry::AddCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
+                                         std::function<uint64_t()> read) {
+  Series* series = FindOrAdd(name, help, Type::kCounter, labels);
+  std::lock_guard<std::mutex> lock(mutex_);
+  series->read = std::move(read);
+}
+
 void MetricsRegistry::AddInfo(const std::string& name, const std::string& help, const Labels& labels) {
   FindOrAdd(name, help, Type::kGauge, labels);
 }
@@ -112,7 +119,7 @@ std::string MetricsRegistry::RenderPrometheus() const {
         << (f->type == Type::kCounter ? "counter" : f->type == Type::kHistogram ? "histogram" : "gauge") << "\n";
     for (const auto& s : f->series) {
       if (f->type == Type::kCounter) {
-        out << f->name << FormatLabels(s->labels) << " " << s->counter->value() << "\n";
+        out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : s->counter->value()) << "\n";
       } else if (f->type == Type::kGauge) {
         out << f->name << FormatLabels(s->labels) << " 1\n";
       } else {

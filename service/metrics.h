@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,9 @@ class MetricsRegistry {
   Counter* AddCounter(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram* AddHistogram(const std::string& name, const std::string& help, const Labels& labels,
                           std::vector<double> upper_bounds = LatencyBucketsSeconds());
+  // A counter whose value is read from `read` at each scrape (for counts kept elsewhere).
+  void AddCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
+                          std::function<uint64_t()> read);
   // A constant 1 with descriptive labels, e.g. txscore_model_info{model_id=...}.
   void AddInfo(const std::string& name, const std::string& help, const Labels& labels);
 
@@ -63,6 +67,7 @@ class MetricsRegistry {
   struct Series {
     Labels labels;
     std::unique_ptr<Counter> counter;
+    std::function<uint64_t()> read;  // instead of `counter`, for AddCounterFunction
     std::unique_ptr<Histogram> histogram;
   };
   struct Family {

@@ -17,6 +17,25 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   if (!pipeline.ok()) return pipeline.error();
   server->pipeline_ = std::move(pipeline).value();
   server->metrics_ = std::make_unique<ScoringMetrics>(&server->registry_, config, server->pipeline_->model());
+  ScoringServer* const counters = server.get();
+  const struct {
+    const char* name;
+    const char* help;
+    uint64_t PrepareSnapshot::*field;
+  } kPrepareCounters[] = {
+      {"txscore_request_path_model_builds_total", "Models built after serving started (prepare once: stays 0).",
+       &PrepareSnapshot::model_builds},
+      {"txscore_request_path_graph_builds_total",
+       "Decoding constraints compiled after serving started (prepare once: stays 0).", &PrepareSnapshot::graph_builds},
+      {"txscore_request_path_weight_bytes_moved_total",
+       "Weight bytes moved to a device after serving started (prepare once: stays 0).",
+       &PrepareSnapshot::weight_bytes_moved},
+  };
+  for (const auto& c : kPrepareCounters) {
+    server->registry_.AddCounterFunction(c.name, c.help, {}, [counters, field = c.field] {
+      return counters->RequestPathWork().*field;
+    });
+  }
 
   auto handler = std::make_shared<TxScoreHandler>(server->pipeline_.get(), server->metrics_.get(), &server->ready_);
   Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(config.server, handler);
@@ -46,12 +65,22 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
 ScoringServer::~ScoringServer() { Stop(); }
 
 void ScoringServer::Start(std::function<void()> on_unexpected_stop) {
+  {
+    std::lock_guard<std::mutex> lock(prepared_mutex_);
+    prepared_ = PrepareCountersNow();
+  }
   admin_->Start();
   rpc_thread_ = std::thread([this, on_unexpected_stop = std::move(on_unexpected_stop)] {
     rpc_->Serve();
     if (!stopping_.load() && on_unexpected_stop) on_unexpected_stop();
   });
   ready_ = true;
+}
+
+PrepareSnapshot ScoringServer::RequestPathWork() const {
+  std::lock_guard<std::mutex> lock(prepared_mutex_);
+  if (!ready_.load() && !stopping_.load()) return PrepareSnapshot();  // not serving yet
+  return PrepareCountersNow() - prepared_;
 }
 
 void ScoringServer::Stop() {

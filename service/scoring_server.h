@@ -6,8 +6,10 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
+#include "common/prepare_counters.h"
 #include "common/result.h"
 #include "pipelines/config.h"
 #include "pipelines/scoring_pipeline.h"
@@ -40,6 +42,9 @@ class ScoringServer {
   pipelines::ScoringPipeline& pipeline() { return *pipeline_; }
   storage::Database& database() { return *db_; }
   MetricsRegistry& metrics() { return registry_; }
+  // Start-up work (model and constraint builds, weight moves) done since Start(); stays zero
+  // on a healthy request path (common/prepare_counters.h).
+  PrepareSnapshot RequestPathWork() const;
 
  private:
   ScoringServer() = default;
@@ -53,6 +58,8 @@ class ScoringServer {
   std::thread rpc_thread_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopping_{false};
+  mutable std::mutex prepared_mutex_;
+  PrepareSnapshot prepared_;  // the counters when serving started
 };
 
 }  // namespace txscore::service

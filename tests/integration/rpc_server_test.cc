@@ -317,8 +317,32 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   EXPECT_NE(metrics.find("txscore_request_duration_seconds_count{method=\"score\"} 1\n"), std::string::npos);
   EXPECT_NE(metrics.find("txscore_stage_duration_seconds_count{stage=\"fraud\"} 1\n"), std::string::npos);
   EXPECT_NE(metrics.find("txscore_model_info{model_id=\"fraud\",model_version=\""), std::string::npos);
+  EXPECT_NE(metrics.find("txscore_request_path_model_builds_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("txscore_request_path_graph_builds_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("txscore_request_path_weight_bytes_moved_total 0\n"), std::string::npos) << metrics;
   EXPECT_EQ(HttpRequest(port, "/nope").status, 404);
   EXPECT_EQ(HttpRequest(port, "/healthz", boost::beast::http::verb::post).status, 405);
+}
+
+TEST_F(RpcServerTest, TheRequestPathBuildsNoModelAndMovesNoWeightsUnderLoad) {
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.emplace_back([&, c] {
+      Client client(server_->rpc_port());
+      for (int i = 0; i < 50; ++i) {
+        rpc::ScoreResult result;
+        client.client->score(result, ToThriftTransaction(testing::ValidTransaction("load-" + std::to_string(c * 100 + i))));
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  const PrepareSnapshot work = server_->RequestPathWork();
+  EXPECT_EQ(work.model_builds, 0u);
+  EXPECT_EQ(work.graph_builds, 0u);
+  EXPECT_EQ(work.weight_bytes_moved, 0u);
+  // And the counters are live: a model built now, after the start, shows up.
+  ASSERT_TRUE(fraud::XGBoostModel::Load(testing::SmallModelDir() + "/fraud.ubj").ok());
+  EXPECT_EQ(server_->RequestPathWork().model_builds, 1u);
 }
 
 TEST_F(RpcServerTest, StopAnswersEveryRequestItAccepted) {

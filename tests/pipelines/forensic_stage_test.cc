@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "common/prepare_counters.h"
 #include "fraud/entity_state.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/model_config.h"
@@ -159,6 +160,22 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ((*audit)[0].findings->summary, outcome->findings->summary);
   EXPECT_EQ((*audit)[0].findings->model_id, "llm");
   EXPECT_EQ(CardTransactionCount(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, ScoringBuildsNoConstraintOrModel) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  const PrepareSnapshot before = PrepareCountersNow();
+  for (int i = 0; i < 3; ++i) {
+    fraud::RawTransaction tx = testing::ValidTransaction("req-" + std::to_string(i));
+    tx.timestamp_ms += i * 1000;
+    auto outcome = pipeline_->Score(tx);
+    ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+    ASSERT_TRUE(outcome->findings.has_value());
+  }
+  const PrepareSnapshot during = PrepareCountersNow() - before;
+  EXPECT_EQ(during.graph_builds, 0u);  // the findings constraint was compiled when the stage was created
+  EXPECT_EQ(during.model_builds, 0u);
+  EXPECT_EQ(during.weight_bytes_moved, 0u);
 }
 
 TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {
