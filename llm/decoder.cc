@@ -165,14 +165,20 @@ class TorchDecoder : public Decoder {
     const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).to(device_);
 
     // Masks [batch, 1, longest, total_max]: key t is visible from query position p when
-    // t <= p (causal), and for sliding layers when p - t < window.
-    const torch::Tensor key_index =
-        torch::arange(total_max, torch::TensorOptions().dtype(torch::kInt64).device(device_)).view({1, 1, total_max});
-    const torch::Tensor query_position = position_tensor.unsqueeze(-1);
-    const torch::Tensor causal = key_index <= query_position;
-    const torch::Tensor global_mask = MaskToBias(causal);
-    const torch::Tensor sliding_mask =
-        c.sliding_window > 0 ? MaskToBias(causal & ((query_position - key_index) < c.sliding_window)) : global_mask;
+    // t <= p (causal), and for sliding layers when p - t < window. One sequence decoding one
+    // token within the window sees every key: no mask then (building one costs more ops than
+    // the step's attention at small sizes; measured in bench/device_layer_bench.cc).
+    const bool needs_mask = batch > 1 || longest > 1 || (c.sliding_window > 0 && total_max > c.sliding_window);
+    torch::Tensor global_mask, sliding_mask;  // undefined: no mask
+    if (needs_mask) {
+      const torch::Tensor key_index =
+          torch::arange(total_max, torch::TensorOptions().dtype(torch::kInt64).device(device_)).view({1, 1, total_max});
+      const torch::Tensor query_position = position_tensor.unsqueeze(-1);
+      const torch::Tensor causal = key_index <= query_position;
+      global_mask = MaskToBias(causal);
+      sliding_mask =
+          c.sliding_window > 0 ? MaskToBias(causal & ((query_position - key_index) < c.sliding_window)) : global_mask;
+    }
 
     const torch::Tensor global_rope = RopeTables(global_inv_freq_, position_tensor);
     const torch::Tensor local_rope = RopeTables(local_inv_freq_, position_tensor);
@@ -301,10 +307,14 @@ class TorchDecoder : public Decoder {
     if (c.attn_logit_softcapping > 0) {
       scores = torch::tanh(scores / c.attn_logit_softcapping) * c.attn_logit_softcapping;
     }
-    // mask: [batch, 1, length, tokens] -> the same for each stacked group.
-    const torch::Tensor grouped_mask =
-        groups == 1 ? mask : mask.unsqueeze(2).expand({batch, 1, groups, length, total_max}).reshape({batch, 1, groups * length, total_max});
-    scores = scores.to(torch::kFloat32) + grouped_mask;
+    scores = scores.to(torch::kFloat32);
+    if (mask.defined()) {
+      // mask: [batch, 1, length, tokens] -> the same for each stacked group.
+      scores = scores + (groups == 1 ? mask
+                                     : mask.unsqueeze(2)
+                                           .expand({batch, 1, groups, length, total_max})
+                                           .reshape({batch, 1, groups * length, total_max}));
+    }
     const torch::Tensor weights = torch::softmax(scores, -1).to(dtype_);
     const torch::Tensor out = torch::matmul(weights, values)
                                   .view({batch, c.num_attention_heads, length, c.head_dim})
