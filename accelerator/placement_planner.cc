@@ -175,7 +175,9 @@ Result<Placement> PlaceStage(const StageWorkload& work, std::string_view request
     }
   }
   for (const Candidate* c : able) {
-    if (c != chosen) plan.fallback.push_back(c->device);
+    if (c == chosen) continue;
+    plan.fallback.push_back(c->device);
+    plan.fallback_candidates.push_back(*c);
   }
   return plan;
 }

@@ -83,6 +83,7 @@ struct Placement {
   std::string reason;
   std::vector<Candidate> candidates;  // present devices in registry order, then absent kinds
   std::vector<std::string> fallback;  // other able devices, fastest first
+  std::vector<Candidate> fallback_candidates;  // the same, with dtype and adapters
 };
 
 // `requested` is "auto" or a device kind name. Errors (kFailedPrecondition) name the stage, the

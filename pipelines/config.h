@@ -100,9 +100,17 @@ struct FindingsStageConfig {
   int expected_batch = 1;      // Default: 1 request at a time
   int expected_tokens = 512;   // Default: 512 tokens per request (prompt and findings)
   // Set at start-up from the plan, not read from the file: the libtorch device the stage runs
-  // on and the op adapters it uses there.
+  // on and the op adapters it uses there, then the devices to fall back to, in order.
+  struct Target {
+    std::string name;          // as reported, e.g. "emulated:0 (emulated)"
+    std::string torch_device;  // e.g. "privateuseone:0"
+    std::string dtype;
+    accelerator::OpAdapters adapters{};
+  };
   std::string device = "cpu";
+  std::string device_name = "cpu";
   accelerator::OpAdapters adapters{};
+  std::vector<Target> fallback;
 };
 
 struct PipelineConfig {

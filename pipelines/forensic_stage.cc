@@ -72,20 +72,27 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
   std::unique_ptr<ForensicStage> stage(new ForensicStage());
   stage->config_ = config;
   stage->model_id_ = std::filesystem::path(config.model_dir).filename().string();
-  llm::DecoderOptions options;
-  options.dtype = config.dtype;
-  options.threads = config.threads;
-  options.device = config.device;
-  options.adapters = config.adapters;
-  Result<std::unique_ptr<llm::Decoder>> decoder = load_decoder(config.model_dir, options);
-  if (!decoder.ok()) return decoder.error();
-  stage->decoder_ = std::move(decoder).value();
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();
-  stage->generator_ = std::make_unique<llm::Generator>(stage->decoder_.get(), stage->tokenizer_.get());
-  // Compile the findings constraint now: requests only run it.
-  TXSCORE_RETURN_IF_ERROR(stage->generator_->Prepare(llm::ClaimAnalysisTask::Schema()));
+  std::vector<FindingsStageConfig::Target> targets = {{config.device_name, config.device, config.dtype, config.adapters}};
+  targets.insert(targets.end(), config.fallback.begin(), config.fallback.end());
+  for (const FindingsStageConfig::Target& target : targets) {
+    llm::DecoderOptions options;
+    options.dtype = target.dtype;
+    options.threads = config.threads;
+    options.device = target.torch_device;
+    options.adapters = target.adapters;
+    Result<std::unique_ptr<llm::Decoder>> decoder = load_decoder(config.model_dir, options);
+    if (!decoder.ok()) return decoder.error();
+    Engine engine;
+    engine.device = target.name;
+    engine.decoder = std::move(decoder).value();
+    engine.generator = std::make_unique<llm::Generator>(engine.decoder.get(), stage->tokenizer_.get());
+    // Compile the findings constraint now: requests only run it.
+    TXSCORE_RETURN_IF_ERROR(engine.generator->Prepare(llm::ClaimAnalysisTask::Schema()));
+    stage->engines_.push_back(std::move(engine));
+  }
   return stage;
 }
 
@@ -101,15 +108,31 @@ ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score
   llm::GenerationOptions options;
   options.max_new_tokens = config_.max_new_tokens;
   options.deadline = deadline;
-  Result<llm::Findings> findings =
-      llm::TransactionReviewTask::Analyze(*generator_, *tokenizer_, CaseFor(tx, score, reasons), options, model_id_);
-  if (findings.ok()) {
-    result.findings = std::move(findings).value();
-    return result;
+  const llm::TransactionCase c = CaseFor(tx, score, reasons);
+  const auto now = std::chrono::steady_clock::now();
+  // Devices paused after a failure are passed over, unless every device is paused.
+  std::vector<Engine*> order;
+  for (Engine& e : engines_) {
+    if (e.failing_until <= now) order.push_back(&e);
   }
-  result.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
-                                                                      : ForensicResult::Outcome::kFailed;
-  result.detail = findings.error().message;
+  if (order.empty()) order.push_back(&engines_.front());
+  for (Engine* engine : order) {
+    result.device = engine->device;
+    Result<llm::Findings> findings = llm::TransactionReviewTask::Analyze(*engine->generator, *tokenizer_, c, options, model_id_);
+    if (findings.ok()) {
+      result.outcome = ForensicResult::Outcome::kAnalysed;
+      result.findings = std::move(findings).value();
+      if (!result.failed_devices.empty()) device_fallbacks_.fetch_add(1);
+      return result;
+    }
+    result.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
+                                                                        : ForensicResult::Outcome::kFailed;
+    result.detail = findings.error().message;
+    // Only a failure of the model runtime moves the request on; the deadline does not.
+    if (findings.error().code != ErrorCode::kInternal || std::chrono::steady_clock::now() >= deadline) return result;
+    engine->failing_until = std::chrono::steady_clock::now() + kFailingDevicePause;
+    result.failed_devices.push_back(engine->device);
+  }
   return result;
 }
 

@@ -5,8 +5,14 @@
 // One analysis runs at a time: on a CPU, concurrent generations share the same cores and all
 // finish later. A request waits for its turn only until its deadline, and generation stops at
 // the deadline; either way the decision stands and the result says the stage did not finish.
+//
+// The model is prepared at start on the planned device and on each fallback device. When a
+// device fails during a request (an error from the model runtime), the request moves to the
+// next device, and the failed one is passed over for `kFailingDevicePause` before it is tried
+// again.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -35,11 +41,16 @@ struct ForensicResult {
   Outcome outcome = Outcome::kAnalysed;
   std::optional<llm::Findings> findings;  // set for kAnalysed
   std::string detail;
+  std::string device;                       // where it ran (last tried)
+  std::vector<std::string> failed_devices;  // devices that failed first, in the order tried
 };
 
 class ForensicStage {
  public:
-  // Loads the checkpoint in config.model_dir with `load_decoder` and its tokenizer.
+  static constexpr std::chrono::seconds kFailingDevicePause{30};
+
+  // Loads the checkpoint in config.model_dir with `load_decoder` on config.device and on each
+  // of config.fallback, and its tokenizer.
   static Result<std::unique_ptr<ForensicStage>> Create(const FindingsStageConfig& config,
                                                        const llm::DecoderLoader& load_decoder);
 
@@ -48,6 +59,8 @@ class ForensicStage {
                          std::chrono::steady_clock::time_point deadline);
 
   const std::string& model_id() const { return model_id_; }
+  // Requests that moved to another device because one failed.
+  uint64_t device_fallbacks() const { return device_fallbacks_.load(); }
 
   // The prompt's view of a transaction (exposed for tests).
   static llm::TransactionCase CaseFor(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons);
@@ -57,10 +70,16 @@ class ForensicStage {
 
   FindingsStageConfig config_;
   std::string model_id_;
-  std::unique_ptr<llm::Decoder> decoder_;
+  struct Engine {
+    std::string device;  // display name
+    std::unique_ptr<llm::Decoder> decoder;
+    std::unique_ptr<llm::Generator> generator;
+    std::chrono::steady_clock::time_point failing_until{};  // guarded by turn_
+  };
   std::unique_ptr<llm::Tokenizer> tokenizer_;
-  std::unique_ptr<llm::Generator> generator_;
+  std::vector<Engine> engines_;  // the planned device first, then the fallbacks
   std::timed_mutex turn_;  // one analysis at a time
+  std::atomic<uint64_t> device_fallbacks_{0};
 };
 
 }  // namespace txscore::pipelines

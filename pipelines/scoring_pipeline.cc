@@ -56,8 +56,12 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
     pipeline->plan_ = std::move(plan).value();
     if (const accelerator::Placement* p = pipeline->plan_.Find(findings.name); p != nullptr && findings.enabled) {
       findings.device = runtime.devices->Find(p->kind)->torch_device;
+      findings.device_name = runtime.devices->Find(p->kind)->DisplayName();
       findings.dtype = p->dtype;
       findings.adapters = p->adapters;
+      for (const accelerator::Candidate& c : p->fallback_candidates) {
+        findings.fallback.push_back({c.device, runtime.devices->Find(c.kind)->torch_device, c.dtype, c.op_adapters});
+      }
     }
   } else {
     for (const auto& [stage, placement] : {std::pair{config.model.name, config.model.placement},
@@ -114,6 +118,11 @@ void ScoringPipeline::RunForensicStage(const fraud::Transaction& tx, SteadyClock
   const int budget_ms = tx.budget_ms ? std::min(*tx.budget_ms, stage.budget_ms) : stage.budget_ms;
   ForensicResult result =
       forensic_->Analyze(tx, outcome->score, outcome->reasons, arrival + std::chrono::milliseconds(budget_ms));
+  for (const std::string& failed : result.failed_devices) {
+    if (failed == result.device) continue;  // the last one tried: reported below as the stage's failure
+    spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed,
+                 tx.request_id, result.device);
+  }
   switch (result.outcome) {
     case ForensicResult::Outcome::kAnalysed:
       outcome->findings = std::move(result.findings);

@@ -85,6 +85,8 @@ class ScoringPipeline {
   const PipelineConfig& config() const { return config_; }
   // Where each model stage runs; empty without runtime.devices.
   const PipelinePlan& plan() const { return plan_; }
+  // Forensic-stage requests that moved to a fallback device because one failed.
+  uint64_t forensic_device_fallbacks() const { return forensic_ ? forensic_->device_fallbacks() : 0; }
   storage::AuditLog& audit_log() { return audit_log_; }
 
  private:

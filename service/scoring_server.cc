@@ -31,6 +31,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
        "Weight bytes moved to a device after serving started (prepare once: stays 0).",
        &PrepareSnapshot::weight_bytes_moved},
   };
+  if (config.findings.enabled) {
+    pipelines::ScoringPipeline* const pipeline = server->pipeline_.get();
+    server->registry_.AddCounterFunction("txscore_device_fallbacks_total",
+                                         "Requests of a stage that moved to its next device because one failed.",
+                                         {{"stage", config.findings.name}},
+                                         [pipeline] { return pipeline->forensic_device_fallbacks(); });
+  }
   for (const auto& c : kPrepareCounters) {
     server->registry_.AddCounterFunction(c.name, c.help, {}, [counters, field = c.field] {
       return counters->RequestPathWork().*field;

@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "accelerator/emulated_device.h"
 #include "common/prepare_counters.h"
 #include "fraud/entity_state.h"
 #include "llm/checkpoint_maker.h"
@@ -32,6 +33,8 @@ class FlatLogitsDecoder : public llm::Decoder {
     std::mutex mutex;
     std::condition_variable released_cv;
     bool released = false;
+    std::string failing_device;  // decoders loaded on this device fail every Forward
+    std::atomic<int> failed_calls{0};
     void Release() {
       std::lock_guard<std::mutex> lock(mutex);
       released = true;
@@ -39,7 +42,8 @@ class FlatLogitsDecoder : public llm::Decoder {
     }
   };
 
-  FlatLogitsDecoder(llm::ModelConfig config, Control* control) : config_(std::move(config)), control_(control) {}
+  FlatLogitsDecoder(llm::ModelConfig config, Control* control, bool failing = false)
+      : config_(std::move(config)), control_(control), failing_(failing) {}
 
   const llm::ModelConfig& config() const override { return config_; }
 
@@ -49,6 +53,10 @@ class FlatLogitsDecoder : public llm::Decoder {
 
   Result<std::vector<std::vector<float>>> Forward(llm::DecoderCache* cache,
                                                   const std::vector<std::vector<int32_t>>& new_tokens) const override {
+    if (failing_) {
+      control_->failed_calls.fetch_add(1);
+      return Internal("the device stopped responding");
+    }
     if (control_->forward_calls.fetch_add(1) == 0 && control_->block_first_call) {
       control_->entered.set_value();
       std::unique_lock<std::mutex> lock(control_->mutex);
@@ -80,6 +88,7 @@ class FlatLogitsDecoder : public llm::Decoder {
 
   llm::ModelConfig config_;
   Control* control_;
+  bool failing_;
 };
 
 // A pipeline where every decision is REVIEW (thresholds 0 and 1), with a forensic stage on a
@@ -93,14 +102,16 @@ class ForensicPipelineTest : public ::testing::Test {
     ASSERT_TRUE(llm::MakeCheckpoint(spec, dir_.file("llm")).ok());
   }
 
-  void CreatePipeline(double review_threshold, int budget_ms = 60000, const std::string& when = "") {
+  void CreatePipeline(double review_threshold, int budget_ms = 60000, const std::string& when = "",
+                      const std::string& placement = "", const accelerator::DeviceRegistry* devices = nullptr) {
     std::string yaml = testing::ReadFile(testing::WriteTestPipeline(dir_));
     const std::string thresholds = "review_threshold: 0.5";
     yaml.replace(yaml.find(thresholds), thresholds.size(), "review_threshold: " + std::to_string(review_threshold));
     const std::string decline = "decline_threshold: 0.9";
     yaml.replace(yaml.find(decline), decline.size(), "decline_threshold: 1.0");
     yaml += "  - {name: forensic, kind: llm_findings, after: decision, model: llm, budget_ms: " +
-            std::to_string(budget_ms) + (when.empty() ? "" : ", when: \"" + when + "\"") + "}\n";
+            std::to_string(budget_ms) + (when.empty() ? "" : ", when: \"" + when + "\"") +
+            (placement.empty() ? "" : ", placement: " + placement) + "}\n";
     testing::WriteFile(dir_.file("forensic.yaml"), yaml);
     auto config = LoadPipelineConfig(dir_.file("forensic.yaml"));
     ASSERT_TRUE(config.ok()) << config.error().ToString();
@@ -108,10 +119,12 @@ class ForensicPipelineTest : public ::testing::Test {
     ASSERT_TRUE(db.ok()) << db.error().ToString();
     db_ = std::move(db).value();
     PipelineRuntime runtime;
-    runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions&) {
+    runtime.devices = devices;
+    runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions& options) {
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
-      return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FlatLogitsDecoder>(*model_config, &control_));
+      return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FlatLogitsDecoder>(
+          *model_config, &control_, options.device == control_.failing_device));
     };
     auto pipeline = ScoringPipeline::Create(*config, db_.get(), runtime);
     ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
@@ -176,6 +189,38 @@ TEST_F(ForensicPipelineTest, ScoringBuildsNoConstraintOrModel) {
   EXPECT_EQ(during.graph_builds, 0u);  // the findings constraint was compiled when the stage was created
   EXPECT_EQ(during.model_builds, 0u);
   EXPECT_EQ(during.weight_bytes_moved, 0u);
+}
+
+TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPassedOverAfterwards) {
+  accelerator::DeviceRegistry devices;
+  accelerator::Device cpu;
+  cpu.name = cpu.torch_device = "cpu";
+  cpu.dtypes = {"float32", "bfloat16"};
+  cpu.native_ops = {accelerator::ops::kMatmul, accelerator::ops::kSoftmax, accelerator::ops::kRmsNorm,
+                    accelerator::ops::kRope, accelerator::ops::kEmbedding, accelerator::ops::kActivation,
+                    accelerator::ops::kTreeWalk};
+  cpu.cost = {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"};
+  devices.Register(cpu);
+  devices.Register(accelerator::EmulatedDeviceDescription({}));
+  control_.failing_device = "privateuseone:0";
+  CreatePipeline(/*review_threshold=*/0.0, 60000, "", "emulated", &devices);
+  EXPECT_EQ(pipeline_->plan().Find("forensic")->device, "emulated:0");
+  EXPECT_EQ(pipeline_->plan().Find("forensic")->fallback, std::vector<std::string>{"cpu"});
+
+  auto first = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  EXPECT_TRUE(first->findings.has_value());  // written on the CPU
+  EXPECT_TRUE(first->degraded_stages.empty());
+  EXPECT_EQ(control_.failed_calls.load(), 1);
+  EXPECT_EQ(pipeline_->forensic_device_fallbacks(), 1u);
+
+  fraud::RawTransaction second_tx = testing::ValidTransaction("req-2");
+  second_tx.timestamp_ms += 1000;
+  auto second = pipeline_->Score(second_tx);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->findings.has_value());
+  EXPECT_EQ(control_.failed_calls.load(), 1);  // the failing device was passed over
+  EXPECT_EQ(pipeline_->forensic_device_fallbacks(), 1u);
 }
 
 TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {
