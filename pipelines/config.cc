@@ -172,7 +172,8 @@ Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::s
                           FindingsStageConfig* f) {
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name,
                                       {"name", "kind", "after", "model", "dtype", "threads", "max_new_tokens",
-                                       "budget_ms", "placement", "expected_batch", "expected_tokens", "when"}));
+                                       "budget_ms", "placement", "expected_batch", "expected_tokens", "when",
+                                       "max_batch", "max_wait_us"}));
   f->enabled = true;
   f->name = name;
   const std::map<std::string, Condition::Output> outputs = {{upstream.model.name + ".score", {ValueType::kNumber}},
@@ -193,6 +194,8 @@ Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::s
   TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &f->placement));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "expected_batch", 1, 4096, &f->expected_batch));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "expected_tokens", 1, 1 << 20, &f->expected_tokens));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_batch", 1, 1024, &f->max_batch));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_wait_us", 0, 10000000, &f->max_wait_us));
   return Status::Ok();
 }
 

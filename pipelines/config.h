@@ -98,6 +98,8 @@ struct FindingsStageConfig {
   // predicted time at the expected batch and tokens below.
   std::string placement = "cpu";
   int expected_batch = 1;      // Default: 1 request at a time
+  int max_batch = 8;           // Default: the dynamic batcher runs up to 8 requests together
+  int max_wait_us = 2000;      // Default: waiting up to 2 ms after the first for more
   int expected_tokens = 512;   // Default: 512 tokens per request (prompt and findings)
   // Set at start-up from the plan, not read from the file: the libtorch device the stage runs
   // on and the op adapters it uses there, then the devices to fall back to, in order.

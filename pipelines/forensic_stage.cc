@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <algorithm>
 #include <filesystem>
 
 namespace txscore::pipelines {
@@ -93,22 +94,55 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
     TXSCORE_RETURN_IF_ERROR(engine.generator->Prepare(llm::ClaimAnalysisTask::Schema()));
     stage->engines_.push_back(std::move(engine));
   }
+  ForensicStage* self = stage.get();
+  ForensicResult expired;
+  expired.outcome = ForensicResult::Outcome::kSkipped;
+  expired.detail = "the deadline passed before the stage could start";
+  stage->batcher_ = std::make_unique<DynamicBatcher<Item, ForensicResult>>(
+      DynamicBatcherOptions{config.max_batch, config.max_wait_us},
+      [self](const std::vector<Item>& items) { return self->RunBatch(items); }, std::move(expired));
   return stage;
 }
 
 ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
                                       std::chrono::steady_clock::time_point deadline) {
   ForensicResult result;
-  std::unique_lock<std::timed_mutex> turn(turn_, std::defer_lock);
-  if (std::chrono::steady_clock::now() >= deadline || !turn.try_lock_until(deadline)) {
+  if (std::chrono::steady_clock::now() >= deadline) {
     result.outcome = ForensicResult::Outcome::kSkipped;
     result.detail = "the deadline passed before the stage could start";
     return result;
   }
+  Item item{llm::TransactionReviewTask::PromptIds(*tokenizer_, CaseFor(tx, score, reasons)), deadline,
+            std::make_shared<std::atomic<bool>>(false)};
+  std::shared_ptr<std::atomic<bool>> started = item.started;
+  std::future<ForensicResult> answer = batcher_->Submit(std::move(item), deadline);
+  if (answer.wait_until(deadline) == std::future_status::ready) return answer.get();
+  if (started->load()) {
+    result.outcome = ForensicResult::Outcome::kCutShort;
+    result.detail = "the deadline came before the findings were complete";
+  } else {
+    result.outcome = ForensicResult::Outcome::kSkipped;
+    result.detail = "the deadline passed before the stage could start";
+  }
+  return result;
+}
+
+size_t ForensicStage::queued() const { return batcher_->queued(); }
+std::vector<int> ForensicStage::batch_sizes() const { return batcher_->batch_sizes(); }
+
+std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& items) {
+  std::vector<std::vector<int32_t>> prompts;
+  auto latest = items.front().deadline;
+  for (const Item& item : items) {
+    item.started->store(true);
+    prompts.push_back(item.prompt);
+    latest = std::max(latest, item.deadline);
+  }
   llm::GenerationOptions options;
   options.max_new_tokens = config_.max_new_tokens;
-  options.deadline = deadline;
-  const llm::TransactionCase c = CaseFor(tx, score, reasons);
+  options.schema = llm::ClaimAnalysisTask::Schema();
+  options.deadline = latest;
+  std::vector<ForensicResult> results(items.size());
   const auto now = std::chrono::steady_clock::now();
   // Devices paused after a failure are passed over, unless every device is paused.
   std::vector<Engine*> order;
@@ -116,24 +150,45 @@ ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score
     if (e.failing_until <= now) order.push_back(&e);
   }
   if (order.empty()) order.push_back(&engines_.front());
+  std::vector<std::string> failed_devices;
   for (Engine* engine : order) {
-    result.device = engine->device;
-    Result<llm::Findings> findings = llm::TransactionReviewTask::Analyze(*engine->generator, *tokenizer_, c, options, model_id_);
-    if (findings.ok()) {
-      result.outcome = ForensicResult::Outcome::kAnalysed;
-      result.findings = std::move(findings).value();
-      if (!result.failed_devices.empty()) device_fallbacks_.fetch_add(1);
-      return result;
+    Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateBatch(prompts, options);
+    if (!generated.ok() && generated.error().code == ErrorCode::kInternal &&
+        std::chrono::steady_clock::now() < latest && engine != order.back()) {
+      // The model runtime failed on this device: pause it and move the batch to the next one.
+      engine->failing_until = std::chrono::steady_clock::now() + kFailingDevicePause;
+      failed_devices.push_back(engine->device);
+      continue;
     }
-    result.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
-                                                                        : ForensicResult::Outcome::kFailed;
-    result.detail = findings.error().message;
-    // Only a failure of the model runtime moves the request on; the deadline does not.
-    if (findings.error().code != ErrorCode::kInternal || std::chrono::steady_clock::now() >= deadline) return result;
-    engine->failing_until = std::chrono::steady_clock::now() + kFailingDevicePause;
-    result.failed_devices.push_back(engine->device);
+    for (size_t i = 0; i < items.size(); ++i) {
+      ForensicResult& r = results[i];
+      r.device = engine->device;
+      r.failed_devices = failed_devices;
+      if (!generated.ok()) {
+        r.outcome = ForensicResult::Outcome::kFailed;
+        r.detail = generated.error().message;
+        continue;
+      }
+      const llm::GenerationResult& g = (*generated)[i];
+      if (g.finish_reason == "deadline") {
+        r.outcome = ForensicResult::Outcome::kCutShort;
+        r.detail = "the deadline cut the findings short after " + std::to_string(g.generated_ids.size()) + " tokens";
+        continue;
+      }
+      Result<llm::Findings> findings = llm::ClaimAnalysisTask::ParseFindings(g.text);
+      if (!findings.ok()) {
+        r.outcome = ForensicResult::Outcome::kFailed;
+        r.detail = "the constrained output did not parse: " + findings.error().ToString();
+        continue;
+      }
+      findings->model_id = model_id_;
+      r.outcome = ForensicResult::Outcome::kAnalysed;
+      r.findings = std::move(findings).value();
+    }
+    if (generated.ok() && !failed_devices.empty()) device_fallbacks_.fetch_add(items.size());
+    return results;
   }
-  return result;
+  return results;  // not reached: the last engine always answers
 }
 
 }  // namespace txscore::pipelines

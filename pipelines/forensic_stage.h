@@ -2,9 +2,11 @@
 // the transaction and the fraud model's reasons and writes Findings under the findings schema
 // (llm/claim_analysis.h).
 //
-// One analysis runs at a time: on a CPU, concurrent generations share the same cores and all
-// finish later. A request waits for its turn only until its deadline, and generation stops at
-// the deadline; either way the decision stands and the result says the stage did not finish.
+// Concurrent requests share forward passes: a dynamic batcher (pipelines/dynamic_batcher.h)
+// collects them into batches of at most max_batch, waiting at most max_wait_us for company,
+// and one batch runs at a time. A request waits only until its deadline: if its batch had not
+// started it is reported skipped, if it had, cut short; generation stops at the latest
+// deadline in the batch. Either way the decision stands.
 //
 // The model is prepared at start on the planned device and on each fallback device. When a
 // device fails during a request (an error from the model runtime), the request moves to the
@@ -28,6 +30,7 @@
 #include "llm/tokenizer.h"
 #include "pipelines/config.h"
 #include "pipelines/decision.h"
+#include "pipelines/dynamic_batcher.h"
 
 namespace txscore::pipelines {
 
@@ -61,6 +64,9 @@ class ForensicStage {
   const std::string& model_id() const { return model_id_; }
   // Requests that moved to another device because one failed.
   uint64_t device_fallbacks() const { return device_fallbacks_.load(); }
+  // The dynamic batcher's view: requests waiting, and the sizes of the batches run so far.
+  size_t queued() const;
+  std::vector<int> batch_sizes() const;
 
   // The prompt's view of a transaction (exposed for tests).
   static llm::TransactionCase CaseFor(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons);
@@ -74,12 +80,20 @@ class ForensicStage {
     std::string device;  // display name
     std::unique_ptr<llm::Decoder> decoder;
     std::unique_ptr<llm::Generator> generator;
-    std::chrono::steady_clock::time_point failing_until{};  // guarded by turn_
+    std::chrono::steady_clock::time_point failing_until{};  // used by the batcher's thread only
   };
+  struct Item {
+    std::vector<int32_t> prompt;
+    std::chrono::steady_clock::time_point deadline;
+    std::shared_ptr<std::atomic<bool>> started;
+  };
+  // Runs one batch on the first healthy engine, moving to the next when one fails.
+  std::vector<ForensicResult> RunBatch(const std::vector<Item>& items);
+
   std::unique_ptr<llm::Tokenizer> tokenizer_;
   std::vector<Engine> engines_;  // the planned device first, then the fallbacks
-  std::timed_mutex turn_;  // one analysis at a time
   std::atomic<uint64_t> device_fallbacks_{0};
+  std::unique_ptr<DynamicBatcher<Item, ForensicResult>> batcher_;  // last: its thread uses the above
 };
 
 }  // namespace txscore::pipelines

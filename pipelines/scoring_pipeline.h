@@ -87,6 +87,7 @@ class ScoringPipeline {
   const PipelinePlan& plan() const { return plan_; }
   // Forensic-stage requests that moved to a fallback device because one failed.
   uint64_t forensic_device_fallbacks() const { return forensic_ ? forensic_->device_fallbacks() : 0; }
+  const ForensicStage* forensic_stage() const { return forensic_.get(); }  // null without one
   storage::AuditLog& audit_log() { return audit_log_; }
 
  private:

@@ -223,6 +223,32 @@ TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPasse
   EXPECT_EQ(pipeline_->forensic_device_fallbacks(), 1u);
 }
 
+TEST_F(ForensicPipelineTest, ConcurrentRequestsShareABatch) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  control_.block_first_call = true;
+  std::future<void> entered = control_.entered.get_future();
+  std::vector<std::thread> requests;
+  requests.emplace_back([&] { EXPECT_TRUE(pipeline_->Score(testing::ValidTransaction("first"))->findings.has_value()); });
+  entered.wait();  // the first request's batch holds the decoder
+  for (int i = 0; i < 3; ++i) {
+    requests.emplace_back([&, i] {
+      fraud::RawTransaction tx = testing::ValidTransaction("queued-" + std::to_string(i));
+      tx.card_number = std::nullopt;
+      tx.card_token = "tok-" + std::to_string(i) + std::string(40, 'a');  // other cards: no wait on the card lock
+      auto outcome = pipeline_->Score(tx);
+      ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+      EXPECT_TRUE(outcome->findings.has_value());
+    });
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (pipeline_->forensic_stage()->queued() < 3 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  control_.Release();
+  for (std::thread& t : requests) t.join();
+  EXPECT_EQ(pipeline_->forensic_stage()->batch_sizes(), (std::vector<int>{1, 3}));
+}
+
 TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {
   CreatePipeline(/*review_threshold=*/0.999);
   auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));

@@ -1,0 +1,127 @@
+// A dynamic batcher: callers submit single items from any thread; one worker thread collects
+// them into batches of at most `max_batch`, waiting at most `max_wait_us` after the first item
+// of a batch for more to arrive, and runs each batch with one call. Accelerator stages use it
+// so that concurrent requests (and batch jobs) share forward passes.
+//
+// Each item carries a deadline: an item whose deadline has passed when its batch is formed is
+// answered with `expired` without being run.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace txscore::pipelines {
+
+struct DynamicBatcherOptions {
+  int max_batch = 8;           // Default: 8 items per batch
+  int64_t max_wait_us = 2000;  // Default: 2 ms from the first item of a batch
+};
+
+template <typename Item, typename Answer>
+class DynamicBatcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Runs one batch; returns one answer per item, in order. Called on the worker thread only.
+  using RunBatch = std::function<std::vector<Answer>(const std::vector<Item>& items)>;
+
+  DynamicBatcher(DynamicBatcherOptions options, RunBatch run, Answer expired)
+      : options_(options), run_(std::move(run)), expired_(std::move(expired)), worker_([this] { Work(); }) {}
+
+  ~DynamicBatcher() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+
+  std::future<Answer> Submit(Item item, Clock::time_point deadline) {
+    std::promise<Answer> promise;
+    std::future<Answer> future = promise.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back({std::move(item), deadline, std::move(promise)});
+    }
+    wake_.notify_all();
+    return future;
+  }
+
+  // Items waiting for a batch (tests).
+  size_t queued() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queue_.size();
+  }
+
+  // Sizes of the batches run so far, in order (tests and metrics).
+  std::vector<int> batch_sizes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batch_sizes_;
+  }
+
+ private:
+  struct Pending {
+    Item item;
+    Clock::time_point deadline;
+    std::promise<Answer> promise;
+  };
+
+  void Work() {
+    while (true) {
+      std::vector<Pending> batch;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_ && queue_.empty()) return;
+        // The first item opens the batch; wait a little for company.
+        const Clock::time_point close = Clock::now() + std::chrono::microseconds(options_.max_wait_us);
+        wake_.wait_until(lock, close, [this] {
+          return stopping_ || static_cast<int>(queue_.size()) >= options_.max_batch;
+        });
+        while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      std::vector<Item> items;
+      std::vector<Pending*> live;
+      const Clock::time_point now = Clock::now();
+      for (Pending& p : batch) {
+        if (p.deadline <= now) {
+          p.promise.set_value(expired_);
+        } else {
+          items.push_back(p.item);
+          live.push_back(&p);
+        }
+      }
+      if (items.empty()) continue;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        batch_sizes_.push_back(static_cast<int>(items.size()));
+      }
+      std::vector<Answer> answers = run_(items);
+      for (size_t i = 0; i < live.size(); ++i) {
+        live[i]->promise.set_value(i < answers.size() ? std::move(answers[i]) : expired_);
+      }
+    }
+  }
+
+  const DynamicBatcherOptions options_;
+  const RunBatch run_;
+  const Answer expired_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Pending> queue_;
+  std::vector<int> batch_sizes_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts after everything above exists
+};
+
+}  // namespace txscore::pipelines

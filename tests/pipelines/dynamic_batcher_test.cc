@@ -1,0 +1,55 @@
+#include "pipelines/dynamic_batcher.h"
+
+#include <gtest/gtest.h>
+
+namespace txscore::pipelines {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+TEST(DynamicBatcher, AnswersEachItemInOrderWithinItsBatch) {
+  DynamicBatcher<int, int> batcher({.max_batch = 4, .max_wait_us = 1000},
+                                   [](const std::vector<int>& items) {
+                                     std::vector<int> out;
+                                     for (int x : items) out.push_back(x * 10);
+                                     return out;
+                                   },
+                                   -1);
+  auto a = batcher.Submit(1, Clock::now() + std::chrono::seconds(30));
+  auto b = batcher.Submit(2, Clock::now() + std::chrono::seconds(30));
+  EXPECT_EQ(a.get(), 10);
+  EXPECT_EQ(b.get(), 20);
+}
+
+TEST(DynamicBatcher, ItemsPastTheirDeadlineAreAnsweredWithoutRunning) {
+  DynamicBatcher<int, int> batcher({}, [](const std::vector<int>& items) { return items; }, -1);
+  EXPECT_EQ(batcher.Submit(5, Clock::now() - std::chrono::milliseconds(1)).get(), -1);
+  EXPECT_TRUE(batcher.batch_sizes().empty());
+}
+
+TEST(DynamicBatcher, QueuedItemsAreSplitIntoBatchesOfAtMostMaxBatch) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool first = true;
+  DynamicBatcher<int, int> batcher({.max_batch = 2, .max_wait_us = 0},
+                                   [&](const std::vector<int>& items) {
+                                     if (first) {
+                                       first = false;
+                                       entered.set_value();
+                                       released.wait();
+                                     }
+                                     return items;
+                                   },
+                                   -1);
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::vector<std::future<int>> answers;
+  answers.push_back(batcher.Submit(0, later));
+  entered.get_future().wait();
+  for (int i = 1; i <= 4; ++i) answers.push_back(batcher.Submit(i, later));
+  release.set_value();
+  for (int i = 0; i <= 4; ++i) EXPECT_EQ(answers[static_cast<size_t>(i)].get(), i);
+  EXPECT_EQ(batcher.batch_sizes(), (std::vector<int>{1, 2, 2}));
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
