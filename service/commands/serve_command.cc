@@ -63,8 +63,9 @@ int RunServe(const ServeOptions& options) {
     spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
   }
   if (config->findings.enabled) {
-    spdlog::info("stage {}: REVIEW decisions get findings from {} (budget {} ms)", config->findings.name,
-                 config->findings.model_dir, config->findings.budget_ms);
+    spdlog::info("stage {}: findings from {} when {} (budget {} ms, batches of up to {})", config->findings.name,
+                 config->findings.model_dir, config->findings.when.text(), config->findings.budget_ms,
+                 config->findings.max_batch);
   }
   spdlog::info("serving Thrift on {}:{} ({} workers); admin on http://{}:{}/ (healthz, readyz, metrics)",
                config->server.host, (*server)->rpc_port(), config->server.workers, config->admin.host,
