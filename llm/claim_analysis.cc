@@ -71,15 +71,7 @@ Result<Findings> GenerateFindings(Generator& generator, const std::vector<int32_
   options.schema = ClaimAnalysisTask::Schema();
   Result<GenerationResult> result = generator.Generate(prompt, options);
   if (!result.ok()) return result.error();
-  if (result->finish_reason == "deadline") {
-    return Error{ErrorCode::kUnavailable,
-                 "the deadline cut the findings short after " + std::to_string(result->generated_ids.size()) + " tokens",
-                 {}};
-  }
-  Result<Findings> findings = ClaimAnalysisTask::ParseFindings(result->text);
-  if (!findings.ok()) return Internal("the constrained output did not parse: " + findings.error().ToString());
-  findings->model_id = model_id;
-  return findings;
+  return ClaimAnalysisTask::FindingsFrom(*result, model_id);
 }
 
 }  // namespace
@@ -148,6 +140,18 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
   }
   f.summary = summary->get<std::string>();
   return f;
+}
+
+Result<Findings> ClaimAnalysisTask::FindingsFrom(const GenerationResult& generated, const std::string& model_id) {
+  if (generated.finish_reason == "deadline") {
+    return Error{ErrorCode::kUnavailable,
+                 "the deadline cut the findings short after " + std::to_string(generated.generated_ids.size()) + " tokens",
+                 {}};
+  }
+  Result<Findings> findings = ParseFindings(generated.text);
+  if (!findings.ok()) return Internal("the constrained output did not parse: " + findings.error().ToString());
+  findings->model_id = model_id;
+  return findings;
 }
 
 Result<Findings> ClaimAnalysisTask::Analyze(Generator& generator, const Tokenizer& tokenizer, const ClaimFields& claim,

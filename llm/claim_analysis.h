@@ -64,6 +64,9 @@ class ClaimAnalysisTask {
 
   // Parses and checks the model's JSON (enum values, known flags, summary length).
   static Result<Findings> ParseFindings(const std::string& json_text);
+  // The findings of one generation under Schema(): kUnavailable when a deadline cut it short,
+  // kInternal when it does not parse.
+  static Result<Findings> FindingsFrom(const GenerationResult& generated, const std::string& model_id);
 
   // Generates under the schema (greedy unless options say otherwise) and parses.
   static Result<Findings> Analyze(Generator& generator, const Tokenizer& tokenizer, const ClaimFields& claim,

@@ -169,19 +169,13 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
         r.detail = generated.error().message;
         continue;
       }
-      const llm::GenerationResult& g = (*generated)[i];
-      if (g.finish_reason == "deadline") {
-        r.outcome = ForensicResult::Outcome::kCutShort;
-        r.detail = "the deadline cut the findings short after " + std::to_string(g.generated_ids.size()) + " tokens";
-        continue;
-      }
-      Result<llm::Findings> findings = llm::ClaimAnalysisTask::ParseFindings(g.text);
+      Result<llm::Findings> findings = llm::ClaimAnalysisTask::FindingsFrom((*generated)[i], model_id_);
       if (!findings.ok()) {
-        r.outcome = ForensicResult::Outcome::kFailed;
-        r.detail = "the constrained output did not parse: " + findings.error().ToString();
+        r.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
+                                                                       : ForensicResult::Outcome::kFailed;
+        r.detail = findings.error().message;
         continue;
       }
-      findings->model_id = model_id_;
       r.outcome = ForensicResult::Outcome::kAnalysed;
       r.findings = std::move(findings).value();
     }
