@@ -9,12 +9,16 @@ std::vector<std::string> OpAdapters::Describe() const {
   if (embedding_on_host) lines.push_back("embedding lookup on the host");
   if (rms_norm_by_matmul) lines.push_back("rms_norm's sum of squares as a matmul, fp32 accumulator");
   if (rope_as_matmul) lines.push_back("rope's rotate_half as a matmul with a signed permutation");
+  if (vocab_alignment > 1) lines.push_back("vocabulary padded to a multiple of " + std::to_string(vocab_alignment));
   return lines;
 }
 
 OpAdapters ChooseAdapters(const std::set<std::string>& stage_ops, const std::set<std::string>& native_ops,
-                          std::vector<std::string>* missing) {
+                          std::vector<std::string>* missing, int64_t vocab, int alignment) {
   OpAdapters adapters;
+  if (vocab > 0 && alignment > 1 && vocab % alignment != 0 && stage_ops.count(ops::kMatmul) > 0) {
+    adapters.vocab_alignment = alignment;
+  }
   const bool matmul = native_ops.count(ops::kMatmul) > 0;
   for (const std::string& op : stage_ops) {
     if (native_ops.count(op) > 0) continue;

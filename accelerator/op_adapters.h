@@ -9,10 +9,14 @@
 //   embedding_on_host   the embedding table stays in host memory and rows are looked up there
 //                       and copied over: no gather on the device, and the table is never copied
 //                       to the host for a fallback. Exact.
+//   vocab_alignment     the LM head's rows (the vocabulary) padded with zeros to a multiple of
+//                       the device's alignment, so its largest matmul has an aligned shape; the
+//                       padding logits are cut off before anyone sees them. Exact.
 //
-// Not done: padding head_dim and the vocabulary to the device's alignment.
+// Not done: padding head_dim (it would have to keep RoPE's pairing of dimensions).
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,14 +27,16 @@ struct OpAdapters {
   bool rope_as_matmul = false;
   bool rms_norm_by_matmul = false;
   bool embedding_on_host = false;
+  int vocab_alignment = 0;  // 0 or 1: no padding
 
   std::vector<std::string> Describe() const;  // one line per adapter in use
-  bool any() const { return rope_as_matmul || rms_norm_by_matmul || embedding_on_host; }
+  bool any() const { return rope_as_matmul || rms_norm_by_matmul || embedding_on_host || vocab_alignment > 1; }
 };
 
 // The adapters a stage needing `stage_ops` uses on a device with `native_ops`. `*missing` gets
 // the ops that are neither native nor adaptable there (the stage cannot run on that device).
+// With `vocab` and an `alignment` above 1 that does not divide it, the vocabulary is padded.
 OpAdapters ChooseAdapters(const std::set<std::string>& stage_ops, const std::set<std::string>& native_ops,
-                          std::vector<std::string>* missing);
+                          std::vector<std::string>* missing, int64_t vocab = 0, int alignment = 1);
 
 }  // namespace txscore::accelerator

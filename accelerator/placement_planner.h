@@ -38,6 +38,7 @@ struct StageWorkload {
   // Work of one call at `batch` items of `tokens` tokens each; `dtype_bytes` is the size of
   // the dtype chosen for the device (4 for float32, 2 for bfloat16/float16).
   std::function<WorkEstimate(int batch, int tokens, int dtype_bytes)> estimate;
+  int64_t vocab = 0;        // for the vocabulary-padding adapter; 0: not a language model
   int expected_batch = 1;   // Default: 1
   int expected_tokens = 1;  // Default: 1
 };

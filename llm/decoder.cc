@@ -209,7 +209,9 @@ class TorchDecoder : public Decoder {
     for (int64_t i = 0; i < batch; ++i) {
       const int64_t n = static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size());
       if (n == 0) continue;
-      torch::Tensor logits = F::linear(x[i][n - 1], lm_head_).to(torch::kFloat32).to(torch::kCPU);
+      torch::Tensor logits = As(F::linear(x[i][n - 1], lm_head_), torch::kFloat32);
+      if (logits.size(0) != c.vocab_size) logits = logits.narrow(0, 0, c.vocab_size);  // padded vocabulary
+      if (!device_.is_cpu()) logits = logits.to(torch::kCPU);
       if (c.logits_scaling != 1.0) logits = logits / c.logits_scaling;
       if (c.final_logit_softcapping > 0) {
         logits = torch::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
@@ -219,6 +221,12 @@ class TorchDecoder : public Decoder {
       cache->lengths_[static_cast<size_t>(i)] += n;
     }
     return result;
+  }
+
+  // t in `dtype`, without a dispatch when it already is (a no-op .to() still costs a libtorch
+  // call, and a decode step makes dozens of them).
+  static torch::Tensor As(const torch::Tensor& t, torch::ScalarType dtype) {
+    return t.scalar_type() == dtype ? t : t.to(dtype);
   }
 
   static torch::Tensor MaskToBias(const torch::Tensor& allowed) {
@@ -248,9 +256,9 @@ class TorchDecoder : public Decoder {
 
   // cos and sin stacked: [2, batch, 1, longest, head_dim], in the activation dtype.
   torch::Tensor RopeTables(const torch::Tensor& inv_freq, const torch::Tensor& positions) const {
-    const torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});
+    const torch::Tensor freqs = As(positions, torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});
     const torch::Tensor angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);
-    return torch::stack({angles.cos(), angles.sin()}).to(dtype_);
+    return As(torch::stack({angles.cos(), angles.sin()}), dtype_);
   }
 
   torch::Tensor RotateHalf(const torch::Tensor& x) const {
@@ -259,13 +267,13 @@ class TorchDecoder : public Decoder {
 
   // RMSNorm in float32, as Hugging Face computes it; Gemma scales by (1 + w).
   torch::Tensor Norm(const torch::Tensor& x, const torch::Tensor& weight) const {
-    const torch::Tensor x32 = x.to(torch::kFloat32);
+    const torch::Tensor x32 = As(x, torch::kFloat32);
     const torch::Tensor mean_square = adapters_.rms_norm_by_matmul
                                           ? accelerator::SumOfSquaresByMatmul(x32) / static_cast<double>(x32.size(-1))
                                           : x32.pow(2).mean(-1, true);
     const torch::Tensor normed = x32 * torch::rsqrt(mean_square + config_.rms_norm_eps);
-    if (config_.norm_weight_plus_one) return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
-    return weight * normed.to(x.scalar_type());
+    if (config_.norm_weight_plus_one) return As(normed * (1.0 + As(weight, torch::kFloat32)), x.scalar_type());
+    return weight * As(normed, x.scalar_type());
   }
 
   torch::Tensor Attention(const Layer& layer, const torch::Tensor& h, const torch::Tensor& rope,
@@ -307,7 +315,7 @@ class TorchDecoder : public Decoder {
     if (c.attn_logit_softcapping > 0) {
       scores = torch::tanh(scores / c.attn_logit_softcapping) * c.attn_logit_softcapping;
     }
-    scores = scores.to(torch::kFloat32);
+    scores = As(scores, torch::kFloat32);
     if (mask.defined()) {
       // mask: [batch, 1, length, tokens] -> the same for each stacked group.
       scores = scores + (groups == 1 ? mask
@@ -315,7 +323,7 @@ class TorchDecoder : public Decoder {
                                            .expand({batch, 1, groups, length, total_max})
                                            .reshape({batch, 1, groups * length, total_max}));
     }
-    const torch::Tensor weights = torch::softmax(scores, -1).to(dtype_);
+    const torch::Tensor weights = As(torch::softmax(scores, -1), dtype_);
     const torch::Tensor out = torch::matmul(weights, values)
                                   .view({batch, c.num_attention_heads, length, c.head_dim})
                                   .transpose(1, 2)
@@ -408,9 +416,22 @@ class TorchDecoder : public Decoder {
   }
 
   // Weights are moved once, at load: the request path moves none.
+  // The LM head gets zero rows up to a multiple of the alignment; logits are cut back to the
+  // vocabulary in ForwardUnchecked. The embedding keeps its rows: ids never reach the padding.
+  void PadVocabulary() {
+    const int64_t align = adapters_.vocab_alignment;
+    const int64_t vocab = lm_head_.size(0);
+    if (align <= 1 || vocab % align == 0) return;
+    const int64_t padded = (vocab + align - 1) / align * align;
+    lm_head_ = torch::cat({lm_head_, torch::zeros({padded - vocab, lm_head_.size(1)}, lm_head_.options())}, 0);
+  }
+
   void MoveWeightsToDevice() {
     if (adapters_.embedding_on_host) embed_tokens_host_ = embed_tokens_;  // stays in host memory
-    if (device_.is_cpu()) return;
+    if (device_.is_cpu()) {
+      PadVocabulary();
+      return;
+    }
     auto move = [this](torch::Tensor& t) {
       if (!t.defined()) return;
       t = t.to(device_);
@@ -424,6 +445,7 @@ class TorchDecoder : public Decoder {
     } else {
       move(lm_head_);
     }
+    PadVocabulary();
     for (Layer& l : layers_) {
       for (torch::Tensor* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm, &l.post_feedforward_norm,
                                &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm,

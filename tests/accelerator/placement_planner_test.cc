@@ -162,6 +162,18 @@ TEST(PlaceStage, PredictionIsDispatchPlusTheSlowerOfComputeAndMemoryPlusTransfer
   EXPECT_EQ(plan->reason, "least predicted time (41.1 ms) at batch 2, 3 tokens");
 }
 
+TEST(ChooseAdapters, PadsTheVocabularyOnlyWhenTheAlignmentDoesNotDivideIt) {
+  std::vector<std::string> missing;
+  const std::set<std::string> stage_ops = {ops::kMatmul};
+  EXPECT_EQ(ChooseAdapters(stage_ops, {ops::kMatmul}, &missing, 1000, 64).vocab_alignment, 64);
+  EXPECT_EQ(ChooseAdapters(stage_ops, {ops::kMatmul}, &missing, 1024, 64).vocab_alignment, 0);
+  EXPECT_EQ(ChooseAdapters(stage_ops, {ops::kMatmul}, &missing, 1000, 1).vocab_alignment, 0);
+  EXPECT_TRUE(missing.empty());
+  OpAdapters padded;
+  padded.vocab_alignment = 64;
+  EXPECT_EQ(padded.Describe(), std::vector<std::string>{"vocabulary padded to a multiple of 64"});
+}
+
 TEST(DecoderParameters, MatchesQwen25HalfBillion) {
   // Qwen2.5-0.5B has 494 M parameters (q/k/v biases, a few thousand, are left out here).
   EXPECT_NEAR(DecoderParameters(HalfBillion()), 494.0e6, 0.1e6);

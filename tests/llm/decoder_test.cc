@@ -143,6 +143,7 @@ TEST_P(DecoderTest, RunsOnTheEmulatedDeviceCloseToTheCpu) {
 TEST_P(DecoderTest, OpAdaptersGiveTheSameLogits) {
   accelerator::OpAdapters all;
   all.rope_as_matmul = all.rms_norm_by_matmul = all.embedding_on_host = true;
+  all.vocab_alignment = 100;  // no checkpoint here has a multiple of 100 rows
   auto adapted = Decoder::Load(dir_.path(), {.adapters = all});
   ASSERT_TRUE(adapted.ok()) << adapted.error().ToString();
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
@@ -150,6 +151,7 @@ TEST_P(DecoderTest, OpAdaptersGiveTheSameLogits) {
   auto adapted_cache = (*adapted)->NewCache(1, 16);
   const auto native = decoder_->Forward(native_cache.get(), {prompt}).value()[0];
   const auto with_adapters = (*adapted)->Forward(adapted_cache.get(), {prompt}).value()[0];
+  ASSERT_EQ(with_adapters.size(), native.size());  // the padding logits are cut off
   EXPECT_LE(MaxDifference(native, with_adapters), 1e-5);
 }
 
