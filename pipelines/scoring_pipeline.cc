@@ -118,6 +118,7 @@ void ScoringPipeline::RunForensicStage(const fraud::Transaction& tx, SteadyClock
   const int budget_ms = tx.budget_ms ? std::min(*tx.budget_ms, stage.budget_ms) : stage.budget_ms;
   ForensicResult result =
       forensic_->Analyze(tx, outcome->score, outcome->reasons, arrival + std::chrono::milliseconds(budget_ms));
+  outcome->forensic_device = result.device;
   for (const std::string& failed : result.failed_devices) {
     if (failed == result.device) continue;  // the last one tried: reported below as the stage's failure
     spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed,
@@ -209,7 +210,9 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
     record.findings = storage::AuditFindings{outcome.findings->risk_level, outcome.findings->flags,
                                              outcome.findings->summary, outcome.findings->model_id};
   }
-  record.placement = config_.model.placement;
+  record.placement = config_.model.name + "@" +
+                     (plan_.Find(config_.model.name) != nullptr ? plan_.Find(config_.model.name)->device : "cpu");
+  if (!outcome.forensic_device.empty()) record.placement += "," + config_.findings.name + "@" + outcome.forensic_device;
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));

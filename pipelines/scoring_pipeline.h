@@ -57,6 +57,7 @@ struct ScoreOutcome {
   std::vector<std::string> degraded_stages;
   std::vector<std::string> skipped_stages;
   std::optional<llm::Findings> findings;  // from the forensic stage, when it ran and finished
+  std::string forensic_device;            // where the forensic stage ran; empty when it did not
 };
 
 // What the program provides beyond the pipeline file.

@@ -45,7 +45,9 @@ struct AuditRecord {
   std::vector<std::pair<std::string, int64_t>> timings_us;  // stage -> elapsed
   std::vector<std::string> degraded_stages;
   std::vector<std::string> skipped_stages;
-  std::string placement;  // where the model ran, e.g. "cpu"
+  // Where the model stages ran, stage@device: "fraud@cpu", or
+  // "fraud@cpu,forensic@emulated:0 (emulated)" when the forensic stage ran.
+  std::string placement;
   std::string traceparent;
   std::optional<AuditFindings> findings;  // only for decisions the forensic stage analysed
 };

@@ -172,6 +172,8 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ((*audit)[0].findings->flags, outcome->findings->flags);
   EXPECT_EQ((*audit)[0].findings->summary, outcome->findings->summary);
   EXPECT_EQ((*audit)[0].findings->model_id, "llm");
+  EXPECT_EQ((*audit)[0].placement, "fraud@cpu,forensic@cpu");
+  EXPECT_EQ(outcome->forensic_device, "cpu");
   EXPECT_EQ(CardTransactionCount(), 1u);
 }
 
@@ -210,6 +212,8 @@ TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPasse
   auto first = pipeline_->Score(testing::ValidTransaction("req-1"));
   ASSERT_TRUE(first.ok()) << first.error().ToString();
   EXPECT_TRUE(first->findings.has_value());  // written on the CPU
+  EXPECT_EQ(first->forensic_device, "cpu");
+  EXPECT_EQ(pipeline_->audit_log().ReadLast(1)->at(0).placement, "fraud@cpu,forensic@cpu");
   EXPECT_TRUE(first->degraded_stages.empty());
   EXPECT_EQ(control_.failed_calls.load(), 1);
   EXPECT_EQ(pipeline_->forensic_device_fallbacks(), 1u);

@@ -58,7 +58,7 @@ TEST_F(ScoringPipelineTest, ScoreWritesAuditRecordAndCardState) {
   EXPECT_EQ((*audit)[0].card_token, ExpectedToken());
   EXPECT_EQ((*audit)[0].score, outcome->score);
   EXPECT_EQ((*audit)[0].decision, DecisionName(outcome->decision));
-  EXPECT_EQ((*audit)[0].placement, "cpu");
+  EXPECT_EQ((*audit)[0].placement, "fraud@cpu");
 
   auto state_bytes = db_->Get(ColumnFamily::kEntityState, ExpectedToken());
   ASSERT_TRUE(state_bytes.ok() && state_bytes->has_value());
