@@ -27,6 +27,20 @@ bool Device::Supports(std::string_view dtype) const {
 
 std::string Device::DisplayName() const { return emulated ? name + " (emulated)" : name; }
 
+Device HostCpuDevice(const CostProfile& cost, int64_t memory_bytes) {
+  Device cpu;
+  cpu.name = "cpu";
+  cpu.kind = DeviceKind::kCpu;
+  cpu.torch_device = "cpu";
+  cpu.memory_bytes = memory_bytes;
+  cpu.dtypes = {"float32", "bfloat16"};
+  cpu.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation,
+                    ops::kTreeWalk};
+  cpu.cost = cost;
+  cpu.description = "host CPU";
+  return cpu;
+}
+
 void DeviceRegistry::Register(Device device) {
   std::erase_if(absent_, [&](const AbsentDevice& a) { return a.kind == device.kind; });
   devices_.push_back(std::move(device));

@@ -62,6 +62,11 @@ struct Device {
   std::string DisplayName() const;
 };
 
+// The host CPU as the planner sees it: every op natively, float32 and bfloat16 (libtorch 1.13
+// has no float16 matmul on the CPU), no copies. Discovery fills in the measured profile; tests
+// pass their own.
+Device HostCpuDevice(const CostProfile& cost, int64_t memory_bytes);
+
 struct AbsentDevice {
   DeviceKind kind;
   std::string reason;  // why it is not available, e.g. "libtorch was built without CUDA"

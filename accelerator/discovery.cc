@@ -82,8 +82,6 @@ int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
 }
 
-const std::set<std::string> kAllOps = {ops::kMatmul, ops::kSoftmax,   ops::kRmsNorm, ops::kRope,
-                                       ops::kEmbedding, ops::kActivation, ops::kTreeWalk};
 
 }  // namespace
 
@@ -123,17 +121,10 @@ Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
   nlohmann::json cache = ReadCache(options.calibration_cache);
   bool cache_changed = false;
 
-  Device cpu;
-  cpu.name = "cpu";
-  cpu.kind = DeviceKind::kCpu;
-  cpu.torch_device = "cpu";
-  cpu.memory_bytes = HostMemoryBytes();
-  cpu.dtypes = {"float32", "bfloat16"};  // libtorch 1.13 has no float16 matmul on CPU
-  cpu.native_ops = kAllOps;
-  cpu.description = "host CPU, " + std::to_string(options.threads) + " libtorch thread(s)";
   Result<CostProfile> cpu_profile = Profile("cpu", "cpu", options.threads, &cache, &cache_changed);
   if (!cpu_profile.ok()) return cpu_profile.error();
-  cpu.cost = *cpu_profile;
+  Device cpu = HostCpuDevice(*cpu_profile, HostMemoryBytes());
+  cpu.description = "host CPU, " + std::to_string(options.threads) + " libtorch thread(s)";
   registry.Register(std::move(cpu));
 
   if (!at::globalContext().hasCUDA()) {

@@ -9,15 +9,9 @@ namespace {
 // calibration measures on a 2-core build machine; the emulated device's are its model of a
 // PCIe dataflow card.
 Device Cpu() {
-  Device d;
-  d.name = "cpu";
-  d.kind = DeviceKind::kCpu;
-  d.torch_device = "cpu";
-  d.memory_bytes = 24LL << 30;
-  d.dtypes = {"float32", "bfloat16"};
-  d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation, ops::kTreeWalk};
-  d.cost = {.dispatch_us = 5, .flops_per_s = 100e9, .memory_bytes_per_s = 20e9, .copy_bytes_per_s = 0, .source = "test"};
-  return d;
+  return HostCpuDevice({.dispatch_us = 5, .flops_per_s = 100e9, .memory_bytes_per_s = 20e9, .copy_bytes_per_s = 0,
+                        .source = "test"},
+                       24LL << 30);
 }
 
 Device Emulated() {

@@ -195,14 +195,9 @@ TEST_F(ForensicPipelineTest, ScoringBuildsNoConstraintOrModel) {
 
 TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPassedOverAfterwards) {
   accelerator::DeviceRegistry devices;
-  accelerator::Device cpu;
-  cpu.name = cpu.torch_device = "cpu";
-  cpu.dtypes = {"float32", "bfloat16"};
-  cpu.native_ops = {accelerator::ops::kMatmul, accelerator::ops::kSoftmax, accelerator::ops::kRmsNorm,
-                    accelerator::ops::kRope, accelerator::ops::kEmbedding, accelerator::ops::kActivation,
-                    accelerator::ops::kTreeWalk};
-  cpu.cost = {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"};
-  devices.Register(cpu);
+  devices.Register(accelerator::HostCpuDevice(
+      {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"},
+      24LL << 30));
   devices.Register(accelerator::EmulatedDeviceDescription({}));
   control_.failing_device = "privateuseone:0";
   CreatePipeline(/*review_threshold=*/0.0, 60000, "", "emulated", &devices);

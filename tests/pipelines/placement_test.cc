@@ -14,16 +14,9 @@ namespace {
 // A registry written out by hand, so the plans do not depend on this machine's calibration.
 accelerator::DeviceRegistry Devices() {
   accelerator::DeviceRegistry registry;
-  accelerator::Device cpu;
-  cpu.name = "cpu";
-  cpu.kind = accelerator::DeviceKind::kCpu;
-  cpu.torch_device = "cpu";
-  cpu.memory_bytes = 24LL << 30;
-  cpu.dtypes = {"float32", "bfloat16"};
-  cpu.native_ops = {accelerator::ops::kMatmul, accelerator::ops::kSoftmax, accelerator::ops::kRmsNorm,
-                    accelerator::ops::kRope, accelerator::ops::kEmbedding, accelerator::ops::kActivation,
-                    accelerator::ops::kTreeWalk};
-  cpu.cost = {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"};
+  const accelerator::Device cpu = accelerator::HostCpuDevice(
+      {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"},
+      24LL << 30);
   registry.Register(cpu);
   registry.Register(accelerator::EmulatedDeviceDescription({}));
   registry.ReportAbsent(accelerator::DeviceKind::kCuda, "libtorch was built without CUDA");
