@@ -131,7 +131,7 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
     return;
   }
   auto db = storage::Database::Open(config->storage.path, {.durability = config->storage.durability});
-  if (!fast) config->model.fast_evaluator = false;
+  if (!fast) config->models[0].fast_evaluator = false;
   auto pipeline = pipelines::ScoringPipeline::Create(*config, db->get());
   if (!pipeline.ok()) {
     state.SkipWithError(pipeline.error().ToString().c_str());

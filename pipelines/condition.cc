@@ -1,7 +1,5 @@
 #include "pipelines/condition.h"
 
-#include "pipelines/decision.h"
-
 #include <cstdlib>
 #include <sstream>
 
@@ -30,14 +28,14 @@ Result<Condition> Condition::Parse(const std::string& text, const std::map<std::
                                                    {">", Op::kGt},  {"<=", Op::kLe}, {"<", Op::kLt}};
     auto parsed_op = kOps.find(op);
     if (parsed_op == kOps.end()) return InvalidArgument("\"" + op + "\" is not a comparison (==, !=, >=, >, <=, <)");
-    Term term{output->second.type, parsed_op->second};
+    Term term{output->second.type, output->second.stage, parsed_op->second};
     if (term.type == ValueType::kNumber) {
       char* end = nullptr;
       term.number = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0') {
         return InvalidArgument(name + " is a number; \"" + value + "\" is not");
       }
-    } else {
+    } else if (term.type == ValueType::kDecision) {
       if (term.op != Op::kEq && term.op != Op::kNe) {
         return InvalidArgument(name + " is a decision: compare it with == or !=, not " + op);
       }
@@ -50,6 +48,8 @@ Result<Condition> Condition::Parse(const std::string& text, const std::map<std::
       } else {
         return InvalidArgument(name + " is a decision (APPROVE, REVIEW or DECLINE); \"" + value + "\" is not");
       }
+    } else {
+      return InvalidArgument(name + " is of type " + ValueTypeName(term.type) + ", which cannot be compared (only numbers and decisions can)");
     }
     c.terms_.push_back(term);
     i += 3;
@@ -61,12 +61,14 @@ Result<Condition> Condition::Parse(const std::string& text, const std::map<std::
   return c;
 }
 
-bool Condition::Evaluate(const StageValues& values) const {
+bool Condition::Evaluate(const RequestValues& values) const {
   auto holds = [&](const Term& t) {
+    const StageOutputs& out = values[static_cast<size_t>(t.stage)];
+    if (!out.ran) return false;
     if (t.type == ValueType::kDecision) {
-      return t.op == Op::kEq ? values.decision == t.decision : values.decision != t.decision;
+      return t.op == Op::kEq ? out.decision == t.decision : out.decision != t.decision;
     }
-    const double x = values.score;
+    const double x = out.score;
     switch (t.op) {
       case Op::kEq: return x == t.number;
       case Op::kNe: return x != t.number;

@@ -4,10 +4,11 @@
 //   when: decision.decision == REVIEW
 //   when: fraud.score >= 0.6 and decision.decision != DECLINE
 //
-// Outputs: an xgboost stage's `score` (a number in [0, 1]) and a decision stage's `decision`
-// (APPROVE, REVIEW or DECLINE). Comparisons: == != for both, >= > <= < for numbers; terms are
-// joined by `and` / `or`, evaluated left to right (no parentheses). Parsed and type-checked
-// when the pipeline file is loaded; evaluating one costs a few comparisons.
+// Outputs that can be compared: numbers (a model's `score`, in [0, 1]) and decisions (APPROVE,
+// REVIEW or DECLINE). Comparisons: == != for both, >= > <= < for numbers; terms are joined by
+// `and` / `or`, evaluated left to right (no parentheses). A term over a stage that did not run
+// for the request is false. Parsed and type-checked when the pipeline file is loaded;
+// evaluating one costs a few comparisons.
 #pragma once
 
 #include <map>
@@ -15,35 +16,28 @@
 #include <vector>
 
 #include "common/result.h"
+#include "pipelines/values.h"
 
 namespace txscore::pipelines {
 
-enum class Decision;  // pipelines/decision.h (which needs config.h, which needs this header)
-
-enum class ValueType { kNumber, kDecision };
-
-// What a request has produced when a condition is evaluated.
-struct StageValues {
-  double score = 0;
-  Decision decision;
-};
-
 class Condition {
  public:
-  // `outputs` maps "stage.output" to its type, for the stages upstream of the one being
-  // configured; and which StageValues field each reads ("score" or "decision").
+  // `outputs` maps "stage.output" to its type and its stage's index, for the stages upstream
+  // of the one being configured.
   struct Output {
     ValueType type;
+    int stage = 0;
   };
   static Result<Condition> Parse(const std::string& text, const std::map<std::string, Output>& outputs);
 
-  bool Evaluate(const StageValues& values) const;
+  bool Evaluate(const RequestValues& values) const;
   const std::string& text() const { return text_; }
 
  private:
   enum class Op { kEq, kNe, kGe, kGt, kLe, kLt };
   struct Term {
     ValueType type = ValueType::kNumber;
+    int stage = 0;
     Op op = Op::kEq;
     double number = 0;
     Decision decision{};

@@ -51,7 +51,9 @@ class Reader {
     return Status::Ok();
   }
 
+  // Ranges are checked on what the file says; an absent key keeps its default.
   Status ReadInt(const YAML::Node& map, const std::string& key, int64_t min, int64_t max, int64_t* out) const {
+    if (!map[key]) return Status::Ok();
     TXSCORE_RETURN_IF_ERROR(Read<int64_t>(map, key, "an integer", out));
     if (*out < min || *out > max) {
       return ErrorAt(map[key], "\"" + key + "\" must be between " + std::to_string(min) + " and " + std::to_string(max));
@@ -65,6 +67,7 @@ class Reader {
     return Status::Ok();
   }
   Status ReadDouble(const YAML::Node& map, const std::string& key, double min, double max, double* out) const {
+    if (!map[key]) return Status::Ok();
     TXSCORE_RETURN_IF_ERROR(Read<double>(map, key, "a number", out));
     if (!(*out >= min && *out <= max)) {
       return ErrorAt(map[key], "\"" + key + "\" must be between " + Format(min) + " and " + Format(max));
@@ -103,6 +106,9 @@ class Reader {
   }
   std::string source_;
   fs::path base_dir_;
+
+ public:
+  const std::string& source() const { return source_; }
 };
 
 Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out) {
@@ -168,21 +174,120 @@ Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out)
   return Status::Ok();
 }
 
-Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::string& name, const PipelineConfig& upstream,
-                          FindingsStageConfig* f) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name,
-                                      {"name", "kind", "after", "model", "dtype", "threads", "max_new_tokens",
-                                       "budget_ms", "placement", "expected_batch", "expected_tokens", "when",
-                                       "max_batch", "max_wait_us"}));
+SourceLocation LocationOf(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  return {mark.line + 1, mark.column + 1};
+}
+
+// The keys every stage may have; each kind adds its own.
+const std::set<std::string>& CommonStageKeys() {
+  static const std::set<std::string> keys = {"name", "kind", "after", "inputs", "when"};
+  return keys;
+}
+
+Status ExpectStageKeys(const Reader& r, const YAML::Node& stage, const std::string& name,
+                       const std::set<std::string>& kind_keys) {
+  std::set<std::string> allowed = CommonStageKeys();
+  allowed.insert(kind_keys.begin(), kind_keys.end());
+  return r.ExpectMap(stage, "stage " + name, allowed);
+}
+
+// name, kind, after (one name or a list), inputs ({input: stage.output}), when.
+Status ParseStageDeclaration(const Reader& r, const YAML::Node& stage, StageDeclaration* d) {
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "name", true, &d->name));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "kind", true, &d->kind));
+  d->at = LocationOf(stage);
+  if (const YAML::Node after = stage["after"]) {
+    d->after_at = LocationOf(after);
+    if (after.IsScalar() && !after.Scalar().empty()) {
+      d->after.push_back(after.Scalar());
+    } else if (after.IsSequence() && after.size() > 0) {
+      for (const YAML::Node& item : after) {
+        if (!item.IsScalar() || item.Scalar().empty()) return r.ErrorAt(item, "after: each entry must be a stage name");
+        d->after.push_back(item.Scalar());
+      }
+    } else {
+      return r.ErrorAt(after, "after: must be a stage name or a list of stage names");
+    }
+  }
+  if (const YAML::Node inputs = stage["inputs"]) {
+    d->inputs_at = LocationOf(inputs);
+    if (!inputs.IsMap()) return r.ErrorAt(inputs, "inputs: must be a mapping from input to STAGE.OUTPUT");
+    for (const auto& entry : inputs) {
+      if (!entry.second.IsScalar() || entry.second.Scalar().find('.') == std::string::npos) {
+        return r.ErrorAt(entry.second, "inputs: " + entry.first.Scalar() + " must name STAGE.OUTPUT");
+      }
+      d->inputs[entry.first.Scalar()] = entry.second.Scalar();
+    }
+  }
+  if (const YAML::Node when = stage["when"]) {
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "when", false, &d->when));
+    d->when_at = LocationOf(when);
+  }
+  return Status::Ok();
+}
+
+Status ParseModelStage(const Reader& r, const YAML::Node& stage, const std::string& name, ModelStageConfig* m) {
+  TXSCORE_RETURN_IF_ERROR(
+      ExpectStageKeys(r, stage, name, {"model", "schema", "placement", "threads", "evaluator", "budget_ms"}));
+  m->name = name;
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &m->model_path));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "schema", false, true, &m->schema_path));
+  TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &m->placement));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 1, 256, &m->nthread));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &m->budget_ms));
+  if (stage["evaluator"]) {
+    std::string evaluator;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "evaluator", false, &evaluator));
+    if (evaluator != "fast" && evaluator != "xgboost") {
+      return r.ErrorAt(stage["evaluator"], "evaluator must be \"fast\" or \"xgboost\", not \"" + evaluator + "\"");
+    }
+    m->fast_evaluator = evaluator == "fast";
+  }
+  return Status::Ok();
+}
+
+Status ParseBlendStage(const Reader& r, const YAML::Node& stage, const StageDeclaration& d, BlendStageConfig* b) {
+  TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, d.name, {"weights"}));
+  b->name = d.name;
+  if (const YAML::Node weights = stage["weights"]) {
+    if (!weights.IsSequence() || weights.size() != d.after.size()) {
+      return r.ErrorAt(weights, "weights: must be a list of " + std::to_string(d.after.size()) +
+                                    " numbers, one per stage in after:");
+    }
+    double sum = 0;
+    for (const YAML::Node& w : weights) {
+      double value = 0;
+      if (!w.IsScalar() || !YAML::convert<double>::decode(w, value) || !(value >= 0)) {
+        return r.ErrorAt(w, "weights: each weight must be a number >= 0");
+      }
+      b->weights.push_back(value);
+      sum += value;
+    }
+    if (!(sum > 0)) return r.ErrorAt(weights, "weights: at least one weight must be above 0");
+  }
+  return Status::Ok();
+}
+
+Status ParseDecisionStage(const Reader& r, const YAML::Node& stage, const std::string& name, DecisionStageConfig* d) {
+  TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, name, {"review_threshold", "decline_threshold", "max_reasons"}));
+  d->name = name;
+  TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "review_threshold", 0.0, 1.0, &d->review_threshold));
+  TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "decline_threshold", 0.0, 1.0, &d->decline_threshold));
+  if (d->review_threshold > d->decline_threshold) {
+    return r.ErrorAt(stage["review_threshold"] ? stage["review_threshold"] : stage,
+                     "review_threshold must not exceed decline_threshold");
+  }
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_reasons", 0, 64, &d->max_reasons));
+  return Status::Ok();
+}
+
+Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::string& name, FindingsStageConfig* f) {
+  TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, name,
+                                          {"model", "dtype", "threads", "max_new_tokens", "budget_ms", "placement",
+                                           "expected_batch", "expected_tokens", "max_batch", "max_wait_us"}));
   f->enabled = true;
   f->name = name;
-  const std::map<std::string, Condition::Output> outputs = {{upstream.model.name + ".score", {ValueType::kNumber}},
-                                                            {upstream.decision.name + ".decision", {ValueType::kDecision}}};
-  std::string when = upstream.decision.name + ".decision == REVIEW";
-  TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "when", false, &when));
-  Result<Condition> condition = Condition::Parse(when, outputs);
-  if (!condition.ok()) return r.ErrorAt(stage["when"], "when: " + condition.error().message);
-  f->when = std::move(condition).value();
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &f->model_dir));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &f->dtype));
   if (f->dtype != "float32" && f->dtype != "bfloat16") {
@@ -199,68 +304,47 @@ Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::s
   return Status::Ok();
 }
 
+// The stages: each kind's settings, then the DAG they form, checked as a whole.
 Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out) {
-  if (!node.IsSequence() || (node.size() != 3 && node.size() != 4)) {
-    return r.ErrorAt(node, "stages must be a list of three stages: features, xgboost model, decision, "
-                           "optionally followed by an llm_findings stage");
-  }
-  static const char* kKinds[] = {"features", "xgboost", "decision", "llm_findings"};
-  std::string previous;
+  if (!node.IsSequence() || node.size() == 0) return r.ErrorAt(node, "stages must be a list of stages");
+  StageKindRegistry kinds;
+  RegisterBuiltinStageKinds(&kinds);
   for (size_t i = 0; i < node.size(); ++i) {
     const YAML::Node stage = node[i];
     if (!stage.IsMap()) return r.ErrorAt(stage, "a stage must be a mapping");
-    std::string kind, name;
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "kind", true, &kind));
-    if (kind != kKinds[i]) {
-      return r.ErrorAt(stage["kind"], "stage " + std::to_string(i + 1) + " must be of kind \"" + kKinds[i] +
-                                          "\" (this release runs features -> xgboost -> decision [-> llm_findings]), not \"" +
-                                          kind + "\"");
+    StageDeclaration d;
+    TXSCORE_RETURN_IF_ERROR(ParseStageDeclaration(r, stage, &d));
+    if (d.kind == "features") {
+      TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, d.name, {}));
+    } else if (d.kind == "xgboost") {
+      out->models.emplace_back();
+      TXSCORE_RETURN_IF_ERROR(ParseModelStage(r, stage, d.name, &out->models.back()));
+    } else if (d.kind == "blend") {
+      out->blends.emplace_back();
+      TXSCORE_RETURN_IF_ERROR(ParseBlendStage(r, stage, d, &out->blends.back()));
+    } else if (d.kind == "decision") {
+      TXSCORE_RETURN_IF_ERROR(ParseDecisionStage(r, stage, d.name, &out->decision));
+    } else if (d.kind == "llm_findings") {
+      if (out->findings.enabled) return r.ErrorAt(stage, "a pipeline has at most one llm_findings stage");
+      TXSCORE_RETURN_IF_ERROR(ParseFindingsStage(r, stage, d.name, &out->findings));
+    }  // an unknown kind is reported by StageGraph::Build, with the known ones
+    out->stages.push_back(std::move(d));
+  }
+  // The forensic stage's default condition: REVIEW decisions.
+  for (StageDeclaration& d : out->stages) {
+    if (d.kind != "llm_findings" || !d.when.empty()) continue;
+    for (const StageDeclaration& other : out->stages) {
+      if (other.kind == "decision") d.when = other.name + ".decision == REVIEW";
     }
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "name", true, &name));
-    if (i > 0) {
-      std::string after;
-      TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "after", true, &after));
-      if (after != previous) {
-        return r.ErrorAt(stage["after"], "stage \"" + name + "\" must come after \"" + previous + "\", not \"" + after + "\"");
-      }
-    }
-    if (kind == "features") {
-      TXSCORE_RETURN_IF_ERROR(r.ExpectMap(stage, "stage " + name, {"name", "kind"}));
-      out->features_stage_name = name;
-    } else if (kind == "xgboost") {
-      TXSCORE_RETURN_IF_ERROR(
-          r.ExpectMap(stage, "stage " + name,
-                      {"name", "kind", "after", "model", "schema", "placement", "threads", "evaluator"}));
-      ModelStageConfig& m = out->model;
-      m.name = name;
-      TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &m.model_path));
-      TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "schema", false, true, &m.schema_path));
-      TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &m.placement));
-      TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 1, 256, &m.nthread));
-      if (stage["evaluator"]) {
-        std::string evaluator;
-        TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "evaluator", false, &evaluator));
-        if (evaluator != "fast" && evaluator != "xgboost") {
-          return r.ErrorAt(stage["evaluator"], "evaluator must be \"fast\" or \"xgboost\", not \"" + evaluator + "\"");
-        }
-        m.fast_evaluator = evaluator == "fast";
-      }
-    } else if (kind == "llm_findings") {
-      TXSCORE_RETURN_IF_ERROR(ParseFindingsStage(r, stage, name, *out, &out->findings));
-    } else {
-      TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
-          stage, "stage " + name, {"name", "kind", "after", "review_threshold", "decline_threshold", "max_reasons"}));
-      DecisionStageConfig& d = out->decision;
-      d.name = name;
-      TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "review_threshold", 0.0, 1.0, &d.review_threshold));
-      TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "decline_threshold", 0.0, 1.0, &d.decline_threshold));
-      if (d.review_threshold > d.decline_threshold) {
-        return r.ErrorAt(stage["review_threshold"] ? stage["review_threshold"] : stage,
-                         "review_threshold must not exceed decline_threshold");
-      }
-      TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_reasons", 0, 64, &d.max_reasons));
-    }
-    previous = name;
+    d.when_at = d.at;
+  }
+  Result<StageGraph> graph = StageGraph::Build(out->stages, kinds, r.source(), "decision");
+  if (!graph.ok()) return graph.error();
+  out->graph = std::move(graph).value();
+  if (out->models.empty()) return r.ErrorAt(node, "a pipeline needs at least one xgboost stage");
+  if (out->findings.enabled) {
+    const int f = out->graph.Find(out->findings.name);
+    if (out->graph.stage(f).when) out->findings.when = *out->graph.stage(f).when;
   }
   return Status::Ok();
 }
@@ -270,8 +354,9 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   PipelineConfig config;
   config.source_path = source_path;
   if (const YAML::Node p = root["pipeline"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(p, "pipeline", {"name", "version"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(p, "pipeline", {"name", "version", "deadline_ms"}));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(p, "name", false, &config.name));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(p, "deadline_ms", 1, 600000, &config.deadline_ms));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(p, "version", false, &config.version));
   }
   if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &config.server));
@@ -303,6 +388,20 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
 }
 
 }  // namespace
+
+const ModelStageConfig* PipelineConfig::FindModel(const std::string& stage_name) const {
+  for (const ModelStageConfig& m : models) {
+    if (m.name == stage_name) return &m;
+  }
+  return nullptr;
+}
+
+const BlendStageConfig* PipelineConfig::FindBlend(const std::string& stage_name) const {
+  for (const BlendStageConfig& b : blends) {
+    if (b.name == stage_name) return &b;
+  }
+  return nullptr;
+}
 
 Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const std::string& source_path) {
   Reader reader(source_path, fs::path(source_path).parent_path());

@@ -14,6 +14,7 @@
 #include "accelerator/op_adapters.h"
 #include "common/result.h"
 #include "pipelines/condition.h"
+#include "pipelines/stage_graph.h"
 #include "storage/database.h"
 
 namespace txscore::pipelines {
@@ -58,6 +59,8 @@ struct DevicesConfig {
   std::string calibration_cache;  // Default: none (calibrate at every start); measured profiles are kept here
 };
 
+// An xgboost stage. A pipeline may have several: a champion and a shadow (challenger) model
+// fed by the same features, or models joined by a blend stage.
 struct ModelStageConfig {
   std::string name = "fraud";
   std::string model_path;   // required: XGBoost .json or .ubj
@@ -68,6 +71,17 @@ struct ModelStageConfig {
   int nthread = 1;          // Default: 1 (fastest for single rows)
   // Score with txscore's tree evaluator when the model allows; false forces XGBoost's C API.
   bool fast_evaluator = true;  // Default: true
+  // Default: 0, the pipeline's deadline_ms. Matters only for a stage the decision does not
+  // depend on (a shadow model): it is skipped when it would start later than this many ms
+  // after the request's arrival. The stages the decision depends on always run.
+  int budget_ms = 0;
+};
+
+// A join: the weighted mean of the scores (and of each feature's contributions, matched by
+// feature name) of the stages it comes after.
+struct BlendStageConfig {
+  std::string name = "blend";
+  std::vector<double> weights;  // Default: equal weights; else one per stage in `after:`, in that order
 };
 
 struct DecisionStageConfig {
@@ -124,11 +138,22 @@ struct PipelineConfig {
   StorageConfig storage;
   SecurityConfig security;
   DevicesConfig devices;
-  // The stages, in order: features -> model -> decision [-> findings].
-  std::string features_stage_name = "features";
-  ModelStageConfig model;
-  DecisionStageConfig decision;
-  FindingsStageConfig findings;  // optional fourth stage
+  // Default: 1500 ms. The deadline, from a request's arrival, of every stage that sets no
+  // budget_ms of its own. A request may ask for less (Transaction.budget_ms): that caps every
+  // stage's deadline. What happens at a deadline: see ScoringPipeline.
+  int deadline_ms = 1500;
+  // The stages as the file declares them, and the DAG they form (stage_graph.h); its sink is
+  // the decision stage.
+  std::vector<StageDeclaration> stages;
+  StageGraph graph;
+  // Each kind's settings, by stage name.
+  std::vector<ModelStageConfig> models;  // the xgboost stages, in file order; at least one
+  std::vector<BlendStageConfig> blends;
+  DecisionStageConfig decision;  // exactly one
+  FindingsStageConfig findings;  // at most one (enabled when present)
+
+  const ModelStageConfig* FindModel(const std::string& name) const;
+  const BlendStageConfig* FindBlend(const std::string& name) const;
 };
 
 Result<PipelineConfig> LoadPipelineConfig(const std::string& path);

@@ -1,7 +1,7 @@
 #include "pipelines/decision.h"
 
 #include <algorithm>
-#include <numeric>
+#include <map>
 
 namespace txscore::pipelines {
 
@@ -14,25 +14,62 @@ const char* DecisionName(Decision decision) {
   return "UNKNOWN";
 }
 
+const char* ValueTypeName(ValueType type) {
+  switch (type) {
+    case ValueType::kFeatures: return "features";
+    case ValueType::kNumber: return "number";
+    case ValueType::kContributions: return "contributions";
+    case ValueType::kDecision: return "decision";
+    case ValueType::kReasons: return "reasons";
+    case ValueType::kFindings: return "findings";
+  }
+  return "unknown";
+}
+
 Decision Decide(double score, const DecisionStageConfig& rules) {
   if (score >= rules.decline_threshold) return Decision::kDecline;
   if (score >= rules.review_threshold) return Decision::kReview;
   return Decision::kApprove;
 }
 
-std::vector<Reason> TopReasons(const std::vector<float>& contributions, const float* values,
-                               const fraud::FeatureSchema& schema, int max_reasons) {
-  std::vector<size_t> order;
+std::vector<Reason> NamedContributions(const std::vector<float>& contributions, const float* values,
+                                       const fraud::FeatureSchema& schema) {
+  std::vector<Reason> named;
   for (size_t i = 0; i < schema.size() && i < contributions.size(); ++i) {
-    if (contributions[i] > 0) order.push_back(i);
+    named.push_back({std::string(fraud::FeatureName(schema.at(i))), contributions[i], values[i]});
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return contributions[a] > contributions[b]; });
-  if (order.size() > static_cast<size_t>(max_reasons)) order.resize(static_cast<size_t>(max_reasons));
+  return named;
+}
+
+std::vector<Reason> TopReasons(const std::vector<Reason>& contributions, int max_reasons) {
   std::vector<Reason> reasons;
-  for (size_t i : order) {
-    reasons.push_back({std::string(fraud::FeatureName(schema.at(i))), contributions[i], values[i]});
+  for (const Reason& r : contributions) {
+    if (r.contribution > 0) reasons.push_back(r);
   }
+  std::stable_sort(reasons.begin(), reasons.end(),
+                   [](const Reason& a, const Reason& b) { return a.contribution > b.contribution; });
+  if (reasons.size() > static_cast<size_t>(max_reasons)) reasons.resize(static_cast<size_t>(max_reasons));
   return reasons;
+}
+
+void Blend(const RequestValues& values, const std::vector<int>& joined, const std::vector<double>& weights,
+           StageOutputs* out) {
+  double total_weight = 0;
+  for (double w : weights) total_weight += w;
+  std::vector<Reason> merged;
+  std::map<std::string, size_t> position;
+  out->score = 0;
+  for (size_t k = 0; k < joined.size(); ++k) {
+    const StageOutputs& in = values[static_cast<size_t>(joined[k])];
+    const double w = weights[k] / total_weight;
+    out->score += w * in.score;
+    for (const Reason& r : in.contributions) {
+      auto [it, added] = position.emplace(r.feature, merged.size());
+      if (added) merged.push_back({r.feature, 0, r.value});
+      merged[it->second].contribution += w * r.contribution;
+    }
+  }
+  out->contributions = std::move(merged);
 }
 
 }  // namespace txscore::pipelines

@@ -59,18 +59,20 @@ accelerator::StageWorkload FindingsWorkload(const FindingsStageConfig& stage, co
 
 Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerator::DeviceRegistry& devices) {
   PipelinePlan plan;
-  fraud::XGBoostModelOptions model_options;
-  model_options.schema_path = config.model.schema_path;
-  model_options.fast_evaluator = true;  // to size the ensemble
-  Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(config.model.model_path, model_options);
-  if (!model.ok()) return model.error();
-  const int trees = static_cast<int>((*model)->num_trees());
-  accelerator::StageWorkload tree_work = accelerator::TreeEnsembleWorkload(
-      config.model.name, trees > 0 ? trees : 1, (*model)->max_depth() > 0 ? (*model)->max_depth() : 6,
-      static_cast<int>((*model)->schema().size()));
-  Result<accelerator::Placement> tree_plan = accelerator::PlaceStage(tree_work, config.model.placement, devices);
-  if (!tree_plan.ok()) return tree_plan.error();
-  plan.stages.push_back(std::move(tree_plan).value());
+  for (const ModelStageConfig& stage : config.models) {
+    fraud::XGBoostModelOptions model_options;
+    model_options.schema_path = stage.schema_path;
+    model_options.fast_evaluator = true;  // to size the ensemble
+    Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(stage.model_path, model_options);
+    if (!model.ok()) return model.error();
+    const int trees = static_cast<int>((*model)->num_trees());
+    accelerator::StageWorkload tree_work = accelerator::TreeEnsembleWorkload(
+        stage.name, trees > 0 ? trees : 1, (*model)->max_depth() > 0 ? (*model)->max_depth() : 6,
+        static_cast<int>((*model)->schema().size()));
+    Result<accelerator::Placement> tree_plan = accelerator::PlaceStage(tree_work, stage.placement, devices);
+    if (!tree_plan.ok()) return tree_plan.error();
+    plan.stages.push_back(std::move(tree_plan).value());
+  }
 
   if (config.findings.enabled) {
     Result<llm::ModelConfig> llm = llm::LoadModelConfig(config.findings.model_dir);

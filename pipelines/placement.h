@@ -14,12 +14,12 @@
 namespace txscore::pipelines {
 
 struct PipelinePlan {
-  std::vector<accelerator::Placement> stages;  // the xgboost stage, then the llm_findings stage if any
+  std::vector<accelerator::Placement> stages;  // the xgboost stages in file order, then the llm_findings stage if any
 
   const accelerator::Placement* Find(const std::string& stage) const;
 };
 
-// Loads the fraud model to size its ensemble and reads the LLM checkpoint's config.json.
+// Loads each fraud model to size its ensemble and reads the LLM checkpoint's config.json.
 // Errors: a model that cannot be read, or a stage whose explicit placement cannot be met.
 Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerator::DeviceRegistry& devices);
 

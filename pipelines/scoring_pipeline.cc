@@ -42,13 +42,8 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
   Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
   pipeline->tokenizer_ = std::move(tokenizer).value();
-  fraud::XGBoostModelOptions model_options;
-  model_options.nthread = config.model.nthread;
-  model_options.schema_path = config.model.schema_path;
-  model_options.fast_evaluator = config.model.fast_evaluator;
-  Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(config.model.model_path, model_options);
-  if (!model.ok()) return model.error();
-  pipeline->model_ = std::move(model).value();
+  pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };
+
   FindingsStageConfig findings = config.findings;
   if (runtime.devices != nullptr) {
     Result<PipelinePlan> plan = PlanPipeline(config, *runtime.devices);
@@ -64,13 +59,44 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
       }
     }
   } else {
-    for (const auto& [stage, placement] : {std::pair{config.model.name, config.model.placement},
-                                           std::pair{findings.name, findings.enabled ? findings.placement : "cpu"}}) {
+    std::vector<std::pair<std::string, std::string>> placements;
+    for (const ModelStageConfig& m : config.models) placements.emplace_back(m.name, m.placement);
+    if (findings.enabled) placements.emplace_back(findings.name, findings.placement);
+    for (const auto& [stage, placement] : placements) {
       if (placement != "cpu" && placement != "auto") {
         return FailedPrecondition("stage " + stage + ": placement \"" + placement +
                                   "\" needs device discovery, which this program did not run");
       }
     }
+  }
+
+  const StageGraph& graph = config.graph;
+  pipeline->runners_.resize(graph.size());
+  for (int i : graph.order()) {
+    const GraphStage& stage = graph.stage(i);
+    StageRunner& runner = pipeline->runners_[static_cast<size_t>(i)];
+    runner.kind = stage.kind;
+    if (const accelerator::Placement* p = pipeline->plan_.Find(stage.name)) runner.device = p->device;
+    if (const ModelStageConfig* m = config.FindModel(stage.name)) {
+      fraud::XGBoostModelOptions model_options;
+      model_options.nthread = m->nthread;
+      model_options.schema_path = m->schema_path;
+      model_options.fast_evaluator = m->fast_evaluator;
+      Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(m->model_path, model_options);
+      if (!model.ok()) return model.error();
+      runner.model = std::move(model).value();
+      runner.budget_ms = m->budget_ms;
+      if (pipeline->primary_model_ == nullptr && stage.required) pipeline->primary_model_ = runner.model.get();
+    } else if (const BlendStageConfig* b = config.FindBlend(stage.name)) {
+      runner.weights = b->weights;
+      if (runner.weights.empty()) runner.weights.assign(stage.inputs[0].stages.size(), 1.0);
+    } else if (stage.kind == "llm_findings") {
+      runner.budget_ms = findings.budget_ms;
+    }
+  }
+  if (pipeline->primary_model_ == nullptr) {
+    // Build() makes every pipeline's decision read a score, and only xgboost stages make one.
+    return Internal("the decision stage depends on no xgboost stage");
   }
   if (findings.enabled) {
     Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(findings, runtime.load_decoder);
@@ -112,38 +138,41 @@ Result<fraud::CardState> ScoringPipeline::ReadCardState(const std::string& card_
   return fraud::DecodeCardState(**stored);
 }
 
-void ScoringPipeline::RunForensicStage(const fraud::Transaction& tx, SteadyClock::time_point arrival,
-                                       ScoreOutcome* outcome) {
-  const FindingsStageConfig& stage = config_.findings;
-  const int budget_ms = tx.budget_ms ? std::min(*tx.budget_ms, stage.budget_ms) : stage.budget_ms;
-  ForensicResult result =
-      forensic_->Analyze(tx, outcome->score, outcome->reasons, arrival + std::chrono::milliseconds(budget_ms));
+void ScoringPipeline::RunForensicStage(int stage, const fraud::Transaction& tx, const RequestValues& values,
+                                       SteadyClock::time_point deadline, StageOutputs* out, ScoreOutcome* outcome) {
+  const StageGraph& graph = config_.graph;
+  const StageOutputs& scored = values[static_cast<size_t>(graph.InputStage(stage, "score"))];
+  const StageOutputs& explained = values[static_cast<size_t>(graph.InputStage(stage, "reasons"))];
+  const std::string& name = graph.stage(stage).name;
+  ForensicResult result = forensic_->Analyze(tx, scored.score, explained.reasons, deadline);
   outcome->forensic_device = result.device;
   for (const std::string& failed : result.failed_devices) {
     if (failed == result.device) continue;  // the last one tried: reported below as the stage's failure
-    spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed,
-                 tx.request_id, result.device);
+    spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", name, failed, tx.request_id,
+                 result.device);
   }
   switch (result.outcome) {
     case ForensicResult::Outcome::kAnalysed:
+      out->findings = result.findings;
+      out->ran = true;
       outcome->findings = std::move(result.findings);
       return;
     case ForensicResult::Outcome::kSkipped:
-      outcome->skipped_stages.push_back(stage.name);
+      outcome->skipped_stages.push_back(name);
       return;
     case ForensicResult::Outcome::kCutShort:
-      outcome->degraded_stages.push_back(stage.name);
+      outcome->degraded_stages.push_back(name);
       return;
     case ForensicResult::Outcome::kFailed:
       // The decision stands without findings; the operator sees why in the log.
-      spdlog::warn("stage {} failed for request {}: {}", stage.name, tx.request_id, result.detail);
-      outcome->degraded_stages.push_back(stage.name);
+      spdlog::warn("stage {} failed for request {}: {}", name, tx.request_id, result.detail);
+      outcome->degraded_stages.push_back(name);
       return;
   }
 }
 
 Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
-  const SteadyClock::time_point arrival = SteadyClock::now();
+  const SteadyClock::time_point arrival = clock_();
   ScoreOutcome outcome;
   StageClock clock(&outcome.timings);
 
@@ -161,34 +190,73 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   if (!state.ok()) return state.error();
   clock.Lap("state");
 
-  const fraud::FeatureVector all_features = fraud::ComputeFeatures(tx, *state);
-  std::array<float, fraud::kFeatureCount> row;
-  model_->schema().Select(all_features, row.data());
-  clock.Lap(config_.features_stage_name);
+  const StageGraph& graph = config_.graph;
+  RequestValues values(graph.size());
+  std::vector<bool> skipped(graph.size(), false);
+  for (int i : graph.order()) {
+    const GraphStage& stage = graph.stage(i);
+    const StageRunner& runner = runners_[static_cast<size_t>(i)];
+    StageOutputs& out = values[static_cast<size_t>(i)];
+    if (!graph.ShouldRun(i, values)) {
+      // Downstream of a skipped stage is skipped too; a false condition is no news.
+      for (int u : stage.after) {
+        if (skipped[static_cast<size_t>(u)]) skipped[static_cast<size_t>(i)] = true;
+      }
+      if (skipped[static_cast<size_t>(i)]) outcome.skipped_stages.push_back(stage.name);
+      continue;
+    }
+    int budget_ms = runner.budget_ms > 0 ? runner.budget_ms : config_.deadline_ms;
+    if (tx.budget_ms) budget_ms = std::min(budget_ms, *tx.budget_ms);
+    const SteadyClock::time_point deadline = arrival + std::chrono::milliseconds(budget_ms);
+    if (!stage.required && clock_() >= deadline) {
+      skipped[static_cast<size_t>(i)] = true;
+      outcome.skipped_stages.push_back(stage.name);
+      continue;
+    }
+    out.ran = true;
+    if (runner.kind == "features") {
+      out.features = fraud::ComputeFeatures(tx, *state);
+    } else if (runner.kind == "xgboost") {
+      const fraud::XGBoostModel& model = *runner.model;
+      std::array<float, fraud::kFeatureCount> row;
+      model.schema().Select(values[static_cast<size_t>(stage.inputs[0].stages[0])].features, row.data());
+      Result<std::vector<float>> prediction = model.Predict(row.data(), 1);
+      if (!prediction.ok()) return prediction.error();
+      Result<std::vector<float>> contributions = model.Contributions(row.data());
+      if (!contributions.ok()) return contributions.error();
+      out.score = (*prediction)[0];
+      out.contributions = NamedContributions(*contributions, row.data(), model.schema());
+      outcome.stage_scores.emplace_back(stage.name, out.score);
+    } else if (runner.kind == "blend") {
+      Blend(values, stage.inputs[0].stages, runner.weights, &out);
+      outcome.stage_scores.emplace_back(stage.name, out.score);
+    } else if (runner.kind == "decision") {
+      out.score = values[static_cast<size_t>(stage.inputs[0].stages[0])].score;
+      out.decision = Decide(out.score, config_.decision);
+      out.reasons = TopReasons(values[static_cast<size_t>(stage.inputs[1].stages[0])].contributions,
+                               config_.decision.max_reasons);
+    } else if (runner.kind == "llm_findings") {
+      out.ran = false;  // until it has findings
+      card_lock.unlock();
+      RunForensicStage(i, tx, values, deadline, &out, &outcome);
+      card_lock.lock();
+      state = ReadCardState(tx.card_token);  // another transaction of this card may have landed meanwhile
+      if (!state.ok()) return state.error();
+    }
+    clock.Lap(stage.name);
+  }
 
-  Result<std::vector<float>> prediction = model_->Predict(row.data(), 1);
-  if (!prediction.ok()) return prediction.error();
-  Result<std::vector<float>> contributions = model_->Contributions(row.data());
-  if (!contributions.ok()) return contributions.error();
-  clock.Lap(config_.model.name);
-
+  const StageOutputs& decided = values[static_cast<size_t>(graph.sink())];
   outcome.request_id = tx.request_id;
   outcome.card_token = tx.card_token;
-  outcome.score = (*prediction)[0];
-  outcome.decision = Decide(outcome.score, config_.decision);
-  outcome.reasons = TopReasons(*contributions, row.data(), model_->schema(), config_.decision.max_reasons);
-  outcome.model_id = model_->model_id();
-  outcome.model_version = model_->model_version();
+  outcome.score = decided.score;
+  outcome.decision = decided.decision;
+  outcome.reasons = decided.reasons;
   outcome.pipeline_version = config_.version;
-  clock.Lap(config_.decision.name);
-
-  if (forensic_ && config_.findings.when.Evaluate({outcome.score, outcome.decision})) {
-    card_lock.unlock();
-    RunForensicStage(tx, arrival, &outcome);
-    clock.Lap(config_.findings.name);
-    card_lock.lock();
-    state = ReadCardState(tx.card_token);  // another transaction of this card may have landed meanwhile
-    if (!state.ok()) return state.error();
+  for (size_t i = 0; i < graph.size(); ++i) {
+    if (!graph.stage(static_cast<int>(i)).required || runners_[i].model == nullptr) continue;
+    outcome.model_id += (outcome.model_id.empty() ? "" : "+") + runners_[i].model->model_id();
+    outcome.model_version += (outcome.model_version.empty() ? "" : "+") + runners_[i].model->model_version();
   }
 
   fraud::UpdateCardState(tx, &*state);
@@ -210,9 +278,15 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
     record.findings = storage::AuditFindings{outcome.findings->risk_level, outcome.findings->flags,
                                              outcome.findings->summary, outcome.findings->model_id};
   }
-  record.placement = config_.model.name + "@" +
-                     (plan_.Find(config_.model.name) != nullptr ? plan_.Find(config_.model.name)->device : "cpu");
-  if (!outcome.forensic_device.empty()) record.placement += "," + config_.findings.name + "@" + outcome.forensic_device;
+  for (int i : graph.order()) {
+    const StageRunner& runner = runners_[static_cast<size_t>(i)];
+    std::string device;
+    if (runner.model != nullptr && values[static_cast<size_t>(i)].ran) device = runner.device;
+    if (runner.kind == "llm_findings") device = outcome.forensic_device;
+    if (device.empty()) continue;
+    record.placement += (record.placement.empty() ? "" : ",") + graph.stage(i).name + "@" + device;
+  }
+  record.stage_scores = outcome.stage_scores;
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));

@@ -1,8 +1,19 @@
 // The synchronous scoring pipeline: one transaction in, one decision out.
 //
-//   validate -> tokenize PAN -> read card state -> features -> fraud model -> decision
-//   -> [an llm_findings stage whose `when` holds (default: REVIEW): forensic LLM stage, within the deadline]
+//   validate -> tokenize PAN -> read card state
+//   -> the pipeline's stages (config.graph), each after the stages it reads from:
+//      features -> xgboost model(s) [-> blend] -> decision [-> llm_findings when its `when` holds]
 //   -> one WriteBatch {audit record, new card state}, durable before Score returns.
+//
+// Stages run one after another in the graph's order (they take microseconds, apart from the
+// LLM); a stage runs when every stage it comes after ran and its condition holds.
+//
+// Deadlines: every stage has one, arrival + its budget_ms (default: the pipeline's
+// deadline_ms), capped by the request's own Transaction.budget_ms. The stages the decision
+// depends on always run: a reply without a decision helps nobody. Any other stage that has not
+// started by its deadline is skipped, with everything downstream of it; the LLM stage is cut
+// short when its deadline passes mid-generation. Skipped and cut-short stages are named in the
+// outcome (skipped_stages, degraded_stages); a stage whose condition is false is in neither.
 //
 // Thread safety: Score may be called from many threads. Requests for the same card are
 // serialised (a striped lock held from the state read to the write), so concurrent
@@ -15,6 +26,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,6 +70,8 @@ struct ScoreOutcome {
   std::vector<std::string> skipped_stages;
   std::optional<llm::Findings> findings;  // from the forensic stage, when it ran and finished
   std::string forensic_device;            // where the forensic stage ran; empty when it did not
+  // The score of every xgboost and blend stage that ran, shadow models included, in run order.
+  std::vector<std::pair<std::string, double>> stage_scores;
 };
 
 // What the program provides beyond the pipeline file.
@@ -68,6 +82,9 @@ struct PipelineRuntime {
   // The devices of this process (accelerator::DiscoverDevices). Null: no discovery ran, every
   // stage runs on the CPU, and a placement naming another device is refused.
   const accelerator::DeviceRegistry* devices = nullptr;
+  // The clock deadlines are measured with. Default: std::chrono::steady_clock. Tests of
+  // deadlines pass their own; the forensic stage's batcher keeps the steady clock.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 class ScoringPipeline {
@@ -82,7 +99,8 @@ class ScoringPipeline {
   // nothing was written; kInternal / kDataLoss when storage or the model fails.
   Result<ScoreOutcome> Score(fraud::RawTransaction raw);
 
-  const fraud::XGBoostModel& model() const { return *model_; }
+  // The decision's model: the first xgboost stage the decision depends on.
+  const fraud::XGBoostModel& model() const { return *primary_model_; }
   const PipelineConfig& config() const { return config_; }
   // Where each model stage runs; empty without runtime.devices.
   const PipelinePlan& plan() const { return plan_; }
@@ -97,9 +115,19 @@ class ScoringPipeline {
   // The card's token: from the PAN (validated, then wiped) or the caller's own token.
   Result<std::string> CardToken(fraud::RawTransaction* raw) const;
   Result<fraud::CardState> ReadCardState(const std::string& card_token) const;
-  // Runs the forensic stage for an outcome its condition selected; records what happened.
-  void RunForensicStage(const fraud::Transaction& tx, std::chrono::steady_clock::time_point arrival,
-                        ScoreOutcome* outcome);
+  // Runs the forensic stage (index `stage`) for a request its condition selected; writes its
+  // findings into `out` and what happened into `outcome`.
+  void RunForensicStage(int stage, const fraud::Transaction& tx, const RequestValues& values,
+                        std::chrono::steady_clock::time_point deadline, StageOutputs* out, ScoreOutcome* outcome);
+
+  // What runs one stage of config_.graph (same index), prepared in Create.
+  struct StageRunner {
+    std::string kind;
+    int budget_ms = 0;                            // 0: the pipeline's deadline_ms
+    std::unique_ptr<fraud::XGBoostModel> model;  // xgboost stages
+    std::vector<double> weights;                  // blend stages: one per joined stage
+    std::string device = "cpu";                   // where it runs, for the audit record
+  };
 
   static constexpr size_t kCardLockStripes = 256;
 
@@ -107,7 +135,9 @@ class ScoringPipeline {
   storage::Database* db_;
   storage::AuditLog audit_log_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
-  std::unique_ptr<fraud::XGBoostModel> model_;
+  std::vector<StageRunner> runners_;
+  const fraud::XGBoostModel* primary_model_ = nullptr;
+  std::function<std::chrono::steady_clock::time_point()> clock_;
   std::unique_ptr<ForensicStage> forensic_;  // null without an llm_findings stage
   PipelinePlan plan_;
   std::array<std::mutex, kCardLockStripes> card_locks_;

@@ -113,6 +113,8 @@ struct ScoreResult {
   11: optional Findings findings,
   // HMAC token of the card; lets callers correlate without ever holding the PAN.
   12: optional string card_token,
+  // The score of every model stage that ran (shadow models and blends included), by stage name.
+  13: optional map<string, double> stage_scores,
 }
 
 exception InvalidRequest {

@@ -82,20 +82,22 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
     r.__set_findings(std::move(f));
   }
   r.__set_card_token(outcome.card_token);
+  std::map<std::string, double> stage_scores(outcome.stage_scores.begin(), outcome.stage_scores.end());
+  r.__set_stage_scores(std::move(stage_scores));
   return r;
 }
 
 ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::PipelineConfig& config,
                                const fraud::XGBoostModel& model) {
-  std::vector<std::string> stages = {"validate", "state", config.features_stage_name, config.model.name,
-                                     config.decision.name, "persist"};
-  if (config.findings.enabled) {
-    stages.push_back(config.findings.name);
+  std::vector<std::string> stages = {"validate", "state", "persist"};
+  for (const pipelines::GraphStage& stage : config.graph.stages()) stages.push_back(stage.name);
+  for (const pipelines::GraphStage& stage : config.graph.stages()) {
+    if (stage.required) continue;
     for (const char* how : {"degraded", "skipped"}) {
-      incomplete_[{config.findings.name, how}] =
+      incomplete_[{stage.name, how}] =
           registry->AddCounter("txscore_stage_incomplete_total",
                                "Requests in which a stage did not finish (degraded) or did not start (skipped).",
-                               {{"stage", config.findings.name}, {"how", how}});
+                               {{"stage", stage.name}, {"how", how}});
     }
   }
   for (const std::string& stage : stages) {

@@ -161,6 +161,7 @@ std::string ScoreResultToJson(const rpc::ScoreResult& r) {
               {"model", r.model_id + "@" + r.model_version},
               {"pipeline_version", r.pipeline_version},
               {"timings_us", timings}};
+  if (r.__isset.stage_scores && r.stage_scores.size() > 1) doc["stage_scores"] = r.stage_scores;  // shadow models, blends
   if (!r.degraded_stages.empty()) doc["degraded_stages"] = r.degraded_stages;
   if (!r.skipped_stages.empty()) doc["skipped_stages"] = r.skipped_stages;
   if (r.__isset.findings) {

@@ -14,6 +14,8 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
   }
   nlohmann::json timings = nlohmann::json::object();
   for (const auto& [stage, us] : r.timings_us) timings[stage] = us;
+  nlohmann::json stage_scores = nlohmann::json::array();
+  for (const auto& [stage, score] : r.stage_scores) stage_scores.push_back({{"stage", stage}, {"score", score}});
   nlohmann::json doc = {
       {"time_us", r.time_us},
       {"request_id", r.request_id},
@@ -29,6 +31,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"degraded_stages", r.degraded_stages},
       {"skipped_stages", r.skipped_stages},
       {"placement", r.placement},
+      {"stage_scores", stage_scores},
       {"traceparent", r.traceparent},
   };
   if (r.findings) {
@@ -64,6 +67,11 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
     r.degraded_stages = doc.at("degraded_stages").get<std::vector<std::string>>();
     r.skipped_stages = doc.at("skipped_stages").get<std::vector<std::string>>();
     r.placement = doc.value("placement", "");
+    if (auto scores = doc.find("stage_scores"); scores != doc.end()) {
+      for (const auto& entry : *scores) {
+        r.stage_scores.emplace_back(entry.at("stage").get<std::string>(), entry.at("score").get<double>());
+      }
+    }
     r.traceparent = doc.value("traceparent", "");
     if (auto f = doc.find("findings"); f != doc.end()) {
       r.findings = AuditFindings{f->at("risk_level").get<std::string>(), f->at("flags").get<std::vector<std::string>>(),

@@ -48,6 +48,8 @@ struct AuditRecord {
   // Where the model stages ran, stage@device: "fraud@cpu", or
   // "fraud@cpu,forensic@emulated:0 (emulated)" when the forensic stage ran.
   std::string placement;
+  // The score of every model stage that ran, shadow models included, in run order.
+  std::vector<std::pair<std::string, double>> stage_scores;
   std::string traceparent;
   std::optional<AuditFindings> findings;  // only for decisions the forensic stage analysed
 };

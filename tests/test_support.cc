@@ -58,6 +58,31 @@ const std::string& SmallModelDir() {
   return dir->path();
 }
 
+const std::string& ChallengerModelDir() {
+  static TempDir* dir = new TempDir();  // lives until the process exits
+  static std::once_flag once;
+  std::call_once(once, [] {
+    fraud::TrainOptions options;
+    options.data.cards = 200;
+    options.data.days = 10;
+    options.data.seed = 7;
+    options.rounds = 8;
+    options.nthread = 1;
+    options.out_dir = dir->path();
+    options.format = "ubj";
+    Result<fraud::TrainReport> report = fraud::TrainFraudModel(options);
+    if (!report.ok()) throw std::runtime_error("training the challenger model failed: " + report.error().ToString());
+  });
+  return dir->path();
+}
+
+std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& stages_yaml) {
+  const std::string yaml = WriteTestPipeline(dir);
+  std::string text = ReadFile(yaml);
+  WriteFile(yaml, text.substr(0, text.find("stages:\n") + 8) + stages_yaml);
+  return yaml;
+}
+
 std::string WriteTestPipeline(const TempDir& dir, const std::string& durability) {
   const std::string key = dir.file("card.key");
   WriteFile(key, std::string(32, 'k'));

@@ -32,6 +32,10 @@ const std::string& SmallModelDir();
 // Writes a 32-byte key (mode 0600) and a pipeline YAML using the small model, a database
 // under `dir`, and ports 0. Returns the YAML path.
 std::string WriteTestPipeline(const TempDir& dir, const std::string& durability = "wal");
+// A second, different model (other data seed, fewer rounds) in the same layout: a challenger.
+const std::string& ChallengerModelDir();
+// The test pipeline's file with `stages_yaml` (the lines after "stages:") as its stages.
+std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& stages_yaml);
 
 // A valid transaction with a Luhn-valid test PAN (4000001234567899).
 fraud::RawTransaction ValidTransaction(const std::string& request_id = "req-1");

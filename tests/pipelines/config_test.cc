@@ -43,7 +43,7 @@ TEST_F(ConfigTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   EXPECT_EQ(config->admin.host, "127.0.0.1");
   EXPECT_EQ(config->storage.path, dir_.file("db"));
   EXPECT_EQ(config->storage.durability, storage::Durability::kSync);
-  EXPECT_EQ(config->model.model_path, dir_.file("model.ubj"));
+  EXPECT_EQ(config->models[0].model_path, dir_.file("model.ubj"));
   EXPECT_EQ(config->decision.review_threshold, 0.5);
   EXPECT_EQ(config->decision.decline_threshold, 0.9);
 }
@@ -99,12 +99,37 @@ TEST_F(ConfigTest, ThresholdsMustBeOrdered) {
   EXPECT_EQ(config.error().message, Where(8, 70) + "review_threshold must not exceed decline_threshold");
 }
 
-TEST_F(ConfigTest, StagesMustBeInPipelineOrder) {
+TEST_F(ConfigTest, StagesThatFormACycleAreRejected) {
   std::string yaml = kValid;
   yaml.replace(yaml.find("after: features"), 15, "after: decision");
   auto config = Parse(yaml);
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.error().message, Where(7, 41) + "stage \"fraud\" must come after \"features\", not \"decision\"");
+  EXPECT_EQ(config.error().message, Where(7, 41) + "the stages form a cycle: fraud -> decision -> fraud");
+}
+
+TEST_F(ConfigTest, StagesMayFanOutAndJoin) {
+  const std::string yaml = std::string(kValid).substr(0, std::string(kValid).find("  - {name: decision")) +
+                           "  - {name: shadow, kind: xgboost, after: features, model: model.ubj, budget_ms: 5}\n"
+                           "  - {name: blend, kind: blend, after: [fraud, shadow], weights: [2, 1]}\n"
+                           "  - {name: decision, kind: decision, after: blend}\n";
+  auto config = Parse("pipeline: {deadline_ms: 40}\n" + yaml);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->deadline_ms, 40);
+  ASSERT_EQ(config->models.size(), 2u);
+  EXPECT_EQ(config->models[1].budget_ms, 5);
+  EXPECT_EQ(config->models[0].budget_ms, 0);  // the pipeline's deadline
+  ASSERT_EQ(config->blends.size(), 1u);
+  EXPECT_EQ(config->blends[0].weights, (std::vector<double>{2, 1}));
+  EXPECT_EQ(config->stages[3].after, (std::vector<std::string>{"fraud", "shadow"}));
+  EXPECT_EQ(config->graph.stage(config->graph.sink()).name, "decision");
+
+  std::string bad = yaml;
+  bad.replace(bad.find("weights: [2, 1]"), 15, "weights: [2]");
+  EXPECT_EQ(Parse(bad).error().message, Where(9, 65) + "weights: must be a list of 2 numbers, one per stage in after:");
+  bad = yaml;
+  bad.replace(bad.find("after: [fraud, shadow]"), 22, "after: [fraud, shadow], inputs: {score: fraud.score}");
+  EXPECT_EQ(Parse(bad).error().message,
+            Where(9, 64) + "stage \"blend\": input \"score\" joins every stage it comes after; it cannot be named");
 }
 
 TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
@@ -115,7 +140,7 @@ TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
   EXPECT_EQ(config.error().message, Where(7, 80) + "placement must be auto, cpu, cuda, spyre or emulated, not \"tpu\"");
   // Whether a named device exists and can run the stage is decided at start-up by the planner.
   yaml.replace(yaml.find("placement: tpu"), 14, "placement: spyre");
-  EXPECT_EQ(Parse(yaml)->model.placement, "spyre");
+  EXPECT_EQ(Parse(yaml)->models[0].placement, "spyre");
 }
 
 TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
@@ -123,8 +148,8 @@ TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
   yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, evaluator: xgboost");
   auto config = Parse(yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  EXPECT_FALSE(config->model.fast_evaluator);
-  EXPECT_TRUE(Parse(kValid)->model.fast_evaluator);
+  EXPECT_FALSE(config->models[0].fast_evaluator);
+  EXPECT_TRUE(Parse(kValid)->models[0].fast_evaluator);
   yaml.replace(yaml.find("evaluator: xgboost"), 18, "evaluator: magic");
   EXPECT_EQ(Parse(yaml).error().message, Where(7, 80) + "evaluator must be \"fast\" or \"xgboost\", not \"magic\"");
 }
@@ -169,7 +194,8 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: fraud, model: llm}\n")
                 .error()
                 .message,
-            Where(9, 49) + "stage \"forensic\" must come after \"decision\", not \"fraud\"");
+            Where(9, 49) + "stage \"forensic\" needs input \"reasons\" (reasons), and none of the stages it comes "
+                           "after (fraud) has an output \"reasons\"");
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, model: nowhere}\n")
                 .error()
                 .message,

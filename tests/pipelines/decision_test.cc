@@ -35,7 +35,7 @@ TEST(TopReasons, LargestPositiveContributionsFirst) {
   ASSERT_TRUE(schema.ok());
   const std::vector<float> contributions = {0.5f, 2.0f, -1.0f, 0.75f, /*bias*/ -3.0f};
   const float values[] = {3.0f, 1.0f, 0.0f, NAN};
-  auto reasons = TopReasons(contributions, values, *schema, 2);
+  auto reasons = TopReasons(NamedContributions(contributions, values, *schema), 2);
   ASSERT_EQ(reasons.size(), 2u);
   EXPECT_EQ(reasons[0].feature, "new_device");
   EXPECT_EQ(reasons[0].contribution, 2.0);
@@ -48,7 +48,38 @@ TEST(TopReasons, NegativeContributionsAreNeverReasons) {
   auto schema = fraud::FeatureSchema::Parse(
       R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount"}]})", "s");
   const float values[] = {1.0f};
-  EXPECT_TRUE(TopReasons({-0.5f, 0.1f}, values, *schema, 3).empty());
+  EXPECT_TRUE(TopReasons(NamedContributions({-0.5f, 0.1f}, values, *schema), 3).empty());
+}
+
+TEST(NamedContributions, NamesEveryFeatureInSchemaOrderAndDropsTheBias) {
+  auto schema = fraud::FeatureSchema::Parse(
+      R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount"}, {"name": "new_device"}]})", "s");
+  ASSERT_TRUE(schema.ok());
+  const float values[] = {3.0f, 1.0f};
+  auto named = NamedContributions({-0.5f, 0.25f, /*bias*/ 9.0f}, values, *schema);
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[0].feature, "log_amount");
+  EXPECT_EQ(named[0].contribution, -0.5);
+  EXPECT_EQ(named[1].feature, "new_device");
+  EXPECT_EQ(named[1].value, 1.0);
+}
+
+TEST(Blend, WeightsScoresAndMatchesContributionsByFeature) {
+  RequestValues values(3);
+  values[0].score = 0.8;
+  values[0].contributions = {{"log_amount", 1.0, 3.0}, {"new_device", -0.5, 1.0}};
+  values[2].score = 0.4;
+  values[2].contributions = {{"new_device", 2.0, 1.0}, {"distance_km", 4.0, 12.0}};
+  StageOutputs out;
+  Blend(values, {0, 2}, {3, 1}, &out);
+  EXPECT_DOUBLE_EQ(out.score, 0.75 * 0.8 + 0.25 * 0.4);
+  ASSERT_EQ(out.contributions.size(), 3u);
+  EXPECT_EQ(out.contributions[0].feature, "log_amount");
+  EXPECT_DOUBLE_EQ(out.contributions[0].contribution, 0.75);         // absent from the second model
+  EXPECT_DOUBLE_EQ(out.contributions[1].contribution, -0.375 + 0.5);  // in both
+  EXPECT_EQ(out.contributions[2].feature, "distance_km");
+  EXPECT_DOUBLE_EQ(out.contributions[2].contribution, 1.0);
+  EXPECT_EQ(out.contributions[2].value, 12.0);
 }
 
 TEST(DecisionName, MatchesThriftNames) {

@@ -145,5 +145,109 @@ TEST_F(ScoringPipelineTest, ConcurrentTransactionsOfOneCardLoseNoStateUpdates) {
   EXPECT_EQ(db_->ReadAll(ColumnFamily::kAudit).value().size(), static_cast<size_t>(kThreads * kPerThread));
 }
 
+// Pipelines whose stages form other graphs: fan-out to a shadow model, a blend join, deadlines.
+class PipelineGraphTest : public ::testing::Test {
+ protected:
+  Result<std::unique_ptr<ScoringPipeline>> Create(const std::string& stages, const PipelineRuntime& runtime = {}) {
+    auto config = LoadPipelineConfig(testing::WriteTestPipelineWithStages(dir_, stages));
+    if (!config.ok()) return config.error();
+    config_ = *config;
+    if (db_ == nullptr) db_ = storage::Database::Open(config_.storage.path, {.durability = storage::Durability::kWal}).value();
+    return ScoringPipeline::Create(config_, db_.get(), runtime);
+  }
+  static std::string Model(const std::string& dir) { return dir + "/fraud.ubj"; }
+  // Each reading is 1 ms after the previous one: any stage that checks its deadline after
+  // arrival finds it 1 ms later or more.
+  static PipelineRuntime SteppingClock() {
+    PipelineRuntime runtime;
+    auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+    runtime.clock = [now] { return *now += std::chrono::milliseconds(1); };
+    return runtime;
+  }
+
+  testing::TempDir dir_;
+  PipelineConfig config_;
+  std::unique_ptr<storage::Database> db_;
+};
+
+TEST_F(PipelineGraphTest, ShadowModelIsScoredAndAuditedButDoesNotDecide) {
+  auto pipeline = Create("  - {name: features, kind: features}\n"
+                         "  - {name: fraud, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
+                         "  - {name: shadow, kind: xgboost, after: features, model: " + Model(testing::ChallengerModelDir()) + "}\n"
+                         "  - {name: decision, kind: decision, after: fraud}\n");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-shadow"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  ASSERT_EQ(outcome->stage_scores.size(), 2u);
+  EXPECT_EQ(outcome->stage_scores[0].first, "fraud");
+  EXPECT_EQ(outcome->stage_scores[1].first, "shadow");
+  EXPECT_NE(outcome->stage_scores[0].second, outcome->stage_scores[1].second);  // two different models
+  EXPECT_EQ(outcome->score, outcome->stage_scores[0].second);
+  EXPECT_EQ(outcome->model_version, (*pipeline)->model().model_version());  // the shadow is not the decision's
+  std::vector<std::string> stages;
+  for (const auto& t : outcome->timings) stages.push_back(t.stage);
+  EXPECT_EQ(stages, (std::vector<std::string>{"validate", "state", "features", "fraud", "shadow", "decision", "persist"}));
+  auto audit = (*pipeline)->audit_log().ReadLast(1);
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ((*audit)[0].stage_scores, outcome->stage_scores);
+  EXPECT_EQ((*audit)[0].placement, "fraud@cpu,shadow@cpu");
+}
+
+TEST_F(PipelineGraphTest, BlendJoinsTwoModelsByWeight) {
+  auto pipeline = Create("  - {name: features, kind: features}\n"
+                         "  - {name: a, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
+                         "  - {name: b, kind: xgboost, after: features, model: " + Model(testing::ChallengerModelDir()) + "}\n"
+                         "  - {name: blend, kind: blend, after: [a, b], weights: [3, 1]}\n"
+                         "  - {name: decision, kind: decision, after: blend, max_reasons: 64}\n");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-blend"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  ASSERT_EQ(outcome->stage_scores.size(), 3u);
+  const double a = outcome->stage_scores[0].second, b = outcome->stage_scores[1].second;
+  EXPECT_EQ(outcome->stage_scores[2].first, "blend");
+  EXPECT_DOUBLE_EQ(outcome->score, 0.75 * a + 0.25 * b);
+  EXPECT_EQ(outcome->decision, Decide(outcome->score, config_.decision));
+  EXPECT_EQ(outcome->model_id, "fraud+fraud");  // both models decide
+}
+
+TEST_F(PipelineGraphTest, OptionalStagePastItsDeadlineIsSkippedWithWhatDependsOnIt) {
+  const std::string stages =
+      "  - {name: features, kind: features}\n"
+      "  - {name: fraud, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
+      "  - {name: shadow, kind: xgboost, after: features, budget_ms: 1, model: " + Model(testing::ChallengerModelDir()) + "}\n"
+      "  - {name: shadow_blend, kind: blend, after: [fraud, shadow]}\n"
+      "  - {name: decision, kind: decision, after: fraud}\n";
+  auto pipeline = Create(stages, SteppingClock());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-late"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->skipped_stages, (std::vector<std::string>{"shadow", "shadow_blend"}));
+  ASSERT_EQ(outcome->stage_scores.size(), 1u);  // the decision's model always runs
+  EXPECT_EQ(outcome->stage_scores[0].first, "fraud");
+  EXPECT_EQ((*pipeline)->audit_log().ReadLast(1)->at(0).skipped_stages, outcome->skipped_stages);
+}
+
+TEST_F(PipelineGraphTest, RequestBudgetCapsEveryStagesDeadline) {
+  const std::string stages =
+      "  - {name: features, kind: features}\n"
+      "  - {name: fraud, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
+      "  - {name: shadow, kind: xgboost, after: features, model: " + Model(testing::ChallengerModelDir()) + "}\n"
+      "  - {name: decision, kind: decision, after: fraud}\n";
+  auto pipeline = Create(stages, SteppingClock());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  // The pipeline's deadline_ms (1500 ms) leaves the shadow time...
+  auto unhurried = (*pipeline)->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(unhurried.ok());
+  EXPECT_TRUE(unhurried->skipped_stages.empty());
+  EXPECT_EQ(unhurried->stage_scores.size(), 2u);
+  // ...a request that allows 1 ms does not.
+  fraud::RawTransaction hurried = testing::ValidTransaction("req-2");
+  hurried.budget_ms = 1;
+  auto outcome = (*pipeline)->Score(hurried);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->skipped_stages, std::vector<std::string>{"shadow"});
+  EXPECT_EQ(outcome->stage_scores.size(), 1u);
+}
+
 }  // namespace
 }  // namespace txscore::pipelines

@@ -103,6 +103,7 @@ TEST(AuditRecordCodec, RoundTripsIncludingMissingFeatureValues) {
   r.timings_us = {{"features", 3}, {"fraud", 40}};
   r.degraded_stages = {"llm"};
   r.placement = "cpu";
+  r.stage_scores = {{"fraud", 0.25}, {"challenger", 0.125}};
   r.traceparent = "00-abc-def-01";
   auto decoded = DecodeAuditRecord(EncodeAuditRecord(r));
   ASSERT_TRUE(decoded.ok()) << decoded.error().ToString();
@@ -112,6 +113,7 @@ TEST(AuditRecordCodec, RoundTripsIncludingMissingFeatureValues) {
   EXPECT_EQ(decoded->timings_us, r.timings_us);
   EXPECT_EQ(decoded->degraded_stages, r.degraded_stages);
   EXPECT_EQ(decoded->traceparent, r.traceparent);
+  EXPECT_EQ(decoded->stage_scores, r.stage_scores);  // in run order
 }
 
 }  // namespace

@@ -1,0 +1,310 @@
+#include "pipelines/stage_graph.h"
+
+#include <algorithm>
+#include <set>
+
+namespace txscore::pipelines {
+
+Status StageKindRegistry::Register(StageKindSpec spec) {
+  const std::string kind = spec.kind;
+  if (!kinds_.emplace(kind, std::move(spec)).second) return FailedPrecondition("stage kind \"" + kind + "\" is registered twice");
+  return Status::Ok();
+}
+
+const StageKindSpec* StageKindRegistry::Find(const std::string& kind) const {
+  auto it = kinds_.find(kind);
+  return it == kinds_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> StageKindRegistry::Kinds() const {
+  std::vector<std::string> kinds;
+  for (const auto& [kind, spec] : kinds_) kinds.push_back(kind);
+  return kinds;
+}
+
+void RegisterBuiltinStageKinds(StageKindRegistry* registry) {
+  using T = ValueType;
+  // The registry is empty or holds other kinds: registering a builtin twice is a programming
+  // error, and the first registration stands.
+  (void)registry->Register({"features", {}, {{"features", T::kFeatures}}});
+  (void)registry->Register(
+      {"xgboost", {{"features", T::kFeatures}}, {{"score", T::kNumber}, {"contributions", T::kContributions}}});
+  (void)registry->Register({"blend",
+                            {{"score", T::kNumber, true}, {"contributions", T::kContributions, true}},
+                            {{"score", T::kNumber}, {"contributions", T::kContributions}}});
+  (void)registry->Register({"decision",
+                            {{"score", T::kNumber}, {"contributions", T::kContributions}},
+                            {{"decision", T::kDecision}, {"reasons", T::kReasons}, {"score", T::kNumber}}});
+  (void)registry->Register(
+      {"llm_findings", {{"score", T::kNumber}, {"reasons", T::kReasons}}, {{"findings", T::kFindings}}});
+}
+
+namespace {
+
+Error ErrorAt(const std::string& source, SourceLocation at, const std::string& message) {
+  return InvalidArgument(source + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": " + message);
+}
+
+const PortSpec* FindPort(const std::vector<PortSpec>& ports, const std::string& name) {
+  for (const PortSpec& p : ports) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::string JoinNames(const std::vector<std::string>& names, const std::string& separator = ", ") {
+  std::string joined;
+  for (const std::string& n : names) joined += (joined.empty() ? "" : separator) + n;
+  return joined;
+}
+
+// A cycle among the stages left over by a topological sort, found from `start` (one of them):
+// each has an upstream stage that is left over too, so walking upstream repeats a stage.
+std::vector<int> FindCycle(const std::vector<std::vector<int>>& after, const std::vector<bool>& left_over, int start) {
+  std::vector<int> path = {start};
+  std::vector<int> position(after.size(), -1);
+  position[static_cast<size_t>(start)] = 0;
+  int node = start;
+  while (true) {
+    int next = -1;
+    for (int p : after[static_cast<size_t>(node)]) {
+      if (left_over[static_cast<size_t>(p)]) {
+        next = p;
+        break;
+      }
+    }
+    if (position[static_cast<size_t>(next)] >= 0) {
+      std::vector<int> cycle(path.begin() + position[static_cast<size_t>(next)], path.end());
+      cycle.push_back(next);
+      return cycle;
+    }
+    position[static_cast<size_t>(next)] = static_cast<int>(path.size());
+    path.push_back(next);
+    node = next;
+  }
+}
+
+}  // namespace
+
+Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declared, const StageKindRegistry& kinds,
+                                     const std::string& source, const std::string& sink_kind) {
+  StageGraph graph;
+  const size_t n = declared.size();
+  std::map<std::string, int> index;
+  std::vector<const StageKindSpec*> specs;
+  for (size_t i = 0; i < n; ++i) {
+    const StageDeclaration& d = declared[i];
+    if (!index.emplace(d.name, static_cast<int>(i)).second) {
+      return ErrorAt(source, d.at, "there are two stages named \"" + d.name + "\"");
+    }
+    const StageKindSpec* spec = kinds.Find(d.kind);
+    if (spec == nullptr) {
+      return ErrorAt(source, d.at, "stage \"" + d.name + "\": unknown kind \"" + d.kind + "\" (known: " +
+                                       JoinNames(kinds.Kinds()) + ")");
+    }
+    specs.push_back(spec);
+    GraphStage stage;
+    stage.name = d.name;
+    stage.kind = d.kind;
+    graph.stages_.push_back(std::move(stage));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const StageDeclaration& d = declared[i];
+    for (const std::string& upstream : d.after) {
+      auto it = index.find(upstream);
+      if (it == index.end()) {
+        return ErrorAt(source, d.after_at, "stage \"" + d.name + "\" comes after \"" + upstream +
+                                               "\", but there is no stage of that name");
+      }
+      if (it->second == static_cast<int>(i)) {
+        return ErrorAt(source, d.after_at, "stage \"" + d.name + "\" cannot come after itself");
+      }
+      graph.stages_[i].after.push_back(it->second);
+    }
+  }
+
+  // Topological order, ties in file order (Kahn's algorithm, taking the lowest ready index).
+  std::vector<std::vector<int>> after(n), downstream(n);
+  std::vector<int> waiting(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    after[i] = graph.stages_[i].after;
+    waiting[i] = static_cast<int>(after[i].size());
+    for (int u : after[i]) downstream[static_cast<size_t>(u)].push_back(static_cast<int>(i));
+  }
+  std::set<int> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (waiting[i] == 0) ready.insert(static_cast<int>(i));
+  }
+  while (!ready.empty()) {
+    const int next = *ready.begin();
+    ready.erase(ready.begin());
+    graph.order_.push_back(next);
+    for (int d : downstream[static_cast<size_t>(next)]) {
+      if (--waiting[static_cast<size_t>(d)] == 0) ready.insert(d);
+    }
+  }
+  if (graph.order_.size() != n) {
+    std::vector<bool> left_over(n, true);
+    for (int i : graph.order_) left_over[static_cast<size_t>(i)] = false;
+    const int first_left = static_cast<int>(std::find(left_over.begin(), left_over.end(), true) - left_over.begin());
+    const std::vector<int> cycle = FindCycle(after, left_over, first_left);
+    std::vector<std::string> names;
+    // FindCycle walks upstream; print it the way data flows.
+    for (auto it = cycle.rbegin(); it != cycle.rend(); ++it) names.push_back(declared[static_cast<size_t>(*it)].name);
+    const int reported = *std::min_element(cycle.begin(), cycle.end());
+    return ErrorAt(source, declared[static_cast<size_t>(reported)].after_at,
+                   "the stages form a cycle: " + JoinNames(names, " -> "));
+  }
+
+  // Every stage's upstream, direct or not.
+  std::vector<std::set<int>> upstream(n);
+  for (int i : graph.order_) {
+    for (int u : after[static_cast<size_t>(i)]) {
+      upstream[static_cast<size_t>(i)].insert(u);
+      upstream[static_cast<size_t>(i)].insert(upstream[static_cast<size_t>(u)].begin(),
+                                              upstream[static_cast<size_t>(u)].end());
+    }
+  }
+
+  for (size_t i = 0; i < n; ++i) {
+    const StageDeclaration& d = declared[i];
+    GraphStage& stage = graph.stages_[i];
+    const StageKindSpec& spec = *specs[i];
+    for (const auto& [input, from] : d.inputs) {
+      if (FindPort(spec.inputs, input) == nullptr) {
+        std::vector<std::string> known;
+        for (const PortSpec& p : spec.inputs) known.push_back(p.name);
+        return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\" (" + d.kind + ") has no input \"" + input +
+                                                "\" (its inputs: " + (known.empty() ? "none" : JoinNames(known)) + ")");
+      }
+    }
+    for (const PortSpec& port : spec.inputs) {
+      InputBinding binding{port.name, port.type, {}};
+      auto explicit_binding = d.inputs.find(port.name);
+      if (explicit_binding != d.inputs.end()) {
+        const std::string& from = explicit_binding->second;
+        const size_t dot = from.find('.');
+        auto it = dot == std::string::npos ? index.end() : index.find(from.substr(0, dot));
+        if (port.each_upstream) {
+          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name +
+                                                  "\" joins every stage it comes after; it cannot be named");
+        }
+        if (it == index.end() || upstream[i].count(it->second) == 0) {
+          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name + "\" reads \"" + from +
+                                                  "\", which is not an output of a stage upstream of it");
+        }
+        const PortSpec* output = FindPort(specs[static_cast<size_t>(it->second)]->outputs, from.substr(dot + 1));
+        if (output == nullptr) {
+          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name + "\" reads \"" + from +
+                                                  "\", but stage \"" + from.substr(0, dot) + "\" has no such output");
+        }
+        if (output->type != port.type) {
+          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name + "\" is of type " +
+                                                  ValueTypeName(port.type) + ", but " + from + " is of type " +
+                                                  ValueTypeName(output->type));
+        }
+        binding.stages.push_back(it->second);
+      } else {
+        std::vector<std::string> providers;
+        for (int u : stage.after) {
+          const PortSpec* output = FindPort(specs[static_cast<size_t>(u)]->outputs, port.name);
+          if (output == nullptr) continue;
+          const std::string& upstream_name = declared[static_cast<size_t>(u)].name;
+          if (output->type != port.type) {
+            return ErrorAt(source, d.after_at, "stage \"" + d.name + "\": input \"" + port.name + "\" is of type " +
+                                                   ValueTypeName(port.type) + ", but " + upstream_name + "." +
+                                                   port.name + " is of type " + ValueTypeName(output->type));
+          }
+          binding.stages.push_back(u);
+          providers.push_back(upstream_name);
+        }
+        const SourceLocation where = d.after.empty() ? d.at : d.after_at;
+        if (binding.stages.empty()) {
+          return ErrorAt(source, where, "stage \"" + d.name + "\" needs input \"" + port.name + "\" (" +
+                                            ValueTypeName(port.type) + "), and none of the stages it comes after (" +
+                                            (d.after.empty() ? "none" : JoinNames(d.after)) +
+                                            ") has an output \"" + port.name + "\"");
+        }
+        if (port.each_upstream && binding.stages.size() < 2) {
+          return ErrorAt(source, where, "stage \"" + d.name + "\" joins \"" + port.name +
+                                            "\" from at least two stages; it comes after only " + JoinNames(providers));
+        }
+        if (!port.each_upstream && binding.stages.size() > 1) {
+          return ErrorAt(source, where, "stage \"" + d.name + "\": input \"" + port.name + "\" could come from " +
+                                            JoinNames(providers, " or ") + "; choose one with inputs: {" + port.name +
+                                            ": STAGE." + port.name + "} or join them with a blend stage");
+        }
+      }
+      stage.inputs.push_back(std::move(binding));
+    }
+    if (!d.when.empty()) {
+      std::map<std::string, Condition::Output> outputs;
+      for (int u : upstream[i]) {
+        for (const PortSpec& p : specs[static_cast<size_t>(u)]->outputs) {
+          outputs[declared[static_cast<size_t>(u)].name + "." + p.name] = {p.type, u};
+        }
+      }
+      Result<Condition> when = Condition::Parse(d.when, outputs);
+      if (!when.ok()) return ErrorAt(source, d.when_at, "when: " + when.error().message);
+      stage.when = std::move(when).value();
+    }
+  }
+
+  if (!sink_kind.empty()) {
+    std::vector<int> sinks;
+    for (size_t i = 0; i < n; ++i) {
+      if (graph.stages_[i].kind == sink_kind) sinks.push_back(static_cast<int>(i));
+    }
+    if (sinks.size() != 1) {
+      return ErrorAt(source, sinks.size() > 1 ? declared[static_cast<size_t>(sinks[1])].at : SourceLocation{1, 1},
+                     "a pipeline has exactly one " + sink_kind + " stage; this one has " + std::to_string(sinks.size()));
+    }
+    graph.sink_ = sinks[0];
+    // The sink and everything it reads, directly or not, must run for every request.
+    std::vector<int> pending = {graph.sink_};
+    while (!pending.empty()) {
+      const int s = pending.back();
+      pending.pop_back();
+      GraphStage& stage = graph.stages_[static_cast<size_t>(s)];
+      if (stage.required) continue;
+      stage.required = true;
+      if (stage.when) {
+        return ErrorAt(source, declared[static_cast<size_t>(s)].when_at,
+                       "stage \"" + stage.name + "\" cannot have a condition: the " + sink_kind +
+                           " depends on it, and every request needs a " + sink_kind);
+      }
+      for (int u : stage.after) pending.push_back(u);
+      for (const InputBinding& b : stage.inputs) pending.insert(pending.end(), b.stages.begin(), b.stages.end());
+    }
+  }
+  return graph;
+}
+
+int StageGraph::Find(const std::string& name) const {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    if (stages_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int StageGraph::InputStage(int index, const std::string& input) const {
+  for (const InputBinding& b : stage(index).inputs) {
+    if (b.input == input && !b.stages.empty()) return b.stages[0];
+  }
+  return -1;
+}
+
+bool StageGraph::ShouldRun(int index, const RequestValues& values) const {
+  const GraphStage& s = stage(index);
+  for (int u : s.after) {
+    if (!values[static_cast<size_t>(u)].ran) return false;
+  }
+  for (const InputBinding& b : s.inputs) {
+    for (int u : b.stages) {
+      if (!values[static_cast<size_t>(u)].ran) return false;
+    }
+  }
+  return !s.when || s.when->Evaluate(values);
+}
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,119 @@
+// A pipeline's stages as a DAG: typed inputs and outputs, edges (`after:`), conditional
+// edges (`when:`), fan-out (several stages after one) and join (one stage after several).
+//
+// Each stage kind declares its ports in a StageKindRegistry (filled by explicit calls such as
+// RegisterBuiltinStageKinds; tests build their own). StageGraph::Build checks the stages of a
+// pipeline file once, at load:
+//   - every stage named in `after:` exists, and names are unique;
+//   - the edges form no cycle;
+//   - every input is bound to exactly one upstream output of its type: by name from the stages
+//     it comes after, or explicitly (`inputs: {score: fraud_b.score}`), which must name a
+//     stage upstream of it (directly or not) and an output of the input's type;
+//   - `when:` names only outputs of stages upstream of it, compared with values of their type.
+// Errors name the file, line and column of the offending key. The result holds the execution
+// order (upstream first; ties in file order) and each input's binding, so a request does no
+// lookups by name.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "pipelines/condition.h"
+#include "pipelines/values.h"
+
+namespace txscore::pipelines {
+
+struct PortSpec {
+  std::string name;  // e.g. "score"
+  ValueType type;
+  // A join input: bound to this output of every stage in `after:` that has one (at least two),
+  // e.g. a blend stage's scores. Otherwise bound to exactly one.
+  bool each_upstream = false;
+};
+
+struct StageKindSpec {
+  std::string kind;  // as written in `kind:`
+  std::vector<PortSpec> inputs;
+  std::vector<PortSpec> outputs;  // at most one output per type (values.h)
+};
+
+class StageKindRegistry {
+ public:
+  // Fails on a second registration of a kind.
+  Status Register(StageKindSpec spec);
+  const StageKindSpec* Find(const std::string& kind) const;
+  std::vector<std::string> Kinds() const;  // sorted
+
+ private:
+  std::map<std::string, StageKindSpec> kinds_;
+};
+
+// The kinds txscore runs: features, xgboost, blend, decision, llm_findings (their ports are
+// listed in stage_graph.cc and in README's pipeline section).
+void RegisterBuiltinStageKinds(StageKindRegistry* registry);
+
+// Where something was written, 1-based; line 0 when unknown.
+struct SourceLocation {
+  int line = 0;
+  int column = 0;
+};
+
+// A stage as the pipeline file declares it.
+struct StageDeclaration {
+  std::string name;
+  std::string kind;
+  std::vector<std::string> after;
+  std::map<std::string, std::string> inputs;  // explicit bindings: input -> "stage.output"
+  std::string when;                           // empty: always, once its inputs exist
+  SourceLocation at;                          // the stage itself
+  SourceLocation after_at, inputs_at, when_at;
+};
+
+// Where an input's value comes from.
+struct InputBinding {
+  std::string input;
+  ValueType type;
+  std::vector<int> stages;  // one stage, or every joined one for an each_upstream input
+};
+
+struct GraphStage {
+  std::string name;
+  std::string kind;
+  std::vector<int> after;  // stage indices
+  std::vector<InputBinding> inputs;  // in the kind's port order
+  std::optional<Condition> when;
+  // On every path to the sink stage (see Build): its result depends on this stage.
+  bool required = false;
+};
+
+class StageGraph {
+ public:
+  // `sink_kind`: the kind whose stage is the pipeline's result (e.g. "decision"); there must be
+  // exactly one, and the stages it depends on are `required`. Empty: no sink, nothing required.
+  static Result<StageGraph> Build(const std::vector<StageDeclaration>& stages, const StageKindRegistry& kinds,
+                                  const std::string& source_path, const std::string& sink_kind = "");
+
+  size_t size() const { return stages_.size(); }
+  const GraphStage& stage(int index) const { return stages_[static_cast<size_t>(index)]; }
+  const std::vector<GraphStage>& stages() const { return stages_; }
+  // Stage indices, every stage after all the stages it reads from.
+  const std::vector<int>& order() const { return order_; }
+  int Find(const std::string& name) const;  // -1 when absent
+  int sink() const { return sink_; }        // -1 without a sink kind
+  // The stage that feeds `input` of stage `index` (its first binding), or -1.
+  int InputStage(int index, const std::string& input) const;
+
+  // True when every stage an input of `index` is bound to has run for this request, and its
+  // condition (if any) holds.
+  bool ShouldRun(int index, const RequestValues& values) const;
+
+ private:
+  std::vector<GraphStage> stages_;
+  std::vector<int> order_;
+  int sink_ = -1;
+};
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,235 @@
+#include "pipelines/stage_graph.h"
+
+#include <gtest/gtest.h>
+
+namespace txscore::pipelines {
+namespace {
+
+// Builds graphs of the builtin kinds from compact declarations; each stage sits on its own
+// line (line = position + 1) so errors can be checked by line.
+class StageGraphTest : public ::testing::Test {
+ protected:
+  void SetUp() override { RegisterBuiltinStageKinds(&kinds_); }
+
+  StageDeclaration Stage(const std::string& name, const std::string& kind, std::vector<std::string> after = {},
+                         const std::string& when = "", std::map<std::string, std::string> inputs = {}) {
+    StageDeclaration d;
+    d.name = name;
+    d.kind = kind;
+    d.after = std::move(after);
+    d.when = when;
+    d.inputs = std::move(inputs);
+    const int line = static_cast<int>(declared_.size()) + 1;
+    d.at = {line, 5};
+    d.after_at = {line, 20};
+    d.inputs_at = {line, 40};
+    d.when_at = {line, 60};
+    return d;
+  }
+  void Add(StageDeclaration d) { declared_.push_back(std::move(d)); }
+  Result<StageGraph> Build() { return StageGraph::Build(declared_, kinds_, "p.yaml", "decision"); }
+  std::vector<std::string> Order(const StageGraph& graph) {
+    std::vector<std::string> names;
+    for (int i : graph.order()) names.push_back(graph.stage(i).name);
+    return names;
+  }
+
+  StageKindRegistry kinds_;
+  std::vector<StageDeclaration> declared_;
+};
+
+TEST_F(StageGraphTest, FanOutAndJoinRunUpstreamFirst) {
+  // Written out of order on purpose: the order comes from the edges.
+  Add(Stage("decision", "decision", {"blend"}));
+  Add(Stage("blend", "blend", {"champion", "challenger"}));
+  Add(Stage("challenger", "xgboost", {"features"}));
+  Add(Stage("champion", "xgboost", {"features"}));
+  Add(Stage("features", "features"));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  EXPECT_EQ(Order(*graph), (std::vector<std::string>{"features", "challenger", "champion", "blend", "decision"}));
+  const GraphStage& blend = graph->stage(graph->Find("blend"));
+  ASSERT_EQ(blend.inputs.size(), 2u);
+  EXPECT_EQ(blend.inputs[0].input, "score");
+  EXPECT_EQ(blend.inputs[0].stages, (std::vector<int>{graph->Find("champion"), graph->Find("challenger")}));
+  EXPECT_EQ(graph->sink(), graph->Find("decision"));
+  for (const GraphStage& s : graph->stages()) EXPECT_TRUE(s.required) << s.name;
+}
+
+TEST_F(StageGraphTest, OnlyStagesTheDecisionReadsAreRequired) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("shadow", "xgboost", {"features"}));
+  Add(Stage("decision", "decision", {"fraud"}));
+  Add(Stage("forensic", "llm_findings", {"decision"}, "decision.decision == REVIEW"));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  EXPECT_TRUE(graph->stage(graph->Find("fraud")).required);
+  EXPECT_FALSE(graph->stage(graph->Find("shadow")).required);
+  EXPECT_FALSE(graph->stage(graph->Find("forensic")).required);
+  EXPECT_EQ(graph->InputStage(graph->Find("forensic"), "reasons"), graph->Find("decision"));
+}
+
+TEST_F(StageGraphTest, CycleIsRejectedWithItsPath) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features", "decision"}));
+  Add(Stage("decision", "decision", {"fraud"}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message, "p.yaml:2:20: the stages form a cycle: fraud -> decision -> fraud");
+}
+
+TEST_F(StageGraphTest, UnknownUpstreamStageIsAMissingInput) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"featurs"}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message, "p.yaml:2:20: stage \"fraud\" comes after \"featurs\", but there is no stage of that name");
+}
+
+TEST_F(StageGraphTest, InputNoUpstreamStageProvidesIsNamed) {
+  Add(Stage("features", "features"));
+  Add(Stage("decision", "decision", {"features"}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:2:20: stage \"decision\" needs input \"score\" (number), and none of the stages it comes after "
+            "(features) has an output \"score\"");
+}
+
+TEST_F(StageGraphTest, AmbiguousInputAsksForAChoiceOrABlend) {
+  Add(Stage("features", "features"));
+  Add(Stage("a", "xgboost", {"features"}));
+  Add(Stage("b", "xgboost", {"features"}));
+  Add(Stage("decision", "decision", {"a", "b"}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:4:20: stage \"decision\": input \"score\" could come from a or b; choose one with inputs: "
+            "{score: STAGE.score} or join them with a blend stage");
+}
+
+TEST_F(StageGraphTest, ExplicitInputsChooseAmongUpstreamStages) {
+  Add(Stage("features", "features"));
+  Add(Stage("a", "xgboost", {"features"}));
+  Add(Stage("b", "xgboost", {"features"}));
+  Add(Stage("decision", "decision", {"a", "b"}, "", {{"score", "b.score"}, {"contributions", "b.contributions"}}));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  EXPECT_EQ(graph->InputStage(graph->Find("decision"), "score"), graph->Find("b"));
+  // Only b is read, but the decision comes after both: both must run.
+  EXPECT_TRUE(graph->stage(graph->Find("a")).required);
+}
+
+TEST_F(StageGraphTest, ExplicitInputOfTheWrongTypeIsATypeMismatch) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("decision", "decision", {"fraud"}, "", {{"score", "features.features"}}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:3:40: stage \"decision\": input \"score\" is of type number, but features.features is of type features");
+}
+
+TEST_F(StageGraphTest, ExplicitInputMustComeFromUpstream) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("shadow", "xgboost", {"features"}));
+  Add(Stage("decision", "decision", {"fraud"}, "", {{"score", "shadow.score"}}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:4:40: stage \"decision\": input \"score\" reads \"shadow.score\", which is not an output of a stage "
+            "upstream of it");
+}
+
+TEST_F(StageGraphTest, ConditionMayOnlyReadUpstreamOutputs) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("shadow", "xgboost", {"features"}, "decision.decision == REVIEW"));
+  Add(Stage("decision", "decision", {"fraud"}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:3:60: when: \"decision.decision\" is not an output of an earlier stage (available: "
+            "features.features)");
+}
+
+TEST_F(StageGraphTest, StagesTheDecisionNeedsCannotBeConditional) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}, "features.features == 1"));
+  Add(Stage("decision", "decision", {"fraud"}));
+  auto graph = Build();
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:2:60: when: features.features is of type features, which cannot be compared (only numbers and "
+            "decisions can)");
+  declared_[1].when = "fraud.score > 0.5";  // not upstream of itself
+  EXPECT_EQ(Build().error().message.rfind("p.yaml:2:60: when: \"fraud.score\" is not an output", 0), 0u);
+  declared_.insert(declared_.begin() + 2, Stage("gate", "xgboost", {"features"}));
+  declared_[1].when = "gate.score > 0.5";
+  declared_[1].after = {"features", "gate"};
+  EXPECT_EQ(Build().error().message,
+            "p.yaml:2:60: stage \"fraud\" cannot have a condition: the decision depends on it, and every request needs "
+            "a decision");
+}
+
+TEST_F(StageGraphTest, ExactlyOneDecisionStage) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  EXPECT_EQ(Build().error().message, "p.yaml:1:1: a pipeline has exactly one decision stage; this one has 0");
+  Add(Stage("d1", "decision", {"fraud"}));
+  Add(Stage("d2", "decision", {"fraud"}));
+  EXPECT_EQ(Build().error().message, "p.yaml:4:5: a pipeline has exactly one decision stage; this one has 2");
+}
+
+TEST_F(StageGraphTest, JoinNeedsTwoStages) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("blend", "blend", {"fraud"}));
+  Add(Stage("decision", "decision", {"blend"}));
+  EXPECT_EQ(Build().error().message,
+            "p.yaml:3:20: stage \"blend\" joins \"score\" from at least two stages; it comes after only fraud");
+}
+
+TEST_F(StageGraphTest, UnknownKindAndDuplicateNamesAreRejected) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "random_forest", {"features"}));
+  EXPECT_EQ(Build().error().message,
+            "p.yaml:2:5: stage \"fraud\": unknown kind \"random_forest\" (known: blend, decision, features, llm_findings, "
+            "xgboost)");
+  declared_[1].name = "features";
+  declared_[1].kind = "features";
+  EXPECT_EQ(Build().error().message, "p.yaml:2:5: there are two stages named \"features\"");
+}
+
+TEST_F(StageGraphTest, StageRunsWhenItsUpstreamRanAndItsConditionHolds) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("decision", "decision", {"fraud"}));
+  Add(Stage("forensic", "llm_findings", {"decision"}, "fraud.score >= 0.6"));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  const int forensic = graph->Find("forensic");
+  RequestValues values(graph->size());
+  for (StageOutputs& v : values) v.ran = true;
+  values[static_cast<size_t>(graph->Find("fraud"))].score = 0.7;
+  EXPECT_TRUE(graph->ShouldRun(forensic, values));
+  values[static_cast<size_t>(graph->Find("fraud"))].score = 0.5;
+  EXPECT_FALSE(graph->ShouldRun(forensic, values));
+  values[static_cast<size_t>(graph->Find("fraud"))].score = 0.7;
+  values[static_cast<size_t>(graph->Find("decision"))].ran = false;
+  EXPECT_FALSE(graph->ShouldRun(forensic, values));
+}
+
+TEST(StageKindRegistry, KindsAreRegisteredOnce) {
+  StageKindRegistry kinds;
+  ASSERT_TRUE(kinds.Register({"source", {}, {{"score", ValueType::kNumber}}}).ok());
+  auto again = kinds.Register({"source", {}, {}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().message, "stage kind \"source\" is registered twice");
+  EXPECT_EQ(kinds.Kinds(), std::vector<std::string>{"source"});
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
