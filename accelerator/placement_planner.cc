@@ -22,7 +22,7 @@ Candidate Evaluate(const StageWorkload& work, const Device& device) {
   c.device = device.DisplayName();
   c.kind = device.kind;
   std::vector<std::string> missing;
-  c.op_adapters = ChooseAdapters(work.ops, device.native_ops, &missing, work.vocab, device.alignment);
+  c.op_adapters = ChooseAdapters(work.ops, device.native_ops, &missing, work.vocab, device.alignment, work.head_dim);
   if (!missing.empty()) {
     c.why_not = "cannot run op " + missing.front();
     return c;
@@ -97,6 +97,7 @@ StageWorkload DecoderWorkload(const std::string& stage, const DecoderShape& shap
   w.dtypes = {"bfloat16", "float32"};
   w.ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation};
   w.vocab = shape.vocab;
+  w.head_dim = shape.head_dim;
   w.estimate = [shape](int batch, int tokens, int dtype_bytes) {
     const double b = batch, t = tokens;
     const double per_token_weights = DecoderParameters(shape) - static_cast<double>(shape.vocab) * shape.hidden;

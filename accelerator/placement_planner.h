@@ -39,6 +39,7 @@ struct StageWorkload {
   // the dtype chosen for the device (4 for float32, 2 for bfloat16/float16).
   std::function<WorkEstimate(int batch, int tokens, int dtype_bytes)> estimate;
   int64_t vocab = 0;        // for the vocabulary-padding adapter; 0: not a language model
+  int64_t head_dim = 0;     // for the head_dim-padding adapter; 0: no attention
   int expected_batch = 1;   // Default: 1
   int expected_tokens = 1;  // Default: 1
 };

@@ -17,6 +17,20 @@ FeatureSchema FeatureSchema::AllFeatures() {
   return schema;
 }
 
+FeatureSchema FeatureSchema::TransactionFeatures() {
+  FeatureSchema schema;
+  for (int i = 0; i < static_cast<int>(kFirstClaimFeature); ++i) schema.features_.push_back(static_cast<FeatureId>(i));
+  return schema;
+}
+
+FeatureSchema FeatureSchema::ClaimFeatures() {
+  FeatureSchema schema;
+  for (int i = static_cast<int>(kFirstClaimFeature); i < kFeatureCount; ++i) {
+    schema.features_.push_back(static_cast<FeatureId>(i));
+  }
+  return schema;
+}
+
 Result<FeatureSchema> FeatureSchema::Load(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("feature schema " + path + " does not exist or cannot be read");

@@ -19,6 +19,9 @@ class FeatureSchema {
  public:
   // Every feature txscore computes, in FeatureId order.
   static FeatureSchema AllFeatures();
+  // The features of a transaction (what the fraud trainer uses), and of a claim.
+  static FeatureSchema TransactionFeatures();
+  static FeatureSchema ClaimFeatures();
   // kNotFound for a missing file; kInvalidArgument naming the file and entry otherwise.
   static Result<FeatureSchema> Load(const std::string& path);
   static Result<FeatureSchema> Parse(const std::string& json_text, const std::string& source_name);

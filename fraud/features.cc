@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/bytes.h"
+#include "fraud/claim.h"
 
 namespace txscore::fraud {
 namespace {
@@ -37,6 +38,13 @@ constexpr std::array<FeatureInfo, kFeatureCount> kFeatures = {{
     {"new_device", "bool"},
     {"distance_km", "float"},
     {"speed_kmh", "float"},
+    {"claim_days_to_report", "int"},
+    {"claim_amount_to_limit", "float"},
+    {"claim_log_amount", "float"},
+    {"claim_prior_claims", "int"},
+    {"claim_provider_claims", "int"},
+    {"claim_type", "category"},
+    {"claim_narrative_words", "int"},
 }};
 
 constexpr int64_t kMinuteMs = 60 * 1000;
@@ -142,6 +150,27 @@ FeatureVector ComputeFeatures(const Transaction& tx, const CardState& state) {
     set(FeatureId::kDistanceKm, km);
     set(FeatureId::kSpeedKmh, km / hours);
   }
+  return f;
+}
+
+FeatureVector ComputeClaimFeatures(const Claim& claim, int64_t provider_claims) {
+  FeatureVector f;
+  f.fill(kMissing);
+  auto set = [&f](FeatureId id, double value) { f[static_cast<size_t>(id)] = static_cast<float>(value); };
+  set(FeatureId::kClaimDaysToReport, static_cast<double>(claim.report_day - claim.incident_day));
+  set(FeatureId::kClaimAmountToLimit, claim.amount_claimed / claim.policy_limit);
+  set(FeatureId::kClaimLogAmount, std::log1p(claim.amount_claimed));
+  set(FeatureId::kClaimPriorClaims, static_cast<double>(claim.prior_claims));
+  set(FeatureId::kClaimProviderClaims, static_cast<double>(provider_claims));
+  set(FeatureId::kClaimType, claim.claim_type);
+  int64_t words = 0;
+  bool in_word = false;
+  for (unsigned char ch : claim.narrative) {
+    const bool space = ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r';
+    if (!space && !in_word) ++words;
+    in_word = !space;
+  }
+  set(FeatureId::kClaimNarrativeWords, static_cast<double>(words));
   return f;
 }
 

@@ -35,8 +35,17 @@ enum class FeatureId : int {
   kNewDevice,             // 1 device not seen on this card, 0 seen or first transaction; NaN without device_id
   kDistanceKm,            // great-circle distance from the previous transaction; NaN without both coordinates
   kSpeedKmh,              // distance / max(elapsed, 1 min); NaN without both coordinates
+  // Claims (ComputeClaimFeatures); NaN in a transaction's vector, as the above are in a claim's.
+  kClaimDaysToReport,     // report date - incident date, days
+  kClaimAmountToLimit,    // amount claimed / policy limit
+  kClaimLogAmount,        // ln(1 + amount claimed)
+  kClaimPriorClaims,      // the claimant's earlier claims
+  kClaimProviderClaims,   // claims naming the same provider in the same batch, this one included
+  kClaimType,             // index into ClaimTypes()
+  kClaimNarrativeWords,   // words in the narrative
   kCount,
 };
+inline constexpr FeatureId kFirstClaimFeature = FeatureId::kClaimDaysToReport;
 
 inline constexpr int kFeatureCount = static_cast<int>(FeatureId::kCount);
 using FeatureVector = std::array<float, kFeatureCount>;
@@ -54,5 +63,10 @@ int MccRiskGroup(std::string_view mcc);
 double HaversineKm(double lat1, double lon1, double lat2, double lon2);
 
 FeatureVector ComputeFeatures(const Transaction& tx, const CardState& state);
+
+struct Claim;  // fraud/claim.h
+// `provider_claims`: how many claims of the batch being scored name this claim's provider
+// (1 for a claim scored alone).
+FeatureVector ComputeClaimFeatures(const Claim& claim, int64_t provider_claims);
 
 }  // namespace txscore::fraud

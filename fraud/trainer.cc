@@ -55,6 +55,12 @@ double Mean(const std::vector<float>& v, size_t begin, size_t end) {
   return end > begin ? sum / static_cast<double>(end - begin) : 0;
 }
 
+void AppendRow(const FeatureSchema& schema, const FeatureVector& features, std::vector<float>* values) {
+  const size_t at = values->size();
+  values->resize(at + schema.size());
+  schema.Select(features, values->data() + at);
+}
+
 }  // namespace
 
 Result<FeatureTable> BuildFeatureTable(const std::vector<LabeledTransaction>& transactions) {
@@ -68,7 +74,32 @@ Result<FeatureTable> BuildFeatureTable(const std::vector<LabeledTransaction>& tr
     CardState& state = cards[labeled.tx.card_number.value_or("")];
     const FeatureVector features = ComputeFeatures(*tx, state);
     UpdateCardState(*tx, &state);
-    table.values.insert(table.values.end(), features.begin(), features.end());
+    AppendRow(table.schema, features, &table.values);
+    table.labels.push_back(labeled.is_fraud ? 1.0f : 0.0f);
+  }
+  return table;
+}
+
+std::map<std::string, int64_t> CountProviders(const std::vector<RawClaim>& claims) {
+  std::map<std::string, int64_t> counts;
+  for (const RawClaim& c : claims) ++counts[c.provider_id];
+  return counts;
+}
+
+Result<FeatureTable> BuildClaimFeatureTable(const std::vector<LabeledClaim>& claims) {
+  FeatureTable table;
+  table.schema = FeatureSchema::ClaimFeatures();
+  table.values.reserve(claims.size() * table.schema.size());
+  table.labels.reserve(claims.size());
+  std::vector<RawClaim> raw;
+  for (const LabeledClaim& labeled : claims) raw.push_back(labeled.claim);
+  const std::map<std::string, int64_t> providers = CountProviders(raw);
+  // Features do not read the claimant token; any key will do.
+  const std::unique_ptr<CardTokenizer> tokenizer = CardTokenizer::FromKey(std::string(CardTokenizer::kMinKeyBytes, 't'));
+  for (const LabeledClaim& labeled : claims) {
+    Result<Claim> claim = ValidateClaim(labeled.claim, *tokenizer);
+    if (!claim.ok()) return InvalidArgument("generated claim " + labeled.claim.claim_id + ": " + claim.error().ToString());
+    AppendRow(table.schema, ComputeClaimFeatures(*claim, providers.at(claim->provider_id)), &table.values);
     table.labels.push_back(labeled.is_fraud ? 1.0f : 0.0f);
   }
   return table;
@@ -130,7 +161,11 @@ Result<TrainReport> TrainFraudModel(const TrainOptions& options, const std::func
   if (!(options.test_fraction > 0 && options.test_fraction < 1)) {
     return InvalidArgument("must be between 0 and 1", "test_fraction");
   }
-  Result<FeatureTable> table = BuildFeatureTable(GenerateTransactions(options.data));
+  if (options.kind != "transactions" && options.kind != "claims") {
+    return InvalidArgument("must be \"transactions\" or \"claims\"", "kind");
+  }
+  Result<FeatureTable> table = options.kind == "claims" ? BuildClaimFeatureTable(GenerateClaims(options.claims_data))
+                                                        : BuildFeatureTable(GenerateTransactions(options.data));
   if (!table.ok()) return table.error();
   const size_t rows = table->rows();
   const size_t train_rows = static_cast<size_t>(static_cast<double>(rows) * (1.0 - options.test_fraction));
@@ -149,7 +184,7 @@ Result<TrainReport> TrainFraudModel(const TrainOptions& options, const std::func
       {"max_depth", std::to_string(options.max_depth)},
       {"eta", std::to_string(options.learning_rate)},
       {"nthread", std::to_string(options.nthread)},
-      {"seed", std::to_string(options.data.seed)},
+      {"seed", std::to_string(options.kind == "claims" ? options.claims_data.seed : options.data.seed)},
       {"eval_metric", "aucpr"},
   };
   for (const auto& [name, value] : params) {
@@ -205,8 +240,14 @@ Result<TrainReport> TrainFraudModel(const TrainOptions& options, const std::func
       {"split", "time-ordered; the newest " + std::to_string(options.test_fraction) + " held out"},
       {"params", {{"rounds", options.rounds}, {"max_depth", options.max_depth}, {"eta", options.learning_rate},
                   {"tree_method", "hist"}}},
-      {"data", {{"seed", options.data.seed}, {"cards", options.data.cards}, {"days", options.data.days}}},
   };
+  if (options.kind == "claims") {
+    metrics["data"] = {{"kind", "claims"}, {"seed", options.claims_data.seed}, {"claims", options.claims_data.claims},
+                       {"fraud_rate", options.claims_data.fraud_rate}};
+  } else {
+    metrics["data"] = {{"kind", "transactions"}, {"seed", options.data.seed}, {"cards", options.data.cards},
+                       {"days", options.data.days}};
+  }
   {
     std::ofstream out(report.metrics_path + ".tmp", std::ios::trunc);
     out << metrics.dump(2) << "\n";

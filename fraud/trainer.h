@@ -2,18 +2,20 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "fraud/feature_schema.h"
+#include "fraud/claims_synthetic.h"
 #include "fraud/synthetic.h"
 
 namespace txscore::fraud {
 
 // Rows of features (schema order) with 0/1 labels.
 struct FeatureTable {
-  FeatureSchema schema = FeatureSchema::AllFeatures();
+  FeatureSchema schema = FeatureSchema::TransactionFeatures();
   std::vector<float> values;  // rows * schema.size(), row-major
   std::vector<float> labels;
   size_t rows() const { return labels.size(); }
@@ -23,8 +25,16 @@ struct FeatureTable {
 // card state in memory (keyed by PAN: nothing here is stored).
 Result<FeatureTable> BuildFeatureTable(const std::vector<LabeledTransaction>& transactions);
 
+// Claims in the claim feature schema; the provider feature counts claims over all of `claims`
+// (one batch), as a batch job does over its input.
+Result<FeatureTable> BuildClaimFeatureTable(const std::vector<LabeledClaim>& claims);
+// Claims per provider id.
+std::map<std::string, int64_t> CountProviders(const std::vector<RawClaim>& claims);
+
 struct TrainOptions {
-  SyntheticOptions data;          // what to generate
+  std::string kind = "transactions";  // Default: the transaction fraud model; or "claims"
+  SyntheticOptions data;          // what to generate (transactions)
+  SyntheticClaimsOptions claims_data;  // what to generate (claims)
   int rounds = 200;               // Default: 200 boosting rounds
   int max_depth = 6;              // Default: 6
   double learning_rate = 0.1;     // Default: 0.1

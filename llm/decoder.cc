@@ -45,11 +45,12 @@ Result<torch::Tensor> ToTorch(const TensorView& view, torch::ScalarType dtype) {
 
 class TorchCache : public DecoderCache {
  public:
-  TorchCache(const ModelConfig& c, int batch, int max_tokens, const torch::TensorOptions& options)
+  // head_dim: as the decoder lays heads out (padded with the head_dim adapter).
+  TorchCache(const ModelConfig& c, int64_t head_dim, int batch, int max_tokens, const torch::TensorOptions& options)
       : lengths_(static_cast<size_t>(batch), 0), batch_(batch), max_tokens_(max_tokens) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      keys.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, options));
-      values.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, c.head_dim}, options));
+      keys.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, head_dim}, options));
+      values.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, head_dim}, options));
     }
   }
   int batch() const override { return batch_; }
@@ -82,6 +83,10 @@ class TorchDecoder : public Decoder {
     if (options.dtype != "float32" && options.dtype != "bfloat16") {
       return InvalidArgument("dtype must be float32 or bfloat16 (libtorch has no float16 matmul on CPU)", "dtype");
     }
+    if (options.adapters.head_dim_alignment > 1 && config->head_dim % 2 != 0) {
+      return InvalidArgument("head_dim " + std::to_string(config->head_dim) +
+                             " is odd: RoPE's halves cannot be padded alike", "adapters");
+    }
     if (options.threads > 0) torch::set_num_threads(options.threads);
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     if (!checkpoint.ok()) return checkpoint.error();
@@ -91,13 +96,18 @@ class TorchDecoder : public Decoder {
     decoder->device_ = torch::Device(options.device);
     decoder->adapters_ = options.adapters;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
-    decoder->global_inv_freq_ = InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim).to(decoder->device_);
-    decoder->local_inv_freq_ = InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim).to(decoder->device_);
+    decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
+    decoder->PadHeadDim();
+    decoder->global_inv_freq_ = decoder->PadFrequencies(InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim))
+                                    .to(decoder->device_);
+    decoder->local_inv_freq_ =
+        decoder->PadFrequencies(InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim))
+            .to(decoder->device_);
     decoder->MoveWeightsToDevice();
     CountModelBuild();
     if (options.adapters.rope_as_matmul) {
       decoder->rotate_half_ = accelerator::RotateHalfMatrix(
-          decoder->config_.head_dim, torch::TensorOptions().dtype(decoder->dtype_).device(decoder->device_));
+          decoder->head_dim_, torch::TensorOptions().dtype(decoder->dtype_).device(decoder->device_));
     }
     return decoder;
   }
@@ -105,7 +115,8 @@ class TorchDecoder : public Decoder {
   const ModelConfig& config() const override { return config_; }
 
   std::unique_ptr<DecoderCache> NewCache(int batch, int max_tokens) const override {
-    return std::make_unique<TorchCache>(config_, batch, max_tokens, torch::TensorOptions().dtype(dtype_).device(device_));
+    return std::make_unique<TorchCache>(config_, head_dim_, batch, max_tokens,
+                                        torch::TensorOptions().dtype(dtype_).device(device_));
   }
 
   Result<std::vector<std::vector<float>>> Forward(DecoderCache* cache,
@@ -265,12 +276,16 @@ class TorchDecoder : public Decoder {
     return adapters_.rope_as_matmul ? accelerator::RotateHalfByMatmul(x, rotate_half_) : accelerator::RotateHalfBySlicing(x);
   }
 
-  // RMSNorm in float32, as Hugging Face computes it; Gemma scales by (1 + w).
-  torch::Tensor Norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  // RMSNorm in float32, as Hugging Face computes it; Gemma scales by (1 + w). `features`: how
+  // many of the last dimension's entries are real (the rest are head_dim padding, all zero);
+  // 0: all of them.
+  torch::Tensor Norm(const torch::Tensor& x, const torch::Tensor& weight, int64_t features = 0) const {
     const torch::Tensor x32 = As(x, torch::kFloat32);
-    const torch::Tensor mean_square = adapters_.rms_norm_by_matmul
-                                          ? accelerator::SumOfSquaresByMatmul(x32) / static_cast<double>(x32.size(-1))
-                                          : x32.pow(2).mean(-1, true);
+    const bool padded = features > 0 && features != x32.size(-1);
+    const double n = static_cast<double>(padded ? features : x32.size(-1));
+    const torch::Tensor mean_square = adapters_.rms_norm_by_matmul ? accelerator::SumOfSquaresByMatmul(x32) / n
+                                      : padded                     ? x32.pow(2).sum(-1, true) / n
+                                                                   : x32.pow(2).mean(-1, true);
     const torch::Tensor normed = x32 * torch::rsqrt(mean_square + config_.rms_norm_eps);
     if (config_.norm_weight_plus_one) return As(normed * (1.0 + As(weight, torch::kFloat32)), x.scalar_type());
     return weight * As(normed, x.scalar_type());
@@ -281,12 +296,13 @@ class TorchDecoder : public Decoder {
                           const std::vector<std::vector<int32_t>>& new_tokens, int64_t total_max) const {
     const ModelConfig& c = config_;
     const int64_t batch = h.size(0), length = h.size(1);
-    torch::Tensor q = F::linear(h, layer.q, layer.q_bias).view({batch, length, c.num_attention_heads, c.head_dim});
-    torch::Tensor k = F::linear(h, layer.k, layer.k_bias).view({batch, length, c.num_key_value_heads, c.head_dim});
-    torch::Tensor v = F::linear(h, layer.v, layer.v_bias).view({batch, length, c.num_key_value_heads, c.head_dim});
+    const int64_t head_dim = head_dim_;
+    torch::Tensor q = F::linear(h, layer.q, layer.q_bias).view({batch, length, c.num_attention_heads, head_dim});
+    torch::Tensor k = F::linear(h, layer.k, layer.k_bias).view({batch, length, c.num_key_value_heads, head_dim});
+    torch::Tensor v = F::linear(h, layer.v, layer.v_bias).view({batch, length, c.num_key_value_heads, head_dim});
     if (c.qk_norm) {
-      q = Norm(q, layer.q_norm);
-      k = Norm(k, layer.k_norm);
+      q = Norm(q, layer.q_norm, c.head_dim);
+      k = Norm(k, layer.k_norm, c.head_dim);
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
@@ -310,7 +326,7 @@ class TorchDecoder : public Decoder {
     // KV head are stacked along the query axis, so one batched product per KV head serves them
     // all ([batch, kv, groups * length, head_dim] x [batch, kv, head_dim, tokens]).
     const int64_t groups = c.num_query_groups();
-    const torch::Tensor grouped_q = q.reshape({batch, c.num_key_value_heads, groups * length, c.head_dim});
+    const torch::Tensor grouped_q = q.reshape({batch, c.num_key_value_heads, groups * length, head_dim});
     torch::Tensor scores = torch::matmul(grouped_q, keys.transpose(2, 3)) * c.attention_scale();
     if (c.attn_logit_softcapping > 0) {
       scores = torch::tanh(scores / c.attn_logit_softcapping) * c.attn_logit_softcapping;
@@ -325,7 +341,7 @@ class TorchDecoder : public Decoder {
     }
     const torch::Tensor weights = As(torch::softmax(scores, -1), dtype_);
     const torch::Tensor out = torch::matmul(weights, values)
-                                  .view({batch, c.num_attention_heads, length, c.head_dim})
+                                  .view({batch, c.num_attention_heads, length, head_dim})
                                   .transpose(1, 2)
                                   .reshape({batch, length, -1});
     return F::linear(out, layer.o, layer.o_bias);
@@ -426,6 +442,47 @@ class TorchDecoder : public Decoder {
     lm_head_ = torch::cat({lm_head_, torch::zeros({padded - vocab, lm_head_.size(1)}, lm_head_.options())}, 0);
   }
 
+  // The head_dim adapter (accelerator/op_adapters.h), applied to the weights on the host at load.
+  // Rows of a [heads * head_dim, ...] tensor go to [heads * head_dim_, ...]: each head's first
+  // half at the start of its padded first half, its second half at the start of its padded
+  // second half, zeros elsewhere; so rotate_half over head_dim_ still pairs i with i + d/2.
+  torch::Tensor PadHeadRows(const torch::Tensor& t, int64_t heads) const {
+    const int64_t d = config_.head_dim, half = d / 2, padded_half = head_dim_ / 2;
+    std::vector<int64_t> shape = t.sizes().vec();
+    std::vector<int64_t> per_head = {heads, d};
+    per_head.insert(per_head.end(), shape.begin() + 1, shape.end());
+    const torch::Tensor src = t.reshape(per_head);
+    per_head[1] = head_dim_;
+    torch::Tensor out = torch::zeros(per_head, t.options());
+    out.narrow(1, 0, half).copy_(src.narrow(1, 0, half));
+    out.narrow(1, padded_half, half).copy_(src.narrow(1, half, half));
+    shape[0] = heads * head_dim_;
+    return out.reshape(shape);
+  }
+
+  void PadHeadDim() {
+    if (head_dim_ == config_.head_dim) return;
+    const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
+    for (Layer& l : layers_) {
+      l.q = PadHeadRows(l.q, heads);
+      l.k = PadHeadRows(l.k, kv_heads);
+      l.v = PadHeadRows(l.v, kv_heads);
+      if (l.q_bias.defined()) l.q_bias = PadHeadRows(l.q_bias, heads);
+      if (l.k_bias.defined()) l.k_bias = PadHeadRows(l.k_bias, kv_heads);
+      if (l.v_bias.defined()) l.v_bias = PadHeadRows(l.v_bias, kv_heads);
+      l.o = PadHeadRows(l.o.t(), heads).t().contiguous();  // o_proj's columns are the heads
+      if (l.q_norm.defined()) l.q_norm = PadHeadRows(l.q_norm, 1);
+      if (l.k_norm.defined()) l.k_norm = PadHeadRows(l.k_norm, 1);
+    }
+  }
+
+  // RoPE's inverse frequencies (head_dim / 2 of them) with zeros for the padded entries:
+  // angle 0 there, and the entries are zero anyway.
+  torch::Tensor PadFrequencies(const torch::Tensor& inv_freq) const {
+    if (head_dim_ == config_.head_dim) return inv_freq;
+    return torch::cat({inv_freq, torch::zeros({(head_dim_ - config_.head_dim) / 2}, inv_freq.options())});
+  }
+
   void MoveWeightsToDevice() {
     if (adapters_.embedding_on_host) embed_tokens_host_ = embed_tokens_;  // stays in host memory
     if (device_.is_cpu()) {
@@ -459,6 +516,7 @@ class TorchDecoder : public Decoder {
   torch::ScalarType dtype_ = torch::kFloat32;
   torch::Device device_ = torch::kCPU;
   accelerator::OpAdapters adapters_;
+  int64_t head_dim_ = 0;             // config_.head_dim, or padded to the head_dim adapter's alignment
   torch::Tensor rotate_half_;        // with rope_as_matmul
   torch::Tensor embed_tokens_host_;  // with embedding_on_host (on a non-CPU device)
   torch::Tensor embed_tokens_, final_norm_, lm_head_;

@@ -270,7 +270,9 @@ Status ParseBlendStage(const Reader& r, const YAML::Node& stage, const StageDecl
 }
 
 Status ParseDecisionStage(const Reader& r, const YAML::Node& stage, const std::string& name, DecisionStageConfig* d) {
-  TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, name, {"review_threshold", "decline_threshold", "max_reasons"}));
+  TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, name,
+                                          {"review_threshold", "decline_threshold", "max_reasons", "escalate_high_risk"}));
+  TXSCORE_RETURN_IF_ERROR(r.Read<bool>(stage, "escalate_high_risk", "true or false", &d->escalate_high_risk));
   d->name = name;
   TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "review_threshold", 0.0, 1.0, &d->review_threshold));
   TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "decline_threshold", 0.0, 1.0, &d->decline_threshold));
@@ -309,13 +311,20 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
   if (!node.IsSequence() || node.size() == 0) return r.ErrorAt(node, "stages must be a list of stages");
   StageKindRegistry kinds;
   RegisterBuiltinStageKinds(&kinds);
+  bool seen_features = false;
   for (size_t i = 0; i < node.size(); ++i) {
     const YAML::Node stage = node[i];
     if (!stage.IsMap()) return r.ErrorAt(stage, "a stage must be a mapping");
     StageDeclaration d;
     TXSCORE_RETURN_IF_ERROR(ParseStageDeclaration(r, stage, &d));
-    if (d.kind == "features") {
+    if (d.kind == "features" || d.kind == "claim_features") {
       TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, d.name, {}));
+      const std::string kind = d.kind == "features" ? "transactions" : "claims";
+      if (seen_features && kind != out->kind) {
+        return r.ErrorAt(stage, "a pipeline scores transactions (features) or claims (claim_features), not both");
+      }
+      seen_features = true;
+      out->kind = kind;
     } else if (d.kind == "xgboost") {
       out->models.emplace_back();
       TXSCORE_RETURN_IF_ERROR(ParseModelStage(r, stage, d.name, &out->models.back()));
@@ -330,18 +339,35 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
     }  // an unknown kind is reported by StageGraph::Build, with the known ones
     out->stages.push_back(std::move(d));
   }
-  // The forensic stage's default condition: REVIEW decisions.
+  // The forensic stage's default condition: REVIEW decisions, when the decision is upstream of it.
   for (StageDeclaration& d : out->stages) {
     if (d.kind != "llm_findings" || !d.when.empty()) continue;
-    for (const StageDeclaration& other : out->stages) {
-      if (other.kind == "decision") d.when = other.name + ".decision == REVIEW";
+    std::vector<std::string> pending = d.after;
+    std::set<std::string> upstream;
+    std::string decision;
+    while (!pending.empty()) {
+      const std::string name = pending.back();
+      pending.pop_back();
+      if (!upstream.insert(name).second) continue;
+      for (const StageDeclaration& other : out->stages) {
+        if (other.name != name) continue;
+        if (other.kind == "decision") decision = other.name;
+        pending.insert(pending.end(), other.after.begin(), other.after.end());
+      }
     }
+    if (decision.empty()) {
+      return r.ErrorAt(node[static_cast<size_t>(&d - out->stages.data())],
+                       "stage \"" + d.name + "\" needs a when: (its default, <decision>.decision == REVIEW, needs "
+                       "the decision stage upstream of it), e.g. when: \"model.score >= 0.5\"");
+    }
+    d.when = decision + ".decision == REVIEW";
     d.when_at = d.at;
   }
   Result<StageGraph> graph = StageGraph::Build(out->stages, kinds, r.source(), "decision");
   if (!graph.ok()) return graph.error();
   out->graph = std::move(graph).value();
   if (out->models.empty()) return r.ErrorAt(node, "a pipeline needs at least one xgboost stage");
+  if (!seen_features) return r.ErrorAt(node, "a pipeline needs a features (or claim_features) stage");
   if (out->findings.enabled) {
     const int f = out->graph.Find(out->findings.name);
     if (out->graph.stage(f).when) out->findings.when = *out->graph.stage(f).when;

@@ -89,6 +89,9 @@ struct DecisionStageConfig {
   double review_threshold = 0.5;   // Default: score >= 0.5 -> REVIEW
   double decline_threshold = 0.9;  // Default: score >= 0.9 -> DECLINE
   int max_reasons = 3;             // Default: the 3 largest contributions towards fraud
+  // Default: true. With a findings input (the claims pipeline): an APPROVE whose LLM findings
+  // say risk "high" becomes REVIEW, so a person looks at it.
+  bool escalate_high_risk = true;
 };
 
 // The forensic stage: when its condition holds (default: REVIEW decisions), an LLM reads the
@@ -131,6 +134,9 @@ struct FindingsStageConfig {
 
 struct PipelineConfig {
   std::string source_path;  // the YAML file this came from
+  // What the pipeline scores: "transactions" (its first stage is of kind features; served by
+  // `txscore serve`) or "claims" (claim_features; run by `txscore batch run` and the job RPCs).
+  std::string kind = "transactions";
   std::string name = "transactions";
   std::string version = "1";  // reported in every ScoreResult and audit record
   RpcServerConfig server;

@@ -5,6 +5,11 @@
 //
 // Each item carries a deadline: an item whose deadline has passed when its batch is formed is
 // answered with `expired` without being run.
+//
+// Two priorities: a batch is filled with waiting interactive items (synchronous requests)
+// first, and batch-job items only take the places left, so a batch job never delays a request
+// by more than the batch already running. Items submitted together with SubmitAll are queued
+// at once, so when nothing else is waiting they form the same batches on every run.
 #pragma once
 
 #include <chrono>
@@ -18,6 +23,8 @@
 #include <vector>
 
 namespace txscore::pipelines {
+
+enum class BatchPriority { kInteractive, kBatchJob };
 
 struct DynamicBatcherOptions {
   int max_batch = 8;           // Default: 8 items per batch
@@ -43,21 +50,34 @@ class DynamicBatcher {
     worker_.join();
   }
 
-  std::future<Answer> Submit(Item item, Clock::time_point deadline) {
-    std::promise<Answer> promise;
-    std::future<Answer> future = promise.get_future();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back({std::move(item), deadline, std::move(promise)});
-    }
-    wake_.notify_all();
-    return future;
+  std::future<Answer> Submit(Item item, Clock::time_point deadline,
+                             BatchPriority priority = BatchPriority::kInteractive) {
+    std::vector<Item> items;
+    items.push_back(std::move(item));
+    return std::move(SubmitAll(std::move(items), deadline, priority).front());
   }
 
-  // Items waiting for a batch (tests).
+  // Queues all `items` under one lock; one future per item, in order.
+  std::vector<std::future<Answer>> SubmitAll(std::vector<Item> items, Clock::time_point deadline,
+                                             BatchPriority priority) {
+    std::vector<std::future<Answer>> futures;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::deque<Pending>& queue = priority == BatchPriority::kInteractive ? queue_ : batch_queue_;
+      for (Item& item : items) {
+        std::promise<Answer> promise;
+        futures.push_back(promise.get_future());
+        queue.push_back({std::move(item), deadline, std::move(promise)});
+      }
+    }
+    wake_.notify_all();
+    return futures;
+  }
+
+  // Items waiting for a batch, of both priorities (tests).
   size_t queued() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return queue_.size();
+    return queue_.size() + batch_queue_.size();
   }
 
   // Sizes of the batches run so far, in order (tests and metrics).
@@ -78,16 +98,17 @@ class DynamicBatcher {
       std::vector<Pending> batch;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (stopping_ && queue_.empty()) return;
+        auto waiting = [this] { return static_cast<int>(queue_.size() + batch_queue_.size()); };
+        wake_.wait(lock, [&] { return stopping_ || waiting() > 0; });
+        if (stopping_ && waiting() == 0) return;
         // The first item opens the batch; wait a little for company.
         const Clock::time_point close = Clock::now() + std::chrono::microseconds(options_.max_wait_us);
-        wake_.wait_until(lock, close, [this] {
-          return stopping_ || static_cast<int>(queue_.size()) >= options_.max_batch;
-        });
-        while (!queue_.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
+        wake_.wait_until(lock, close, [&] { return stopping_ || waiting() >= options_.max_batch; });
+        for (std::deque<Pending>* queue : {&queue_, &batch_queue_}) {
+          while (!queue->empty() && static_cast<int>(batch.size()) < options_.max_batch) {
+            batch.push_back(std::move(queue->front()));
+            queue->pop_front();
+          }
         }
       }
       std::vector<Item> items;
@@ -118,7 +139,8 @@ class DynamicBatcher {
   const Answer expired_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Pending> queue_;
+  std::deque<Pending> queue_;        // interactive
+  std::deque<Pending> batch_queue_;  // batch jobs: only the places interactive items leave
   std::vector<int> batch_sizes_;
   bool stopping_ = false;
   std::thread worker_;  // last: starts after everything above exists

@@ -115,9 +115,29 @@ ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score
   Item item{llm::TransactionReviewTask::PromptIds(*tokenizer_, CaseFor(tx, score, reasons)), deadline,
             std::make_shared<std::atomic<bool>>(false)};
   std::shared_ptr<std::atomic<bool>> started = item.started;
-  std::future<ForensicResult> answer = batcher_->Submit(std::move(item), deadline);
+  return Await(batcher_->Submit(std::move(item), deadline), *started, deadline);
+}
+
+std::vector<ForensicResult> ForensicStage::AnalyzeClaims(const std::vector<llm::ClaimFields>& claims,
+                                                         std::chrono::steady_clock::time_point deadline) {
+  std::vector<Item> items;
+  for (const llm::ClaimFields& claim : claims) {
+    items.push_back({llm::ClaimAnalysisTask::PromptIds(*tokenizer_, claim), deadline,
+                     std::make_shared<std::atomic<bool>>(false)});
+  }
+  std::vector<std::shared_ptr<std::atomic<bool>>> started;
+  for (const Item& item : items) started.push_back(item.started);
+  std::vector<std::future<ForensicResult>> answers = batcher_->SubmitAll(std::move(items), deadline, BatchPriority::kBatchJob);
+  std::vector<ForensicResult> results;
+  for (size_t i = 0; i < answers.size(); ++i) results.push_back(Await(std::move(answers[i]), *started[i], deadline));
+  return results;
+}
+
+ForensicResult ForensicStage::Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
+                                    std::chrono::steady_clock::time_point deadline) {
   if (answer.wait_until(deadline) == std::future_status::ready) return answer.get();
-  if (started->load()) {
+  ForensicResult result;
+  if (started.load()) {
     result.outcome = ForensicResult::Outcome::kCutShort;
     result.detail = "the deadline came before the findings were complete";
   } else {

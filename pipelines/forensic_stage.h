@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -61,6 +62,13 @@ class ForensicStage {
   ForensicResult Analyze(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
                          std::chrono::steady_clock::time_point deadline);
 
+  // A batch job's claims (the claim-analysis task), queued together at batch-job priority
+  // (dynamic_batcher.h): they share forward passes, and take only the batch places that
+  // synchronous requests leave. Blocks until every claim is answered or `deadline`. One result
+  // per claim, in order.
+  std::vector<ForensicResult> AnalyzeClaims(const std::vector<llm::ClaimFields>& claims,
+                                            std::chrono::steady_clock::time_point deadline);
+
   const std::string& model_id() const { return model_id_; }
   // Requests that moved to another device because one failed.
   uint64_t device_fallbacks() const { return device_fallbacks_.load(); }
@@ -87,6 +95,9 @@ class ForensicStage {
     std::chrono::steady_clock::time_point deadline;
     std::shared_ptr<std::atomic<bool>> started;
   };
+  // The answer, or what became of the item when `deadline` came first.
+  static ForensicResult Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
+                              std::chrono::steady_clock::time_point deadline);
   // Runs one batch on the first healthy engine, moving to the next when one fails.
   std::vector<ForensicResult> RunBatch(const std::vector<Item>& items);
 

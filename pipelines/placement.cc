@@ -88,6 +88,37 @@ Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerato
   return plan;
 }
 
+Result<PlacedStages> PlaceStages(const PipelineConfig& config, const accelerator::DeviceRegistry* devices) {
+  PlacedStages placed;
+  FindingsStageConfig& findings = placed.findings;
+  findings = config.findings;
+  if (devices == nullptr) {
+    std::vector<std::pair<std::string, std::string>> placements;
+    for (const ModelStageConfig& m : config.models) placements.emplace_back(m.name, m.placement);
+    if (findings.enabled) placements.emplace_back(findings.name, findings.placement);
+    for (const auto& [stage, placement] : placements) {
+      if (placement != "cpu" && placement != "auto") {
+        return FailedPrecondition("stage " + stage + ": placement \"" + placement +
+                                  "\" needs device discovery, which this program did not run");
+      }
+    }
+    return placed;
+  }
+  Result<PipelinePlan> plan = PlanPipeline(config, *devices);
+  if (!plan.ok()) return plan.error();
+  placed.plan = std::move(plan).value();
+  if (const accelerator::Placement* p = placed.plan.Find(findings.name); p != nullptr && findings.enabled) {
+    findings.device = devices->Find(p->kind)->torch_device;
+    findings.device_name = devices->Find(p->kind)->DisplayName();
+    findings.dtype = p->dtype;
+    findings.adapters = p->adapters;
+    for (const accelerator::Candidate& c : p->fallback_candidates) {
+      findings.fallback.push_back({c.device, devices->Find(c.kind)->torch_device, c.dtype, c.op_adapters});
+    }
+  }
+  return placed;
+}
+
 std::string FormatPlan(const PipelinePlan& plan, const accelerator::DeviceRegistry& devices) {
   std::ostringstream out;
   out << "devices:\n";

@@ -23,6 +23,15 @@ struct PipelinePlan {
 // Errors: a model that cannot be read, or a stage whose explicit placement cannot be met.
 Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerator::DeviceRegistry& devices);
 
+// The plan for `config` on `devices` (null: no discovery ran; then every stage must be placed
+// on cpu or auto, and the plan is empty), and the findings stage's settings with the device,
+// dtype, adapters and fallbacks the plan chose for it.
+struct PlacedStages {
+  PipelinePlan plan;
+  FindingsStageConfig findings;
+};
+Result<PlacedStages> PlaceStages(const PipelineConfig& config, const accelerator::DeviceRegistry* devices);
+
 // What to look for, from the pipeline file's devices section; profiles per the LLM stage's threads.
 accelerator::DiscoveryOptions DiscoveryOptionsFor(const PipelineConfig& config);
 

@@ -8,6 +8,7 @@
 #include "common/bytes.h"
 #include "fraud/entity_state.h"
 #include "fraud/features.h"
+#include "pipelines/model_stages.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -38,60 +39,28 @@ int64_t NowMicros() {
 
 Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
                                                                  const PipelineRuntime& runtime) {
+  if (config.kind != "transactions") {
+    return FailedPrecondition(config.source_path + " is a " + config.kind +
+                              " pipeline; run it with `txscore batch run --config " + config.source_path + "`");
+  }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
   Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
   pipeline->tokenizer_ = std::move(tokenizer).value();
   pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };
 
-  FindingsStageConfig findings = config.findings;
-  if (runtime.devices != nullptr) {
-    Result<PipelinePlan> plan = PlanPipeline(config, *runtime.devices);
-    if (!plan.ok()) return plan.error();
-    pipeline->plan_ = std::move(plan).value();
-    if (const accelerator::Placement* p = pipeline->plan_.Find(findings.name); p != nullptr && findings.enabled) {
-      findings.device = runtime.devices->Find(p->kind)->torch_device;
-      findings.device_name = runtime.devices->Find(p->kind)->DisplayName();
-      findings.dtype = p->dtype;
-      findings.adapters = p->adapters;
-      for (const accelerator::Candidate& c : p->fallback_candidates) {
-        findings.fallback.push_back({c.device, runtime.devices->Find(c.kind)->torch_device, c.dtype, c.op_adapters});
-      }
-    }
-  } else {
-    std::vector<std::pair<std::string, std::string>> placements;
-    for (const ModelStageConfig& m : config.models) placements.emplace_back(m.name, m.placement);
-    if (findings.enabled) placements.emplace_back(findings.name, findings.placement);
-    for (const auto& [stage, placement] : placements) {
-      if (placement != "cpu" && placement != "auto") {
-        return FailedPrecondition("stage " + stage + ": placement \"" + placement +
-                                  "\" needs device discovery, which this program did not run");
-      }
-    }
-  }
+  Result<PlacedStages> placed = PlaceStages(config, runtime.devices);
+  if (!placed.ok()) return placed.error();
+  pipeline->plan_ = std::move(placed->plan);
+  const FindingsStageConfig& findings = placed->findings;
 
-  const StageGraph& graph = config.graph;
-  pipeline->runners_.resize(graph.size());
-  for (int i : graph.order()) {
-    const GraphStage& stage = graph.stage(i);
-    StageRunner& runner = pipeline->runners_[static_cast<size_t>(i)];
-    runner.kind = stage.kind;
-    if (const accelerator::Placement* p = pipeline->plan_.Find(stage.name)) runner.device = p->device;
-    if (const ModelStageConfig* m = config.FindModel(stage.name)) {
-      fraud::XGBoostModelOptions model_options;
-      model_options.nthread = m->nthread;
-      model_options.schema_path = m->schema_path;
-      model_options.fast_evaluator = m->fast_evaluator;
-      Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(m->model_path, model_options);
-      if (!model.ok()) return model.error();
-      runner.model = std::move(model).value();
-      runner.budget_ms = m->budget_ms;
-      if (pipeline->primary_model_ == nullptr && stage.required) pipeline->primary_model_ = runner.model.get();
-    } else if (const BlendStageConfig* b = config.FindBlend(stage.name)) {
-      runner.weights = b->weights;
-      if (runner.weights.empty()) runner.weights.assign(stage.inputs[0].stages.size(), 1.0);
-    } else if (stage.kind == "llm_findings") {
-      runner.budget_ms = findings.budget_ms;
+  Result<std::vector<PreparedStage>> stages = PrepareStages(config, pipeline->plan_, findings);
+  if (!stages.ok()) return stages.error();
+  pipeline->runners_ = std::move(stages).value();
+  for (int i : config.graph.order()) {
+    const PreparedStage& stage = pipeline->runners_[static_cast<size_t>(i)];
+    if (stage.model != nullptr && config.graph.stage(i).required && pipeline->primary_model_ == nullptr) {
+      pipeline->primary_model_ = stage.model.get();
     }
   }
   if (pipeline->primary_model_ == nullptr) {
@@ -195,12 +164,14 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   std::vector<bool> skipped(graph.size(), false);
   for (int i : graph.order()) {
     const GraphStage& stage = graph.stage(i);
-    const StageRunner& runner = runners_[static_cast<size_t>(i)];
+    const PreparedStage& runner = runners_[static_cast<size_t>(i)];
     StageOutputs& out = values[static_cast<size_t>(i)];
     if (!graph.ShouldRun(i, values)) {
       // Downstream of a skipped stage is skipped too; a false condition is no news.
-      for (int u : stage.after) {
-        if (skipped[static_cast<size_t>(u)]) skipped[static_cast<size_t>(i)] = true;
+      for (const InputBinding& b : stage.inputs) {
+        for (int u : b.stages) {
+          if (skipped[static_cast<size_t>(u)]) skipped[static_cast<size_t>(i)] = true;
+        }
       }
       if (skipped[static_cast<size_t>(i)]) outcome.skipped_stages.push_back(stage.name);
       continue;
@@ -217,24 +188,14 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
     if (runner.kind == "features") {
       out.features = fraud::ComputeFeatures(tx, *state);
     } else if (runner.kind == "xgboost") {
-      const fraud::XGBoostModel& model = *runner.model;
-      std::array<float, fraud::kFeatureCount> row;
-      model.schema().Select(values[static_cast<size_t>(stage.inputs[0].stages[0])].features, row.data());
-      Result<std::vector<float>> prediction = model.Predict(row.data(), 1);
-      if (!prediction.ok()) return prediction.error();
-      Result<std::vector<float>> contributions = model.Contributions(row.data());
-      if (!contributions.ok()) return contributions.error();
-      out.score = (*prediction)[0];
-      out.contributions = NamedContributions(*contributions, row.data(), model.schema());
+      TXSCORE_RETURN_IF_ERROR(
+          RunXGBoostStage(*runner.model, values[static_cast<size_t>(stage.inputs[0].stages[0])].features, &out));
       outcome.stage_scores.emplace_back(stage.name, out.score);
     } else if (runner.kind == "blend") {
-      Blend(values, stage.inputs[0].stages, runner.weights, &out);
+      RunBlendStage(graph, i, runner.weights, values, &out);
       outcome.stage_scores.emplace_back(stage.name, out.score);
     } else if (runner.kind == "decision") {
-      out.score = values[static_cast<size_t>(stage.inputs[0].stages[0])].score;
-      out.decision = Decide(out.score, config_.decision);
-      out.reasons = TopReasons(values[static_cast<size_t>(stage.inputs[1].stages[0])].contributions,
-                               config_.decision.max_reasons);
+      RunDecisionStage(graph, i, config_.decision, values, &out);
     } else if (runner.kind == "llm_findings") {
       out.ran = false;  // until it has findings
       card_lock.unlock();
@@ -279,7 +240,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
                                              outcome.findings->summary, outcome.findings->model_id};
   }
   for (int i : graph.order()) {
-    const StageRunner& runner = runners_[static_cast<size_t>(i)];
+    const PreparedStage& runner = runners_[static_cast<size_t>(i)];
     std::string device;
     if (runner.model != nullptr && values[static_cast<size_t>(i)].ran) device = runner.device;
     if (runner.kind == "llm_findings") device = outcome.forensic_device;

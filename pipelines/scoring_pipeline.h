@@ -41,6 +41,7 @@
 #include "pipelines/config.h"
 #include "pipelines/decision.h"
 #include "pipelines/forensic_stage.h"
+#include "pipelines/model_stages.h"
 #include "pipelines/placement.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
@@ -120,22 +121,13 @@ class ScoringPipeline {
   void RunForensicStage(int stage, const fraud::Transaction& tx, const RequestValues& values,
                         std::chrono::steady_clock::time_point deadline, StageOutputs* out, ScoreOutcome* outcome);
 
-  // What runs one stage of config_.graph (same index), prepared in Create.
-  struct StageRunner {
-    std::string kind;
-    int budget_ms = 0;                            // 0: the pipeline's deadline_ms
-    std::unique_ptr<fraud::XGBoostModel> model;  // xgboost stages
-    std::vector<double> weights;                  // blend stages: one per joined stage
-    std::string device = "cpu";                   // where it runs, for the audit record
-  };
-
   static constexpr size_t kCardLockStripes = 256;
 
   PipelineConfig config_;
   storage::Database* db_;
   storage::AuditLog audit_log_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
-  std::vector<StageRunner> runners_;
+  std::vector<PreparedStage> runners_;  // indexed like config_.graph
   const fraud::XGBoostModel* primary_model_ = nullptr;
   std::function<std::chrono::steady_clock::time_point()> clock_;
   std::unique_ptr<ForensicStage> forensic_;  // null without an llm_findings stage

@@ -27,13 +27,17 @@ void RegisterBuiltinStageKinds(StageKindRegistry* registry) {
   // The registry is empty or holds other kinds: registering a builtin twice is a programming
   // error, and the first registration stands.
   (void)registry->Register({"features", {}, {{"features", T::kFeatures}}});
-  (void)registry->Register(
-      {"xgboost", {{"features", T::kFeatures}}, {{"score", T::kNumber}, {"contributions", T::kContributions}}});
+  (void)registry->Register({"claim_features", {}, {{"features", T::kFeatures}}});
+  // A model's `reasons` are its 3 largest contributions towards fraud.
+  (void)registry->Register({"xgboost",
+                            {{"features", T::kFeatures}},
+                            {{"score", T::kNumber}, {"contributions", T::kContributions}, {"reasons", T::kReasons}}});
   (void)registry->Register({"blend",
                             {{"score", T::kNumber, true}, {"contributions", T::kContributions, true}},
-                            {{"score", T::kNumber}, {"contributions", T::kContributions}}});
+                            {{"score", T::kNumber}, {"contributions", T::kContributions}, {"reasons", T::kReasons}}});
   (void)registry->Register({"decision",
-                            {{"score", T::kNumber}, {"contributions", T::kContributions}},
+                            {{"score", T::kNumber}, {"contributions", T::kContributions},
+                             {"findings", T::kFindings, false, /*optional=*/true}},
                             {{"decision", T::kDecision}, {"reasons", T::kReasons}, {"score", T::kNumber}}});
   (void)registry->Register(
       {"llm_findings", {{"score", T::kNumber}, {"reasons", T::kReasons}}, {{"findings", T::kFindings}}});
@@ -219,6 +223,11 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
           providers.push_back(upstream_name);
         }
         const SourceLocation where = d.after.empty() ? d.at : d.after_at;
+        if (binding.stages.empty() && port.optional) {
+          stage.inputs.push_back(std::move(binding));
+          stage.optional.push_back(true);
+          continue;
+        }
         if (binding.stages.empty()) {
           return ErrorAt(source, where, "stage \"" + d.name + "\" needs input \"" + port.name + "\" (" +
                                             ValueTypeName(port.type) + "), and none of the stages it comes after (" +
@@ -236,6 +245,7 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
         }
       }
       stage.inputs.push_back(std::move(binding));
+      stage.optional.push_back(port.optional);
     }
     if (!d.when.empty()) {
       std::map<std::string, Condition::Output> outputs;
@@ -273,8 +283,10 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
                        "stage \"" + stage.name + "\" cannot have a condition: the " + sink_kind +
                            " depends on it, and every request needs a " + sink_kind);
       }
-      for (int u : stage.after) pending.push_back(u);
-      for (const InputBinding& b : stage.inputs) pending.insert(pending.end(), b.stages.begin(), b.stages.end());
+      for (size_t k = 0; k < stage.inputs.size(); ++k) {
+        if (stage.optional[k]) continue;
+        pending.insert(pending.end(), stage.inputs[k].stages.begin(), stage.inputs[k].stages.end());
+      }
     }
   }
   return graph;
@@ -296,11 +308,9 @@ int StageGraph::InputStage(int index, const std::string& input) const {
 
 bool StageGraph::ShouldRun(int index, const RequestValues& values) const {
   const GraphStage& s = stage(index);
-  for (int u : s.after) {
-    if (!values[static_cast<size_t>(u)].ran) return false;
-  }
-  for (const InputBinding& b : s.inputs) {
-    for (int u : b.stages) {
+  for (size_t k = 0; k < s.inputs.size(); ++k) {
+    if (s.optional[k]) continue;
+    for (int u : s.inputs[k].stages) {
       if (!values[static_cast<size_t>(u)].ran) return false;
     }
   }

@@ -32,6 +32,9 @@ struct PortSpec {
   // A join input: bound to this output of every stage in `after:` that has one (at least two),
   // e.g. a blend stage's scores. Otherwise bound to exactly one.
   bool each_upstream = false;
+  // May be left unbound, and the stage runs whether or not its source ran (a decision that
+  // takes an LLM's findings into account when there are some).
+  bool optional = false;
 };
 
 struct StageKindSpec {
@@ -51,8 +54,8 @@ class StageKindRegistry {
   std::map<std::string, StageKindSpec> kinds_;
 };
 
-// The kinds txscore runs: features, xgboost, blend, decision, llm_findings (their ports are
-// listed in stage_graph.cc and in README's pipeline section).
+// The kinds txscore runs: features, claim_features, xgboost, blend, decision, llm_findings
+// (their ports are listed in stage_graph.cc and in README's pipeline section).
 void RegisterBuiltinStageKinds(StageKindRegistry* registry);
 
 // Where something was written, 1-based; line 0 when unknown.
@@ -83,9 +86,10 @@ struct GraphStage {
   std::string name;
   std::string kind;
   std::vector<int> after;  // stage indices
-  std::vector<InputBinding> inputs;  // in the kind's port order
+  std::vector<InputBinding> inputs;  // in the kind's port order; an unbound optional input has no stages
+  std::vector<bool> optional;        // per input: may be absent at run time
   std::optional<Condition> when;
-  // On every path to the sink stage (see Build): its result depends on this stage.
+  // The sink reads it, directly or not, through inputs that are not optional (see Build).
   bool required = false;
 };
 
@@ -106,8 +110,9 @@ class StageGraph {
   // The stage that feeds `input` of stage `index` (its first binding), or -1.
   int InputStage(int index, const std::string& input) const;
 
-  // True when every stage an input of `index` is bound to has run for this request, and its
-  // condition (if any) holds.
+  // True when every stage a non-optional input of `index` is bound to has run for this
+  // request, and its condition (if any) holds. (`after:` stages that feed it nothing only
+  // order it.)
   bool ShouldRun(int index, const RequestValues& values) const;
 
  private:

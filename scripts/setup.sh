@@ -54,6 +54,14 @@ if [ ! -f var/models/fraud.ubj ] || [ ! -f var/models/fraud.features.json ]; the
   echo "setup: training the demo fraud model into var/models/"
   ./build/txscore train --out var/models
 fi
+if [ ! -f var/models/claims.ubj ] || [ ! -f var/models/claims.features.json ]; then
+  echo "setup: training the demo claims model into var/models/"
+  ./build/txscore train --kind claims --out var/models
+fi
+if [ ! -f var/claims-demo.jsonl ]; then
+  echo "setup: writing 500 synthetic demo claims to var/claims-demo.jsonl"
+  ./build/txscore data generate --kind claims --format jsonl --claims 500 --seed 7 --out var/claims-demo.jsonl
+fi
 if [ ! -f var/models/llm-tiny/config.json ]; then
   echo "setup: writing the demo LLM checkpoint var/models/llm-tiny (random weights: well-formed, meaningless output)"
   ./build/txscore llm make-checkpoint --family qwen3 --size tiny --out var/models/llm-tiny

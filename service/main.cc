@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   txscore::service::AddGenerateCommand(app, &exit_code);
   txscore::service::AddPlanCommand(app, &exit_code);
   txscore::service::AddConformanceCommand(app, &exit_code);
+  txscore::service::AddBatchCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -76,6 +76,23 @@ const std::string& ChallengerModelDir() {
   return dir->path();
 }
 
+const std::string& ClaimsModelDir() {
+  static TempDir* dir = new TempDir();  // lives until the process exits
+  static std::once_flag once;
+  std::call_once(once, [] {
+    fraud::TrainOptions options;
+    options.kind = "claims";
+    options.model_name = "claims";
+    options.claims_data.claims = 800;
+    options.rounds = 20;
+    options.nthread = 1;
+    options.out_dir = dir->path();
+    Result<fraud::TrainReport> report = fraud::TrainFraudModel(options);
+    if (!report.ok()) throw std::runtime_error("training the claims model failed: " + report.error().ToString());
+  });
+  return dir->path();
+}
+
 std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& stages_yaml) {
   const std::string yaml = WriteTestPipeline(dir);
   std::string text = ReadFile(yaml);

@@ -34,6 +34,8 @@ const std::string& SmallModelDir();
 std::string WriteTestPipeline(const TempDir& dir, const std::string& durability = "wal");
 // A second, different model (other data seed, fewer rounds) in the same layout: a challenger.
 const std::string& ChallengerModelDir();
+// A small claims model (fraud/claims_synthetic.h), claims.ubj + claims.features.json.
+const std::string& ClaimsModelDir();
 // The test pipeline's file with `stages_yaml` (the lines after "stages:") as its stages.
 std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& stages_yaml);
 

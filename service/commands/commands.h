@@ -16,5 +16,6 @@ void AddLlmCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddConformanceCommand(CLI::App& app, int* exit_code);
+void AddBatchCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

@@ -1,9 +1,11 @@
 // txscore data generate: synthetic transactions as a feature CSV (for data scientists) or as
-// JSON lines (for `txscore score --file`).
+// JSON lines (for `txscore score --file`); with --kind claims, synthetic claims as JSON lines
+// or CSV (for `txscore batch run`).
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
+#include "fraud/claims_synthetic.h"
 #include "fraud/synthetic.h"
 #include "fraud/trainer.h"
 #include "service/commands/commands.h"
@@ -13,12 +15,72 @@ namespace txscore::service {
 namespace {
 
 struct GenerateOptions {
+  std::string kind = "transactions";
   fraud::SyntheticOptions data;
+  fraud::SyntheticClaimsOptions claims;
   std::string out_path;
   std::string format = "csv";
+  std::string labels_path;  // claims: the labels and patterns, as JSON lines, for evaluation
 };
 
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char ch : text) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return quoted + "\"";
+}
+
+// Claims as JSON lines or CSV (the columns ParseClaimJson reads), written to a temporary name
+// and renamed, so a reader never sees half a file.
+int RunGenerateClaims(const GenerateOptions& options) {
+  const std::vector<fraud::LabeledClaim> claims = fraud::GenerateClaims(options.claims);
+  const std::string tmp_path = options.out_path + ".tmp";
+  std::ofstream out(tmp_path, std::ios::trunc);
+  std::ofstream labels;
+  if (!options.labels_path.empty()) labels.open(options.labels_path, std::ios::trunc);
+  if (!out || (!options.labels_path.empty() && !labels)) {
+    std::fprintf(stderr, "cannot write %s\n", options.out_path.c_str());
+    return 1;
+  }
+  if (options.format == "csv") {
+    out << "claim_id,policy_id,claimant_id,incident_date,report_date,claim_type,amount_claimed,policy_limit,"
+           "prior_claims,provider_id,narrative,adjuster_notes\n";
+  }
+  size_t fraud_count = 0;
+  char amount[64], limit[64];
+  for (const fraud::LabeledClaim& labeled : claims) {
+    const fraud::RawClaim& c = labeled.claim;
+    if (options.format == "csv") {
+      std::snprintf(amount, sizeof amount, "%.2f", c.amount_claimed);
+      std::snprintf(limit, sizeof limit, "%.2f", c.policy_limit);
+      out << CsvField(c.claim_id) << "," << CsvField(c.policy_id) << "," << CsvField(c.claimant_id) << ","
+          << c.incident_date << "," << c.report_date << "," << c.claim_type << "," << amount << "," << limit << ","
+          << c.prior_claims << "," << CsvField(c.provider_id) << "," << CsvField(c.narrative) << ","
+          << CsvField(c.adjuster_notes) << "\n";
+    } else {
+      out << fraud::ClaimToJson(c) << "\n";
+    }
+    if (labels.is_open()) {
+      std::string patterns;
+      for (const std::string& p : labeled.patterns) patterns += (patterns.empty() ? "\"" : ",\"") + p + "\"";
+      labels << "{\"claim_id\":\"" << c.claim_id << "\",\"fraud\":" << (labeled.is_fraud ? "true" : "false")
+             << ",\"patterns\":[" << patterns << "]}\n";
+    }
+    fraud_count += labeled.is_fraud;
+  }
+  out.close();
+  if (!out || std::rename(tmp_path.c_str(), options.out_path.c_str()) != 0) {
+    std::fprintf(stderr, "cannot write %s\n", options.out_path.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "wrote %zu claims (%zu fraud, %.2f%%) to %s\n", claims.size(), fraud_count,
+               claims.empty() ? 0.0 : 100.0 * static_cast<double>(fraud_count) / static_cast<double>(claims.size()),
+               options.out_path.c_str());
+  return 0;
+}
+
 int RunGenerate(const GenerateOptions& options) {
+  if (options.kind == "claims") return RunGenerateClaims(options);
   const std::vector<fraud::LabeledTransaction> transactions = fraud::GenerateTransactions(options.data);
   const std::string tmp_path = options.out_path + ".tmp";
   std::ofstream out(tmp_path, std::ios::trunc);
@@ -72,15 +134,24 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
   CLI::App* data = app.add_subcommand("data", "Synthetic data");
   data->require_subcommand(1);
   auto options = std::make_shared<GenerateOptions>();
-  CLI::App* generate = data->add_subcommand("generate", "Write synthetic transactions with fraud labels");
+  CLI::App* generate = data->add_subcommand("generate", "Write synthetic transactions or claims with fraud labels");
+  generate->add_option("--kind", options->kind, "transactions or claims")
+      ->check(CLI::IsMember({"transactions", "claims"}))
+      ->capture_default_str();
   generate->add_option("--out", options->out_path, "Output file")->required();
-  generate->add_option("--format", options->format, "csv (features + label) or jsonl (transactions)")
+  generate->add_option("--format", options->format,
+                       "transactions: csv (features + label) or jsonl; claims: jsonl or csv (the claims themselves)")
       ->check(CLI::IsMember({"csv", "jsonl"}))
       ->capture_default_str();
   generate->add_option("--seed", options->data.seed, "Generator seed")->capture_default_str();
+  generate->add_option("--claims", options->claims.claims, "Claims to generate (--kind claims)")->capture_default_str();
+  generate->add_option("--labels", options->labels_path, "Claims: also write labels and fraud patterns (JSON lines) here");
   generate->add_option("--cards", options->data.cards, "Cards to simulate")->capture_default_str();
   generate->add_option("--days", options->data.days, "Days of activity")->capture_default_str();
-  generate->callback([options, exit_code] { *exit_code = RunGenerate(*options); });
+  generate->callback([options, exit_code] {
+    options->claims.seed = options->data.seed;
+    *exit_code = RunGenerate(*options);
+  });
 }
 
 }  // namespace txscore::service

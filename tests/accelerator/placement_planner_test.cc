@@ -168,6 +168,21 @@ TEST(ChooseAdapters, PadsTheVocabularyOnlyWhenTheAlignmentDoesNotDivideIt) {
   EXPECT_EQ(padded.Describe(), std::vector<std::string>{"vocabulary padded to a multiple of 64"});
 }
 
+TEST(ChooseAdapters, PadsHeadDimOnlyWhenTheAlignmentDoesNotDivideIt) {
+  std::vector<std::string> missing;
+  const std::set<std::string> stage_ops = {ops::kMatmul};
+  EXPECT_EQ(ChooseAdapters(stage_ops, {ops::kMatmul}, &missing, 1024, 64, 80).head_dim_alignment, 64);
+  EXPECT_EQ(ChooseAdapters(stage_ops, {ops::kMatmul}, &missing, 1024, 64, 128).head_dim_alignment, 0);
+  EXPECT_EQ(ChooseAdapters(stage_ops, {ops::kMatmul}, &missing, 1024, 64, 0).head_dim_alignment, 0);
+  EXPECT_EQ(PaddedHeadDim(80, 64), 128);
+  EXPECT_EQ(PaddedHeadDim(16, 24), 24);
+  EXPECT_EQ(PaddedHeadDim(14, 5), 20);  // 15 would be odd: both halves must grow alike
+  EXPECT_EQ(PaddedHeadDim(16, 1), 16);
+  OpAdapters padded;
+  padded.head_dim_alignment = 64;
+  EXPECT_EQ(padded.Describe(), std::vector<std::string>{"head_dim padded to a multiple of 64"});
+}
+
 TEST(DecoderParameters, MatchesQwen25HalfBillion) {
   // Qwen2.5-0.5B has 494 M parameters (q/k/v biases, a few thousand, are left out here).
   EXPECT_NEAR(DecoderParameters(HalfBillion()), 494.0e6, 0.1e6);

@@ -18,7 +18,7 @@ TEST(XGBoostModel, LoadsUbjsonAndReportsIdAndVersion) {
   ASSERT_TRUE(model.ok()) << model.error().ToString();
   EXPECT_EQ((*model)->model_id(), "fraud");
   EXPECT_EQ((*model)->model_version().size(), 12u);
-  EXPECT_EQ((*model)->schema().size(), static_cast<size_t>(kFeatureCount));
+  EXPECT_EQ((*model)->schema().size(), FeatureSchema::TransactionFeatures().size());
 }
 
 TEST(XGBoostModel, JsonAndUbjsonCopiesPredictTheSame) {

@@ -144,6 +144,8 @@ TEST_P(DecoderTest, OpAdaptersGiveTheSameLogits) {
   accelerator::OpAdapters all;
   all.rope_as_matmul = all.rms_norm_by_matmul = all.embedding_on_host = true;
   all.vocab_alignment = 100;  // no checkpoint here has a multiple of 100 rows
+  all.head_dim_alignment = 24;  // nor a head_dim that is a multiple of 24
+  ASSERT_NE(decoder_->config().head_dim % 24, 0);
   auto adapted = Decoder::Load(dir_.path(), {.adapters = all});
   ASSERT_TRUE(adapted.ok()) << adapted.error().ToString();
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
@@ -153,6 +155,23 @@ TEST_P(DecoderTest, OpAdaptersGiveTheSameLogits) {
   const auto with_adapters = (*adapted)->Forward(adapted_cache.get(), {prompt}).value()[0];
   ASSERT_EQ(with_adapters.size(), native.size());  // the padding logits are cut off
   EXPECT_LE(MaxDifference(native, with_adapters), 1e-5);
+}
+
+TEST_P(DecoderTest, PaddedHeadDimGivesTheSameLogitsOverSeveralSteps) {
+  // Alone, so a difference is this adapter's; over steps, so the padded KV cache is read back.
+  accelerator::OpAdapters padded;
+  padded.head_dim_alignment = 24;
+  auto adapted = Decoder::Load(dir_.path(), {.adapters = padded});
+  ASSERT_TRUE(adapted.ok()) << adapted.error().ToString();
+  auto native_cache = decoder_->NewCache(2, 16);
+  auto adapted_cache = (*adapted)->NewCache(2, 16);
+  std::vector<std::vector<int32_t>> step = {{11, 22, 33, 44, 55}, {7, 8}};
+  for (int t = 0; t < 4; ++t) {
+    const auto native = decoder_->Forward(native_cache.get(), step).value();
+    const auto with_padding = (*adapted)->Forward(adapted_cache.get(), step).value();
+    for (size_t i = 0; i < native.size(); ++i) EXPECT_LE(MaxDifference(native[i], with_padding[i]), 1e-5) << "step " << t;
+    step = {{static_cast<int32_t>(t + 3)}, {static_cast<int32_t>(t + 9)}};
+  }
 }
 
 TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks) {

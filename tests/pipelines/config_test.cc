@@ -194,8 +194,11 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: fraud, model: llm}\n")
                 .error()
                 .message,
-            Where(9, 49) + "stage \"forensic\" needs input \"reasons\" (reasons), and none of the stages it comes "
-                           "after (fraud) has an output \"reasons\"");
+            Where(9, 5) + "stage \"forensic\" needs a when: (its default, <decision>.decision == REVIEW, needs the "
+                          "decision stage upstream of it), e.g. when: \"model.score >= 0.5\"");
+  EXPECT_TRUE(Parse(std::string(kValid) +
+                    "  - {name: forensic, kind: llm_findings, after: fraud, model: llm, when: \"fraud.score > 0.5\"}\n")
+                  .ok());
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, model: nowhere}\n")
                 .error()
                 .message,

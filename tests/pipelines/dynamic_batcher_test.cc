@@ -51,5 +51,36 @@ TEST(DynamicBatcher, QueuedItemsAreSplitIntoBatchesOfAtMostMaxBatch) {
   EXPECT_EQ(batcher.batch_sizes(), (std::vector<int>{1, 2, 2}));
 }
 
+TEST(DynamicBatcher, RequestsTakeTheirPlacesBeforeBatchJobItems) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::vector<int>> batches;
+  DynamicBatcher<int, int> batcher({.max_batch = 3, .max_wait_us = 0},
+                                   [&](const std::vector<int>& items) {
+                                     batches.push_back(items);
+                                     if (batches.size() == 1) {
+                                       entered.set_value();
+                                       released.wait();
+                                     }
+                                     return items;
+                                   },
+                                   -1);
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::future<int> busy = batcher.Submit(0, later);
+  entered.get_future().wait();  // the batcher is busy; what follows queues up
+  std::vector<std::future<int>> job = batcher.SubmitAll({100, 101, 102, 103}, later, BatchPriority::kBatchJob);
+  std::future<int> request_a = batcher.Submit(1, later);
+  std::future<int> request_b = batcher.Submit(2, later);
+  EXPECT_EQ(batcher.queued(), 6u);
+  release.set_value();
+  EXPECT_EQ(request_a.get(), 1);
+  EXPECT_EQ(request_b.get(), 2);
+  for (size_t i = 0; i < job.size(); ++i) EXPECT_EQ(job[i].get(), 100 + static_cast<int>(i));
+  EXPECT_EQ(busy.get(), 0);
+  // The two requests went first, though the job's items were queued before them; the job's
+  // items kept their order.
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 2, 100}, {101, 102, 103}}));
+}
+
 }  // namespace
 }  // namespace txscore::pipelines

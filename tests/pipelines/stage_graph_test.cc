@@ -117,8 +117,9 @@ TEST_F(StageGraphTest, ExplicitInputsChooseAmongUpstreamStages) {
   auto graph = Build();
   ASSERT_TRUE(graph.ok()) << graph.error().ToString();
   EXPECT_EQ(graph->InputStage(graph->Find("decision"), "score"), graph->Find("b"));
-  // Only b is read, but the decision comes after both: both must run.
-  EXPECT_TRUE(graph->stage(graph->Find("a")).required);
+  // a only orders the decision: nothing of it is read, so the decision does not wait for it.
+  EXPECT_TRUE(graph->stage(graph->Find("b")).required);
+  EXPECT_FALSE(graph->stage(graph->Find("a")).required);
 }
 
 TEST_F(StageGraphTest, ExplicitInputOfTheWrongTypeIsATypeMismatch) {
@@ -196,11 +197,33 @@ TEST_F(StageGraphTest, UnknownKindAndDuplicateNamesAreRejected) {
   Add(Stage("features", "features"));
   Add(Stage("fraud", "random_forest", {"features"}));
   EXPECT_EQ(Build().error().message,
-            "p.yaml:2:5: stage \"fraud\": unknown kind \"random_forest\" (known: blend, decision, features, llm_findings, "
-            "xgboost)");
+            "p.yaml:2:5: stage \"fraud\": unknown kind \"random_forest\" (known: blend, claim_features, decision, features, "
+            "llm_findings, xgboost)");
   declared_[1].name = "features";
   declared_[1].kind = "features";
   EXPECT_EQ(Build().error().message, "p.yaml:2:5: there are two stages named \"features\"");
+}
+
+TEST_F(StageGraphTest, OptionalInputMayComeFromAConditionalStage) {
+  // The claims shape: the decision takes the LLM's findings into account when there are some.
+  Add(Stage("features", "claim_features"));
+  Add(Stage("claims_model", "xgboost", {"features"}));
+  Add(Stage("analysis", "llm_findings", {"claims_model"}, "claims_model.score >= 0.5"));
+  Add(Stage("decision", "decision", {"claims_model", "analysis"}));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  const int decision = graph->Find("decision"), analysis = graph->Find("analysis");
+  EXPECT_EQ(graph->InputStage(decision, "findings"), analysis);
+  EXPECT_FALSE(graph->stage(analysis).required);
+  RequestValues values(graph->size());
+  values[0].ran = values[1].ran = true;  // features, claims_model; the analysis did not run
+  EXPECT_TRUE(graph->ShouldRun(decision, values));
+  // Without the analysis the optional input is simply unbound.
+  declared_.erase(declared_.begin() + 2);
+  declared_[2].after = {"claims_model"};
+  auto without = Build();
+  ASSERT_TRUE(without.ok()) << without.error().ToString();
+  EXPECT_EQ(without->InputStage(without->Find("decision"), "findings"), -1);
 }
 
 TEST_F(StageGraphTest, StageRunsWhenItsUpstreamRanAndItsConditionHolds) {

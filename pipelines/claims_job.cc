@@ -1,0 +1,506 @@
+#include "pipelines/claims_job.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+namespace txscore::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr int kDefaultChunk = 64;
+constexpr char kJobKeyPrefix[] = "claims-job/";
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (size_t i = 0; i < n; ++i) {
+    hex += kDigits[bytes[i] >> 4];
+    hex += kDigits[bytes[i] & 15];
+  }
+  return hex;
+}
+
+// SHA-256 of `text`, or of the file at `path` when `is_path`.
+Result<std::string> Sha256(const std::string& text_or_path, bool is_path) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (ctx == nullptr || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(ctx);
+    return Internal("OpenSSL could not start a SHA-256 digest");
+  }
+  bool ok = true;
+  if (is_path) {
+    std::ifstream in(text_or_path, std::ios::binary);
+    if (!in) {
+      EVP_MD_CTX_free(ctx);
+      return NotFound("input file " + text_or_path + " does not exist or cannot be read");
+    }
+    std::vector<char> block(1 << 16);
+    while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
+      ok = ok && EVP_DigestUpdate(ctx, block.data(), static_cast<size_t>(in.gcount())) == 1;
+    }
+  } else {
+    ok = EVP_DigestUpdate(ctx, text_or_path.data(), text_or_path.size()) == 1;
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  ok = ok && EVP_DigestFinal_ex(ctx, digest, &length) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok) return Internal("OpenSSL failed computing a SHA-256 digest");
+  return Hex(digest, length);
+}
+
+// One input row: where it starts, and the claim or why there is none.
+struct Row {
+  int64_t line = 0;
+  Result<fraud::RawClaim> claim = InvalidArgument("unread");
+};
+
+// Reads rows from a JSON-lines or CSV claims file.
+class RowReader {
+ public:
+  static Result<RowReader> Open(const std::string& path) {
+    RowReader reader;
+    reader.csv_ = fs::path(path).extension() == ".csv";
+    reader.in_.open(path, std::ios::binary);
+    if (!reader.in_) return NotFound("input file " + path + " does not exist or cannot be read");
+    if (reader.csv_) {
+      std::optional<std::pair<int64_t, std::vector<std::string>>> header = reader.NextCsvRecord();
+      if (!header) return InvalidArgument(path + ": the CSV file has no header row");
+      Result<fraud::ClaimCsvHeader> parsed = fraud::ClaimCsvHeader::Parse(header->second);
+      if (!parsed.ok()) return InvalidArgument(path + ":1: " + parsed.error().message, parsed.error().field);
+      reader.header_ = std::move(parsed).value();
+    }
+    return reader;
+  }
+
+  // False at the end of the input.
+  bool Next(Row* row) {
+    if (csv_) {
+      std::optional<std::pair<int64_t, std::vector<std::string>>> record = NextCsvRecord();
+      if (!record) return false;
+      row->line = record->first;
+      row->claim = header_->Read(record->second);
+      return true;
+    }
+    std::string text;
+    while (std::getline(in_, text)) {
+      ++line_;
+      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
+      row->line = line_;
+      row->claim = fraud::ParseClaimJson(text);
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  RowReader() = default;
+
+  std::optional<std::pair<int64_t, std::vector<std::string>>> NextCsvRecord() {
+    std::string record, text;
+    int64_t first = 0;
+    while (std::getline(in_, text)) {
+      ++line_;
+      if (record.empty() && text.find_first_not_of(" \t\r") == std::string::npos) continue;
+      if (record.empty()) first = line_;
+      record += record.empty() ? text : "\n" + text;
+      bool complete = false;
+      std::vector<std::string> fields = fraud::SplitCsvRecord(record, &complete);
+      if (complete) return std::make_pair(first, std::move(fields));
+    }
+    if (record.empty()) return std::nullopt;
+    bool complete = false;
+    return std::make_pair(first, fraud::SplitCsvRecord(record, &complete));  // an unclosed quote at the end
+  }
+
+  std::ifstream in_;
+  bool csv_ = false;
+  int64_t line_ = 0;
+  std::optional<fraud::ClaimCsvHeader> header_;
+};
+
+// What RocksDB keeps about a job between runs.
+struct JobState {
+  std::string input, output, input_sha256;
+  int chunk_size = 0;
+  int64_t total = 0, rows_done = 0, output_bytes = 0;
+  ClaimsJobSummary summary;
+
+  std::string Encode() const {
+    const ClaimsJobSummary& s = summary;
+    json doc = {{"input", input},
+                {"output", output},
+                {"input_sha256", input_sha256},
+                {"chunk_size", chunk_size},
+                {"total", total},
+                {"rows_done", rows_done},
+                {"output_bytes", output_bytes},
+                {"state", s.state},
+                {"errors", s.errors},
+                {"analysed", s.analysed},
+                {"decisions", s.decisions},
+                {"flags", s.flags},
+                {"stage_us", s.stage_us},
+                {"devices", s.devices},
+                {"elapsed_s", s.elapsed_s},
+                {"runs", s.runs}};
+    return doc.dump();
+  }
+
+  static Result<JobState> Decode(const std::string& text) {
+    JobState state;
+    try {
+      const json doc = json::parse(text);
+      state.input = doc.at("input").get<std::string>();
+      state.output = doc.at("output").get<std::string>();
+      state.input_sha256 = doc.at("input_sha256").get<std::string>();
+      state.chunk_size = doc.at("chunk_size").get<int>();
+      state.total = doc.at("total").get<int64_t>();
+      state.rows_done = doc.at("rows_done").get<int64_t>();
+      state.output_bytes = doc.at("output_bytes").get<int64_t>();
+      ClaimsJobSummary& s = state.summary;
+      s.state = doc.at("state").get<std::string>();
+      s.errors = doc.at("errors").get<int64_t>();
+      s.analysed = doc.at("analysed").get<int64_t>();
+      s.decisions = doc.at("decisions").get<std::map<std::string, int64_t>>();
+      s.flags = doc.at("flags").get<std::map<std::string, int64_t>>();
+      s.stage_us = doc.at("stage_us").get<std::map<std::string, int64_t>>();
+      s.devices = doc.at("devices").get<std::map<std::string, std::string>>();
+      s.elapsed_s = doc.at("elapsed_s").get<double>();
+      s.runs = doc.at("runs").get<int>();
+    } catch (const json::exception& e) {
+      return DataLoss(std::string("a claims job record is malformed: ") + e.what());
+    }
+    return state;
+  }
+};
+
+Status SaveState(storage::Database& db, const std::string& key, const JobState& state) {
+  storage::WriteBatch batch;
+  batch.Put(storage::ColumnFamily::kJobs, key, state.Encode());
+  return db.Write(batch);
+}
+
+// The output file, appended to a chunk at a time and fsynced before progress is recorded.
+class OutputFile {
+ public:
+  ~OutputFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Opens `path` and cuts it back to `length` bytes (what the recorded progress covers).
+  Status Open(const std::string& path, int64_t length) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return Internal("cannot open " + path + ": " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return Internal("cannot stat " + path + ": " + std::strerror(errno));
+    if (st.st_size < length) {
+      return DataLoss(path + " is shorter (" + std::to_string(st.st_size) + " bytes) than the job's recorded progress (" +
+                      std::to_string(length) + " bytes): it was changed outside the job; start over with --restart");
+    }
+    if (::ftruncate(fd_, length) != 0) return Internal("cannot truncate " + path + ": " + std::strerror(errno));
+    length_ = length;
+    return Status::Ok();
+  }
+  Status AppendDurably(const std::string& text) {
+    size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = ::pwrite(fd_, text.data() + written, text.size() - written, length_ + static_cast<off_t>(written));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Internal("cannot write " + path_ + ": " + std::strerror(errno));
+      written += static_cast<size_t>(n);
+    }
+    if (::fdatasync(fd_) != 0) return Internal("cannot sync " + path_ + ": " + std::strerror(errno));
+    length_ += static_cast<int64_t>(written);
+    return Status::Ok();
+  }
+  int64_t length() const { return length_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t length_ = 0;
+};
+
+json ReasonsJson(const std::vector<Reason>& reasons) {
+  json out = json::array();
+  for (const Reason& r : reasons) {
+    out.push_back({{"feature", r.feature}, {"contribution", r.contribution},
+                   {"value", std::isnan(r.value) ? json(nullptr) : json(r.value)}});
+  }
+  return out;
+}
+
+std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
+  json doc = {{"line", line}, {"claim_id", o.claim_id}, {"score", o.score}, {"decision", DecisionName(o.decision)},
+              {"reasons", ReasonsJson(o.reasons)}};
+  if (o.findings) {
+    doc["findings"] = {{"risk_level", o.findings->risk_level},
+                       {"flags", o.findings->flags},
+                       {"summary", o.findings->summary},
+                       {"model_id", o.findings->model_id}};
+  } else {
+    doc["findings"] = nullptr;
+  }
+  json scores = json::object(), devices = json::object(), timings = json::object();
+  for (const auto& [stage, score] : o.stage_scores) scores[stage] = score;
+  for (const auto& [stage, device] : o.devices) devices[stage] = device;
+  for (const StageTiming& t : o.timings) timings[t.stage] = t.elapsed_us;
+  doc["stage_scores"] = scores;
+  doc["devices"] = devices;
+  doc["degraded_stages"] = o.degraded_stages;
+  doc["timings"] = timings;
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string ErrorLine(int64_t line, const Error& error) {
+  json doc = {{"line", line}, {"error", error.message}};
+  if (!error.field.empty()) doc["field"] = error.field;
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+Status WriteSummaryFile(const std::string& output_path, const ClaimsJobSummary& summary) {
+  const std::string path = output_path + ".summary.json";
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << summary.ToJson() << "\n";
+    if (!out) return Internal("cannot write " + path);
+  }
+  std::error_code ec;
+  fs::rename(path + ".tmp", path, ec);
+  if (ec) return Internal("cannot write " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+// The rows of one chunk: validated claims go to the pipeline, the rest become error lines.
+struct Chunk {
+  std::vector<Row> rows;
+};
+
+}  // namespace
+
+std::string ClaimsJobId(const std::string& input_path, const std::string& output_path) {
+  Result<std::string> digest = Sha256(input_path + "\n" + output_path, /*is_path=*/false);
+  return digest.ok() ? digest->substr(0, 16) : std::string(16, '0');
+}
+
+std::string ClaimsJobSummary::ToJson() const {
+  json flags_by_count = json::array();
+  std::vector<std::pair<std::string, int64_t>> sorted(flags.begin(), flags.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (const auto& [flag, count] : sorted) flags_by_count.push_back({{"flag", flag}, {"claims", count}});
+  json stages = json::object();
+  for (const auto& [stage, us] : stage_us) {
+    auto device = devices.find(stage);
+    stages[stage] = {{"seconds", static_cast<double>(us) / 1e6},
+                     {"device", device != devices.end() ? json(device->second) : json(nullptr)}};
+  }
+  json doc = {{"job_id", job_id},     {"state", state},          {"total", total},
+              {"done", done},         {"errors", errors},        {"analysed", analysed},
+              {"decisions", decisions}, {"flags", flags_by_count}, {"stages", stages},
+              {"elapsed_s", elapsed_s}, {"claims_per_s", claims_per_s()}, {"runs", runs}};
+  return doc.dump(2);
+}
+
+std::string ClaimsJobSummary::ToText() const {
+  char line[256];
+  std::string text;
+  std::snprintf(line, sizeof line, "job %s %s: %lld of %lld rows, %lld errors, %.1f claims/s over %.1f s (%d run%s)\n",
+                job_id.c_str(), state.c_str(), static_cast<long long>(done), static_cast<long long>(total),
+                static_cast<long long>(errors), claims_per_s(), elapsed_s, runs, runs == 1 ? "" : "s");
+  text += line;
+  text += "decisions:";
+  for (const auto& [decision, count] : decisions) text += " " + decision + " " + std::to_string(count);
+  text += "\nLLM findings for " + std::to_string(analysed) + " claims; most frequent flags:";
+  std::vector<std::pair<std::string, int64_t>> sorted(flags.begin(), flags.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (size_t i = 0; i < sorted.size() && i < 5; ++i) text += " " + sorted[i].first + " " + std::to_string(sorted[i].second);
+  text += "\ntime per stage:";
+  for (const auto& [stage, us] : stage_us) {
+    auto device = devices.find(stage);
+    std::snprintf(line, sizeof line, " %s %.2f s%s%s;", stage.c_str(), static_cast<double>(us) / 1e6,
+                  device != devices.end() ? " on " : "", device != devices.end() ? device->second.c_str() : "");
+    text += line;
+  }
+  return text + "\n";
+}
+
+Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options) {
+  const SteadyClock::time_point started = SteadyClock::now();
+  if (options.input_path.empty()) return InvalidArgument("an input file is required", "input");
+  if (options.output_path.empty()) return InvalidArgument("an output file is required", "output");
+  std::error_code ec;
+  const std::string input = fs::absolute(options.input_path, ec).lexically_normal().string();
+  const std::string output = fs::absolute(options.output_path, ec).lexically_normal().string();
+  if (input == output) return InvalidArgument("the output file must not be the input file", "output");
+  const std::string job_id = ClaimsJobId(input, output);
+  const std::string key = kJobKeyPrefix + job_id;
+
+  Result<std::string> digest = Sha256(input, /*is_path=*/true);
+  if (!digest.ok()) return digest.error();
+
+  JobState state;
+  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
+  if (!stored.ok()) return stored.error();
+  if (stored->has_value() && !options.restart) {
+    Result<JobState> decoded = JobState::Decode(**stored);
+    if (!decoded.ok()) return decoded.error();
+    state = std::move(decoded).value();
+    if (state.input_sha256 != *digest) {
+      return FailedPrecondition("input " + input + " has changed since job " + job_id +
+                                " began (SHA-256 " + state.input_sha256.substr(0, 12) + "..., now " +
+                                digest->substr(0, 12) + "...); its output " + output +
+                                " holds results of the old file. Run again with --restart to start over on the new "
+                                "file, or write to another --output");
+    }
+  } else {
+    if (!options.restart && fs::exists(output) && fs::file_size(output, ec) > 0) {
+      return FailedPrecondition("output " + output + " exists and was not written by this job; move it away, "
+                                "choose another --output, or run with --restart to overwrite it");
+    }
+    state.input = input;
+    state.output = output;
+    state.input_sha256 = *digest;
+    state.chunk_size = options.chunk_size > 0 ? options.chunk_size
+                                              : (pipeline.llm_max_batch() > 0 ? pipeline.llm_max_batch() : kDefaultChunk);
+    state.summary.state = "running";
+  }
+  ClaimsJobSummary& summary = state.summary;
+  summary.job_id = job_id;
+  if (summary.state == "done") {  // finished before: the output is complete
+    summary.total = state.total;
+    summary.done = state.rows_done;
+    TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
+    return summary;
+  }
+
+  // First pass: count rows and claims per provider (the provider feature is over the batch).
+  std::map<std::string, int64_t> provider_counts;
+  int64_t total = 0;
+  {
+    Result<RowReader> reader = RowReader::Open(input);
+    if (!reader.ok()) return reader.error();
+    Row row;
+    while (reader->Next(&row)) {
+      ++total;
+      if (!row.claim.ok()) continue;
+      Result<fraud::Claim> claim = fraud::ValidateClaim(*row.claim, pipeline.tokenizer());
+      if (claim.ok()) ++provider_counts[claim->provider_id];
+    }
+  }
+  state.total = total;
+  summary.total = total;
+  summary.runs += 1;
+  summary.state = "running";
+  for (int i : pipeline.config().graph.order()) {
+    const GraphStage& stage = pipeline.config().graph.stage(i);
+    if (const accelerator::Placement* p = pipeline.plan().Find(stage.name)) summary.devices[stage.name] = p->device;
+  }
+
+  OutputFile out;  // a new (or restarted) job's state says 0 bytes: the file is emptied
+  TXSCORE_RETURN_IF_ERROR(out.Open(output, state.output_bytes));
+  TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
+
+  Result<RowReader> reader = RowReader::Open(input);
+  if (!reader.ok()) return reader.error();
+  Row row;
+  for (int64_t skipped = 0; skipped < state.rows_done && reader->Next(&row); ++skipped) {
+  }
+  ClaimsJobProgress progress{state.rows_done, total, summary.errors, state.rows_done};
+  if (options.progress) options.progress(progress);
+
+  std::set<std::string> llm_stages;
+  for (const GraphStage& stage : pipeline.config().graph.stages()) {
+    if (stage.kind == "llm_findings") llm_stages.insert(stage.name);
+  }
+  double elapsed_before = summary.elapsed_s;
+  int64_t chunk_index = state.rows_done / state.chunk_size;
+  while (state.rows_done < total) {
+    if (options.cancel != nullptr && options.cancel->load()) {
+      summary.state = "cancelled";
+      break;
+    }
+    std::vector<Row> rows;
+    while (static_cast<int>(rows.size()) < state.chunk_size && reader->Next(&row)) rows.push_back(std::move(row));
+    if (rows.empty()) break;  // fewer rows than counted: the file changed under us (the digest is checked at start)
+    std::vector<fraud::Claim> claims;
+    std::vector<int64_t> providers;
+    std::vector<std::optional<Error>> errors(rows.size());
+    std::vector<size_t> claim_of_row(rows.size(), 0);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (!rows[r].claim.ok()) {
+        errors[r] = rows[r].claim.error();
+        continue;
+      }
+      Result<fraud::Claim> claim = fraud::ValidateClaim(*rows[r].claim, pipeline.tokenizer());
+      if (!claim.ok()) {
+        errors[r] = claim.error();
+        continue;
+      }
+      claim_of_row[r] = claims.size();
+      providers.push_back(provider_counts[claim->provider_id]);
+      claims.push_back(std::move(claim).value());
+    }
+    if (options.before_llm) options.before_llm(chunk_index, claims.size());
+    Result<std::vector<ClaimOutcome>> outcomes = pipeline.ScoreChunk(claims, providers);
+    if (!outcomes.ok()) return outcomes.error();
+    std::string text;
+    std::map<std::string, int64_t> llm_batch_us;  // an LLM stage's time is its batch's, shared by its claims
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (errors[r]) {
+        text += ErrorLine(rows[r].line, *errors[r]);
+        summary.errors += 1;
+        continue;
+      }
+      const ClaimOutcome& o = (*outcomes)[claim_of_row[r]];
+      text += OutcomeLine(rows[r].line, o);
+      summary.decisions[DecisionName(o.decision)] += 1;
+      if (o.findings) {
+        summary.analysed += 1;
+        for (const std::string& flag : o.findings->flags) summary.flags[flag] += 1;
+      }
+      for (const StageTiming& t : o.timings) {
+        if (llm_stages.count(t.stage) > 0) {
+          llm_batch_us[t.stage] = std::max(llm_batch_us[t.stage], t.elapsed_us);
+        } else {
+          summary.stage_us[t.stage] += t.elapsed_us;
+        }
+      }
+      for (const auto& [stage, device] : o.devices) summary.devices[stage] = device;
+    }
+    for (const auto& [stage, us] : llm_batch_us) summary.stage_us[stage] += us;
+    TXSCORE_RETURN_IF_ERROR(out.AppendDurably(text));
+    state.rows_done += static_cast<int64_t>(rows.size());
+    state.output_bytes = out.length();
+    summary.elapsed_s = elapsed_before + std::chrono::duration<double>(SteadyClock::now() - started).count();
+    TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
+    ++chunk_index;
+    progress.done = state.rows_done;
+    progress.errors = summary.errors;
+    if (options.progress) options.progress(progress);
+  }
+  if (summary.state == "running") summary.state = "done";
+  summary.done = state.rows_done;
+  summary.elapsed_s = elapsed_before + std::chrono::duration<double>(SteadyClock::now() - started).count();
+  TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
+  if (summary.state == "done") TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
+  return summary;
+}
+
+}  // namespace txscore::pipelines

@@ -1,0 +1,90 @@
+// A batch claims job: every claim of an input file through the claims pipeline, one JSON line
+// per input row in the output file, resumable exactly once.
+//
+// Input: JSON lines (one claim object per line; blank lines are skipped) or, for a .csv file,
+// CSV with a header row (fraud/claim.h). A row that cannot be read or validated becomes an
+// error line naming its line number and the field; the job goes on.
+//
+// Output, per row, in input order:
+//   {"line": 7, "claim_id": "...", "score": 0.91, "decision": "REVIEW", "reasons": [...],
+//    "findings": {...} or null, "stage_scores": {...}, "devices": {...}, "degraded_stages": [...],
+//    "timings": {"stage": microseconds, ...}}
+//   {"line": 8, "error": "amount_claimed must be a number", "field": "amount_claimed"}
+// Everything but "timings" depends only on the input, the models and the configuration
+// (greedy decoding), so two runs can be compared line by line with "timings" removed.
+//
+// Exactly once: the job works in chunks of `chunk_size` rows. After each chunk its lines are
+// appended to the output and fsynced, then the job's progress (rows done, output length,
+// running totals) is written to RocksDB (column family `jobs`, synced). Started again after a
+// crash or a SIGKILL at any point, the job truncates the output to the recorded length and
+// goes on from the recorded row, so every row is in the output exactly once, in order. Chunk
+// boundaries are recorded too, so the LLM sees the same batches as an uninterrupted run. The
+// job is identified by its input and output paths; if the input's SHA-256 differs from the
+// one recorded when the job began, the job refuses to run rather than mix two files.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "pipelines/claims_pipeline.h"
+#include "storage/database.h"
+
+namespace txscore::pipelines {
+
+struct ClaimsJobProgress {
+  int64_t done = 0;     // rows finished, including those of earlier runs of the job
+  int64_t total = 0;    // rows in the input
+  int64_t errors = 0;   // rows that became error lines
+  int64_t resumed_at = 0;  // rows already done when this run started
+};
+
+struct ClaimsJobOptions {
+  std::string input_path;   // required
+  std::string output_path;  // required; OUTPUT.summary.json is written beside it at the end
+  // Default: 0, the LLM stage's max_batch (one LLM batch per chunk), or 64 without an LLM
+  // stage. A resumed job keeps the chunk size it began with.
+  int chunk_size = 0;
+  // Default: false. Forget an earlier run of this job (its progress and its output) and start over.
+  bool restart = false;
+  // Called once before the first chunk and after each chunk is durable.
+  std::function<void(const ClaimsJobProgress&)> progress;
+  // When set to true (from another thread or a signal handler), the job stops after the chunk
+  // in flight; started again, it resumes. Not owned.
+  const std::atomic<bool>* cancel = nullptr;
+  // Called before each LLM submission of a chunk (tests use it to kill the process mid-batch).
+  std::function<void(int64_t chunk, size_t claims)> before_llm;
+};
+
+struct ClaimsJobSummary {
+  std::string job_id;
+  std::string state;  // "done", or "cancelled" when stopped by `cancel`
+  int64_t total = 0;
+  int64_t done = 0;
+  int64_t errors = 0;
+  int64_t analysed = 0;  // claims the LLM wrote findings for
+  std::map<std::string, int64_t> decisions;  // APPROVE/REVIEW/DECLINE -> claims
+  std::map<std::string, int64_t> flags;      // findings flag -> claims
+  std::map<std::string, int64_t> stage_us;   // stage -> microseconds, summed over claims (an LLM stage: over its batches)
+  std::map<std::string, std::string> devices;  // stage -> device
+  double elapsed_s = 0;  // working time, over every run of the job
+  int runs = 0;          // how many times the job was started before it finished
+  double claims_per_s() const { return elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0; }
+  std::string ToJson() const;  // what OUTPUT.summary.json holds
+  std::string ToText() const;  // what `txscore batch run` prints
+};
+
+// Runs (or resumes) the job. `db` holds its progress. Errors: the input missing or changed
+// since the job began (kFailedPrecondition), an output file that this job did not write
+// (kFailedPrecondition), storage or model failures (kInternal, kDataLoss); the output then ends
+// at the last durable chunk and the job can be resumed.
+Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options);
+
+// The id of the job with these input and output paths (absolute): 16 hex characters.
+std::string ClaimsJobId(const std::string& input_path, const std::string& output_path);
+
+}  // namespace txscore::pipelines

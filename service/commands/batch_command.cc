@@ -1,0 +1,117 @@
+// txscore batch run --config FILE --input FILE --output FILE: a claims job (pipelines/claims_job.h),
+// resumable exactly once: run the same command again after a crash, a kill or Ctrl-C.
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <optional>
+
+#include "accelerator/discovery.h"
+#include "common/logging.h"
+#include "llm/decoder.h"
+#include "pipelines/claims_job.h"
+#include "pipelines/claims_pipeline.h"
+#include "pipelines/config.h"
+#include "pipelines/placement.h"
+#include "service/commands/commands.h"
+#include "service/commands/progress.h"
+#include "storage/database.h"
+
+namespace txscore::service {
+namespace {
+
+struct BatchRunOptions {
+  std::string config_path = "config/claims.yaml";
+  std::string log_level = "info";
+  pipelines::ClaimsJobOptions job;
+  bool quiet = false;
+};
+
+std::atomic<bool> stop_requested{false};
+extern "C" void RequestStop(int) { stop_requested.store(true); }
+
+int RunBatch(BatchRunOptions& options) {
+  ConfigureLogging(options.quiet ? "warn" : options.log_level);
+  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
+  if (!config.ok()) {
+    spdlog::error("invalid pipeline file: {}", config.error().ToString());
+    return 1;
+  }
+  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
+  if (!devices.ok()) {
+    spdlog::error("device discovery failed: {}", devices.error().ToString());
+    return 1;
+  }
+  pipelines::PipelineRuntime runtime;
+  runtime.load_decoder = llm::Decoder::Load;
+  runtime.devices = &*devices;
+  Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline = pipelines::ClaimsPipeline::Create(*config, runtime);
+  if (!pipeline.ok()) {
+    spdlog::error("cannot start: {}", pipeline.error().ToString());
+    if (pipeline.error().code == ErrorCode::kNotFound) spdlog::error("run ./scripts/setup.sh to create the demo key and models");
+    return 1;
+  }
+  for (const accelerator::Placement& p : (*pipeline)->plan().stages) {
+    spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+  }
+  storage::DatabaseOptions db_options;
+  db_options.durability = config->storage.durability;
+  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(config->storage.path, db_options);
+  if (!db.ok()) {
+    spdlog::error("cannot open the database: {}", db.error().ToString());
+    return 1;
+  }
+
+  std::signal(SIGINT, RequestStop);
+  std::signal(SIGTERM, RequestStop);
+  options.job.cancel = &stop_requested;
+  std::optional<ProgressDisplay> display;
+  if (!options.quiet) display.emplace("claims", "claims");
+  options.job.progress = [&](const pipelines::ClaimsJobProgress& p) {
+    if (p.done == p.resumed_at && p.resumed_at > 0) {
+      spdlog::info("resuming job at row {} of {}", p.resumed_at, p.total);
+    }
+    if (display) display->Update(p.done, p.total, p.resumed_at);
+  };
+  options.job.before_llm = [](int64_t chunk, size_t claims) { spdlog::debug("chunk {}: scoring {} claims", chunk, claims); };
+  Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(**pipeline, **db, options.job);
+  if (!summary.ok()) {
+    spdlog::error("the job stopped: {}", summary.error().ToString());
+    if (summary.error().code != ErrorCode::kFailedPrecondition && summary.error().code != ErrorCode::kInvalidArgument &&
+        summary.error().code != ErrorCode::kNotFound) {
+      spdlog::error("the output holds every row up to the last completed chunk; run the same command to resume");
+    }
+    return 1;
+  }
+  if (summary->state == "cancelled") {
+    std::fprintf(stderr, "stopped after %lld of %lld rows; run the same command to resume\n",
+                 static_cast<long long>(summary->done), static_cast<long long>(summary->total));
+    return 130;
+  }
+  if (!options.quiet) std::fputs(summary->ToText().c_str(), stdout);
+  std::printf("output   %s\nsummary  %s.summary.json\n", options.job.output_path.c_str(), options.job.output_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddBatchCommand(CLI::App& app, int* exit_code) {
+  CLI::App* batch = app.add_subcommand("batch", "Batch jobs over claims files");
+  batch->require_subcommand(1);
+  auto options = std::make_shared<BatchRunOptions>();
+  CLI::App* run = batch->add_subcommand(
+      "run", "Score every claim of a file through the claims pipeline; resumable: run it again after a crash or Ctrl-C");
+  run->add_option("--config", options->config_path, "Claims pipeline file")->capture_default_str();
+  run->add_option("--input", options->job.input_path, "Claims: JSON lines, or CSV with a header (.csv)")->required();
+  run->add_option("--output", options->job.output_path, "One JSON line per input row; OUTPUT.summary.json at the end")
+      ->required();
+  run->add_option("--chunk", options->job.chunk_size,
+                  "Rows per durable step (default: the LLM stage's max_batch, or 64)");
+  run->add_flag("--restart", options->job.restart, "Forget an earlier run of this job and its output; start over");
+  run->add_flag("--quiet", options->quiet, "No progress display or summary text (errors only)");
+  run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error")->capture_default_str();
+  run->callback([options, exit_code] { *exit_code = RunBatch(*options); });
+}
+
+}  // namespace txscore::service

@@ -1,0 +1,153 @@
+#include "fraud/claim.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fraud/claims_synthetic.h"
+#include "fraud/features.h"
+
+namespace txscore::fraud {
+namespace {
+
+RawClaim ValidRawClaim() {
+  RawClaim c;
+  c.claim_id = "CLM-1";
+  c.policy_id = "POL-1";
+  c.claimant_id = "C-1";
+  c.incident_date = "2026-02-27";
+  c.report_date = "2026-03-02";
+  c.claim_type = "burglary";
+  c.amount_claimed = 9500;
+  c.policy_limit = 10000;
+  c.prior_claims = 2;
+  c.provider_id = "P-7";
+  c.narrative = "Our flat was broken into  while we were away.";
+  return c;
+}
+
+std::unique_ptr<CardTokenizer> Tokenizer() { return CardTokenizer::FromKey(std::string(32, 'k')); }
+
+TEST(ParseIsoDate, AcceptsRealCalendarDatesOnly) {
+  EXPECT_EQ(ParseIsoDate("1970-01-01").value(), 0);
+  EXPECT_EQ(ParseIsoDate("2026-01-01").value(), 20454);
+  EXPECT_EQ(ParseIsoDate("2024-02-29").value() + 1, ParseIsoDate("2024-03-01").value());  // a leap year
+  EXPECT_EQ(ParseIsoDate("2026-02-29").error().message, "\"2026-02-29\" is not a calendar date");
+  EXPECT_EQ(ParseIsoDate("2026-13-01").error().message, "\"2026-13-01\" is not a calendar date");
+  EXPECT_EQ(ParseIsoDate("2026-1-01").error().message, "\"2026-1-01\" is not a date of the form YYYY-MM-DD");
+  EXPECT_EQ(IsoDate(ParseIsoDate("2000-02-29").value()), "2000-02-29");
+}
+
+TEST(ValidateClaim, TokenizesTheClaimantAndCountsDays) {
+  auto claim = ValidateClaim(ValidRawClaim(), *Tokenizer());
+  ASSERT_TRUE(claim.ok()) << claim.error().ToString();
+  EXPECT_EQ(claim->claimant_token, Tokenizer()->Tokenize("claimant:C-1"));
+  EXPECT_EQ(claim->report_day - claim->incident_day, 3);
+  EXPECT_EQ(ClaimTypes()[static_cast<size_t>(claim->claim_type)], "burglary");
+}
+
+TEST(ValidateClaim, NamesTheFieldAtFault) {
+  auto error = [](void (*change)(RawClaim*)) {
+    RawClaim c = ValidRawClaim();
+    change(&c);
+    return ValidateClaim(c, *Tokenizer()).error();
+  };
+  Error e = error([](RawClaim* c) { c->report_date = "2026-02-01"; });
+  EXPECT_EQ(e.field, "report_date");
+  EXPECT_EQ(e.message, "report_date 2026-02-01 is before incident_date 2026-02-27");
+  e = error([](RawClaim* c) { c->claim_type = "alien_abduction"; });
+  EXPECT_EQ(e.field, "claim_type");
+  e = error([](RawClaim* c) { c->policy_limit = 0; });
+  EXPECT_EQ(e.message, "policy_limit must be a finite number > 0");
+  e = error([](RawClaim* c) { c->amount_claimed = NAN; });
+  EXPECT_EQ(e.field, "amount_claimed");
+  e = error([](RawClaim* c) { c->claimant_id.clear(); });
+  EXPECT_EQ(e.message, "claimant_id must not be empty");
+  e = error([](RawClaim* c) { c->narrative.clear(); });
+  EXPECT_EQ(e.field, "narrative");
+}
+
+TEST(ParseClaimJson, RoundTripsAndRefusesWhatItDoesNotKnow) {
+  const RawClaim original = ValidRawClaim();
+  auto parsed = ParseClaimJson(ClaimToJson(original));
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  EXPECT_EQ(parsed->claim_id, original.claim_id);
+  EXPECT_EQ(parsed->amount_claimed, original.amount_claimed);
+  EXPECT_EQ(parsed->prior_claims, 2);
+  EXPECT_EQ(ParseClaimJson("[1]").error().message, "the line is not a JSON object");
+  EXPECT_EQ(ParseClaimJson(R"({"claim_id": "x", "colour": "red"})").error().message, "unknown key \"colour\"");
+  std::string text = ClaimToJson(original);
+  text.replace(text.find("\"prior_claims\":2"), 16, "\"prior_claims\":2.5");
+  EXPECT_EQ(ParseClaimJson(text).error().message, "prior_claims must be an integer");
+}
+
+TEST(Csv, QuotedFieldsMayHoldCommasQuotesAndNewlines) {
+  bool complete = false;
+  EXPECT_EQ(SplitCsvRecord("a,\"b, \"\"c\"\"\",,d\r", &complete), (std::vector<std::string>{"a", "b, \"c\"", "", "d"}));
+  EXPECT_TRUE(complete);
+  SplitCsvRecord("a,\"open", &complete);
+  EXPECT_FALSE(complete);
+  EXPECT_EQ(SplitCsvRecord("a,\"two\nlines\"", &complete)[1], "two\nlines");
+  EXPECT_TRUE(complete);
+}
+
+TEST(Csv, TheHeaderNamesTheColumnsInAnyOrder) {
+  std::vector<std::string> columns = {"narrative", "claim_id", "policy_id", "claimant_id", "incident_date",
+                                      "report_date", "claim_type", "amount_claimed", "policy_limit", "prior_claims",
+                                      "provider_id"};
+  auto header = ClaimCsvHeader::Parse(columns);
+  ASSERT_TRUE(header.ok()) << header.error().ToString();
+  auto claim = header->Read({"text", "CLM-1", "POL-1", "C-1", "2026-01-01", "2026-01-02", "travel", "12.5", "100",
+                             "0", "P-1"});
+  ASSERT_TRUE(claim.ok()) << claim.error().ToString();
+  EXPECT_EQ(claim->narrative, "text");
+  EXPECT_EQ(claim->amount_claimed, 12.5);
+  EXPECT_EQ(header->Read({"text", "CLM-1", "POL-1", "C-1", "2026-01-01", "2026-01-02", "travel", "12,5", "100", "0",
+                          "P-1"})
+                .error()
+                .message,
+            "amount_claimed must be a number");
+  EXPECT_EQ(header->Read({"too", "few"}).error().message, "the record has 2 fields; the header has 11");
+  columns.pop_back();
+  EXPECT_EQ(ClaimCsvHeader::Parse(columns).error().message, "the header has no column \"provider_id\"");
+}
+
+TEST(ComputeClaimFeatures, FillsTheClaimFeaturesOnly) {
+  const Claim claim = ValidateClaim(ValidRawClaim(), *Tokenizer()).value();
+  const FeatureVector f = ComputeClaimFeatures(claim, 4);
+  auto at = [&](FeatureId id) { return f[static_cast<size_t>(id)]; };
+  EXPECT_EQ(at(FeatureId::kClaimDaysToReport), 3);
+  EXPECT_FLOAT_EQ(at(FeatureId::kClaimAmountToLimit), 0.95f);
+  EXPECT_FLOAT_EQ(at(FeatureId::kClaimLogAmount), static_cast<float>(std::log1p(9500.0)));
+  EXPECT_EQ(at(FeatureId::kClaimPriorClaims), 2);
+  EXPECT_EQ(at(FeatureId::kClaimProviderClaims), 4);
+  EXPECT_EQ(at(FeatureId::kClaimNarrativeWords), 9);  // a run of spaces separates once
+  EXPECT_TRUE(std::isnan(at(FeatureId::kLogAmount)));  // a transaction feature
+}
+
+TEST(GenerateClaims, IsDeterministicValidAndHasEveryPattern) {
+  SyntheticClaimsOptions options;
+  options.claims = 1500;
+  const std::vector<LabeledClaim> a = GenerateClaims(options), b = GenerateClaims(options);
+  ASSERT_EQ(a.size(), 1500u);
+  std::map<std::string, int> patterns;
+  int fraud = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(ClaimToJson(a[i].claim), ClaimToJson(b[i].claim));
+    ASSERT_TRUE(ValidateClaim(a[i].claim, *Tokenizer()).ok()) << ClaimToJson(a[i].claim);
+    if (i > 0) {
+      EXPECT_LE(a[i - 1].claim.report_date, a[i].claim.report_date);
+    }
+    fraud += a[i].is_fraud;
+    EXPECT_EQ(a[i].is_fraud, !a[i].patterns.empty());
+    for (const std::string& p : a[i].patterns) ++patterns[p];
+  }
+  EXPECT_NEAR(fraud / 1500.0, options.fraud_rate, 0.03);
+  for (const char* p : {"late_report", "just_under_limit", "mill_provider", "many_prior_claims", "inconsistent_dates",
+                        "vague_description", "pressure_to_settle"}) {
+    EXPECT_GT(patterns[p], 10) << p;
+  }
+}
+
+}  // namespace
+}  // namespace txscore::fraud

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""`txscore batch run` killed with SIGKILL at several points (as a chunk starts, in the middle
+of an LLM batch, at a moment picked by the clock, while resuming) and started again with the
+same command finishes with an output that holds every claim exactly once, in input order, and
+equals an uninterrupted run line for line once the "timings" objects are set aside. A job whose
+input changed refuses to resume.
+
+Runs the real binary with a generated claims model and the tiny random LLM checkpoint."""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+CHUNK = 4  # the LLM stage's max_batch below: one LLM batch per chunk
+
+
+def run(cmd, **kwargs):
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+
+
+def lines_without_timings(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            doc = json.loads(line)
+            doc.pop("timings", None)
+            out.append(json.dumps(doc, sort_keys=True))
+    return out
+
+
+class Job:
+    def __init__(self, txscore, config, claims, output):
+        self.cmd = [txscore, "batch", "run", "--config", config, "--input", claims, "--output", output,
+                    "--log-level", "debug"]
+        self.output = output
+
+    def run_to_end(self):
+        done = subprocess.run(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return done.returncode, done.stderr
+
+    def kill_when(self, pattern, delay_s, timeout_s=120):
+        """Starts the job, waits for `pattern` on stderr (None: just the delay), sleeps `delay_s`,
+        then SIGKILLs it. Returns True if it was killed, False if it finished first."""
+        proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + timeout_s
+        if pattern is not None:
+            for line in proc.stderr:
+                if pattern in line:
+                    break
+                if time.monotonic() > deadline:
+                    break
+        time.sleep(delay_s)
+        finished = proc.poll() is not None
+        if not finished:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+        return not finished
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--txscore", required=True)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="txscore-batch-resume-")
+    try:
+        models = os.path.join(work, "models")
+        run([args.txscore, "train", "--kind", "claims", "--claims", "800", "--rounds", "20", "--threads", "1",
+             "--out", models])
+        run([args.txscore, "llm", "make-checkpoint", "--family", "qwen3", "--size", "tiny",
+             "--out", os.path.join(models, "llm")])
+        claims = os.path.join(work, "claims.jsonl")
+        run([args.txscore, "data", "generate", "--kind", "claims", "--format", "jsonl", "--claims", "60",
+             "--seed", "3", "--out", claims])
+        key = os.path.join(work, "card.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(key, 0o600)
+        config = os.path.join(work, "claims.yaml")
+        with open(config, "w") as f:
+            f.write(f"""storage: {{path: db, durability: sync}}
+security: {{card_key_file: card.key}}
+devices: {{calibration_cache: profiles.json, emulated: {{enabled: false}}}}
+stages:
+  - {{name: features, kind: claim_features}}
+  - {{name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}}
+  - {{name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.1",
+     model: models/llm, max_new_tokens: 60, max_batch: {CHUNK}}}
+  - {{name: decision, kind: decision, after: [claims_model, analysis]}}
+""")
+
+        reference = Job(args.txscore, config, claims, os.path.join(work, "reference.jsonl"))
+        rc, err = reference.run_to_end()
+        assert rc == 0, err
+        expected = lines_without_timings(reference.output)
+        assert len(expected) == 60, len(expected)
+        llm_chunks = sorted({i // CHUNK for i, line in enumerate(expected) if json.loads(line)["findings"] is not None})
+        assert len(llm_chunks) >= 3, f"too few chunks with LLM work to test: {llm_chunks}"
+
+        job = Job(args.txscore, config, claims, os.path.join(work, "out.jsonl"))
+        kills = 0
+        # As a chunk starts (before its claims reach the model).
+        kills += job.kill_when(f"chunk {llm_chunks[0]}: scoring", 0.0)
+        # In the middle of an LLM batch: the chunk is scored, the tiny model is generating.
+        mid = llm_chunks[1]
+        if job.kill_when(f"chunk {mid}: scoring", 0.05):
+            kills += 1
+            with open(job.output) as f:
+                durable = sum(1 for _ in f)
+            assert durable == mid * CHUNK, f"killed mid-batch of chunk {mid}, yet {durable} lines are durable"
+        # While resuming, and at a moment picked by the clock.
+        kills += job.kill_when("resuming job", 0.0)
+        kills += job.kill_when(None, 0.8)
+        rc, err = job.run_to_end()
+        assert rc == 0, err
+        assert kills >= 3, f"only {kills} of the kills landed before the job finished"
+
+        got = lines_without_timings(job.output)
+        ids = [json.loads(line)["claim_id"] for line in got]
+        assert len(ids) == len(set(ids)) == 60, f"{len(ids)} lines, {len(set(ids))} distinct claims"
+        for i, (a, b) in enumerate(zip(got, expected)):
+            assert a == b, f"line {i + 1} differs from the uninterrupted run:\n{a}\n{b}"
+        with open(job.output + ".summary.json") as f:
+            summary = json.load(f)
+        assert summary["done"] == 60 and summary["runs"] >= 2, summary
+
+        # A job whose input changes under it refuses to go on.
+        changed = Job(args.txscore, config, claims, os.path.join(work, "changed.jsonl"))
+        assert changed.kill_when("chunk 1: scoring", 0.0)
+        with open(claims, "a") as f:
+            f.write("\n")
+        rc, err = changed.run_to_end()
+        assert rc == 1 and "has changed since job" in err, (rc, err)
+        print(f"ok: {kills} kills, 60 claims exactly once, identical to the uninterrupted run; changed input refused")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

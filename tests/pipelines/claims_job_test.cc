@@ -1,0 +1,255 @@
+#include "pipelines/claims_job.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fraud/claims_synthetic.h"
+#include "tests/test_support.h"
+
+namespace txscore::pipelines {
+namespace {
+
+// Claims jobs without an LLM stage (this test binary links no libtorch; the LLM path and
+// SIGKILL resume are covered by tests/integration/batch_resume_test.py with the real binary).
+class ClaimsJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+    ::chmod(dir_.file("card.key").c_str(), 0600);
+    testing::WriteFile(dir_.file("claims.yaml"),
+                       "storage: {path: db, durability: wal}\n"
+                       "security: {card_key_file: card.key}\n"
+                       "stages:\n"
+                       "  - {name: features, kind: claim_features}\n"
+                       "  - {name: claims_model, kind: xgboost, after: features, model: " +
+                           testing::ClaimsModelDir() + "/claims.ubj}\n"
+                       "  - {name: decision, kind: decision, after: claims_model, review_threshold: 0.3}\n");
+    auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    auto pipeline = ClaimsPipeline::Create(*config);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+    pipeline_ = std::move(pipeline).value();
+    db_ = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal}).value();
+    fraud::SyntheticClaimsOptions data;
+    data.claims = 50;
+    data.seed = 5;
+    std::ofstream out(dir_.file("claims.jsonl"));
+    for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) out << fraud::ClaimToJson(c.claim) << "\n";
+  }
+
+  ClaimsJobOptions Options(const std::string& output = "out.jsonl") {
+    ClaimsJobOptions options;
+    options.input_path = dir_.file("claims.jsonl");
+    options.output_path = dir_.file(output);
+    options.chunk_size = 8;
+    return options;
+  }
+
+  // The output's lines without their timings (which differ from run to run).
+  std::vector<std::string> LinesWithoutTimings(const std::string& output) {
+    std::vector<std::string> lines;
+    std::ifstream in(dir_.file(output));
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json doc = nlohmann::json::parse(line);
+      doc.erase("timings");
+      lines.push_back(doc.dump());
+    }
+    return lines;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ClaimsPipeline> pipeline_;
+  std::unique_ptr<storage::Database> db_;
+};
+
+TEST_F(ClaimsJobTest, ScoresEveryRowInInputOrderAndWritesASummary) {
+  auto summary = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->state, "done");
+  EXPECT_EQ(summary->total, 50);
+  EXPECT_EQ(summary->done, 50);
+  EXPECT_EQ(summary->errors, 0);
+  EXPECT_EQ(summary->runs, 1);
+  int64_t decided = 0;
+  for (const auto& [decision, count] : summary->decisions) decided += count;
+  EXPECT_EQ(decided, 50);
+  EXPECT_EQ(summary->devices.at("claims_model"), "cpu");
+  EXPECT_GT(summary->stage_us.count("claims_model"), 0u);
+
+  std::ifstream input(dir_.file("claims.jsonl"));
+  std::ifstream output(dir_.file("out.jsonl"));
+  std::string in_line, out_line;
+  int64_t line = 0;
+  while (std::getline(input, in_line)) {
+    ++line;
+    ASSERT_TRUE(std::getline(output, out_line)) << "no output for line " << line;
+    const nlohmann::json claim = nlohmann::json::parse(in_line), result = nlohmann::json::parse(out_line);
+    EXPECT_EQ(result.at("line"), line);
+    EXPECT_EQ(result.at("claim_id"), claim.at("claim_id"));
+    EXPECT_EQ(result.at("stage_scores").at("claims_model"), result.at("score"));
+    EXPECT_TRUE(result.at("findings").is_null());
+    EXPECT_TRUE(result.at("timings").contains("claims_model"));
+  }
+  EXPECT_FALSE(std::getline(output, out_line));
+  const nlohmann::json saved = nlohmann::json::parse(testing::ReadFile(dir_.file("out.jsonl.summary.json")));
+  EXPECT_EQ(saved.at("done"), 50);
+  EXPECT_EQ(saved.at("state"), "done");
+}
+
+TEST_F(ClaimsJobTest, BadRowsBecomeErrorLinesAndTheJobGoesOn) {
+  const std::string good = testing::ReadFile(dir_.file("claims.jsonl")).substr(0, testing::ReadFile(dir_.file("claims.jsonl")).find('\n'));
+  auto with = [&](const std::string& key, const std::string& value) {
+    nlohmann::json doc = nlohmann::json::parse(good);
+    doc[key] = nlohmann::json::parse(value);
+    return doc.dump();
+  };
+  nlohmann::json missing = nlohmann::json::parse(good);
+  missing.erase("policy_limit");
+  testing::WriteFile(dir_.file("claims.jsonl"), good + "\n" + "{\"claim_id\": \"x\",\n" + "\n" + missing.dump() + "\n" +
+                                                    with("amount_claimed", "\"12.50\"") + "\n" +
+                                                    with("incident_date", "\"2026-02-30\"") + "\n" +
+                                                    with("report_date", "\"2025-01-01\"") + "\n" + good + "\n");
+  auto summary = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->total, 7);  // the blank line is not a row
+  EXPECT_EQ(summary->errors, 5);
+  std::vector<nlohmann::json> lines;
+  std::ifstream output(dir_.file("out.jsonl"));
+  for (std::string line; std::getline(output, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_TRUE(lines[0].contains("score"));
+  EXPECT_EQ(lines[1], nlohmann::json::parse(R"({"line": 2, "error": "the line is not valid JSON"})"));
+  EXPECT_EQ(lines[2], nlohmann::json::parse(
+                          R"({"line": 4, "error": "missing required key \"policy_limit\"", "field": "policy_limit"})"));
+  EXPECT_EQ(lines[3], nlohmann::json::parse(
+                          R"({"line": 5, "error": "amount_claimed must be a number", "field": "amount_claimed"})"));
+  EXPECT_EQ(lines[4].at("line"), 6);
+  EXPECT_EQ(lines[4].at("error"), "incident_date: \"2026-02-30\" is not a calendar date");
+  EXPECT_EQ(lines[5].at("field"), "report_date");
+  EXPECT_EQ(lines[6].at("line"), 8);
+  EXPECT_TRUE(lines[6].contains("score"));
+}
+
+TEST_F(ClaimsJobTest, ResumesExactlyOnceAfterACrashBetweenWritingAndRecordingAChunk) {
+  auto reference = RunClaimsJob(*pipeline_, *db_, Options("reference.jsonl"));
+  ASSERT_TRUE(reference.ok()) << reference.error().ToString();
+
+  // Stop after two chunks, as a Ctrl-C would...
+  std::atomic<bool> cancel{false};
+  ClaimsJobOptions options = Options();
+  options.cancel = &cancel;
+  options.progress = [&](const ClaimsJobProgress& p) { cancel.store(p.done >= 16); };
+  auto first = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  EXPECT_EQ(first->state, "cancelled");
+  EXPECT_EQ(first->done, 16);
+  // ...then leave what a crash between appending a chunk and recording it leaves: lines the
+  // job's record does not cover, and half a line.
+  {
+    std::ofstream out(dir_.file("out.jsonl"), std::ios::app);
+    out << "{\"line\": 17, \"claim_id\": \"written but never recorded\"}\n{\"line\": 18, \"clai";
+  }
+  options.progress = nullptr;
+  options.cancel = nullptr;
+  auto resumed = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
+  EXPECT_EQ(resumed->state, "done");
+  EXPECT_EQ(resumed->runs, 2);
+  EXPECT_EQ(resumed->done, 50);
+  EXPECT_EQ(resumed->decisions, reference->decisions);  // the totals span both runs
+  EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
+}
+
+TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {
+  std::atomic<bool> cancel{true};
+  ClaimsJobOptions options = Options();
+  options.cancel = &cancel;
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, options).ok());
+  std::ofstream(dir_.file("claims.jsonl"), std::ios::app) << "\n";
+  options.cancel = nullptr;
+  auto changed = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(changed.error().message.find("has changed since job " + ClaimsJobId(dir_.file("claims.jsonl"),
+                                                                                 dir_.file("out.jsonl"))),
+            std::string::npos)
+      << changed.error().message;
+  options.restart = true;  // the way out the message names
+  auto restarted = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(restarted.ok()) << restarted.error().ToString();
+  EXPECT_EQ(restarted->done, 50);
+  EXPECT_EQ(restarted->runs, 1);
+}
+
+TEST_F(ClaimsJobTest, RefusesToOverwriteAnOutputItDidNotWrite) {
+  testing::WriteFile(dir_.file("out.jsonl"), "precious\n");
+  auto refused = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(testing::ReadFile(dir_.file("out.jsonl")), "precious\n");
+}
+
+TEST_F(ClaimsJobTest, AFinishedJobRunAgainScoresNothing) {
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, Options()).ok());
+  const std::string output = testing::ReadFile(dir_.file("out.jsonl"));
+  auto again = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_TRUE(again.ok()) << again.error().ToString();
+  EXPECT_EQ(again->state, "done");
+  EXPECT_EQ(again->runs, 1);
+  EXPECT_EQ(testing::ReadFile(dir_.file("out.jsonl")), output);
+}
+
+TEST_F(ClaimsJobTest, CsvInputGivesTheSameResultsAsJsonLines) {
+  std::ofstream csv(dir_.file("claims.csv"));
+  csv << "claim_id,policy_id,claimant_id,incident_date,report_date,claim_type,amount_claimed,policy_limit,prior_claims,"
+         "provider_id,narrative,adjuster_notes\n";
+  std::ifstream input(dir_.file("claims.jsonl"));
+  for (std::string line; std::getline(input, line);) {
+    const nlohmann::json c = nlohmann::json::parse(line);
+    auto quoted = [](std::string text) {
+      for (size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at + 2)) text.insert(at, "\"");
+      return "\"" + text + "\"";
+    };
+    csv << c["claim_id"].get<std::string>() << "," << c["policy_id"].get<std::string>() << ","
+        << c["claimant_id"].get<std::string>() << "," << c["incident_date"].get<std::string>() << ","
+        << c["report_date"].get<std::string>() << "," << c["claim_type"].get<std::string>() << ","
+        << c["amount_claimed"].dump() << "," << c["policy_limit"].dump() << "," << c["prior_claims"].dump() << ","
+        << c["provider_id"].get<std::string>() << "," << quoted(c["narrative"].get<std::string>() + "\nsecond line")
+        << "," << quoted(c["adjuster_notes"].get<std::string>()) << "\n";
+  }
+  csv.close();
+  // The same narratives as the CSV's, second line included.
+  {
+    std::ifstream in(dir_.file("claims.jsonl"));
+    std::ofstream out(dir_.file("claims2.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json c = nlohmann::json::parse(line);
+      c["narrative"] = c["narrative"].get<std::string>() + "\nsecond line";
+      out << c.dump() << "\n";
+    }
+  }
+  ClaimsJobOptions from_csv = Options("csv.jsonl");
+  from_csv.input_path = dir_.file("claims.csv");
+  ClaimsJobOptions from_json = Options("json.jsonl");
+  from_json.input_path = dir_.file("claims2.jsonl");
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, from_csv).ok());
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, from_json).ok());
+  std::vector<std::string> a = LinesWithoutTimings("csv.jsonl"), b = LinesWithoutTimings("json.jsonl");
+  ASSERT_EQ(a.size(), 50u);
+  ASSERT_EQ(b.size(), 50u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    nlohmann::json x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
+    EXPECT_EQ(x.at("line"), 2 + 2 * static_cast<int>(i));  // a header line, and two lines per record
+    EXPECT_EQ(y.at("line"), 1 + static_cast<int>(i));
+    x.erase("line");
+    y.erase("line");
+    EXPECT_EQ(x, y);
+  }
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
