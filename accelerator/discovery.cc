@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "accelerator/compute_threads.h"
+
 namespace txscore::accelerator {
 namespace {
 
@@ -87,8 +89,8 @@ int64_t HostMemoryBytes() {
 
 Result<CostProfile> CalibrateDevice(const std::string& torch_device, int threads) {
   try {
-    const int previous_threads = torch::get_num_threads();
-    if (threads > 0) torch::set_num_threads(threads);
+    const int previous_threads = ComputeThreads();
+    SetComputeThreads(threads);
     const torch::Device device(torch_device);
     const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     auto sync = [&](const torch::Tensor& t) { return t.sum().item<float>(); };  // waits for the device
@@ -109,7 +111,7 @@ Result<CostProfile> CalibrateDevice(const std::string& torch_device, int threads
       p.copy_bytes_per_s = static_cast<double>(host.numel()) * 4 / copy;
     }
     p.source = "calibrated";
-    torch::set_num_threads(previous_threads);
+    SetComputeThreads(previous_threads);
     return p;
   } catch (const c10::Error& e) {
     return Internal("calibrating " + torch_device + ": " + e.what_without_backtrace());

@@ -3,6 +3,7 @@
 // family difference is a ModelConfig field, so there is one forward pass.
 #include "llm/decoder.h"
 
+#include "accelerator/compute_threads.h"
 #include "accelerator/op_adapters_torch.h"
 #include "common/prepare_counters.h"
 
@@ -87,7 +88,7 @@ class TorchDecoder : public Decoder {
       return InvalidArgument("head_dim " + std::to_string(config->head_dim) +
                              " is odd: RoPE's halves cannot be padded alike", "adapters");
     }
-    if (options.threads > 0) torch::set_num_threads(options.threads);
+    accelerator::SetComputeThreads(options.threads);
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     if (!checkpoint.ok()) return checkpoint.error();
     auto decoder = std::unique_ptr<TorchDecoder>(new TorchDecoder());

@@ -295,9 +295,30 @@ struct Chunk {
 
 }  // namespace
 
-std::string ClaimsJobId(const std::string& input_path, const std::string& output_path) {
-  Result<std::string> digest = Sha256(input_path + "\n" + output_path, /*is_path=*/false);
+Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
+  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, kJobKeyPrefix + job_id);
+  if (!stored.ok()) return stored.error();
+  if (!stored->has_value()) return std::optional<ClaimsJobRecord>();
+  Result<JobState> state = JobState::Decode(**stored);
+  if (!state.ok()) return state.error();
+  ClaimsJobRecord record;
+  record.input = state->input;
+  record.output = state->output;
+  record.state = state->summary.state;
+  record.total = state->total;
+  record.done = state->rows_done;
+  record.errors = state->summary.errors;
+  record.elapsed_s = state->summary.elapsed_s;
+  return std::optional<ClaimsJobRecord>(record);
+}
+
+std::string ShortDigest(const std::string& text) {
+  Result<std::string> digest = Sha256(text, /*is_path=*/false);
   return digest.ok() ? digest->substr(0, 16) : std::string(16, '0');
+}
+
+std::string ClaimsJobId(const std::string& input_path, const std::string& output_path) {
+  return ShortDigest(input_path + "\n" + output_path);
 }
 
 std::string ClaimsJobSummary::ToJson() const {

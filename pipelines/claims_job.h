@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,19 @@ struct ClaimsJobSummary {
 // (kFailedPrecondition), storage or model failures (kInternal, kDataLoss); the output then ends
 // at the last durable chunk and the job can be resumed.
 Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options);
+
+// What the database holds about a job: its last recorded progress.
+struct ClaimsJobRecord {
+  std::string input, output;
+  std::string state;  // running (also: stopped by a crash), cancelled, done
+  int64_t total = 0, done = 0, errors = 0;
+  double elapsed_s = 0;
+};
+// nullopt for a job the database has no record of.
+Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id);
+
+// The first 16 hex characters of the SHA-256 of `text`: names derived from content.
+std::string ShortDigest(const std::string& text);
 
 // The id of the job with these input and output paths (absolute): 16 hex characters.
 std::string ClaimsJobId(const std::string& input_path, const std::string& output_path);

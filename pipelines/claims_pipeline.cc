@@ -56,14 +56,23 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
   Result<PlacedStages> placed = PlaceStages(config, runtime.devices);
   if (!placed.ok()) return placed.error();
   pipeline->plan_ = std::move(placed->plan);
+  placed->findings.background = runtime.background;
 
   Result<std::vector<PreparedStage>> stages = PrepareStages(config, pipeline->plan_, placed->findings);
   if (!stages.ok()) return stages.error();
   pipeline->runners_ = std::move(stages).value();
   if (placed->findings.enabled) {
-    Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(placed->findings, runtime.load_decoder);
-    if (!forensic.ok()) return forensic.error();
-    pipeline->forensic_ = std::move(forensic).value();
+    if (runtime.shared_llm_stage != nullptr && runtime.shared_llm_stage->model_dir() == placed->findings.model_dir) {
+      pipeline->forensic_ = runtime.shared_llm_stage;
+      for (PreparedStage& stage : pipeline->runners_) {
+        if (stage.kind == "llm_findings") stage.device = runtime.shared_llm_stage->device_name();
+      }
+    } else {
+      Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(placed->findings, runtime.load_decoder);
+      if (!forensic.ok()) return forensic.error();
+      pipeline->owned_forensic_ = std::move(forensic).value();
+      pipeline->forensic_ = pipeline->owned_forensic_.get();
+    }
   }
   return pipeline;
 }

@@ -61,7 +61,8 @@ class ClaimsPipeline {
   const fraud::CardTokenizer& tokenizer() const { return *tokenizer_; }
   // The LLM stage's batch size (0 without one): a chunk of this many fills one batch.
   int llm_max_batch() const { return forensic_ ? config_.findings.max_batch : 0; }
-  const ForensicStage* forensic_stage() const { return forensic_.get(); }
+  const ForensicStage* forensic_stage() const { return forensic_; }
+  bool shares_llm_stage() const { return forensic_ != nullptr && owned_forensic_ == nullptr; }
 
   // The LLM's view of a claim.
   static llm::ClaimFields FieldsFor(const fraud::Claim& claim);
@@ -73,7 +74,8 @@ class ClaimsPipeline {
   PipelinePlan plan_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
   std::vector<PreparedStage> runners_;  // indexed like config_.graph
-  std::unique_ptr<ForensicStage> forensic_;
+  std::unique_ptr<ForensicStage> owned_forensic_;  // null when shared (runtime.shared_llm_stage)
+  ForensicStage* forensic_ = nullptr;
 };
 
 }  // namespace txscore::pipelines

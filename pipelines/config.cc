@@ -376,7 +376,8 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
 }
 
 Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std::string& source_path) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file", {"pipeline", "server", "admin", "storage", "security", "devices", "stages"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file",
+                                      {"pipeline", "server", "admin", "storage", "security", "devices", "jobs", "stages"}));
   PipelineConfig config;
   config.source_path = source_path;
   if (const YAML::Node p = root["pipeline"]) {
@@ -407,6 +408,17 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, true, &config.security.card_key_file));
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &config.devices));
+  if (const YAML::Node j = root["jobs"]) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority"}));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &config.jobs.priority));
+    if (config.jobs.priority != "idle" && config.jobs.priority != "normal") {
+      return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + config.jobs.priority + "\"");
+    }
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "claims_pipeline", true, true, &config.jobs.claims_pipeline));
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "input_dir", true, false, &config.jobs.input_dir));
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "output_dir", true, false, &config.jobs.output_dir));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &config.jobs.chunk));
+  }
   const YAML::Node stages = root["stages"];
   if (!stages) return r.ErrorAt(root, "missing required key \"stages\"");
   TXSCORE_RETURN_IF_ERROR(ParseStages(r, stages, &config));

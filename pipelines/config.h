@@ -61,6 +61,21 @@ struct DevicesConfig {
 
 // An xgboost stage. A pipeline may have several: a champion and a shadow (challenger) model
 // fed by the same features, or models joined by a blend stage.
+// Claims jobs on a running server (`jobs:`): submitted over Thrift, run one at a time in the
+// background through the claims pipeline named here (service/claims_jobs.h).
+struct JobsConfig {
+  // Default: none, and no jobs. A claims pipeline file; its storage section is not used (jobs'
+  // progress goes to this server's database) and its LLM stage runs at the lowest OS priority.
+  std::string claims_pipeline;
+  std::string input_dir;   // required with claims_pipeline: a server-side input must be inside it
+  std::string output_dir;  // required with claims_pipeline: outputs and inline inputs go here (created)
+  int chunk = 0;           // Default: 0, as `txscore batch run --chunk`
+  // Default: idle. The jobs' threads (the job runner and its LLM stage) run in the OS's idle
+  // class: they get only CPU time no request wants, and wait while the machine is kept busy.
+  // normal: they compete with requests as equals.
+  std::string priority = "idle";
+};
+
 struct ModelStageConfig {
   std::string name = "fraud";
   std::string model_path;   // required: XGBoost .json or .ubj
@@ -130,6 +145,7 @@ struct FindingsStageConfig {
   std::string device_name = "cpu";
   accelerator::OpAdapters adapters{};
   std::vector<Target> fallback;
+  bool background = false;  // the batcher's thread at the lowest OS priority (jobs inside a server)
 };
 
 struct PipelineConfig {
@@ -144,6 +160,7 @@ struct PipelineConfig {
   StorageConfig storage;
   SecurityConfig security;
   DevicesConfig devices;
+  JobsConfig jobs;
   // Default: 1500 ms. The deadline, from a request's arrival, of every stage that sets no
   // budget_ms of its own. A request may ask for less (Transaction.budget_ms): that caps every
   // stage's deadline. What happens at a deadline: see ScoringPipeline.

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_priority.h"
+
 namespace txscore::pipelines {
 
 enum class BatchPriority { kInteractive, kBatchJob };
@@ -29,6 +31,9 @@ enum class BatchPriority { kInteractive, kBatchJob };
 struct DynamicBatcherOptions {
   int max_batch = 8;           // Default: 8 items per batch
   int64_t max_wait_us = 2000;  // Default: 2 ms from the first item of a batch
+  // Default: false. The worker thread runs at the OS's lowest priority (common/thread_priority.h):
+  // for a batch job's own model beside a server's requests.
+  bool background = false;
 };
 
 template <typename Item, typename Answer>
@@ -94,6 +99,8 @@ class DynamicBatcher {
   };
 
   void Work() {
+    // Best effort: a batcher that cannot lower its priority still batches.
+    if (options_.background) (void)LowerThisThreadPriority();
     while (true) {
       std::vector<Pending> batch;
       {

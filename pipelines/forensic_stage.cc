@@ -99,7 +99,7 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
   expired.outcome = ForensicResult::Outcome::kSkipped;
   expired.detail = "the deadline passed before the stage could start";
   stage->batcher_ = std::make_unique<DynamicBatcher<Item, ForensicResult>>(
-      DynamicBatcherOptions{config.max_batch, config.max_wait_us},
+      DynamicBatcherOptions{config.max_batch, config.max_wait_us, config.background},
       [self](const std::vector<Item>& items) { return self->RunBatch(items); }, std::move(expired));
   return stage;
 }

@@ -70,6 +70,8 @@ class ForensicStage {
                                             std::chrono::steady_clock::time_point deadline);
 
   const std::string& model_id() const { return model_id_; }
+  const std::string& model_dir() const { return config_.model_dir; }
+  const std::string& device_name() const { return config_.device_name; }
   // Requests that moved to another device because one failed.
   uint64_t device_fallbacks() const { return device_fallbacks_.load(); }
   // The dynamic batcher's view: requests waiting, and the sizes of the batches run so far.

@@ -83,6 +83,13 @@ struct PipelineRuntime {
   // The devices of this process (accelerator::DiscoverDevices). Null: no discovery ran, every
   // stage runs on the CPU, and a placement naming another device is refused.
   const accelerator::DeviceRegistry* devices = nullptr;
+  // Claims pipelines: another pipeline's LLM stage to use when it reads the same checkpoint,
+  // instead of loading the model again; its batcher then serves both (requests first, see
+  // dynamic_batcher.h) and its settings apply. Null: the pipeline loads its own.
+  ForensicStage* shared_llm_stage = nullptr;
+  // Default: false. Claims pipelines inside a server: the LLM stage's thread runs at the OS's
+  // lowest priority, so batch work leaves the cores to requests.
+  bool background = false;
   // The clock deadlines are measured with. Default: std::chrono::steady_clock. Tests of
   // deadlines pass their own; the forensic stage's batcher keeps the steady clock.
   std::function<std::chrono::steady_clock::time_point()> clock;
@@ -107,7 +114,7 @@ class ScoringPipeline {
   const PipelinePlan& plan() const { return plan_; }
   // Forensic-stage requests that moved to a fallback device because one failed.
   uint64_t forensic_device_fallbacks() const { return forensic_ ? forensic_->device_fallbacks() : 0; }
-  const ForensicStage* forensic_stage() const { return forensic_.get(); }  // null without one
+  ForensicStage* forensic_stage() { return forensic_.get(); }  // null without one
   storage::AuditLog& audit_log() { return audit_log_; }
 
  private:

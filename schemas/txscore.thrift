@@ -135,6 +135,61 @@ struct BatchItem {
   3: optional ServiceError service_error,
 }
 
+// An insurance claim, as a claims file's row holds it (README, "Claims and batch jobs").
+struct Claim {
+  1: required string claim_id,
+  2: required string policy_id,
+  // Personal data: only its HMAC token with the service key is kept.
+  3: required string claimant_id,
+  // YYYY-MM-DD, real calendar dates; the report not before the incident.
+  4: required string incident_date,
+  5: required string report_date,
+  // auto_collision, auto_theft, property_water, property_fire, burglary, health, travel.
+  6: required string claim_type,
+  // Major currency units.
+  7: required double amount_claimed,
+  8: required double policy_limit,
+  9: required i32 prior_claims,
+  10: required string provider_id,
+  11: required string narrative,
+  12: optional string adjuster_notes,
+}
+
+// A claims job: exactly one of a file on the server (relative to the server's jobs.input_dir)
+// and claims sent inline. The same input submitted again is the same job: it resumes (or, when
+// done, reports its result).
+struct ClaimsJobRequest {
+  1: optional string input_path,
+  2: optional list<Claim> claims,
+}
+
+enum JobState {
+  QUEUED = 1,
+  RUNNING = 2,
+  DONE = 3,
+  // Stopped by cancelClaimsJob or a server stop; submitting it again resumes it.
+  CANCELLED = 4,
+  FAILED = 5,
+}
+
+struct ClaimsJobStatus {
+  1: required string job_id,
+  2: required JobState state,
+  // Rows finished (output lines written durably), of total; rows that became error lines.
+  3: required i64 done,
+  4: required i64 total,
+  5: required i64 errors,
+  // On the server: one JSON line per input row; OUTPUT.summary.json when done.
+  6: required string output_path,
+  // Why it failed.
+  7: optional string detail,
+  8: optional double claims_per_s,
+}
+
+exception UnknownJob {
+  1: required string job_id,
+}
+
 struct HealthStatus {
   1: required bool live,
   2: required bool ready,
@@ -149,4 +204,8 @@ service TxScore {
   // Items are scored in order; one bad item gets its own error and does not fail the others.
   list<BatchItem> scoreBatch(1: list<Transaction> transactions),
   HealthStatus health(),
+  // Claims jobs run in the background, one at a time, below requests in priority.
+  ClaimsJobStatus submitClaimsJob(1: ClaimsJobRequest request) throws (1: InvalidRequest invalid, 2: ServiceError failure),
+  ClaimsJobStatus claimsJobStatus(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure),
+  ClaimsJobStatus cancelClaimsJob(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure),
 }

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   txscore::service::AddPlanCommand(app, &exit_code);
   txscore::service::AddConformanceCommand(app, &exit_code);
   txscore::service::AddBatchCommand(app, &exit_code);
+  txscore::service::AddJobCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

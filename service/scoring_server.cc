@@ -5,7 +5,8 @@
 namespace txscore::service {
 
 Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::PipelineConfig& config,
-                                                             const pipelines::PipelineRuntime& runtime) {
+                                                             const pipelines::PipelineRuntime& runtime,
+                                                             const Hooks& runtime_hooks) {
   std::unique_ptr<ScoringServer> server(new ScoringServer());
   storage::DatabaseOptions db_options;
   db_options.durability = config.storage.durability;
@@ -44,7 +45,32 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
     });
   }
 
-  auto handler = std::make_shared<TxScoreHandler>(server->pipeline_.get(), server->metrics_.get(), &server->ready_);
+  if (!config.jobs.claims_pipeline.empty()) {
+    Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(config.jobs.claims_pipeline);
+    if (!claims.ok()) return claims.error();
+    pipelines::PipelineRuntime background = runtime;
+    background.background = config.jobs.priority == "idle";  // the jobs' LLM thread leaves the cores to requests
+    // On an accelerator the device is what requests and jobs compete for: one engine, one
+    // batcher, requests first. On the CPU with idle priority, the jobs get their own engine
+    // whose thread the OS runs only on cores requests leave.
+    pipelines::ForensicStage* transaction_llm = server->pipeline_->forensic_stage();
+    if (transaction_llm != nullptr && (transaction_llm->device_name() != "cpu" || !background.background)) {
+      background.shared_llm_stage = transaction_llm;
+    }
+    Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline =
+        pipelines::ClaimsPipeline::Create(*claims, background);
+    if (!claims_pipeline.ok()) return claims_pipeline.error();
+    server->claims_pipeline_ = std::move(claims_pipeline).value();
+    ClaimsJobManagerOptions job_options;
+    job_options.config = config.jobs;
+    job_options.before_job = runtime_hooks.before_job;
+    Result<std::unique_ptr<ClaimsJobManager>> jobs =
+        ClaimsJobManager::Create(server->claims_pipeline_.get(), server->db_.get(), std::move(job_options));
+    if (!jobs.ok()) return jobs.error();
+    server->jobs_ = std::move(jobs).value();
+  }
+  auto handler = std::make_shared<TxScoreHandler>(server->pipeline_.get(), server->metrics_.get(), &server->ready_,
+                                                  server->jobs_.get());
   Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(config.server, handler);
   if (!rpc.ok()) return rpc.error();
   server->rpc_ = std::move(rpc).value();
@@ -98,6 +124,8 @@ void ScoringServer::Stop() {
     rpc_thread_.join();
   }
   if (admin_) admin_->Stop();
+  jobs_.reset();  // a running job stops after its chunk in flight, resumable
+  claims_pipeline_.reset();
   pipeline_.reset();
   db_.reset();  // every write has returned: close RocksDB cleanly
 }

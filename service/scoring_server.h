@@ -13,7 +13,9 @@
 #include "common/result.h"
 #include "pipelines/config.h"
 #include "pipelines/scoring_pipeline.h"
+#include "pipelines/claims_pipeline.h"
 #include "service/admin_server.h"
+#include "service/claims_jobs.h"
 #include "service/metrics.h"
 #include "service/rpc_server.h"
 #include "service/thrift_handler.h"
@@ -25,8 +27,13 @@ class ScoringServer {
  public:
   // Opens the database, loads the key and models, binds both ports. Nothing is served yet.
   // `runtime` as for ScoringPipeline::Create.
+  // Tests' hooks into the claims jobs (service/claims_jobs.h).
+  struct Hooks {
+    std::function<void(const std::string& job_id)> before_job;
+  };
   static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config,
-                                                       const pipelines::PipelineRuntime& runtime = {});
+                                                       const pipelines::PipelineRuntime& runtime = {},
+                                                       const Hooks& runtime_hooks = {});
   ~ScoringServer();  // Stop()s if needed
 
   // Starts serving. `on_unexpected_stop` runs (on the server thread) if the Thrift server
@@ -51,6 +58,8 @@ class ScoringServer {
 
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<pipelines::ScoringPipeline> pipeline_;
+  std::unique_ptr<pipelines::ClaimsPipeline> claims_pipeline_;  // with a jobs section
+  std::unique_ptr<ClaimsJobManager> jobs_;
   MetricsRegistry registry_;
   std::unique_ptr<ScoringMetrics> metrics_;
   std::unique_ptr<RpcServer> rpc_;

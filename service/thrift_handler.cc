@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "service/transaction_json.h"
+
 namespace txscore::service {
 namespace {
 
@@ -141,8 +143,8 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
 }
 
 TxScoreHandler::TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics,
-                               const std::atomic<bool>* ready)
-    : pipeline_(pipeline), metrics_(metrics), ready_(ready) {}
+                               const std::atomic<bool>* ready, ClaimsJobManager* jobs)
+    : pipeline_(pipeline), jobs_(jobs), metrics_(metrics), ready_(ready) {}
 
 void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
   const auto start = std::chrono::steady_clock::now();
@@ -189,6 +191,66 @@ void TxScoreHandler::health(rpc::HealthStatus& status) {
   status.model_id = pipeline_->model().model_id();
   status.model_version = pipeline_->model().model_version();
   status.pipeline_version = pipeline_->config().version;
+}
+
+namespace {
+
+rpc::ClaimsJobStatus ToThrift(const ClaimsJobView& view) {
+  rpc::ClaimsJobStatus status;
+  status.job_id = view.job_id;
+  status.state = static_cast<rpc::JobState::type>(view.state);
+  status.done = view.done;
+  status.total = view.total;
+  status.errors = view.errors;
+  status.output_path = view.output_path;
+  if (!view.detail.empty()) status.__set_detail(view.detail);
+  if (view.claims_per_s > 0) status.__set_claims_per_s(view.claims_per_s);
+  return status;
+}
+
+// The status of a job call, or the Thrift exception for its error.
+rpc::ClaimsJobStatus JobStatusOrThrow(const Result<ClaimsJobView>& view, const std::string& job_id) {
+  if (view.ok()) return ToThrift(*view);
+  if (view.error().code == ErrorCode::kInvalidArgument) throw ToInvalidRequest(view.error());
+  if (view.error().code == ErrorCode::kNotFound) {
+    rpc::UnknownJob unknown;
+    unknown.job_id = job_id;
+    throw unknown;
+  }
+  throw ToServiceError(view.error());
+}
+
+}  // namespace
+
+ClaimsJobManager& TxScoreHandler::Jobs() const {
+  if (jobs_ == nullptr) {
+    throw ToServiceError(FailedPrecondition("this server runs no claims jobs: add a jobs section (claims_pipeline, "
+                                            "input_dir, output_dir) to its pipeline file"));
+  }
+  return *jobs_;
+}
+
+void TxScoreHandler::submitClaimsJob(rpc::ClaimsJobStatus& status, const rpc::ClaimsJobRequest& request) {
+  ClaimsJobManager& jobs = Jobs();
+  if (request.__isset.input_path == request.__isset.claims) {
+    throw ToInvalidRequest(InvalidArgument("set exactly one of input_path and claims", "input_path"));
+  }
+  if (request.__isset.input_path) {
+    status = JobStatusOrThrow(jobs.SubmitFile(request.input_path), "");
+    return;
+  }
+  std::vector<fraud::RawClaim> claims;
+  claims.reserve(request.claims.size());
+  for (const rpc::Claim& c : request.claims) claims.push_back(FromThriftClaim(c));
+  status = JobStatusOrThrow(jobs.SubmitClaims(claims), "");
+}
+
+void TxScoreHandler::claimsJobStatus(rpc::ClaimsJobStatus& status, const std::string& job_id) {
+  status = JobStatusOrThrow(Jobs().Status(job_id), job_id);
+}
+
+void TxScoreHandler::cancelClaimsJob(rpc::ClaimsJobStatus& status, const std::string& job_id) {
+  status = JobStatusOrThrow(Jobs().Cancel(job_id), job_id);
 }
 
 }  // namespace txscore::service

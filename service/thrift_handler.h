@@ -11,6 +11,7 @@
 
 #include "gen-cpp/TxScore.h"
 #include "pipelines/scoring_pipeline.h"
+#include "service/claims_jobs.h"
 #include "service/metrics.h"
 
 namespace txscore::service {
@@ -39,15 +40,24 @@ class ScoringMetrics {
 
 class TxScoreHandler : public rpc::TxScoreIf {
  public:
-  // `pipeline` and `metrics` must outlive the handler. `ready` is read by health().
-  TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics, const std::atomic<bool>* ready);
+  // `pipeline`, `metrics` and `jobs` must outlive the handler. `ready` is read by health().
+  // `jobs` is null when the server runs no claims jobs (no jobs section).
+  TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics, const std::atomic<bool>* ready,
+                 ClaimsJobManager* jobs = nullptr);
 
   void score(rpc::ScoreResult& result, const rpc::Transaction& transaction) override;
   void scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) override;
   void health(rpc::HealthStatus& status) override;
+  void submitClaimsJob(rpc::ClaimsJobStatus& status, const rpc::ClaimsJobRequest& request) override;
+  void claimsJobStatus(rpc::ClaimsJobStatus& status, const std::string& job_id) override;
+  void cancelClaimsJob(rpc::ClaimsJobStatus& status, const std::string& job_id) override;
 
  private:
+  // The job manager, or a ServiceError saying how to enable jobs.
+  ClaimsJobManager& Jobs() const;
+
   pipelines::ScoringPipeline* pipeline_;
+  ClaimsJobManager* jobs_;
   ScoringMetrics* metrics_;
   const std::atomic<bool>* ready_;
 };

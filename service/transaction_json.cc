@@ -173,4 +173,38 @@ std::string ScoreResultToJson(const rpc::ScoreResult& r) {
   return doc.dump();
 }
 
+rpc::Claim ToThriftClaim(const fraud::RawClaim& c) {
+  rpc::Claim claim;
+  claim.claim_id = c.claim_id;
+  claim.policy_id = c.policy_id;
+  claim.claimant_id = c.claimant_id;
+  claim.incident_date = c.incident_date;
+  claim.report_date = c.report_date;
+  claim.claim_type = c.claim_type;
+  claim.amount_claimed = c.amount_claimed;
+  claim.policy_limit = c.policy_limit;
+  claim.prior_claims = static_cast<int32_t>(c.prior_claims);
+  claim.provider_id = c.provider_id;
+  claim.narrative = c.narrative;
+  if (!c.adjuster_notes.empty()) claim.__set_adjuster_notes(c.adjuster_notes);
+  return claim;
+}
+
+fraud::RawClaim FromThriftClaim(const rpc::Claim& c) {
+  fraud::RawClaim raw;
+  raw.claim_id = c.claim_id;
+  raw.policy_id = c.policy_id;
+  raw.claimant_id = c.claimant_id;
+  raw.incident_date = c.incident_date;
+  raw.report_date = c.report_date;
+  raw.claim_type = c.claim_type;
+  raw.amount_claimed = c.amount_claimed;
+  raw.policy_limit = c.policy_limit;
+  raw.prior_claims = c.prior_claims;
+  raw.provider_id = c.provider_id;
+  raw.narrative = c.narrative;
+  if (c.__isset.adjuster_notes) raw.adjuster_notes = c.adjuster_notes;
+  return raw;
+}
+
 }  // namespace txscore::service

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "fraud/claim.h"
 #include "fraud/transaction.h"
 #include "gen-cpp/txscore_types.h"
 
@@ -18,6 +19,10 @@ namespace txscore::service {
 Result<rpc::Transaction> TransactionFromJson(const std::string& json_text);
 std::string TransactionToJson(const rpc::Transaction& t);  // the inverse of TransactionFromJson
 rpc::Transaction ToThriftTransaction(const fraud::RawTransaction& raw);
+
+// A claim on the wire and as txscore reads it (an empty adjuster_notes is left unset).
+rpc::Claim ToThriftClaim(const fraud::RawClaim& claim);
+fraud::RawClaim FromThriftClaim(const rpc::Claim& claim);
 std::string ScoreResultToJson(const rpc::ScoreResult& result);
 
 }  // namespace txscore::service

@@ -17,5 +17,6 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddConformanceCommand(CLI::App& app, int* exit_code);
 void AddBatchCommand(CLI::App& app, int* exit_code);
+void AddJobCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

@@ -54,13 +54,40 @@ TEST_F(ConfigTest, TheShippedDemoPipelineParses) {
   std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/pipeline.yaml");
   for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
                           {"../var/models/fraud.ubj", "model.ubj"},
-                          {"../var/models/llm-tiny", "."}}) {
+                          {"../var/models/llm-tiny", "."},
+                          {"claims_pipeline: claims.yaml", "claims_pipeline: card.key"}}) {
     yaml.replace(yaml.find(from), from.size(), to);
   }
   auto config = Parse(yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->version, "2026.11");
   EXPECT_TRUE(config->findings.enabled);
+  EXPECT_EQ(config->jobs.claims_pipeline, dir_.file("card.key"));
+  EXPECT_EQ(config->jobs.priority, "idle");
+}
+
+TEST_F(ConfigTest, TheShippedClaimsPipelineParses) {
+  std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/claims.yaml");
+  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+                          {"../var/models/claims.ubj", "model.ubj"},
+                          {"../var/models/llm-tiny", "."}}) {
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  auto config = Parse(yaml);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->kind, "claims");
+  EXPECT_EQ(config->findings.when.text(), "claims_model.score >= 0.5");
+  const StageGraph& graph = config->graph;
+  EXPECT_EQ(graph.InputStage(graph.sink(), "findings"), graph.Find("analysis"));
+  EXPECT_FALSE(graph.stage(graph.Find("analysis")).required);
+  EXPECT_TRUE(config->decision.escalate_high_risk);
+}
+
+TEST_F(ConfigTest, APipelineScoresTransactionsOrClaimsNotBoth) {
+  auto mixed = Parse(std::string(kValid) + "  - {name: claim_features, kind: claim_features}\n");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.error().message,
+            Where(9, 5) + "a pipeline scores transactions (features) or claims (claim_features), not both");
 }
 
 TEST_F(ConfigTest, UnknownKeyIsRejectedWithLineAndColumn) {

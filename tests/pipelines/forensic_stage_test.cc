@@ -13,6 +13,8 @@
 #include "fraud/entity_state.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/model_config.h"
+#include "fraud/claims_synthetic.h"
+#include "pipelines/claims_pipeline.h"
 #include "pipelines/scoring_pipeline.h"
 #include "tests/test_support.h"
 
@@ -175,6 +177,44 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ((*audit)[0].placement, "fraud@cpu,forensic@cpu");
   EXPECT_EQ(outcome->forensic_device, "cpu");
   EXPECT_EQ(CardTransactionCount(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmStage) {
+  CreatePipeline(0.5);
+  testing::WriteFile(dir_.file("claims.yaml"),
+                     "storage: {path: unused}\n"
+                     "security: {card_key_file: card.key}\n"
+                     "stages:\n"
+                     "  - {name: features, kind: claim_features}\n"
+                     "  - {name: claims_model, kind: xgboost, after: features, model: " +
+                         testing::ClaimsModelDir() + "/claims.ubj}\n"
+                     "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                     "\"claims_model.score >= 0\"}\n"
+                     "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+  auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  PipelineRuntime runtime;
+  runtime.shared_llm_stage = pipeline_->forensic_stage();
+  runtime.load_decoder = [](const std::string&, const llm::DecoderOptions&) {
+    return Result<std::unique_ptr<llm::Decoder>>(Internal("a shared stage loads no model"));
+  };
+  auto claims = ClaimsPipeline::Create(*config, runtime);
+  ASSERT_TRUE(claims.ok()) << claims.error().ToString();
+  EXPECT_TRUE((*claims)->shares_llm_stage());
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 3;
+  std::vector<fraud::Claim> chunk;
+  for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) {
+    chunk.push_back(fraud::ValidateClaim(c.claim, (*claims)->tokenizer()).value());
+  }
+  auto outcomes = (*claims)->ScoreChunk(chunk, {1, 1, 1});
+  ASSERT_TRUE(outcomes.ok()) << outcomes.error().ToString();
+  for (const ClaimOutcome& o : *outcomes) {
+    ASSERT_TRUE(o.findings.has_value()) << o.claim_id;
+    EXPECT_EQ(o.devices.back(), (std::pair<std::string, std::string>{"analysis", "cpu"}));
+  }
+  // The chunk's claims went through the transaction stage's batcher, as one batch.
+  EXPECT_EQ(pipeline_->forensic_stage()->batch_sizes(), std::vector<int>{3});
 }
 
 TEST_F(ForensicPipelineTest, ScoringBuildsNoConstraintOrModel) {

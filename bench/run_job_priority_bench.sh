@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Does a claims job slow down score()? Starts `txscore serve` (the demo fraud model, no LLM
+# stage on the request path) with a jobs section whose claims pipeline has the LLM stage on the
+# CPU, then alternates, RUNS times: A = score() at a fixed offered rate with no job running,
+# B = the same while a claims job runs (submitted, or resumed, before the load starts, and
+# cancelled after it). Prints each run and the medians of p50/p99 for A and B, and the job's
+# progress during the B runs.
+#
+#   ./bench/run_job_priority_bench.sh [rate] [priority]     e.g.  ./bench/run_job_priority_bench.sh 1000 idle
+#   env: RUNS (default 5), SECONDS_PER_RUN (5), WARMUP (1), CONNECTIONS (4), CLAIMS (20000),
+#        LLM (1; 0 drops the job's LLM stage, to tell its share of the effect from the rest)
+#
+# Needs ./scripts/setup.sh to have run (build, demo models, llm-tiny).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${1:-1000}
+priority=${2:-idle}
+runs=${RUNS:-5}
+seconds=${SECONDS_PER_RUN:-5}
+warmup=${WARMUP:-1}
+connections=${CONNECTIONS:-4}
+claims=${CLAIMS:-20000}
+llm=${LLM:-1}
+
+work=$(mktemp -d)
+server_pid=""
+trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+(umask 077 && openssl rand -out "$work/card.key" 32)
+mkdir -p "$work/in"
+./build/txscore data generate --kind claims --format jsonl --claims "$claims" --seed 9 --out "$work/in/claims.jsonl" 2>/dev/null
+cat > "$work/claims.yaml" <<YAML
+storage: {path: unused}
+security: {card_key_file: card.key}
+devices: {calibration_cache: profiles.json}
+stages:
+  - {name: features, kind: claim_features}
+  - {name: claims_model, kind: xgboost, after: features, model: $PWD/var/models/claims.ubj}
+YAML
+if [ "$llm" = 1 ]; then
+  cat >> "$work/claims.yaml" <<YAML
+  - {name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.5",
+     model: $PWD/var/models/llm-tiny, threads: 1, max_batch: 8}
+  - {name: decision, kind: decision, after: [claims_model, analysis]}
+YAML
+else
+  echo "  - {name: decision, kind: decision, after: claims_model}" >> "$work/claims.yaml"
+fi
+cat > "$work/pipeline.yaml" <<YAML
+pipeline: {name: bench, version: "bench"}
+server: {host: 127.0.0.1, port: 0, workers: 8}
+admin: {host: 127.0.0.1, port: 0}
+storage: {path: db, durability: wal}
+security: {card_key_file: card.key}
+devices: {calibration_cache: profiles.json}
+jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, priority: $priority}
+stages:
+  - {name: features, kind: features}
+  - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
+  - {name: decision, kind: decision, after: fraud}
+YAML
+./build/txscore serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" &
+server_pid=$!
+for _ in $(seq 300); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$work/serve.out")
+server="127.0.0.1:$port"
+job() { ./build/txscore job "$@" --server "$server"; }
+job_field() { job status --id "$1" | sed -n "s/^job [0-9a-f]* \([A-Z]*\): \([0-9]*\) of.*/\\$2/p"; }
+echo "rate=$rate/s priority=$priority connections=$connections runs=$runs x ${seconds}s (+${warmup}s warm-up)," \
+     "job: $claims claims, LLM stage $([ "$llm" = 1 ] && echo on cpu || echo none); $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+id=""
+for run in $(seq "$runs"); do
+  echo -n "A (no job)  "
+  ./build/bench/rpc_loadgen --server "$server" --rate "$rate" --seconds "$seconds" --warmup "$warmup" \
+    --connections "$connections" | sed 's/^score/A score/' | tee -a "$work/results.txt"
+  id=$(job submit --input claims.jsonl | sed -n 's/^job \([0-9a-f]*\) .*/\1/p')
+  for _ in $(seq 100); do [ "$(job_field "$id" 1)" = RUNNING ] && break; sleep 0.1; done
+  before=$(job_field "$id" 2)
+  echo -n "B (job)     "
+  ./build/bench/rpc_loadgen --server "$server" --rate "$rate" --seconds "$seconds" --warmup "$warmup" \
+    --connections "$connections" | sed 's/^score/B score/' | tee -a "$work/results.txt"
+  state=$(job_field "$id" 1)
+  after=$(job_field "$id" 2)
+  echo "            job $id $state during the run: rows $before -> $after" | tee -a "$work/jobs.txt"
+  [ "$state" = RUNNING ] || echo "            (the job was not running throughout: use more CLAIMS)"
+  job cancel --id "$id" > /dev/null
+  for _ in $(seq 600); do [ "$(job_field "$id" 1)" = CANCELLED ] && break; sleep 0.1; done
+done
+echo "--- medians over $runs runs (latency in us) ---"
+/usr/bin/python3 - "$work/results.txt" <<'PY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(A|B) score: offered (\d+)/s .* p50 (\d+) p90 \d+ p99 (\d+)", line)
+    if m:
+        runs.setdefault(m[1], []).append((int(m[3]), int(m[4])))
+for phase, values in sorted(runs.items()):
+    print(f"{phase} {'without' if phase == 'A' else 'with   '} a job: p50 {statistics.median(v[0] for v in values):.0f}  "
+          f"p99 {statistics.median(v[1] for v in values):.0f}  ({len(values)} runs; p99s {[v[1] for v in values]})")
+if "A" in runs and "B" in runs:
+    a = statistics.median(v[1] for v in runs["A"]); b = statistics.median(v[1] for v in runs["B"])
+    print(f"p99 with a job / without: {b / a:.2f}")
+PY

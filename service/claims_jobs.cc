@@ -1,0 +1,204 @@
+#include "service/claims_jobs.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/thread_priority.h"
+#include "pipelines/claims_job.h"
+
+namespace txscore::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `path` lies inside `dir` (both canonical: no "..", no symlinks left).
+bool Inside(const fs::path& path, const fs::path& dir) {
+  auto p = path.begin();
+  for (auto d = dir.begin(); d != dir.end(); ++d, ++p) {
+    if (p == path.end() || *p != *d) return false;
+  }
+  return p != path.end();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ClaimsJobManager>> ClaimsJobManager::Create(pipelines::ClaimsPipeline* pipeline,
+                                                                   storage::Database* db, ClaimsJobManagerOptions options) {
+  std::error_code ec;
+  fs::create_directories(options.config.output_dir, ec);
+  if (ec) return Internal("cannot create the jobs output directory " + options.config.output_dir + ": " + ec.message());
+  std::unique_ptr<ClaimsJobManager> manager(new ClaimsJobManager(pipeline, db, std::move(options)));
+  manager->worker_ = std::thread([m = manager.get()] { m->Work(); });
+  return manager;
+}
+
+ClaimsJobManager::~ClaimsJobManager() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    if (running_) running_->cancel.store(true);
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+Result<ClaimsJobView> ClaimsJobManager::SubmitFile(const std::string& relative_path) {
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(options_.config.input_dir, ec);
+  const fs::path path = fs::weakly_canonical(fs::path(options_.config.input_dir) / relative_path, ec);
+  if (relative_path.empty() || ec || !Inside(path, dir)) {
+    return InvalidArgument("input_path must name a file inside the server's jobs input directory", "input_path");
+  }
+  if (!fs::is_regular_file(path, ec)) {
+    return InvalidArgument("no file " + relative_path + " in the server's jobs input directory", "input_path");
+  }
+  return Enqueue(path.string());
+}
+
+Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::RawClaim>& claims) {
+  if (claims.empty()) return InvalidArgument("a job needs at least one claim", "claims");
+  std::string text;
+  for (const fraud::RawClaim& claim : claims) text += fraud::ClaimToJson(claim) + "\n";
+  const fs::path path = fs::path(options_.config.output_dir) / ("inline-" + pipelines::ShortDigest(text) + ".jsonl");
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    const std::string tmp = path.string() + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) return Internal("cannot write " + tmp);
+    fs::rename(tmp, path, ec);
+    if (ec) return Internal("cannot write " + path.string() + ": " + ec.message());
+  }
+  return Enqueue(fs::weakly_canonical(path, ec).string());
+}
+
+Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input) {
+  const std::string output =
+      (fs::path(options_.config.output_dir) / (pipelines::ShortDigest(input) + ".out.jsonl")).lexically_normal().string();
+  std::error_code ec;
+  const std::string id =
+      pipelines::ClaimsJobId(input, fs::absolute(output, ec).lexically_normal().string());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) return FailedPrecondition("the server is stopping");
+  auto known = jobs_.find(id);
+  if (known != jobs_.end() &&
+      (known->second->view.state == JobState::kQueued || known->second->view.state == JobState::kRunning)) {
+    return known->second->view;  // already on its way
+  }
+  auto job = std::make_shared<Job>();
+  job->input = input;
+  job->view.job_id = id;
+  job->view.output_path = output;
+  job->view.state = JobState::kQueued;
+  jobs_[id] = job;
+  queue_.push_back(job);
+  wake_.notify_all();
+  return job->view;
+}
+
+Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) return it->second->view;
+  }
+  // A job of an earlier run of the server: what its record says.
+  Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, job_id);
+  if (!record.ok()) return record.error();
+  if (!record->has_value()) return NotFound("no claims job " + job_id);
+  const pipelines::ClaimsJobRecord& r = **record;
+  ClaimsJobView view;
+  view.job_id = job_id;
+  view.state = r.state == "done" ? JobState::kDone : JobState::kCancelled;
+  if (r.state == "running") view.detail = "interrupted when the server stopped; submit it again to resume";
+  view.done = r.done;
+  view.total = r.total;
+  view.errors = r.errors;
+  view.output_path = r.output;
+  view.claims_per_s = r.elapsed_s > 0 ? static_cast<double>(r.done) / r.elapsed_s : 0;
+  return view;
+}
+
+Result<ClaimsJobView> ClaimsJobManager::Cancel(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) {
+      Job& job = *it->second;
+      if (job.view.state == JobState::kQueued) {
+        for (auto q = queue_.begin(); q != queue_.end(); ++q) {
+          if (q->get() == &job) {
+            queue_.erase(q);
+            break;
+          }
+        }
+        job.view.state = JobState::kCancelled;
+        job.view.detail = "cancelled before it started";
+      } else if (job.view.state == JobState::kRunning) {
+        job.cancel.store(true);
+      }
+      return job.view;
+    }
+  }
+  return Status(job_id);  // not running here: nothing to stop
+}
+
+void ClaimsJobManager::Work() {
+  if (options_.config.priority == "idle") {
+    if (txscore::Status lowered = LowerThisThreadPriority(); !lowered.ok()) {
+      spdlog::warn("claims jobs run at normal priority: {}", lowered.error().message);
+    }
+  }
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      job = queue_.front();
+      queue_.pop_front();
+      job->view.state = JobState::kRunning;
+      job->cancel.store(false);
+      running_ = job;
+    }
+    if (options_.before_job) options_.before_job(job->view.job_id);
+    pipelines::ClaimsJobOptions run;
+    run.input_path = job->input;
+    run.output_path = job->view.output_path;
+    run.chunk_size = options_.config.chunk;
+    run.cancel = &job->cancel;
+    run.progress = [this, &job](const pipelines::ClaimsJobProgress& p) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job->view.done = p.done;
+      job->view.total = p.total;
+      job->view.errors = p.errors;
+    };
+    spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
+    Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.reset();
+    if (!summary.ok()) {
+      job->view.state = JobState::kFailed;
+      job->view.detail = summary.error().message;
+      spdlog::warn("claims job {} failed: {}", job->view.job_id, summary.error().ToString());
+      continue;
+    }
+    job->view.done = summary->done;
+    job->view.total = summary->total;
+    job->view.errors = summary->errors;
+    job->view.claims_per_s = summary->claims_per_s();
+    if (summary->state == "done") {
+      job->view.state = JobState::kDone;
+      job->view.detail.clear();
+    } else {
+      job->view.state = JobState::kCancelled;
+      job->view.detail = "stopped after " + std::to_string(summary->done) + " rows; submit it again to resume";
+    }
+    spdlog::info("claims job {} {}: {} of {} rows", job->view.job_id, summary->state, summary->done, summary->total);
+  }
+}
+
+}  // namespace txscore::service

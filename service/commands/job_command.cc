@@ -1,0 +1,124 @@
+// txscore job submit|status|cancel --server HOST:PORT: claims jobs on a running server
+// (service/claims_jobs.h), over Thrift.
+#include <thrift/protocol/TBinaryProtocol.h>
+#include <thrift/transport/TBufferTransports.h>
+#include <thrift/transport/TSocket.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+
+#include "fraud/claim.h"
+#include "gen-cpp/TxScore.h"
+#include "service/commands/commands.h"
+#include "service/transaction_json.h"
+
+namespace txscore::service {
+namespace {
+
+struct JobOptions {
+  std::string server = "127.0.0.1:9090";
+  std::string action;        // submit, status, cancel
+  std::string input_path;    // submit: a file in the server's jobs input directory
+  std::string claims_file;   // submit: local JSON-lines claims, sent inline
+  std::string job_id;        // status, cancel
+};
+
+void Print(const rpc::ClaimsJobStatus& s) {
+  std::printf("job %s %s: %lld of %lld rows, %lld errors", s.job_id.c_str(), rpc::_JobState_VALUES_TO_NAMES.at(s.state),
+              static_cast<long long>(s.done), static_cast<long long>(s.total), static_cast<long long>(s.errors));
+  if (s.__isset.claims_per_s) std::printf(", %.1f claims/s", s.claims_per_s);
+  std::printf("\noutput %s\n", s.output_path.c_str());
+  if (s.__isset.detail) std::printf("%s\n", s.detail.c_str());
+}
+
+int RunJob(const JobOptions& options) {
+  const size_t colon = options.server.rfind(':');
+  if (colon == std::string::npos) {
+    std::fprintf(stderr, "--server must be HOST:PORT, e.g. 127.0.0.1:9090\n");
+    return 2;
+  }
+  rpc::ClaimsJobRequest request;
+  if (options.action == "submit") {
+    if (options.input_path.empty() == options.claims_file.empty()) {
+      std::fprintf(stderr, "submit needs exactly one of --input (a file on the server) and --claims (a local file)\n");
+      return 2;
+    }
+    if (!options.input_path.empty()) request.__set_input_path(options.input_path);
+    if (!options.claims_file.empty()) {
+      std::ifstream in(options.claims_file);
+      if (!in) {
+        std::fprintf(stderr, "cannot read %s\n", options.claims_file.c_str());
+        return 2;
+      }
+      std::vector<rpc::Claim> claims;
+      size_t line_number = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++line_number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        Result<fraud::RawClaim> raw = fraud::ParseClaimJson(line);
+        if (!raw.ok()) {
+          std::fprintf(stderr, "%s:%zu: %s\n", options.claims_file.c_str(), line_number, raw.error().message.c_str());
+          return 2;
+        }
+        claims.push_back(ToThriftClaim(*raw));
+      }
+      request.__set_claims(claims);
+    }
+  } else if (options.job_id.empty()) {
+    std::fprintf(stderr, "%s needs --id JOB_ID\n", options.action.c_str());
+    return 2;
+  }
+  auto socket = std::make_shared<apache::thrift::transport::TSocket>(options.server.substr(0, colon),
+                                                                     std::atoi(options.server.c_str() + colon + 1));
+  socket->setConnTimeout(3000);
+  socket->setRecvTimeout(60000);
+  auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
+  rpc::TxScoreClient client(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
+  try {
+    transport->open();
+    rpc::ClaimsJobStatus status;
+    if (options.action == "submit") client.submitClaimsJob(status, request);
+    if (options.action == "status") client.claimsJobStatus(status, options.job_id);
+    if (options.action == "cancel") client.cancelClaimsJob(status, options.job_id);
+    Print(status);
+  } catch (const rpc::InvalidRequest& e) {
+    std::fprintf(stderr, "refused: %s: %s\n", e.field.c_str(), e.reason.c_str());
+    return 1;
+  } catch (const rpc::UnknownJob& e) {
+    std::fprintf(stderr, "the server knows no job %s\n", e.job_id.c_str());
+    return 1;
+  } catch (const rpc::ServiceError& e) {
+    std::fprintf(stderr, "the server failed: %s\n", e.reason.c_str());
+    return 1;
+  } catch (const apache::thrift::TException& e) {
+    std::fprintf(stderr, "cannot reach %s: %s\nIs the server running?\n", options.server.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddJobCommand(CLI::App& app, int* exit_code) {
+  CLI::App* job = app.add_subcommand("job", "Claims jobs on a running server: submit, status, cancel");
+  job->require_subcommand(1);
+  auto options = std::make_shared<JobOptions>();
+  for (const char* action : {"submit", "status", "cancel"}) {
+    CLI::App* cmd = job->add_subcommand(action, std::string(action) + " a claims job");
+    cmd->add_option("--server", options->server, "HOST:PORT of txscore serve")->capture_default_str();
+    if (std::string(action) == "submit") {
+      cmd->add_option("--input", options->input_path, "A claims file in the server's jobs.input_dir");
+      cmd->add_option("--claims", options->claims_file, "A local JSON-lines claims file, sent inline");
+    } else {
+      cmd->add_option("--id", options->job_id, "The job id submit printed")->required();
+    }
+    cmd->callback([options, exit_code, action] {
+      options->action = action;
+      *exit_code = RunJob(*options);
+    });
+  }
+}
+
+}  // namespace txscore::service

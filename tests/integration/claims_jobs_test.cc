@@ -1,0 +1,211 @@
+// Claims jobs over Thrift: submit (inline claims or a server-side file), status, cancel.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <thrift/protocol/TBinaryProtocol.h>
+#include <thrift/transport/TBufferTransports.h>
+#include <thrift/transport/TSocket.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "fraud/claims_synthetic.h"
+#include "gen-cpp/TxScore.h"
+#include "service/scoring_server.h"
+#include "service/transaction_json.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+using apache::thrift::protocol::TBinaryProtocol;
+using apache::thrift::transport::TFramedTransport;
+using apache::thrift::transport::TSocket;
+
+class ClaimsJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string pipeline = testing::WriteTestPipeline(dir_);
+    testing::WriteFile(dir_.file("claims.yaml"),
+                       "storage: {path: unused}\n"
+                       "security: {card_key_file: card.key}\n"
+                       "stages:\n"
+                       "  - {name: features, kind: claim_features}\n"
+                       "  - {name: claims_model, kind: xgboost, after: features, model: " +
+                           testing::ClaimsModelDir() + "/claims.ubj}\n"
+                       "  - {name: decision, kind: decision, after: claims_model}\n");
+    std::filesystem::create_directories(dir_.file("in"));
+    std::ofstream(pipeline, std::ios::app) << "jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, chunk: 4, priority: normal}\n";
+    // priority normal: on a test machine kept busy by other tests, an idle-class job could wait
+    // for minutes. bench/run_job_priority_bench.sh measures the idle class.
+    auto config = pipelines::LoadPipelineConfig(pipeline);
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    ScoringServer::Hooks hooks;
+    hooks.before_job = [this, released = release_.get_future().share()](const std::string& job_id) {
+      if (hold_first_job_ && !held_.exchange(true)) {  // the first job only
+        job_held_.set_value(job_id);
+        released.wait();
+      }
+    };
+    auto server = ScoringServer::Create(*config, {}, hooks);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+    auto socket = std::make_shared<TSocket>("127.0.0.1", server_->rpc_port());
+    socket->setRecvTimeout(10000);
+    transport_ = std::make_shared<TFramedTransport>(socket);
+    client_ = std::make_unique<rpc::TxScoreClient>(std::make_shared<TBinaryProtocol>(transport_));
+    transport_->open();
+  }
+  void TearDown() override {
+    if (held_ && !released_) release_.set_value();
+    if (server_) server_->Stop();
+  }
+
+  rpc::ClaimsJobRequest Inline(int claims, uint64_t seed) {
+    fraud::SyntheticClaimsOptions data;
+    data.claims = claims;
+    data.seed = seed;
+    rpc::ClaimsJobRequest request;
+    std::vector<rpc::Claim> list;
+    for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) list.push_back(ToThriftClaim(c.claim));
+    request.__set_claims(list);
+    return request;
+  }
+
+  // Polls the job's status until it leaves QUEUED/RUNNING (a client's way to wait for a job).
+  rpc::ClaimsJobStatus WaitForEnd(const std::string& job_id) {
+    rpc::ClaimsJobStatus status;
+    for (int i = 0; i < 3000; ++i) {
+      client_->claimsJobStatus(status, job_id);
+      if (status.state != rpc::JobState::QUEUED && status.state != rpc::JobState::RUNNING) return status;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "job " << job_id << " did not finish in 30 s";
+    return status;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ScoringServer> server_;
+  std::shared_ptr<TFramedTransport> transport_;
+  std::unique_ptr<rpc::TxScoreClient> client_;
+  bool hold_first_job_ = false;
+  std::atomic<bool> held_{false};
+  bool released_ = false;
+  std::promise<std::string> job_held_;
+  std::promise<void> release_;
+};
+
+TEST_F(ClaimsJobsTest, InlineClaimsRunToDoneAndTheSameClaimsAreTheSameJob) {
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, Inline(20, 3));
+  EXPECT_EQ(submitted.job_id.size(), 16u);
+  const rpc::ClaimsJobStatus done = WaitForEnd(submitted.job_id);
+  EXPECT_EQ(done.state, rpc::JobState::DONE);
+  EXPECT_EQ(done.done, 20);
+  EXPECT_EQ(done.total, 20);
+  EXPECT_EQ(done.errors, 0);
+  EXPECT_TRUE(std::filesystem::exists(done.output_path + ".summary.json"));
+  std::ifstream output(done.output_path);
+  int lines = 0;
+  for (std::string line; std::getline(output, line);) ++lines;
+  EXPECT_EQ(lines, 20);
+  rpc::ClaimsJobStatus again;
+  client_->submitClaimsJob(again, Inline(20, 3));
+  EXPECT_EQ(again.job_id, submitted.job_id);
+  EXPECT_EQ(WaitForEnd(again.job_id).done, 20);
+  std::ifstream rescored(done.output_path);
+  lines = 0;
+  for (std::string line; std::getline(rescored, line);) ++lines;
+  EXPECT_EQ(lines, 20);  // nothing scored twice
+}
+
+TEST_F(ClaimsJobsTest, ServerSideInputMustLieInTheInputDirectory) {
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 8;
+  std::ofstream in(dir_.file("in/night.jsonl"));
+  for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) in << fraud::ClaimToJson(c.claim) << "\n";
+  in.close();
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("night.jsonl");
+  rpc::ClaimsJobStatus status;
+  client_->submitClaimsJob(status, request);
+  EXPECT_EQ(WaitForEnd(status.job_id).done, 8);
+  for (const char* outside : {"../pipeline.yaml", "/etc/passwd", "missing.jsonl", ""}) {
+    request.__set_input_path(outside);
+    try {
+      client_->submitClaimsJob(status, request);
+      ADD_FAILURE() << outside << " was accepted";
+    } catch (const rpc::InvalidRequest& e) {
+      EXPECT_EQ(e.field, "input_path") << outside;
+    }
+  }
+  rpc::ClaimsJobRequest both = Inline(2, 1);
+  both.__set_input_path("night.jsonl");
+  EXPECT_THROW(client_->submitClaimsJob(status, both), rpc::InvalidRequest);
+}
+
+TEST_F(ClaimsJobsTest, UnknownJobIsReported) {
+  rpc::ClaimsJobStatus status;
+  try {
+    client_->claimsJobStatus(status, "0123456789abcdef");
+    ADD_FAILURE() << "no UnknownJob";
+  } catch (const rpc::UnknownJob& e) {
+    EXPECT_EQ(e.job_id, "0123456789abcdef");
+  }
+  EXPECT_THROW(client_->cancelClaimsJob(status, "0123456789abcdef"), rpc::UnknownJob);
+}
+
+TEST_F(ClaimsJobsTest, CancelledJobsStopAndResumeWhenSubmittedAgain) {
+  hold_first_job_ = true;
+  rpc::ClaimsJobStatus first, second, status;
+  client_->submitClaimsJob(first, Inline(12, 5));
+  const std::string held = job_held_.get_future().get();  // the worker is in the first job, held
+  EXPECT_EQ(held, first.job_id);
+  client_->submitClaimsJob(second, Inline(12, 6));
+  EXPECT_EQ(second.state, rpc::JobState::QUEUED);
+  client_->cancelClaimsJob(status, second.job_id);  // queued: dropped
+  EXPECT_EQ(status.state, rpc::JobState::CANCELLED);
+  client_->cancelClaimsJob(status, first.job_id);  // running: stops before its first chunk
+  EXPECT_EQ(status.state, rpc::JobState::RUNNING);
+  release_.set_value();
+  released_ = true;
+  const rpc::ClaimsJobStatus stopped = WaitForEnd(first.job_id);
+  EXPECT_EQ(stopped.state, rpc::JobState::CANCELLED);
+  EXPECT_EQ(stopped.done, 0);
+  client_->claimsJobStatus(status, second.job_id);
+  EXPECT_EQ(status.state, rpc::JobState::CANCELLED);
+  // Submitted again, both run to the end.
+  client_->submitClaimsJob(status, Inline(12, 5));
+  EXPECT_EQ(status.job_id, first.job_id);
+  EXPECT_EQ(WaitForEnd(first.job_id).state, rpc::JobState::DONE);
+  client_->submitClaimsJob(status, Inline(12, 6));
+  EXPECT_EQ(WaitForEnd(second.job_id).done, 12);
+}
+
+TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {
+  testing::TempDir dir;
+  auto config = pipelines::LoadPipelineConfig(testing::WriteTestPipeline(dir));
+  ASSERT_TRUE(config.ok());
+  auto server = ScoringServer::Create(*config);
+  ASSERT_TRUE(server.ok());
+  (*server)->Start();
+  auto socket = std::make_shared<TSocket>("127.0.0.1", (*server)->rpc_port());
+  auto transport = std::make_shared<TFramedTransport>(socket);
+  rpc::TxScoreClient client(std::make_shared<TBinaryProtocol>(transport));
+  transport->open();
+  rpc::ClaimsJobStatus status;
+  try {
+    client.claimsJobStatus(status, "x");
+    ADD_FAILURE() << "no ServiceError";
+  } catch (const rpc::ServiceError& e) {
+    EXPECT_EQ(e.reason, "failed precondition: this server runs no claims jobs: add a jobs section (claims_pipeline, "
+                        "input_dir, output_dir) to its pipeline file");
+  }
+  (*server)->Stop();
+}
+
+}  // namespace
+}  // namespace txscore::service
