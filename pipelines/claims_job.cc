@@ -23,7 +23,10 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using SteadyClock = std::chrono::steady_clock;
 
-constexpr int kDefaultChunk = 64;
+// Rows per chunk: at least 64, and 8 LLM batches' worth, since only the suspicious share of a
+// chunk (often a tenth) reaches the LLM and its batches should still fill.
+constexpr int kMinChunk = 64;
+constexpr int kChunkBatches = 8;
 constexpr char kJobKeyPrefix[] = "claims-job/";
 
 std::string Hex(const unsigned char* bytes, size_t n) {
@@ -399,7 +402,7 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
     state.output = output;
     state.input_sha256 = *digest;
     state.chunk_size = options.chunk_size > 0 ? options.chunk_size
-                                              : (pipeline.llm_max_batch() > 0 ? pipeline.llm_max_batch() : kDefaultChunk);
+                                              : std::max(kMinChunk, kChunkBatches * pipeline.llm_max_batch());
     state.summary.state = "running";
   }
   ClaimsJobSummary& summary = state.summary;

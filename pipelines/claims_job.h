@@ -47,8 +47,9 @@ struct ClaimsJobProgress {
 struct ClaimsJobOptions {
   std::string input_path;   // required
   std::string output_path;  // required; OUTPUT.summary.json is written beside it at the end
-  // Default: 0, the LLM stage's max_batch (one LLM batch per chunk), or 64 without an LLM
-  // stage. A resumed job keeps the chunk size it began with.
+  // Default: 0, meaning 8 times the LLM stage's max_batch, at least 64: only the suspicious
+  // share of a chunk reaches the LLM, and its batches should still fill. A resumed job keeps
+  // the chunk size it began with.
   int chunk_size = 0;
   // Default: false. Forget an earlier run of this job (its progress and its output) and start over.
   bool restart = false;

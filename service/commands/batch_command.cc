@@ -107,7 +107,7 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   run->add_option("--output", options->job.output_path, "One JSON line per input row; OUTPUT.summary.json at the end")
       ->required();
   run->add_option("--chunk", options->job.chunk_size,
-                  "Rows per durable step (default: the LLM stage's max_batch, or 64)");
+                  "Rows per durable step (default: 8 x the LLM stage's max_batch, at least 64)");
   run->add_flag("--restart", options->job.restart, "Forget an earlier run of this job and its output; start over");
   run->add_flag("--quiet", options->quiet, "No progress display or summary text (errors only)");
   run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error")->capture_default_str();

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-CHUNK = 4  # the LLM stage's max_batch below: one LLM batch per chunk
+CHUNK = 4  # rows per chunk (--chunk), and the LLM stage's max_batch: at most one LLM batch per chunk
 
 
 def run(cmd, **kwargs):
@@ -36,7 +36,7 @@ def lines_without_timings(path):
 class Job:
     def __init__(self, txscore, config, claims, output):
         self.cmd = [txscore, "batch", "run", "--config", config, "--input", claims, "--output", output,
-                    "--log-level", "debug"]
+                    "--chunk", str(CHUNK), "--log-level", "debug"]
         self.output = output
 
     def run_to_end(self):
