@@ -7,14 +7,13 @@
 #include <cstdio>
 #include <optional>
 
-#include "accelerator/discovery.h"
 #include "common/logging.h"
-#include "llm/decoder.h"
 #include "pipelines/claims_job.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/config.h"
 #include "pipelines/placement.h"
 #include "service/commands/commands.h"
+#include "service/commands/pipeline_setup.h"
 #include "service/commands/progress.h"
 #include "storage/database.h"
 
@@ -33,19 +32,13 @@ extern "C" void RequestStop(int) { stop_requested.store(true); }
 
 int RunBatch(BatchRunOptions& options) {
   ConfigureLogging(options.quiet ? "warn" : options.log_level);
-  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
-  if (!config.ok()) {
-    spdlog::error("invalid pipeline file: {}", config.error().ToString());
+  Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.error().ToString());
     return 1;
   }
-  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
-  if (!devices.ok()) {
-    spdlog::error("device discovery failed: {}", devices.error().ToString());
-    return 1;
-  }
-  pipelines::PipelineRuntime runtime;
-  runtime.load_decoder = llm::Decoder::Load;
-  runtime.devices = &*devices;
+  const pipelines::PipelineConfig* config = &loaded->config;
+  const pipelines::PipelineRuntime runtime = loaded->Runtime();
   Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline = pipelines::ClaimsPipeline::Create(*config, runtime);
   if (!pipeline.ok()) {
     spdlog::error("cannot start: {}", pipeline.error().ToString());

@@ -5,6 +5,7 @@
 #include "pipelines/config.h"
 #include "pipelines/placement.h"
 #include "service/commands/commands.h"
+#include "service/commands/pipeline_setup.h"
 
 namespace txscore::service {
 namespace {
@@ -15,16 +16,13 @@ struct PlanOptions {
 };
 
 int RunPlan(const PlanOptions& options) {
-  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
-  if (!config.ok()) {
-    std::cerr << "invalid pipeline file: " << config.error().ToString() << "\n";
+  Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
+  if (!loaded.ok()) {
+    std::cerr << loaded.error().ToString() << "\n";
     return 1;
   }
-  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
-  if (!devices.ok()) {
-    std::cerr << "device discovery failed: " << devices.error().ToString() << "\n";
-    return 1;
-  }
+  const pipelines::PipelineConfig* config = &loaded->config;
+  const accelerator::DeviceRegistry* devices = loaded->devices.get();
   Result<pipelines::PipelinePlan> plan = pipelines::PlanPipeline(*config, *devices);
   if (!plan.ok()) {
     std::cerr << "cannot place the pipeline: " << plan.error().ToString() << "\n";

@@ -11,6 +11,7 @@
 #include "pipelines/placement.h"
 #include "pipelines/config.h"
 #include "service/commands/commands.h"
+#include "service/commands/pipeline_setup.h"
 #include "service/scoring_server.h"
 
 namespace txscore::service {
@@ -30,22 +31,16 @@ int RunServe(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
-  if (!config.ok()) {
-    spdlog::error("invalid pipeline file: {}", config.error().ToString());
+  Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.error().ToString());
     return 1;
   }
-  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
-  if (!devices.ok()) {
-    spdlog::error("device discovery failed: {}", devices.error().ToString());
-    return 1;
-  }
-  for (const accelerator::AbsentDevice& absent : devices->absent()) {
+  const pipelines::PipelineConfig* config = &loaded->config;
+  for (const accelerator::AbsentDevice& absent : loaded->devices->absent()) {
     spdlog::info("device {}: absent ({})", accelerator::DeviceKindName(absent.kind), absent.reason);
   }
-  pipelines::PipelineRuntime runtime;
-  runtime.load_decoder = llm::Decoder::Load;
-  runtime.devices = &*devices;
+  const pipelines::PipelineRuntime runtime = loaded->Runtime();
   Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config, runtime);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", server.error().ToString());
@@ -61,6 +56,10 @@ int RunServe(const ServeOptions& options) {
                config->decision.review_threshold, config->decision.decline_threshold);
   for (const accelerator::Placement& p : (*server)->pipeline().plan().stages) {
     spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+  }
+  if (!config->jobs.claims_pipeline.empty()) {
+    spdlog::info("claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",
+                 config->jobs.claims_pipeline, config->jobs.input_dir, config->jobs.output_dir, config->jobs.priority);
   }
   if (config->findings.enabled) {
     spdlog::info("stage {}: findings from {} when {} (budget {} ms, batches of up to {})", config->findings.name,
