@@ -8,7 +8,8 @@
 #
 #   ./bench/run_job_priority_bench.sh [rate] [priority]     e.g.  ./bench/run_job_priority_bench.sh 1000 idle
 #   env: RUNS (default 5), SECONDS_PER_RUN (5), WARMUP (1), CONNECTIONS (4), CLAIMS (20000),
-#        LLM (1; 0 drops the job's LLM stage, to tell its share of the effect from the rest)
+#        LLM (1; 0 drops the job's LLM stage, to tell its share of the effect from the rest),
+#        SERVE_ENV (extra environment for the server only, e.g. GLIBC_TUNABLES=...)
 #
 # Needs ./scripts/setup.sh to have run (build, demo models, llm-tiny).
 set -euo pipefail
@@ -58,7 +59,7 @@ stages:
   - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
   - {name: decision, kind: decision, after: fraud}
 YAML
-./build/txscore serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" &
+env ${SERVE_ENV:-} ./build/txscore serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" &
 server_pid=$!
 for _ in $(seq 300); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$work/serve.out")
