@@ -291,11 +291,6 @@ Status WriteSummaryFile(const std::string& output_path, const ClaimsJobSummary& 
   return Status::Ok();
 }
 
-// The rows of one chunk: validated claims go to the pipeline, the rest become error lines.
-struct Chunk {
-  std::vector<Row> rows;
-};
-
 }  // namespace
 
 Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
