@@ -16,6 +16,7 @@
 
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters.h"
+#include "common/malloc_tuning.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
@@ -94,6 +95,7 @@ BENCHMARK_CAPTURE(BM_GenerateBatch, emulated_bfloat16, "privateuseone:0", "bfloa
 }  // namespace
 
 int main(int argc, char** argv) {
+  txscore::KeepFreedHeapMemory();  // as txscore's main does
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--model=", 8) == 0) g_model = argv[i] + 8;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) g_model = argv[i + 1];

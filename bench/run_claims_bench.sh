@@ -5,7 +5,9 @@
 #
 #   ./bench/run_claims_bench.sh                      # cpu and emulated, batch 1 4 16
 #   env: RUNS (default 3), CLAIMS (400), WHEN (the LLM stage's condition; default
-#        "claims_model.score >= 0.3"), DEVICES ("cpu emulated"), BATCHES ("1 4 16")
+#        "claims_model.score >= 0.3"), DEVICES ("cpu emulated"), BATCHES ("1 4 16"),
+#        BINARIES (txscore binaries to compare, interleaved too; default "build/txscore", e.g.
+#                  "/tmp/txscore.before build/txscore" for a before/after of a change)
 #
 # Needs ./scripts/setup.sh to have run (build, the claims model, llm-tiny).
 set -euo pipefail
@@ -15,6 +17,7 @@ claims=${CLAIMS:-400}
 when=${WHEN:-claims_model.score >= 0.3}
 devices=(${DEVICES:-cpu emulated})
 batches=(${BATCHES:-1 4 16})
+binaries=(${BINARIES:-build/txscore})
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -23,9 +26,12 @@ trap 'rm -rf "$work"' EXIT
 echo "$claims claims, LLM stage when \"$when\" (llm-tiny, greedy, up to 96 new tokens), $runs runs per configuration," \
      "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for run in $(seq "$runs"); do
+ for index in "${!binaries[@]}"; do
+  binary=${binaries[$index]}
+  label=$([ "${#binaries[@]}" -gt 1 ] && echo "$binary " || true)
   for device in "${devices[@]}"; do
     for batch in "${batches[@]}"; do
-      name="$device-b$batch-r$run"
+      name="$device-b$batch-r$run-x$index"
       cat > "$work/$name.yaml" <<YAML
 storage: {path: db-$name, durability: wal}
 security: {card_key_file: card.key}
@@ -37,21 +43,22 @@ stages:
      threads: 1, placement: $device, dtype: $([ "$device" = cpu ] && echo float32 || echo bfloat16), max_batch: $batch}
   - {name: decision, kind: decision, after: [claims_model, analysis]}
 YAML
-      ./build/txscore batch run --config "$work/$name.yaml" --input "$work/claims.jsonl" --output "$work/$name.out" \
+      "$binary" batch run --config "$work/$name.yaml" --input "$work/claims.jsonl" --output "$work/$name.out" \
         --quiet > /dev/null
       /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], \
 '%.1f claims/s' % s['claims_per_s'], 'analysed', s['analysed'], 'llm %.2f s' % s['stages']['analysis']['seconds'])" \
-        "$work/$name.out.summary.json" "$device" "$batch" | tee -a "$work/results.txt"
+        "$work/$name.out.summary.json" "$label$device" "$batch" | tee -a "$work/results.txt"
     done
   done
+ done
 done
 echo "--- medians over $runs runs ---"
 /usr/bin/python3 - "$work/results.txt" <<'PY'
 import collections, statistics, sys
 rates = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    device, batch, rate = line.split()[:3]
-    rates[(device, int(batch))].append(float(rate))
+    *device, batch, rate = line.split()[:line.split().index("claims/s")]
+    rates[(" ".join(device), int(batch))].append(float(rate))
 for (device, batch), values in sorted(rates.items()):
     print(f"{device:9} batch {batch:3}: {statistics.median(values):7.1f} claims/s  (runs {values})")
 PY

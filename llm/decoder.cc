@@ -68,6 +68,37 @@ class TorchCache : public DecoderCache {
   int max_tokens_;
 };
 
+// The additive attention mask of one forward pass (0 where key t is visible from query
+// position p, -inf elsewhere): t <= p, and p - t < window on sliding layers. Built whole when
+// attention runs in one block; built block by block from the positions when the scores are
+// split into blocks of query rows, since a whole mask is as large as the scores it masks.
+struct AttentionMask {
+  bool needed = false;
+  torch::Tensor query_position;  // [batch, length, 1]
+  torch::Tensor key_index;       // [1, 1, tokens]
+  torch::Tensor whole;           // [batch, 1, length, tokens], or undefined: built per block
+
+  static torch::Tensor ToBias(const torch::Tensor& allowed) {
+    return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(torch::kFloat32).device(allowed.device()))
+        .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
+        .unsqueeze(1);
+  }
+
+  // window: the sliding window, 0 for global attention.
+  torch::Tensor Build(const torch::Tensor& positions, int64_t window) const {
+    torch::Tensor allowed = key_index <= positions;
+    if (window > 0) allowed = allowed & ((positions - key_index) < window);
+    return ToBias(allowed);
+  }
+
+  // [batch, 1, rows, tokens] for query rows [row, row + rows); undefined when no mask is needed.
+  torch::Tensor Rows(int64_t row, int64_t rows, int64_t window) const {
+    if (!needed) return {};
+    if (whole.defined()) return rows == whole.size(2) ? whole : whole.narrow(2, row, rows);
+    return Build(query_position.narrow(1, row, rows), window);
+  }
+};
+
 struct Layer {
   torch::Tensor input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
   torch::Tensor q, k, v, o, q_bias, k_bias, v_bias, o_bias;
@@ -96,6 +127,7 @@ class TorchDecoder : public Decoder {
     decoder->dtype_ = options.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     decoder->device_ = torch::Device(options.device);
     decoder->adapters_ = options.adapters;
+    decoder->attention_block_elements_ = options.attention_block_elements;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
     decoder->PadHeadDim();
@@ -176,20 +208,22 @@ class TorchDecoder : public Decoder {
     const torch::Tensor id_tensor = host_ids.to(device_);
     const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).to(device_);
 
-    // Masks [batch, 1, longest, total_max]: key t is visible from query position p when
-    // t <= p (causal), and for sliding layers when p - t < window. One sequence decoding one
-    // token within the window sees every key: no mask then (building one costs more ops than
-    // the step's attention at small sizes; measured in bench/device_layer_bench.cc).
-    const bool needs_mask = batch > 1 || longest > 1 || (c.sliding_window > 0 && total_max > c.sliding_window);
-    torch::Tensor global_mask, sliding_mask;  // undefined: no mask
-    if (needs_mask) {
-      const torch::Tensor key_index =
+    // One sequence decoding one token within the window sees every key: no mask then
+    // (building one costs more ops than the step's attention at small sizes; measured in
+    // bench/device_layer_bench.cc).
+    const int64_t rows_per_block = AttentionRowsPerBlock(batch, total_max);
+    AttentionMask global_mask, sliding_mask;
+    global_mask.needed = batch > 1 || longest > 1 || (c.sliding_window > 0 && total_max > c.sliding_window);
+    if (global_mask.needed) {
+      global_mask.key_index =
           torch::arange(total_max, torch::TensorOptions().dtype(torch::kInt64).device(device_)).view({1, 1, total_max});
-      const torch::Tensor query_position = position_tensor.unsqueeze(-1);
-      const torch::Tensor causal = key_index <= query_position;
-      global_mask = MaskToBias(causal);
-      sliding_mask =
-          c.sliding_window > 0 ? MaskToBias(causal & ((query_position - key_index) < c.sliding_window)) : global_mask;
+      global_mask.query_position = position_tensor.unsqueeze(-1);
+      sliding_mask = global_mask;
+      if (rows_per_block >= longest) {
+        global_mask.whole = global_mask.Build(global_mask.query_position, 0);
+        sliding_mask.whole = c.sliding_window > 0 ? sliding_mask.Build(sliding_mask.query_position, c.sliding_window)
+                                                  : global_mask.whole;
+      }
     }
 
     const torch::Tensor global_rope = RopeTables(global_inv_freq_, position_tensor);
@@ -208,7 +242,7 @@ class TorchDecoder : public Decoder {
       const Layer& layer = layers_[l];
       torch::Tensor h = Norm(x, layer.input_norm);
       h = Attention(layer, h, layer.sliding ? local_rope : global_rope, layer.sliding ? sliding_mask : global_mask,
-                    cache, l, new_tokens, total_max);
+                    layer.sliding ? c.sliding_window : 0, rows_per_block, cache, l, new_tokens, total_max);
       if (c.sandwich_norms) h = Norm(h, layer.post_attention_norm);
       x = x + (c.residual_multiplier != 1.0 ? h * c.residual_multiplier : h);
       h = Norm(x, c.sandwich_norms ? layer.pre_feedforward_norm : layer.post_attention_norm);
@@ -239,12 +273,6 @@ class TorchDecoder : public Decoder {
   // call, and a decode step makes dozens of them).
   static torch::Tensor As(const torch::Tensor& t, torch::ScalarType dtype) {
     return t.scalar_type() == dtype ? t : t.to(dtype);
-  }
-
-  static torch::Tensor MaskToBias(const torch::Tensor& allowed) {
-    return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(torch::kFloat32).device(allowed.device()))
-        .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
-        .unsqueeze(1);
   }
 
   // 1 / theta^(2i/d), with Llama 3's frequency-dependent scaling or linear scaling applied.
@@ -292,8 +320,22 @@ class TorchDecoder : public Decoder {
     return weight * As(normed, x.scalar_type());
   }
 
+  // Query rows attended at a time. The scores of a long prefill are large ([batch, heads,
+  // length, tokens]: 8 prompts of 1000 tokens are 128 MB in float32, and the scale, mask and
+  // softmax each make another of that size). Blocks of query rows keep each intermediate near
+  // attention_block_elements_: allocations of a few MB come back from malloc's free lists,
+  // where hundreds of MB would be mapped, faulted in page by page and unmapped again on every
+  // layer, which slowed other threads and processes on the same host (found with perf in
+  // bench/run_job_priority_bench.sh; see README). Rows are independent: blocking changes no
+  // result.
+  int64_t AttentionRowsPerBlock(int64_t batch, int64_t tokens) const {
+    const int64_t row_elements = std::max<int64_t>(1, batch * config_.num_attention_heads * tokens);
+    return std::max<int64_t>(1, attention_block_elements_ / row_elements);
+  }
+
   torch::Tensor Attention(const Layer& layer, const torch::Tensor& h, const torch::Tensor& rope,
-                          const torch::Tensor& mask, TorchCache* cache, size_t layer_index,
+                          const AttentionMask& mask, int64_t window, int64_t rows_per_block, TorchCache* cache,
+                          size_t layer_index,
                           const std::vector<std::vector<int32_t>>& new_tokens, int64_t total_max) const {
     const ModelConfig& c = config_;
     const int64_t batch = h.size(0), length = h.size(1);
@@ -323,29 +365,46 @@ class TorchDecoder : public Decoder {
     }
     const torch::Tensor keys = cache_k.narrow(2, 0, total_max);
     const torch::Tensor values = cache_v.narrow(2, 0, total_max);
+    if (rows_per_block >= length) {
+      return F::linear(AttendBlock(q, keys, values, mask.Rows(0, length, window)), layer.o, layer.o_bias);
+    }
+    std::vector<torch::Tensor> blocks;
+    for (int64_t row = 0; row < length; row += rows_per_block) {
+      const int64_t rows = std::min(rows_per_block, length - row);
+      blocks.push_back(AttendBlock(q.narrow(2, row, rows), keys, values, mask.Rows(row, rows, window)));
+    }
+    return F::linear(torch::cat(blocks, 1), layer.o, layer.o_bias);
+  }
+
+  // Attention of query rows q [batch, heads, rows, head_dim] over the cached keys and values
+  // [batch, kv_heads, tokens, head_dim]; mask [batch, 1, rows, tokens] or undefined. Returns
+  // [batch, rows, heads * head_dim].
+  torch::Tensor AttendBlock(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
+                            const torch::Tensor& mask) const {
+    const ModelConfig& c = config_;
+    const int64_t batch = q.size(0), rows = q.size(2), head_dim = q.size(3), tokens = keys.size(2);
     // Grouped-query attention without copying the cache: the `groups` query heads that share a
     // KV head are stacked along the query axis, so one batched product per KV head serves them
-    // all ([batch, kv, groups * length, head_dim] x [batch, kv, head_dim, tokens]).
+    // all ([batch, kv, groups * rows, head_dim] x [batch, kv, head_dim, tokens]).
     const int64_t groups = c.num_query_groups();
-    const torch::Tensor grouped_q = q.reshape({batch, c.num_key_value_heads, groups * length, head_dim});
+    const torch::Tensor grouped_q = q.reshape({batch, c.num_key_value_heads, groups * rows, head_dim});
     torch::Tensor scores = torch::matmul(grouped_q, keys.transpose(2, 3)) * c.attention_scale();
     if (c.attn_logit_softcapping > 0) {
       scores = torch::tanh(scores / c.attn_logit_softcapping) * c.attn_logit_softcapping;
     }
     scores = As(scores, torch::kFloat32);
     if (mask.defined()) {
-      // mask: [batch, 1, length, tokens] -> the same for each stacked group.
+      // mask: [batch, 1, rows, tokens] -> the same for each stacked group.
       scores = scores + (groups == 1 ? mask
                                      : mask.unsqueeze(2)
-                                           .expand({batch, 1, groups, length, total_max})
-                                           .reshape({batch, 1, groups * length, total_max}));
+                                           .expand({batch, 1, groups, rows, tokens})
+                                           .reshape({batch, 1, groups * rows, tokens}));
     }
     const torch::Tensor weights = As(torch::softmax(scores, -1), dtype_);
-    const torch::Tensor out = torch::matmul(weights, values)
-                                  .view({batch, c.num_attention_heads, length, head_dim})
-                                  .transpose(1, 2)
-                                  .reshape({batch, length, -1});
-    return F::linear(out, layer.o, layer.o_bias);
+    return torch::matmul(weights, values)
+        .view({batch, c.num_attention_heads, rows, head_dim})
+        .transpose(1, 2)
+        .reshape({batch, rows, -1});
   }
 
   torch::Tensor Mlp(const Layer& layer, const torch::Tensor& h) const {
@@ -517,6 +576,7 @@ class TorchDecoder : public Decoder {
   torch::ScalarType dtype_ = torch::kFloat32;
   torch::Device device_ = torch::kCPU;
   accelerator::OpAdapters adapters_;
+  int64_t attention_block_elements_ = 0;  // DecoderOptions::attention_block_elements
   int64_t head_dim_ = 0;             // config_.head_dim, or padded to the head_dim adapter's alignment
   torch::Tensor rotate_half_;        // with rope_as_matmul
   torch::Tensor embed_tokens_host_;  // with embedding_on_host (on a non-CPU device)

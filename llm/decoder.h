@@ -26,6 +26,10 @@ struct DecoderOptions {
   // Equivalent forms of ops the device lacks (accelerator/op_adapters.h); the placement plan
   // says which. Default: none.
   accelerator::OpAdapters adapters{};
+  // Default: 1M (4 MB of float32 scores). Attention computes the scores of at most about this
+  // many elements at a time, in blocks of query rows: a long batched prefill then reuses
+  // allocations of a few MB instead of mapping and faulting in hundreds of MB per layer.
+  int64_t attention_block_elements = 1 << 20;
 };
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.

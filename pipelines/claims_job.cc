@@ -293,11 +293,10 @@ Status WriteSummaryFile(const std::string& output_path, const ClaimsJobSummary& 
 
 }  // namespace
 
-Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
-  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, kJobKeyPrefix + job_id);
-  if (!stored.ok()) return stored.error();
-  if (!stored->has_value()) return std::optional<ClaimsJobRecord>();
-  Result<JobState> state = JobState::Decode(**stored);
+namespace {
+
+Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
+  Result<JobState> state = JobState::Decode(stored);
   if (!state.ok()) return state.error();
   ClaimsJobRecord record;
   record.input = state->input;
@@ -307,7 +306,32 @@ Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, cons
   record.done = state->rows_done;
   record.errors = state->summary.errors;
   record.elapsed_s = state->summary.elapsed_s;
-  return std::optional<ClaimsJobRecord>(record);
+  return record;
+}
+
+}  // namespace
+
+Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
+  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, kJobKeyPrefix + job_id);
+  if (!stored.ok()) return stored.error();
+  if (!stored->has_value()) return std::optional<ClaimsJobRecord>();
+  Result<ClaimsJobRecord> record = DecodeRecord(**stored);
+  if (!record.ok()) return record.error();
+  return std::optional<ClaimsJobRecord>(std::move(record).value());
+}
+
+Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db) {
+  Result<std::vector<std::pair<std::string, std::string>>> stored = db.ReadAll(storage::ColumnFamily::kJobs);
+  if (!stored.ok()) return stored.error();
+  const std::string_view prefix = kJobKeyPrefix;
+  std::map<std::string, ClaimsJobRecord> jobs;
+  for (const auto& [key, value] : *stored) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    Result<ClaimsJobRecord> record = DecodeRecord(value);
+    if (!record.ok()) return record.error();
+    jobs.emplace(key.substr(prefix.size()), std::move(record).value());
+  }
+  return jobs;
 }
 
 std::string ShortDigest(const std::string& text) {
@@ -450,9 +474,14 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   }
   double elapsed_before = summary.elapsed_s;
   int64_t chunk_index = state.rows_done / state.chunk_size;
+  bool interrupted = false;
   while (state.rows_done < total) {
     if (options.cancel != nullptr && options.cancel->load()) {
       summary.state = "cancelled";
+      break;
+    }
+    if (options.interrupt != nullptr && options.interrupt->load()) {
+      interrupted = true;  // the record stays "running", as after a crash
       break;
     }
     std::vector<Row> rows;
@@ -514,12 +543,15 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
     progress.errors = summary.errors;
     if (options.progress) options.progress(progress);
   }
-  if (summary.state == "running") summary.state = "done";
+  if (summary.state == "running" && !interrupted) summary.state = "done";
   summary.done = state.rows_done;
   summary.elapsed_s = elapsed_before + std::chrono::duration<double>(SteadyClock::now() - started).count();
   TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
   if (summary.state == "done") TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
-  return summary;
+  if (!interrupted) return summary;
+  ClaimsJobSummary returned = summary;
+  returned.state = "interrupted";
+  return returned;
 }
 
 }  // namespace txscore::pipelines

@@ -58,13 +58,17 @@ struct ClaimsJobOptions {
   // When set to true (from another thread or a signal handler), the job stops after the chunk
   // in flight; started again, it resumes. Not owned.
   const std::atomic<bool>* cancel = nullptr;
+  // Like `cancel`, but the job's record stays "running", as after a crash, and the returned
+  // summary's state is "interrupted": a stopping server uses it, to resume the job when it
+  // starts again. Not owned.
+  const std::atomic<bool>* interrupt = nullptr;
   // Called before each LLM submission of a chunk (tests use it to kill the process mid-batch).
   std::function<void(int64_t chunk, size_t claims)> before_llm;
 };
 
 struct ClaimsJobSummary {
   std::string job_id;
-  std::string state;  // "done", or "cancelled" when stopped by `cancel`
+  std::string state;  // "done"; "cancelled" when stopped by `cancel`; "interrupted" by `interrupt`
   int64_t total = 0;
   int64_t done = 0;
   int64_t errors = 0;
@@ -89,12 +93,14 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
 // What the database holds about a job: its last recorded progress.
 struct ClaimsJobRecord {
   std::string input, output;
-  std::string state;  // running (also: stopped by a crash), cancelled, done
+  std::string state;  // running (also: stopped by a crash or `interrupt`), cancelled, done
   int64_t total = 0, done = 0, errors = 0;
   double elapsed_s = 0;
 };
 // nullopt for a job the database has no record of.
 Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id);
+// Every job the database has a record of, by job id.
+Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db);
 
 // The first 16 hex characters of the SHA-256 of `text`: names derived from content.
 std::string ShortDigest(const std::string& text);

@@ -30,16 +30,32 @@ Result<std::unique_ptr<ClaimsJobManager>> ClaimsJobManager::Create(pipelines::Cl
   fs::create_directories(options.config.output_dir, ec);
   if (ec) return Internal("cannot create the jobs output directory " + options.config.output_dir + ": " + ec.message());
   std::unique_ptr<ClaimsJobManager> manager(new ClaimsJobManager(pipeline, db, std::move(options)));
+  TXSCORE_RETURN_IF_ERROR(manager->ResumeInterruptedJobs());
   manager->worker_ = std::thread([m = manager.get()] { m->Work(); });
   return manager;
+}
+
+txscore::Status ClaimsJobManager::ResumeInterruptedJobs() {
+  Result<std::map<std::string, pipelines::ClaimsJobRecord>> records = pipelines::ListClaimsJobs(*db_);
+  if (!records.ok()) return records.error();
+  for (const auto& [id, record] : *records) {
+    // Only jobs this server ran: `txscore batch run` against the same database is left alone.
+    if (record.state != "running" || id != JobIdOf(record.input)) continue;
+    Result<ClaimsJobView> queued = Enqueue(record.input);
+    if (!queued.ok()) return queued.error();
+    spdlog::info("claims job {} was interrupted by a server stop at {} of {} rows; resuming it", id, record.done,
+                 record.total);
+  }
+  return txscore::Status::Ok();
 }
 
 ClaimsJobManager::~ClaimsJobManager() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    if (running_) running_->cancel.store(true);
+    interrupt_.store(true);  // the running job stops after its chunk and resumes at the next start
   }
+  if (options_.on_stopping) options_.on_stopping();
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
 }
@@ -75,12 +91,18 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::Ra
   return Enqueue(fs::weakly_canonical(path, ec).string());
 }
 
-Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input) {
-  const std::string output =
-      (fs::path(options_.config.output_dir) / (pipelines::ShortDigest(input) + ".out.jsonl")).lexically_normal().string();
+std::string ClaimsJobManager::OutputOf(const std::string& input) const {
+  return (fs::path(options_.config.output_dir) / (pipelines::ShortDigest(input) + ".out.jsonl")).lexically_normal().string();
+}
+
+std::string ClaimsJobManager::JobIdOf(const std::string& input) const {
   std::error_code ec;
-  const std::string id =
-      pipelines::ClaimsJobId(input, fs::absolute(output, ec).lexically_normal().string());
+  return pipelines::ClaimsJobId(input, fs::absolute(OutputOf(input), ec).lexically_normal().string());
+}
+
+Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input) {
+  const std::string output = OutputOf(input);
+  const std::string id = JobIdOf(input);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return FailedPrecondition("the server is stopping");
   auto known = jobs_.find(id);
@@ -113,7 +135,7 @@ Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {
   ClaimsJobView view;
   view.job_id = job_id;
   view.state = r.state == "done" ? JobState::kDone : JobState::kCancelled;
-  if (r.state == "running") view.detail = "interrupted when the server stopped; submit it again to resume";
+  if (r.state == "running") view.detail = "stopped by a crash or a stop; submit it again to resume";
   view.done = r.done;
   view.total = r.total;
   view.errors = r.errors;
@@ -162,7 +184,6 @@ void ClaimsJobManager::Work() {
       queue_.pop_front();
       job->view.state = JobState::kRunning;
       job->cancel.store(false);
-      running_ = job;
     }
     if (options_.before_job) options_.before_job(job->view.job_id);
     pipelines::ClaimsJobOptions run;
@@ -170,6 +191,7 @@ void ClaimsJobManager::Work() {
     run.output_path = job->view.output_path;
     run.chunk_size = options_.config.chunk;
     run.cancel = &job->cancel;
+    run.interrupt = &interrupt_;
     run.progress = [this, &job](const pipelines::ClaimsJobProgress& p) {
       std::lock_guard<std::mutex> lock(mutex_);
       job->view.done = p.done;
@@ -179,7 +201,6 @@ void ClaimsJobManager::Work() {
     spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
     std::lock_guard<std::mutex> lock(mutex_);
-    running_.reset();
     if (!summary.ok()) {
       job->view.state = JobState::kFailed;
       job->view.detail = summary.error().message;
@@ -193,6 +214,9 @@ void ClaimsJobManager::Work() {
     if (summary->state == "done") {
       job->view.state = JobState::kDone;
       job->view.detail.clear();
+    } else if (summary->state == "interrupted") {
+      job->view.state = JobState::kCancelled;
+      job->view.detail = "interrupted by the server stopping; it resumes when the server starts again";
     } else {
       job->view.state = JobState::kCancelled;
       job->view.detail = "stopped after " + std::to_string(summary->done) + " rows; submit it again to resume";

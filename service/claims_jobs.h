@@ -5,8 +5,9 @@
 //
 // A job is its input: submitting the same file (or the same inline claims) again is the same
 // job, which resumes where it stopped, or reports its result when done. Progress lives in the
-// server's database, so a job interrupted by a server stop is reported CANCELLED after the
-// restart, and resumes when submitted again.
+// server's database: a job interrupted by a server stop (or crash) is queued again when the
+// server starts, and goes on from its last durable chunk. A job cancelled over RPC stays
+// cancelled until it is submitted again.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
@@ -47,6 +48,8 @@ struct ClaimsJobManagerOptions {
   pipelines::JobsConfig config;
   // Tests: called on the worker thread before each job starts (to hold it there).
   std::function<void(const std::string& job_id)> before_job;
+  // Tests: called when the manager is stopping, after the running job was told to stop.
+  std::function<void()> on_stopping;
 };
 
 class ClaimsJobManager {
@@ -54,7 +57,8 @@ class ClaimsJobManager {
   // `pipeline` and `db` must outlive the manager. Creates the output directory.
   static Result<std::unique_ptr<ClaimsJobManager>> Create(pipelines::ClaimsPipeline* pipeline, storage::Database* db,
                                                           ClaimsJobManagerOptions options);
-  // Stops the running job after its chunk in flight (it stays resumable) and joins the worker.
+  // Stops the running job after its chunk in flight (it resumes when a manager is created on
+  // the same database again) and joins the worker.
   ~ClaimsJobManager();
 
   // kInvalidArgument (field "input_path"): a path outside input_dir, or no such file.
@@ -76,7 +80,12 @@ class ClaimsJobManager {
 
   ClaimsJobManager(pipelines::ClaimsPipeline* pipeline, storage::Database* db, ClaimsJobManagerOptions options)
       : pipeline_(pipeline), db_(db), options_(std::move(options)) {}
+  // Where a job's output goes, and its id: both follow from its input path.
+  std::string OutputOf(const std::string& input) const;
+  std::string JobIdOf(const std::string& input) const;
   Result<ClaimsJobView> Enqueue(const std::string& input);
+  // Queues the jobs a server stop or crash left "running" in the database.
+  txscore::Status ResumeInterruptedJobs();
   void Work();
 
   pipelines::ClaimsPipeline* pipeline_;
@@ -86,8 +95,8 @@ class ClaimsJobManager {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // every job submitted since start
-  std::shared_ptr<Job> running_;
   bool stopping_ = false;
+  std::atomic<bool> interrupt_{false};  // set when stopping: the running job stops, resumably
   std::thread worker_;  // started last, in Create
 };
 

@@ -1,9 +1,11 @@
 // txscore: transaction- and claims-scoring service. See README.md.
 #include <CLI/CLI.hpp>
 
+#include "common/malloc_tuning.h"
 #include "service/commands/commands.h"
 
 int main(int argc, char** argv) {
+  txscore::KeepFreedHeapMemory();
   CLI::App app{"txscore: fraud scoring over Thrift, with an audit trail in RocksDB"};
   app.require_subcommand(1);
   int exit_code = 0;

@@ -64,6 +64,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
     ClaimsJobManagerOptions job_options;
     job_options.config = config.jobs;
     job_options.before_job = runtime_hooks.before_job;
+    job_options.on_stopping = runtime_hooks.on_jobs_stopping;
     Result<std::unique_ptr<ClaimsJobManager>> jobs =
         ClaimsJobManager::Create(server->claims_pipeline_.get(), server->db_.get(), std::move(job_options));
     if (!jobs.ok()) return jobs.error();

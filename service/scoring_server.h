@@ -30,6 +30,7 @@ class ScoringServer {
   // Tests' hooks into the claims jobs (service/claims_jobs.h).
   struct Hooks {
     std::function<void(const std::string& job_id)> before_job;
+    std::function<void()> on_jobs_stopping;
   };
   static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config,
                                                        const pipelines::PipelineRuntime& runtime = {},

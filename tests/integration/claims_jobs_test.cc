@@ -40,13 +40,26 @@ class ClaimsJobsTest : public ::testing::Test {
     std::ofstream(pipeline, std::ios::app) << "jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, chunk: 4, priority: normal}\n";
     // priority normal: on a test machine kept busy by other tests, an idle-class job could wait
     // for minutes. bench/run_job_priority_bench.sh measures the idle class.
-    auto config = pipelines::LoadPipelineConfig(pipeline);
+    pipeline_ = pipeline;
+    released_future_ = release_.get_future().share();
+    StartServer();
+  }
+
+  // A server (again) on the same directory and database, and a client connected to it.
+  void StartServer() {
+    auto config = pipelines::LoadPipelineConfig(pipeline_);
     ASSERT_TRUE(config.ok()) << config.error().ToString();
     ScoringServer::Hooks hooks;
-    hooks.before_job = [this, released = release_.get_future().share()](const std::string& job_id) {
+    hooks.before_job = [this, released = released_future_](const std::string& job_id) {
       if (hold_first_job_ && !held_.exchange(true)) {  // the first job only
         job_held_.set_value(job_id);
         released.wait();
+      }
+    };
+    hooks.on_jobs_stopping = [this] {
+      if (release_held_job_on_stop_ && held_ && !released_) {
+        released_ = true;
+        release_.set_value();
       }
     };
     auto server = ScoringServer::Create(*config, {}, hooks);
@@ -88,14 +101,17 @@ class ClaimsJobsTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  std::string pipeline_;
   std::unique_ptr<ScoringServer> server_;
   std::shared_ptr<TFramedTransport> transport_;
   std::unique_ptr<rpc::TxScoreClient> client_;
   bool hold_first_job_ = false;
+  bool release_held_job_on_stop_ = false;  // once the server has told the job to stop
   std::atomic<bool> held_{false};
-  bool released_ = false;
+  std::atomic<bool> released_{false};
   std::promise<std::string> job_held_;
   std::promise<void> release_;
+  std::shared_future<void> released_future_;
 };
 
 TEST_F(ClaimsJobsTest, InlineClaimsRunToDoneAndTheSameClaimsAreTheSameJob) {
@@ -183,6 +199,27 @@ TEST_F(ClaimsJobsTest, CancelledJobsStopAndResumeWhenSubmittedAgain) {
   EXPECT_EQ(WaitForEnd(first.job_id).state, rpc::JobState::DONE);
   client_->submitClaimsJob(status, Inline(12, 6));
   EXPECT_EQ(WaitForEnd(second.job_id).done, 12);
+}
+
+TEST_F(ClaimsJobsTest, AJobInterruptedByAServerStopResumesWhenTheServerStartsAgain) {
+  hold_first_job_ = true;
+  release_held_job_on_stop_ = true;
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, Inline(12, 8));
+  EXPECT_EQ(job_held_.get_future().get(), submitted.job_id);
+  // Stopping tells the held job to stop, then releases it: it stops before its first chunk,
+  // and its record in the database stays "running".
+  transport_->close();
+  server_->Stop();
+  server_.reset();
+  StartServer();  // nothing is submitted again
+  const rpc::ClaimsJobStatus resumed = WaitForEnd(submitted.job_id);
+  EXPECT_EQ(resumed.state, rpc::JobState::DONE);
+  EXPECT_EQ(resumed.done, 12);
+  std::ifstream output(resumed.output_path);
+  int lines = 0;
+  for (std::string line; std::getline(output, line);) ++lines;
+  EXPECT_EQ(lines, 12);
 }
 
 TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {

@@ -174,6 +174,25 @@ TEST_P(DecoderTest, PaddedHeadDimGivesTheSameLogitsOverSeveralSteps) {
   }
 }
 
+TEST_P(DecoderTest, AttentionInBlocksOfQueryRowsGivesTheSameLogits) {
+  // A budget of one element per block makes every query row its own block (and masks built
+  // per block); the default attends in one block. Two sequences of different lengths (so
+  // padding rows and masks matter), 12 tokens (past the sliding window of 8), then decode steps.
+  auto blocked = Decoder::Load(dir_.path(), {.attention_block_elements = 1});
+  ASSERT_TRUE(blocked.ok()) << blocked.error().ToString();
+  auto whole_cache = decoder_->NewCache(2, 32);
+  auto blocked_cache = (*blocked)->NewCache(2, 32);
+  std::vector<std::vector<int32_t>> step = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {40, 41, 42}};
+  for (int t = 0; t < 3; ++t) {
+    const auto whole = decoder_->Forward(whole_cache.get(), step).value();
+    const auto in_blocks = (*blocked)->Forward(blocked_cache.get(), step).value();
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_LE(MaxDifference(whole[i], in_blocks[i]), 1e-5) << "sequence " << i << ", step " << t;
+    }
+    step = {{static_cast<int32_t>(t + 20)}, {static_cast<int32_t>(t + 50), static_cast<int32_t>(t + 60)}};
+  }
+}
+
 TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks) {
   ASSERT_TRUE(accelerator::RegisterEmulatedDevice().ok());
   accelerator::OpAdapters all;

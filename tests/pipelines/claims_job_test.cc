@@ -164,6 +164,36 @@ TEST_F(ClaimsJobTest, ResumesExactlyOnceAfterACrashBetweenWritingAndRecordingACh
   EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
 }
 
+TEST_F(ClaimsJobTest, AnInterruptedJobStaysRunningInItsRecordAndResumes) {
+  // What a stopping server does: interrupt after the chunk in flight. Unlike a cancel, the
+  // record says "running", which is how a server finds the job again when it starts.
+  std::atomic<bool> interrupt{false};
+  ClaimsJobOptions options = Options();
+  options.interrupt = &interrupt;
+  options.progress = [&](const ClaimsJobProgress& p) { interrupt.store(p.done >= 8); };
+  auto first = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  EXPECT_EQ(first->state, "interrupted");
+  EXPECT_EQ(first->done, 8);
+  const std::string id = ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl"));
+  auto jobs = ListClaimsJobs(*db_);
+  ASSERT_TRUE(jobs.ok()) << jobs.error().ToString();
+  ASSERT_EQ(jobs->count(id), 1u);
+  EXPECT_EQ(jobs->at(id).state, "running");
+  EXPECT_EQ(jobs->at(id).done, 8);
+  EXPECT_EQ(jobs->at(id).input, dir_.file("claims.jsonl"));
+
+  options.interrupt = nullptr;
+  options.progress = nullptr;
+  auto resumed = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
+  EXPECT_EQ(resumed->state, "done");
+  EXPECT_EQ(resumed->runs, 2);
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, Options("reference.jsonl")).ok());
+  EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
+  EXPECT_EQ(ListClaimsJobs(*db_)->at(id).state, "done");
+}
+
 TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {
   std::atomic<bool> cancel{true};
   ClaimsJobOptions options = Options();
