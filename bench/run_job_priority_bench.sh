@@ -77,7 +77,7 @@ echo "background=$background rate=$rate/s priority=$priority connections=$connec
      "job: $claims claims, LLM stage $([ "$llm" = 1 ] && echo on cpu || echo none); $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 id=""
 for run in $(seq "$runs"); do
-  echo -n "A (no job)  "
+  echo -n "A (nothing) "
   ./build/bench/rpc_loadgen --server "$server" --rate "$rate" --seconds "$seconds" --warmup "$warmup" \
     --connections "$connections" | sed 's/^score/A score/' | tee -a "$work/results.txt"
   case "$background" in
@@ -122,17 +122,18 @@ while True:
   fi
 done
 echo "--- medians over $runs runs (latency in us) ---"
-/usr/bin/python3 - "$work/results.txt" <<'PY'
+/usr/bin/python3 - "$work/results.txt" "$background" <<'PY'
 import re, statistics, sys
+background = sys.argv[2]
 runs = {}
 for line in open(sys.argv[1]):
     m = re.match(r"(A|B) score: offered (\d+)/s .* p50 (\d+) p90 \d+ p99 (\d+)", line)
     if m:
         runs.setdefault(m[1], []).append((int(m[3]), int(m[4])))
 for phase, values in sorted(runs.items()):
-    print(f"{phase} {'without' if phase == 'A' else 'with   '} a job: p50 {statistics.median(v[0] for v in values):.0f}  "
+    print(f"{phase} {'without' if phase == 'A' else 'with   '} {background}: p50 {statistics.median(v[0] for v in values):.0f}  "
           f"p99 {statistics.median(v[1] for v in values):.0f}  ({len(values)} runs; p99s {[v[1] for v in values]})")
 if "A" in runs and "B" in runs:
     a = statistics.median(v[1] for v in runs["A"]); b = statistics.median(v[1] for v in runs["B"])
-    print(f"p99 with a job / without: {b / a:.2f}")
+    print(f"p99 with {background} / without: {b / a:.2f}")
 PY
