@@ -1,7 +1,7 @@
 // Open-loop RPC load generator: offers a fixed rate of score() calls over loopback and
 // reports achieved throughput and latency percentiles.
 //
-//   ./build/bench/rpc_loadgen --server 127.0.0.1:9090 --rate 2000 --seconds 10 --connections 4
+//   ./build/bench/rpc_loadgen --server 127.0.0.1:9090 --rate 2000 --seconds 10 --connections 32
 //
 // Each connection sends on a fixed schedule (rate / connections per second). Latency is
 // measured from the *scheduled* send time, not the actual one, so a stalled server shows up
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   app.add_option("--rate", options.rate, "Offered calls per second")->capture_default_str();
   app.add_option("--seconds", options.seconds, "Measured seconds")->capture_default_str();
   app.add_option("--warmup", options.warmup_seconds, "Warm-up seconds (not measured)")->capture_default_str();
-  app.add_option("--connections", options.connections, "Concurrent connections (<= server workers)")
+  app.add_option("--connections", options.connections, "Concurrent connections (a transaction switch holds dozens)")
       ->capture_default_str();
   app.add_option("--method", options.method, "score, or health as the RPC-only reference")
       ->check(CLI::IsMember({"score", "health"}))

@@ -4,7 +4,10 @@
 # without scoring: the reference) RUNS times each, and prints the median p50/p99 of each.
 #
 #   ./bench/run_rpc_bench.sh [durability] [rates...]     e.g.  ./bench/run_rpc_bench.sh sync 500 1000 2000
-#   env: RUNS (default 5), SECONDS_PER_RUN (5), WARMUP (1), CONNECTIONS (4)
+#   env: RUNS (default 5), SECONDS_PER_RUN (5), WARMUP (1), CONNECTIONS (32),
+#        BINARIES ("txscore=./build/txscore"): NAME=PATH pairs; with two or more, each build
+#        serves from its own scratch database and they alternate run by run (A B A B), e.g.
+#        BINARIES="old=/tmp/txscore-old new=./build/txscore" to compare two builds side by side.
 #
 # Needs ./scripts/setup.sh to have run (build and demo model).
 set -euo pipefail
@@ -16,13 +19,22 @@ rates=("$@")
 runs=${RUNS:-5}
 seconds=${SECONDS_PER_RUN:-5}
 warmup=${WARMUP:-1}
-connections=${CONNECTIONS:-4}
+connections=${CONNECTIONS:-32}
+read -r -a binaries <<< "${BINARIES:-txscore=./build/txscore}"
 
 work=$(mktemp -d)
-server_pid=""
-trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-(umask 077 && openssl rand -out "$work/card.key" 32)
-cat > "$work/pipeline.yaml" <<YAML
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
+names=()
+ports=()
+for entry in "${binaries[@]}"; do
+  name=${entry%%=*}
+  binary=${entry#*=}
+  dir="$work/$name"
+  mkdir -p "$dir"
+  (umask 077 && openssl rand -out "$dir/card.key" 32)
+  # Only keys every build since the first RPC bench knows, so old builds can be compared.
+  cat > "$dir/pipeline.yaml" <<YAML
 pipeline: {name: bench, version: "bench"}
 server: {host: 127.0.0.1, port: 0, workers: 8}
 admin: {host: 127.0.0.1, port: 0}
@@ -33,16 +45,25 @@ stages:
   - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
   - {name: decision, kind: decision, after: fraud}
 YAML
-./build/txscore serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" &
-server_pid=$!
-for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
-port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$work/serve.out")
-echo "durability=$durability connections=$connections runs=$runs x ${seconds}s (+${warmup}s warm-up) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  "$binary" serve --config "$dir/pipeline.yaml" --log-level warn > "$dir/serve.out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
+  port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$dir/serve.out")
+  [ -n "$port" ] || { echo "bench: $binary did not start:" >&2; cat "$dir/serve.out" >&2; exit 1; }
+  names+=("$name")
+  ports+=("$port")
+done
+echo "durability=$durability connections=$connections runs=$runs x ${seconds}s (+${warmup}s warm-up) on $(nproc) cores," \
+     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); builds: ${binaries[*]}"
 for rate in "${rates[@]}"; do
   for run in $(seq "$runs"); do
-    for method in health score; do
-      ./build/bench/rpc_loadgen --server "127.0.0.1:$port" --rate "$rate" --seconds "$seconds" --warmup "$warmup" \
-        --connections "$connections" --method "$method" | tee -a "$work/results.txt"
+    for i in "${!names[@]}"; do
+      for method in health score; do
+        # A run with errors (e.g. connections a server never serves) still reports; keep going.
+        ./build/bench/rpc_loadgen --server "127.0.0.1:${ports[$i]}" --rate "$rate" --seconds "$seconds" \
+          --warmup "$warmup" --connections "$connections" --method "$method" | sed "s/^/${names[$i]} /" \
+          | tee -a "$work/results.txt" || true
+      done
     done
   done
 done
@@ -51,10 +72,11 @@ echo "--- medians over $runs runs (latency in us) ---"
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(\w+): offered (\d+)/s .* p50 (\d+) p90 \d+ p99 (\d+)", line)
+    m = re.match(r"(\S+) (\w+): offered (\d+)/s .* completed (\d+)/s, errors (\d+); .* p50 (\d+) p90 \d+ p99 (\d+)", line)
     if m:
-        runs.setdefault((int(m[2]), m[1]), []).append((int(m[3]), int(m[4])))
-for (rate, method), values in sorted(runs.items()):
-    print(f"rate {rate}/s {method:6}: p50 {statistics.median(v[0] for v in values):.0f}  "
-          f"p99 {statistics.median(v[1] for v in values):.0f}  ({len(values)} runs)")
+        runs.setdefault((int(m[3]), m[1], m[2]), []).append((int(m[6]), int(m[7]), int(m[4]), int(m[5])))
+for (rate, build, method), values in sorted(runs.items()):
+    print(f"rate {rate}/s {build:8} {method:6}: p50 {statistics.median(v[0] for v in values):.0f}  "
+          f"p99 {statistics.median(v[1] for v in values):.0f}  completed {statistics.median(v[2] for v in values):.0f}/s  "
+          f"errors {sum(v[3] for v in values)}  ({len(values)} runs)")
 PY

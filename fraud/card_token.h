@@ -23,9 +23,14 @@ char LuhnCheckDigit(std::string_view digits);
 // OK when `pan` is 12-19 ASCII digits and Luhn-valid; the error never echoes the PAN.
 Status ValidatePan(std::string_view pan);
 
-// OK when `token` can be a card token sent by a caller that tokenizes itself: 1-128 chars of
-// [A-Za-z0-9_-], and not something that is a valid PAN (a PAN in the token field would
-// otherwise be stored in the clear).
+// True for txscore's own token form: 64 lowercase hex digits (hex of an HMAC-SHA256).
+bool IsTxscoreTokenForm(std::string_view token);
+
+// OK when `token` can be a card token sent by a caller that tokenizes itself, in one of two
+// forms: txscore's own (IsTxscoreTokenForm; what a caller holding the key computes), or a
+// caller-made token of 1-128 chars of [A-Za-z0-9_-] that holds no PAN (ContainsPan in
+// pan_scan.h: 12-19 digits passing Luhn, separators ignored). Without this a PAN sent in the
+// token field, formatted or embedded, would become a database key and an audit field.
 Status ValidateCardToken(std::string_view token);
 
 // OK when a card verification code (CVV2/CVC2) is 3 or 4 digits. It is checked, then wiped;
@@ -54,5 +59,7 @@ class CardTokenizer {
 // Overwrites a string's bytes (OPENSSL_cleanse, which the compiler may not optimise away)
 // and clears it; used on PANs and card verification codes once they are no longer needed.
 void WipeString(std::string* secret);
+// The same for a buffer that is not a string (e.g. a received Thrift frame).
+void WipeBytes(void* data, size_t size);
 
 }  // namespace txscore::fraud

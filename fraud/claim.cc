@@ -6,15 +6,18 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "fraud/pan_scan.h"
+
 namespace txscore::fraud {
 namespace {
 
 using json = nlohmann::json;
 
-const char* const kRequiredKeys[] = {"claim_id",     "policy_id",    "claimant_id", "incident_date",
-                                     "report_date",  "claim_type",   "amount_claimed", "policy_limit",
-                                     "prior_claims", "provider_id",  "narrative"};
-const char* const kOptionalKeys[] = {"adjuster_notes"};
+// Exactly one of claimant_id and claimant_token is required besides these.
+const char* const kRequiredKeys[] = {"claim_id",       "policy_id",    "incident_date", "report_date",
+                                     "claim_type",     "amount_claimed", "policy_limit", "prior_claims",
+                                     "provider_id",    "narrative"};
+const char* const kOptionalKeys[] = {"claimant_id", "claimant_token", "adjuster_notes"};
 
 bool IsKnownKey(const std::string& key) {
   for (const char* k : kRequiredKeys) {
@@ -79,7 +82,12 @@ Result<int64_t> ParseIsoDate(const std::string& text) {
 Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer, const ClaimLimits& limits) {
   TXSCORE_RETURN_IF_ERROR(CheckId(raw.claim_id, "claim_id", limits));
   TXSCORE_RETURN_IF_ERROR(CheckId(raw.policy_id, "policy_id", limits));
-  TXSCORE_RETURN_IF_ERROR(CheckId(raw.claimant_id, "claimant_id", limits));
+  if (raw.claimant_token.empty()) {
+    TXSCORE_RETURN_IF_ERROR(CheckId(raw.claimant_id, "claimant_id", limits));
+  } else if (!raw.claimant_id.empty() || !IsTxscoreTokenForm(raw.claimant_token)) {
+    return InvalidArgument("claimant_token must be 64 lowercase hex digits and comes instead of claimant_id",
+                           "claimant_token");
+  }
   TXSCORE_RETURN_IF_ERROR(CheckId(raw.provider_id, "provider_id", limits));
   Claim c;
   for (auto [text, day, field] : {std::tuple{&raw.incident_date, &c.incident_day, "incident_date"},
@@ -116,7 +124,8 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
   if (raw.narrative.empty()) return InvalidArgument("narrative must not be empty", "narrative");
   c.claim_id = raw.claim_id;
   c.policy_id = raw.policy_id;
-  c.claimant_token = tokenizer.Tokenize("claimant:" + raw.claimant_id);
+  c.claimant_token =
+      raw.claimant_token.empty() ? tokenizer.Tokenize("claimant:" + raw.claimant_id) : raw.claimant_token;
   c.incident_date = raw.incident_date;
   c.report_date = raw.report_date;
   c.claim_type = static_cast<int>(type - ClaimTypes().begin());
@@ -124,9 +133,23 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
   c.policy_limit = raw.policy_limit;
   c.prior_claims = raw.prior_claims;
   c.provider_id = raw.provider_id;
-  c.narrative = raw.narrative;
-  c.adjuster_notes = raw.adjuster_notes;
+  // Free text goes to the LLM's prompt, job outputs and logs: a card number written in it
+  // (a claimant quoting their card) is redacted here, before any of them sees it.
+  c.narrative = RedactPans(raw.narrative);
+  c.adjuster_notes = RedactPans(raw.adjuster_notes);
   return c;
+}
+
+Result<RawClaim> ClaimForStorage(const RawClaim& raw, const CardTokenizer& tokenizer, const ClaimLimits& limits) {
+  RawClaim stored = raw;
+  if (raw.claimant_token.empty()) {
+    TXSCORE_RETURN_IF_ERROR(CheckId(raw.claimant_id, "claimant_id", limits));
+    stored.claimant_token = tokenizer.Tokenize("claimant:" + raw.claimant_id);
+    stored.claimant_id.clear();
+  }
+  stored.narrative = RedactPans(raw.narrative);
+  stored.adjuster_notes = RedactPans(raw.adjuster_notes);
+  return stored;
 }
 
 Result<RawClaim> ParseClaimJson(const std::string& line) {
@@ -154,7 +177,11 @@ Result<RawClaim> ParseClaimJson(const std::string& line) {
   };
   TXSCORE_RETURN_IF_ERROR(text("claim_id", &c.claim_id));
   TXSCORE_RETURN_IF_ERROR(text("policy_id", &c.policy_id));
-  TXSCORE_RETURN_IF_ERROR(text("claimant_id", &c.claimant_id));
+  if (doc.contains("claimant_id") == doc.contains("claimant_token")) {
+    return InvalidArgument("exactly one of claimant_id and claimant_token is required", "claimant_id");
+  }
+  if (doc.contains("claimant_id")) TXSCORE_RETURN_IF_ERROR(text("claimant_id", &c.claimant_id));
+  if (doc.contains("claimant_token")) TXSCORE_RETURN_IF_ERROR(text("claimant_token", &c.claimant_token));
   TXSCORE_RETURN_IF_ERROR(text("incident_date", &c.incident_date));
   TXSCORE_RETURN_IF_ERROR(text("report_date", &c.report_date));
   TXSCORE_RETURN_IF_ERROR(text("claim_type", &c.claim_type));
@@ -172,7 +199,6 @@ Result<RawClaim> ParseClaimJson(const std::string& line) {
 std::string ClaimToJson(const RawClaim& c) {
   json doc = {{"claim_id", c.claim_id},
               {"policy_id", c.policy_id},
-              {"claimant_id", c.claimant_id},
               {"incident_date", c.incident_date},
               {"report_date", c.report_date},
               {"claim_type", c.claim_type},
@@ -182,6 +208,11 @@ std::string ClaimToJson(const RawClaim& c) {
               {"provider_id", c.provider_id},
               {"narrative", c.narrative},
               {"adjuster_notes", c.adjuster_notes}};
+  if (c.claimant_token.empty()) {
+    doc["claimant_id"] = c.claimant_id;
+  } else {
+    doc["claimant_token"] = c.claimant_token;
+  }
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // bytes that are not UTF-8 become U+FFFD
 }
 

@@ -23,6 +23,9 @@ struct RawClaim {
   std::string claim_id;
   std::string policy_id;
   std::string claimant_id;  // personal data: tokenized by ValidateClaim, never stored
+  // Instead of claimant_id: the claimant already tokenized (txscore's token form), as the
+  // server stores inline job inputs so that no clear id is written to disk.
+  std::string claimant_token;
   std::string incident_date;  // YYYY-MM-DD
   std::string report_date;    // YYYY-MM-DD
   std::string claim_type;     // one of ClaimTypes()
@@ -47,8 +50,8 @@ struct Claim {
   double policy_limit = 0;
   int64_t prior_claims = 0;
   std::string provider_id;
-  std::string narrative;
-  std::string adjuster_notes;
+  std::string narrative;       // card numbers in it redacted (fraud/pan_scan.h)
+  std::string adjuster_notes;  // likewise
 };
 
 struct ClaimLimits {
@@ -62,6 +65,10 @@ Result<int64_t> ParseIsoDate(const std::string& text);
 // Checks every field; errors name it (`field`) and say why. Dates must be real calendar
 // dates, the report no earlier than the incident; amounts finite, >= 0, the limit > 0.
 Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer, const ClaimLimits& limits = {});
+
+// `raw` as it may be written to disk: claimant_id replaced by its token, card numbers in the
+// free text redacted. Fails (nothing to write) when claimant_id is not a valid id.
+Result<RawClaim> ClaimForStorage(const RawClaim& raw, const CardTokenizer& tokenizer, const ClaimLimits& limits = {});
 
 // One JSON object (a line of a JSON-lines file). Unknown keys are refused; so are missing
 // required keys and values of the wrong type (amounts are numbers, prior_claims an integer).

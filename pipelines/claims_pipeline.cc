@@ -1,5 +1,6 @@
 #include "pipelines/claims_pipeline.h"
 
+#include <spdlog/spdlog.h>
 #include <chrono>
 #include <cstdio>
 
@@ -96,6 +97,7 @@ Result<std::vector<ClaimOutcome>> ClaimsPipeline::ScoreChunk(const std::vector<f
         fields.push_back(FieldsFor(claims[c]));
       }
       if (selected.empty()) continue;
+      spdlog::debug("{}: generating findings for {} claims", stage.name, fields.size());
       const SteadyClock::time_point start = SteadyClock::now();
       std::vector<ForensicResult> results = forensic_->AnalyzeClaims(fields, start + kBatchLlmLimit);
       const int64_t elapsed_us = MicrosSince(start);

@@ -112,11 +112,17 @@ class Reader {
 };
 
 Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "server", {"host", "port", "workers", "socket_timeout_ms", "limits"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "server",
+                                      {"host", "port", "workers", "io_threads", "max_connections",
+                                       "max_queued_requests", "frame_timeout_ms", "idle_timeout_ms", "limits"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "host", false, &out->host));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "port", 0, 65535, &out->port));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "workers", 1, 1024, &out->workers));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "socket_timeout_ms", 1, 600000, &out->socket_timeout_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "io_threads", 1, 64, &out->io_threads));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_connections", 1, 1000000, &out->max_connections));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_queued_requests", 1, 1000000, &out->max_queued_requests));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "frame_timeout_ms", 1, 600000, &out->frame_timeout_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "idle_timeout_ms", 1, 86400000, &out->idle_timeout_ms));
   if (const YAML::Node limits = node["limits"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(limits, "server.limits",
                                         {"max_message_bytes", "max_frame_bytes", "max_string_bytes",

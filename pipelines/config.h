@@ -31,8 +31,18 @@ struct ThriftLimits {
 struct RpcServerConfig {
   std::string host = "0.0.0.0";  // Default: all interfaces
   int port = 9090;               // Default: 9090; 0 picks a free port
-  int workers = 8;               // Default: 8 worker threads, each serves one connection at a time
-  int socket_timeout_ms = 5000;  // Default: 5 s read/write timeout on client sockets
+  // Default: 8 requests run at once. A connection holds no thread: only a complete frame
+  // needs one (service/rpc_server.h).
+  int workers = 8;
+  // Default: 1. Threads always left to accept connections, read frames and shed load; the
+  // server runs io_threads + workers threads in all.
+  int io_threads = 1;
+  int max_connections = 4096;      // Default: 4096 open connections; one more is closed at once
+  int max_queued_requests = 1024;  // Default: 1024 complete frames waiting to run; more are shed
+  // Default: 5 s. A frame must arrive whole within this of its first byte, and a reply be
+  // taken within this; a client that trickles bytes or does not read is disconnected.
+  int frame_timeout_ms = 5000;
+  int idle_timeout_ms = 600000;  // Default: 10 min of silence between frames closes a connection
   ThriftLimits limits;
 };
 

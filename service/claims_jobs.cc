@@ -2,6 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -9,6 +14,42 @@
 #include "pipelines/claims_job.h"
 
 namespace txscore::service {
+namespace {
+
+// Writes `text` to `path` and fsyncs it.
+txscore::Status WriteFileDurably(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Internal("cannot write " + path + ": " + std::strerror(errno));
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return Internal("cannot write " + path + ": " + why);
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const std::string why = synced ? "" : std::strerror(errno);
+  if (::close(fd) != 0 || !synced) return Internal("cannot sync " + path + ": " + why);
+  return txscore::Status::Ok();
+}
+
+// Makes a rename or a new file in `dir` durable.
+txscore::Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Internal("cannot open directory " + dir + ": " + std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const std::string why = synced ? "" : std::strerror(errno);
+  ::close(fd);
+  if (!synced) return Internal("cannot sync directory " + dir + ": " + why);
+  return txscore::Status::Ok();
+}
+
+}  // namespace
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -76,19 +117,24 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitFile(const std::string& relative_p
 Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::RawClaim>& claims) {
   if (claims.empty()) return InvalidArgument("a job needs at least one claim", "claims");
   std::string text;
-  for (const fraud::RawClaim& claim : claims) text += fraud::ClaimToJson(claim) + "\n";
+  for (size_t i = 0; i < claims.size(); ++i) {
+    Result<fraud::RawClaim> stored = fraud::ClaimForStorage(claims[i], pipeline_->tokenizer());
+    if (!stored.ok()) {
+      return InvalidArgument("claims[" + std::to_string(i) + "]: " + stored.error().message, "claims");
+    }
+    text += fraud::ClaimToJson(*stored) + "\n";
+  }
   const fs::path path = fs::path(options_.config.output_dir) / ("inline-" + pipelines::ShortDigest(text) + ".jsonl");
   std::error_code ec;
   if (!fs::exists(path, ec)) {
+    // The job record that will point at this file is synced: the file must be durable first.
     const std::string tmp = path.string() + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    out << text;
-    out.close();
-    if (!out) return Internal("cannot write " + tmp);
+    TXSCORE_RETURN_IF_ERROR(WriteFileDurably(tmp, text));
     fs::rename(tmp, path, ec);
     if (ec) return Internal("cannot write " + path.string() + ": " + ec.message());
+    TXSCORE_RETURN_IF_ERROR(SyncDirectory(path.parent_path().string()));
   }
-  return Enqueue(fs::weakly_canonical(path, ec).string());
+  return Enqueue(fs::weakly_canonical(path, ec).string(), /*inline_input=*/true);
 }
 
 std::string ClaimsJobManager::OutputOf(const std::string& input) const {
@@ -100,7 +146,7 @@ std::string ClaimsJobManager::JobIdOf(const std::string& input) const {
   return pipelines::ClaimsJobId(input, fs::absolute(OutputOf(input), ec).lexically_normal().string());
 }
 
-Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input) {
+Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool inline_input) {
   const std::string output = OutputOf(input);
   const std::string id = JobIdOf(input);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -112,6 +158,7 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input) {
   }
   auto job = std::make_shared<Job>();
   job->input = input;
+  job->inline_input = inline_input;
   job->view.job_id = id;
   job->view.output_path = output;
   job->view.state = JobState::kQueued;
@@ -200,6 +247,14 @@ void ClaimsJobManager::Work() {
     };
     spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
+    // Inline claims are personal data kept only for the job: gone once it is done or failed.
+    if (job->inline_input && (!summary.ok() || summary->state == "done")) {
+      std::error_code removed;
+      if (!fs::remove(job->input, removed) && removed) {
+        spdlog::warn("claims job {}: cannot remove its inline input {}: {}", job->view.job_id, job->input,
+                     removed.message());
+      }
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     if (!summary.ok()) {
       job->view.state = JobState::kFailed;

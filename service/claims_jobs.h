@@ -63,8 +63,11 @@ class ClaimsJobManager {
 
   // kInvalidArgument (field "input_path"): a path outside input_dir, or no such file.
   Result<ClaimsJobView> SubmitFile(const std::string& relative_path);
-  // The claims are written to output_dir as JSON lines, named by their content. kInvalidArgument
-  // (field "claims") for an empty list.
+  // The claims are written to output_dir as JSON lines named by their content, in the form
+  // fraud::ClaimForStorage gives (claimant tokenized, card numbers in free text redacted),
+  // fsynced with their directory before the job is queued, and removed when the job is done
+  // or has failed (a cancelled job keeps its input, to resume). kInvalidArgument (field
+  // "claims") for an empty list or a claim whose claimant_id is not a valid id.
   Result<ClaimsJobView> SubmitClaims(const std::vector<fraud::RawClaim>& claims);
   // kNotFound for a job this server has never seen.
   Result<ClaimsJobView> Status(const std::string& job_id);
@@ -75,6 +78,7 @@ class ClaimsJobManager {
   struct Job {
     ClaimsJobView view;
     std::string input;
+    bool inline_input = false;  // written by SubmitClaims: removed when the job ends
     std::atomic<bool> cancel{false};
   };
 
@@ -83,7 +87,7 @@ class ClaimsJobManager {
   // Where a job's output goes, and its id: both follow from its input path.
   std::string OutputOf(const std::string& input) const;
   std::string JobIdOf(const std::string& input) const;
-  Result<ClaimsJobView> Enqueue(const std::string& input);
+  Result<ClaimsJobView> Enqueue(const std::string& input, bool inline_input = false);
   // Queues the jobs a server stop or crash left "running" in the database.
   txscore::Status ResumeInterruptedJobs();
   void Work();

@@ -106,6 +106,13 @@ void MetricsRegistry::AddCounterFunction(const std::string& name, const std::str
   series->read = std::move(read);
 }
 
+void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
+                                       std::function<uint64_t()> read) {
+  Series* series = FindOrAdd(name, help, Type::kGauge, labels);
+  std::lock_guard<std::mutex> lock(mutex_);
+  series->read = std::move(read);
+}
+
 void MetricsRegistry::AddInfo(const std::string& name, const std::string& help, const Labels& labels) {
   FindOrAdd(name, help, Type::kGauge, labels);
 }
@@ -121,7 +128,7 @@ std::string MetricsRegistry::RenderPrometheus() const {
       if (f->type == Type::kCounter) {
         out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : s->counter->value()) << "\n";
       } else if (f->type == Type::kGauge) {
-        out << f->name << FormatLabels(s->labels) << " 1\n";
+        out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : 1) << "\n";
       } else {
         const Histogram& h = *s->histogram;
         for (size_t i = 0; i < h.upper_bounds().size(); ++i) {

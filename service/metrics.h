@@ -57,6 +57,9 @@ class MetricsRegistry {
   // A counter whose value is read from `read` at each scrape (for counts kept elsewhere).
   void AddCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
                           std::function<uint64_t()> read);
+  // A gauge whose value is read from `read` at each scrape (e.g. connections open now).
+  void AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
+                        std::function<uint64_t()> read);
   // A constant 1 with descriptive labels, e.g. txscore_model_info{model_id=...}.
   void AddInfo(const std::string& name, const std::string& help, const Labels& labels);
 
@@ -67,7 +70,7 @@ class MetricsRegistry {
   struct Series {
     Labels labels;
     std::unique_ptr<Counter> counter;
-    std::function<uint64_t()> read;  // instead of `counter`, for AddCounterFunction
+    std::function<uint64_t()> read;  // instead of `counter`, for Add{Counter,Gauge}Function
     std::unique_ptr<Histogram> histogram;
   };
   struct Family {

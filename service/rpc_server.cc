@@ -1,115 +1,692 @@
 #include "service/rpc_server.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
+#include <thrift/TApplicationException.h>
 #include <thrift/TConfiguration.h>
 #include <thrift/TOutput.h>
-#include <thrift/concurrency/ThreadFactory.h>
-#include <thrift/concurrency/ThreadManager.h>
 #include <thrift/protocol/TBinaryProtocol.h>
-#include <thrift/server/TThreadPoolServer.h>
 #include <thrift/transport/TBufferTransports.h>
-#include <thrift/transport/TServerSocket.h>
 
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "fraud/card_token.h"
 #include "gen-cpp/TxScore.h"
 
 namespace txscore::service {
+
+namespace asio = boost::asio;
+using apache::thrift::TApplicationException;
+using apache::thrift::TConfiguration;
+using apache::thrift::protocol::TBinaryProtocol;
+using apache::thrift::protocol::TBinaryProtocolFactory;
+using apache::thrift::transport::TMemoryBuffer;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
 namespace {
 
-using apache::thrift::TConfiguration;
-using apache::thrift::transport::TFramedTransport;
-using apache::thrift::transport::TServerSocket;
-using apache::thrift::transport::TTransport;
-using apache::thrift::transport::TTransportFactory;
+constexpr size_t kReadChunkBytes = 64 << 10;           // a frame's buffer grows by this as bytes arrive
+constexpr auto kStopGrace = std::chrono::seconds(30);  // Stop() waits this long for replies
 
-// Wraps each accepted socket in a framed transport that enforces our message and frame
-// limits (Thrift's own factory would use its 100 MB defaults).
-class LimitedFramedTransportFactory : public TTransportFactory {
+// Warns at most once per `period` for each call site, with how many events it stands for, so
+// a flood of hostile connections cannot flood the log.
+class RateLimitedWarning {
  public:
-  explicit LimitedFramedTransportFactory(std::shared_ptr<TConfiguration> config) : config_(std::move(config)) {}
-  std::shared_ptr<TTransport> getTransport(std::shared_ptr<TTransport> transport) override {
-    return std::make_shared<TFramedTransport>(std::move(transport), config_);
+  explicit RateLimitedWarning(std::chrono::seconds period) : period_(period) {}
+  template <typename... Args>
+  void Warn(spdlog::format_string_t<Args...> format, Args&&... args) {
+    suppressed_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t now = Clock::now().time_since_epoch().count();
+    int64_t last = last_.load(std::memory_order_relaxed);
+    const int64_t period = std::chrono::duration_cast<Clock::duration>(period_).count();
+    if (last != 0 && now - last < period) return;
+    if (!last_.compare_exchange_strong(last, now)) return;
+    const uint64_t count = suppressed_.exchange(0);
+    spdlog::warn("{} ({} such event(s) since the last warning)", fmt::format(format, std::forward<Args>(args)...),
+                 count);
   }
 
  private:
-  std::shared_ptr<TConfiguration> config_;
+  const std::chrono::seconds period_;
+  std::atomic<int64_t> last_{0};
+  std::atomic<uint64_t> suppressed_{0};
 };
 
-int BoundPort(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return 0;
+// Raises the soft file-descriptor limit towards what `connections` need, as far as the hard
+// limit allows; returns how many connections fit.
+int FitConnectionsToDescriptorLimit(int connections) {
+  constexpr rlim_t kReserve = 256;  // the database, models, the admin port, logs
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return connections;
+  const rlim_t wanted = static_cast<rlim_t>(connections) + kReserve;
+  if (limit.rlim_cur < wanted) {
+    rlimit raised = limit;
+    raised.rlim_cur = (limit.rlim_max == RLIM_INFINITY || limit.rlim_max >= wanted) ? wanted : limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur >= wanted) return connections;
+  const int fit = limit.rlim_cur > kReserve ? static_cast<int>(limit.rlim_cur - kReserve) : 1;
+  spdlog::warn(
+      "server.max_connections {} needs {} file descriptors but the limit is {} (ulimit -n); "
+      "accepting at most {} connections. Raise the limit to serve more.",
+      connections, wanted, limit.rlim_cur, fit);
+  return fit;
 }
 
-// TServerSocket::listen() runs inside serve(); listening early and handing the same socket
-// to the server lets Create() report the bound port before Serve() starts.
-class PreboundServerSocket : public TServerSocket {
- public:
-  using TServerSocket::TServerSocket;
-  void listen() override {
-    if (!listening_early_) TServerSocket::listen();
+}  // namespace
+
+class Connection;
+// Runs a connection's complete frame now or queues it, or sheds it (defined below).
+void Dispatch(const std::shared_ptr<Connection>& connection);
+
+struct RpcServer::Shared {
+  Shared(const pipelines::RpcServerConfig& config, std::shared_ptr<rpc::TxScoreIf> handler)
+      : config(config),
+        thrift_config(std::make_shared<TConfiguration>(static_cast<int>(config.limits.max_message_bytes),
+                                                       static_cast<int>(config.limits.max_frame_bytes),
+                                                       config.limits.max_recursion_depth)),
+        protocols(static_cast<int32_t>(config.limits.max_string_bytes),
+                  static_cast<int32_t>(config.limits.max_container_items), /*strict_read=*/true,
+                  /*strict_write=*/true),
+        processor(std::make_shared<rpc::TxScoreProcessor>(std::move(handler))),
+        acceptor(asio::make_strand(io)),
+        work(io.get_executor()),
+        free_slots(config.workers) {}
+
+  const pipelines::RpcServerConfig config;
+  int max_connections = 0;
+  // The largest frame accepted: a framed message is its frame, so both limits apply.
+  int64_t max_frame_bytes = 0;
+  std::shared_ptr<TConfiguration> thrift_config;
+  TBinaryProtocolFactory protocols;
+  std::shared_ptr<rpc::TxScoreProcessor> processor;
+
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+
+  // Requests run on the I/O threads themselves (no hand-off: the thread that read a frame runs
+  // it and writes the reply), but at most `workers` at once, so io_threads threads are always
+  // left to accept, read and shed. A complete frame that finds no free slot waits in
+  // `pending`, which the next thread to finish a request takes from; when that is full too,
+  // the frame is answered "overloaded".
+  std::atomic<int> free_slots;
+  std::mutex pending_mutex;
+  std::deque<std::shared_ptr<Connection>> pending;
+
+  bool TryTakeSlot() {
+    int free = free_slots.load();
+    while (free > 0) {
+      if (free_slots.compare_exchange_weak(free, free - 1)) return true;
+    }
+    return false;
   }
-  void ListenNow() {
-    TServerSocket::listen();
-    listening_early_ = true;
+  std::shared_ptr<Connection> PopPending() {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    if (pending.empty()) return nullptr;
+    std::shared_ptr<Connection> next = std::move(pending.front());
+    pending.pop_front();
+    return next;
+  }
+
+  asio::steady_timer sweeper{io};  // closes connections past their deadline (Sweep)
+  std::chrono::milliseconds sweep_period{100};
+  std::atomic<bool> stopped_sweeping{false};
+  std::atomic<bool> serving{false};  // Serve() is running the I/O threads
+  std::atomic<bool> stopping{false};
+  std::mutex connections_mutex;
+  std::condition_variable connections_closed;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
+
+  struct {
+    std::atomic<uint64_t> accepted{0}, refused{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0}, protocol_errors{0};
+  } counters;
+  RateLimitedWarning refused_warning{std::chrono::seconds(10)};
+  RateLimitedWarning timeout_warning{std::chrono::seconds(10)};
+  RateLimitedWarning shed_warning{std::chrono::seconds(10)};
+  RateLimitedWarning protocol_warning{std::chrono::seconds(10)};
+};
+
+// One client connection. Its state is guarded by mutex_, taken by every completion handler
+// (they run on whichever I/O thread the reactor picks; a connection has at most one socket
+// operation outstanding). The thread that completes a frame runs it (Dispatch), writes the
+// reply and starts the next read itself: a hand-off between threads would cost a wake-up per
+// request. Deadlines are a time stored per phase, enforced by the server's sweeper (no timer
+// operations per request).
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<RpcServer::Shared> shared, tcp::socket socket)
+      : shared_(std::move(shared)), socket_(std::move(socket)) {}
+
+  ~Connection() {
+    std::lock_guard<std::mutex> lock(shared_->connections_mutex);
+    shared_->connections.erase(this);
+    if (shared_->connections.empty()) shared_->connections_closed.notify_all();
+  }
+
+  // Call once, right after construction, from the acceptor.
+  void Start() {
+    {
+      std::lock_guard<std::mutex> lock(shared_->connections_mutex);
+      shared_->connections.emplace(this, weak_from_this());
+    }
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      boost::system::error_code ignored;
+      self->socket_.set_option(tcp::no_delay(true), ignored);  // replies are small: send at once
+      self->ReadHeader();
+    });
+  }
+
+  // The server is stopping: close unless a request of ours is being run or answered.
+  void OnServerStopping() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->phase_ == Phase::kIdle || self->phase_ == Phase::kReading) self->Close();
+    });
+  }
+
+  const std::shared_ptr<RpcServer::Shared>& shared() const { return shared_; }
+
+  // For the sweeper: the current phase's deadline in steady-clock ticks, 0 when none runs.
+  int64_t deadline() const { return deadline_.load(std::memory_order_relaxed); }
+
+  // The sweeper saw the deadline pass: close if it still has (the phase may have moved on).
+  void CloseIfPastDeadline() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      const int64_t deadline = self->deadline();
+      if (deadline == 0 || Clock::now().time_since_epoch().count() < deadline) return;
+      if (self->phase_ == Phase::kIdle) {
+        self->shared_->counters.idle_timeouts.fetch_add(1);
+      } else if (self->phase_ == Phase::kReading || self->phase_ == Phase::kWriting) {
+        self->shared_->counters.frame_timeouts.fetch_add(1);
+        self->shared_->timeout_warning.Warn(
+            "thrift: closed a connection that took over {} ms to {} a frame "
+            "(server.frame_timeout_ms)",
+            self->shared_->config.frame_timeout_ms, self->phase_ == Phase::kReading ? "send" : "read");
+      } else {
+        return;  // processing: no deadline of the client's
+      }
+      self->Close();
+    });
   }
 
  private:
-  bool listening_early_ = false;
+  enum class Phase { kIdle, kReading, kProcessing, kWriting, kClosed };
+
+  void SetDeadline(int timeout_ms) {
+    deadline_.store((Clock::now() + std::chrono::milliseconds(timeout_ms)).time_since_epoch().count(),
+                    std::memory_order_relaxed);
+  }
+
+  // Each method below runs with mutex_ held.
+
+  void ReadHeader() {
+    if (shared_->stopping.load()) {
+      Close();
+      return;
+    }
+    phase_ = Phase::kIdle;
+    header_bytes_ = 0;
+    SetDeadline(shared_->config.idle_timeout_ms);
+    ContinueHeader();
+  }
+
+  void ContinueHeader() {
+    socket_.async_read_some(asio::buffer(header_ + header_bytes_, sizeof header_ - header_bytes_),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                              std::unique_lock<std::mutex> lock(self->mutex_);
+                              if (!self->OnHeaderBytes(ec, n)) return;
+                              lock.unlock();
+                              Dispatch(self);
+                            });
+  }
+
+  // The On*Bytes and Continue* functions return true when a whole frame is in frame_ (the
+  // phase is then kProcessing): the caller releases the lock and dispatches it.
+  bool OnHeaderBytes(boost::system::error_code ec, size_t n) {
+    if (ec || phase_ == Phase::kClosed) return Close();
+    if (header_bytes_ == 0 && n > 0) {
+      // The frame's first byte: from now on the whole frame must arrive within the deadline.
+      phase_ = Phase::kReading;
+      SetDeadline(shared_->config.frame_timeout_ms);
+    }
+    header_bytes_ += n;
+    if (header_bytes_ < sizeof header_) {
+      ContinueHeader();
+      return false;
+    }
+    const int64_t size =
+        (int64_t{header_[0]} << 24) | (int64_t{header_[1]} << 16) | (int64_t{header_[2]} << 8) | int64_t{header_[3]};
+    if (size <= 0 || size > shared_->max_frame_bytes) {
+      shared_->counters.protocol_errors.fetch_add(1);
+      shared_->protocol_warning.Warn("thrift: closed a connection that announced a frame of {} bytes (limit {})", size,
+                                     shared_->max_frame_bytes);
+      return Close();
+    }
+    frame_size_ = static_cast<size_t>(size);
+    frame_bytes_ = 0;
+    if (frame_.capacity() > kReadChunkBytes) std::vector<uint8_t>().swap(frame_);  // keep idle memory small
+    return ContinueBody();
+  }
+
+  bool ContinueBody() {
+    for (;;) {
+      // The buffer grows only as bytes arrive, so announcing a large frame reserves nothing.
+      frame_.resize(std::min(frame_size_, frame_bytes_ + kReadChunkBytes));
+      // The body has usually arrived with its header: read it now rather than through the
+      // reactor, whose completion would be queued (and could wake another thread).
+      const ssize_t n =
+          ::recv(socket_.native_handle(), frame_.data() + frame_bytes_, frame_.size() - frame_bytes_, MSG_DONTWAIT);
+      if (n > 0) {
+        frame_bytes_ += static_cast<size_t>(n);
+        if (frame_bytes_ < frame_size_) continue;
+        phase_ = Phase::kProcessing;
+        deadline_.store(0, std::memory_order_relaxed);  // the server's time is not the client's
+        return true;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return Close();  // gone, or a socket error
+      break;
+    }
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      std::unique_lock<std::mutex> lock(self->mutex_);
+      if (ec || self->phase_ == Phase::kClosed) return static_cast<void>(self->Close());
+      if (!self->ContinueBody()) return;
+      lock.unlock();
+      Dispatch(self);
+    });
+    return false;
+  }
+
+ public:
+  // Runs the request in frame_, then answers it. While the phase is kProcessing nothing else
+  // touches frame_ or the socket, so the request runs without the lock.
+  void Process() {
+    std::vector<uint8_t> reply;
+    bool keep_open = true;
+    try {
+      auto in = std::make_shared<TMemoryBuffer>(frame_.data(), static_cast<uint32_t>(frame_size_),
+                                                TMemoryBuffer::OBSERVE, shared_->thrift_config);
+      auto out = std::make_shared<TMemoryBuffer>(shared_->thrift_config);
+      uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in below
+      out->write(placeholder, sizeof placeholder);
+      keep_open =
+          shared_->processor->process(shared_->protocols.getProtocol(in), shared_->protocols.getProtocol(out), nullptr);
+      reply = FramedReply(*out);
+    } catch (const std::exception& e) {
+      // Over a limit, malformed or truncated: Thrift threw while reading the message.
+      shared_->counters.protocol_errors.fetch_add(1);
+      shared_->protocol_warning.Warn("thrift: closed a connection after a bad message: {}", e.what());
+      keep_open = false;
+    }
+    WipeFrame();  // the request may carry a card number: it leaves no copy in our buffers
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!keep_open || phase_ == Phase::kClosed) {
+      Close();
+      return;
+    }
+    if (reply.empty()) return ReadHeader();  // a oneway call: nothing to answer
+    SendReply(std::move(reply));
+  }
+
+  // Answers the frame in frame_ "overloaded" without running it.
+  void Shed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shared_->counters.shed.fetch_add(1);
+    shared_->shed_warning.Warn(
+        "thrift: {} requests wait for a worker (server.max_queued_requests); answering "
+        "'overloaded'",
+        shared_->config.max_queued_requests);
+    std::vector<uint8_t> reply = OverloadedReply();
+    WipeFrame();
+    if (reply.empty()) {
+      Close();
+      return;
+    }
+    SendReply(std::move(reply));
+  }
+
+ private:
+  // The bytes written to `out` after its 4-byte placeholder, with the placeholder set to
+  // their length; empty when nothing followed it.
+  static std::vector<uint8_t> FramedReply(TMemoryBuffer& out) {
+    uint8_t* bytes = nullptr;
+    uint32_t length = 0;
+    out.getBuffer(&bytes, &length);
+    if (length <= 4) return {};
+    const uint32_t body = length - 4;
+    bytes[0] = static_cast<uint8_t>(body >> 24);
+    bytes[1] = static_cast<uint8_t>(body >> 16);
+    bytes[2] = static_cast<uint8_t>(body >> 8);
+    bytes[3] = static_cast<uint8_t>(body);
+    return std::vector<uint8_t>(bytes, bytes + length);
+  }
+
+  // A TApplicationException reply to the frame in frame_, or nothing when it has no readable
+  // message header (then the connection is closed).
+  std::vector<uint8_t> OverloadedReply() {
+    try {
+      auto in = std::make_shared<TMemoryBuffer>(frame_.data(), static_cast<uint32_t>(frame_size_),
+                                                TMemoryBuffer::OBSERVE, shared_->thrift_config);
+      std::string method;
+      apache::thrift::protocol::TMessageType type;
+      int32_t sequence_id = 0;
+      shared_->protocols.getProtocol(in)->readMessageBegin(method, type, sequence_id);
+      auto out = std::make_shared<TMemoryBuffer>();
+      uint8_t placeholder[4] = {0, 0, 0, 0};
+      out->write(placeholder, sizeof placeholder);
+      auto protocol = shared_->protocols.getProtocol(out);
+      protocol->writeMessageBegin(method, apache::thrift::protocol::T_EXCEPTION, sequence_id);
+      TApplicationException(TApplicationException::INTERNAL_ERROR,
+                            "txscore is overloaded: " + std::to_string(shared_->config.max_queued_requests) +
+                                " requests are already waiting; retry shortly or on another replica")
+          .write(protocol.get());
+      protocol->writeMessageEnd();
+      return FramedReply(*out);
+    } catch (const std::exception&) {
+      shared_->counters.protocol_errors.fetch_add(1);
+      return {};
+    }
+  }
+
+  // Writes what the socket takes at once (a small reply: all of it), then reads the next
+  // frame; the rest, if any, is written asynchronously under the frame deadline.
+  void SendReply(std::vector<uint8_t> reply) {
+    size_t sent = 0;
+    while (sent < reply.size()) {
+      const ssize_t n =
+          ::send(socket_.native_handle(), reply.data() + sent, reply.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        {
+          Close();
+          return;
+        }  // the client went away
+      }
+    }
+    if (sent == reply.size()) return ReadHeader();
+    phase_ = Phase::kWriting;
+    SetDeadline(shared_->config.frame_timeout_ms);  // a reader too slow is cut off
+    reply_.assign(reply.begin() + static_cast<std::ptrdiff_t>(sent), reply.end());
+    asio::async_write(socket_, asio::buffer(reply_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (ec || self->phase_ == Phase::kClosed) {
+        self->Close();
+        return;
+      }
+      std::vector<uint8_t>().swap(self->reply_);
+      self->ReadHeader();
+    });
+  }
+
+  // Returns false, for the On*Bytes functions' "no frame to dispatch".
+  bool Close() {
+    if (phase_ == Phase::kClosed) return false;
+    phase_ = Phase::kClosed;
+    deadline_.store(0, std::memory_order_relaxed);
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    if (frame_bytes_ > 0) WipeFrame();
+    return false;
+  }
+
+  void WipeFrame() {
+    if (!frame_.empty()) fraud::WipeBytes(frame_.data(), frame_.size());
+    frame_bytes_ = 0;
+  }
+
+  std::shared_ptr<RpcServer::Shared> shared_;
+  std::mutex mutex_;
+  tcp::socket socket_;
+  std::atomic<int64_t> deadline_{0};  // steady-clock ticks; 0: no deadline (processing, closed)
+  Phase phase_ = Phase::kIdle;
+  uint8_t header_[4] = {0, 0, 0, 0};
+  size_t header_bytes_ = 0;
+  std::vector<uint8_t> frame_;
+  size_t frame_size_ = 0;
+  size_t frame_bytes_ = 0;
+  std::vector<uint8_t> reply_;
 };
+
+namespace {
+
+// Runs queued requests while this thread holds a slot, then gives the slot back; takes it
+// again if a request was queued meanwhile (else it could wait with every slot free).
+void DrainPendingAndFreeSlot(RpcServer::Shared& shared) {
+  for (;;) {
+    while (std::shared_ptr<Connection> next = shared.PopPending()) next->Process();
+    shared.free_slots.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(shared.pending_mutex);
+      if (shared.pending.empty()) return;
+    }
+    if (!shared.TryTakeSlot()) return;  // another thread took the slot and will drain
+  }
+}
+
+}  // namespace
+
+// Called by the thread that completed the frame, without the connection's lock.
+void Dispatch(const std::shared_ptr<Connection>& connection) {
+  RpcServer::Shared& shared = *connection->shared();
+  if (shared.TryTakeSlot()) {
+    connection->Process();
+    return DrainPendingAndFreeSlot(shared);
+  }
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(shared.pending_mutex);
+    if (shared.pending.size() < static_cast<size_t>(shared.config.max_queued_requests)) {
+      shared.pending.push_back(connection);
+      queued = true;
+    }
+  }
+  if (!queued) return connection->Shed();
+  // Every slot may have been freed between the failed take and the push: if so, drain.
+  if (shared.TryTakeSlot()) DrainPendingAndFreeSlot(shared);
+}
+
+namespace {
+
+// Every sweep period, closes the connections whose phase deadline has passed. One timer for
+// the server instead of timer operations on every request; a deadline is enforced within one
+// period of passing.
+void Sweep(const std::weak_ptr<RpcServer::Shared>& weak) {
+  std::shared_ptr<RpcServer::Shared> shared = weak.lock();
+  if (!shared || shared->stopped_sweeping.load()) return;
+  const int64_t now = Clock::now().time_since_epoch().count();
+  std::vector<std::shared_ptr<Connection>> expired;
+  {
+    std::lock_guard<std::mutex> lock(shared->connections_mutex);
+    for (auto& [raw, connection] : shared->connections) {
+      const int64_t deadline = raw->deadline();
+      if (deadline != 0 && deadline <= now) {
+        if (auto alive = connection.lock()) expired.push_back(std::move(alive));
+      }
+    }
+  }
+  for (auto& connection : expired) connection->CloseIfPastDeadline();
+  shared->sweeper.expires_after(shared->sweep_period);
+  shared->sweeper.async_wait([weak](boost::system::error_code ec) {
+    if (!ec) Sweep(weak);
+  });
+}
+
+}  // namespace
+
+namespace {
+
+void Accept(const std::shared_ptr<RpcServer::Shared>& shared);
+
+void RetryAcceptSoon(const std::shared_ptr<RpcServer::Shared>& shared) {
+  auto timer = std::make_shared<asio::steady_timer>(shared->acceptor.get_executor(), std::chrono::milliseconds(100));
+  timer->async_wait([shared, timer](boost::system::error_code ec) {
+    if (!ec) Accept(shared);
+  });
+}
+
+void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
+  shared->acceptor.async_accept(
+      shared->io.get_executor(), [shared](boost::system::error_code ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !shared->acceptor.is_open()) return;  // stopping
+        if (ec) {
+          // Out of descriptors (EMFILE) or a transient network error: pause instead of spinning.
+          shared->refused_warning.Warn("thrift: accept failed: {}; retrying in 100 ms", ec.message());
+          return RetryAcceptSoon(shared);
+        }
+        shared->counters.accepted.fetch_add(1);
+        size_t open = 0;
+        {
+          std::lock_guard<std::mutex> lock(shared->connections_mutex);
+          open = shared->connections.size();
+        }
+        if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
+          shared->counters.refused.fetch_add(1);
+          shared->refused_warning.Warn("thrift: refused a connection: {} are open (server.max_connections)", open);
+          boost::system::error_code ignored;
+          socket.close(ignored);
+        } else {
+          std::make_shared<Connection>(shared, std::move(socket))->Start();
+        }
+        Accept(shared);
+      });
+}
 
 }  // namespace
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const pipelines::RpcServerConfig& config,
                                                      std::shared_ptr<rpc::TxScoreIf> handler) {
-  // Thrift reports dropped clients and socket trouble through GlobalOutput (stderr by
-  // default); send it to our log instead, one format for everything.
+  // Thrift reports trouble through GlobalOutput (stderr by default); send it to our log.
   apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { spdlog::warn("thrift: {}", message); });
-  const pipelines::ThriftLimits& limits = config.limits;
-  auto thrift_config = std::make_shared<TConfiguration>(static_cast<int>(limits.max_message_bytes),
-                                                        static_cast<int>(limits.max_frame_bytes),
-                                                        limits.max_recursion_depth);
-  auto socket = std::make_shared<PreboundServerSocket>(config.host, config.port);
-  socket->setRecvTimeout(config.socket_timeout_ms);
-  socket->setSendTimeout(config.socket_timeout_ms);
-  socket->setAcceptBacklog(1024);
+  auto shared = std::make_shared<Shared>(config, std::move(handler));
+  shared->max_connections = FitConnectionsToDescriptorLimit(config.max_connections);
+  shared->max_frame_bytes = std::min(config.limits.max_frame_bytes, config.limits.max_message_bytes);
+  // A deadline is enforced within a quarter of the shorter timeout (10 ms to 1 s) of passing.
+  shared->sweep_period =
+      std::chrono::milliseconds(std::clamp(std::min(config.frame_timeout_ms, config.idle_timeout_ms) / 4, 10, 1000));
+  const std::string where = config.host + ":" + std::to_string(config.port);
   try {
-    socket->ListenNow();
-  } catch (const apache::thrift::TException& e) {
-    return Error{ErrorCode::kUnavailable,
-                 "cannot listen on " + config.host + ":" + std::to_string(config.port) + ": " + e.what(), {}};
+    const tcp::endpoint endpoint(asio::ip::make_address(config.host), static_cast<unsigned short>(config.port));
+    shared->acceptor.open(endpoint.protocol());
+    shared->acceptor.set_option(tcp::acceptor::reuse_address(true));
+    shared->acceptor.bind(endpoint);
+    shared->acceptor.listen(1024);
+  } catch (const boost::system::system_error& e) {
+    return Error{ErrorCode::kUnavailable, "cannot listen on " + where + ": " + e.what(), {}};
   }
-
-  auto threads = apache::thrift::concurrency::ThreadManager::newSimpleThreadManager(config.workers);
-  threads->threadFactory(std::make_shared<apache::thrift::concurrency::ThreadFactory>());
-  threads->start();
-
-  auto protocol = std::make_shared<apache::thrift::protocol::TBinaryProtocolFactory>(
-      static_cast<int32_t>(limits.max_string_bytes), static_cast<int32_t>(limits.max_container_items),
-      /*strict_read=*/true, /*strict_write=*/true);
-  auto processor = std::make_shared<rpc::TxScoreProcessor>(std::move(handler));
-
   std::unique_ptr<RpcServer> server(new RpcServer());
-  server->port_ = BoundPort(socket->getSocketFD());
-  server->server_ = std::make_shared<apache::thrift::server::TThreadPoolServer>(
-      processor, socket, std::make_shared<LimitedFramedTransportFactory>(thrift_config), protocol, threads);
+  server->port_ = shared->acceptor.local_endpoint().port();
+  server->shared_ = std::move(shared);
+  Accept(server->shared_);
+  Sweep(server->shared_);
   return server;
 }
 
-RpcServer::~RpcServer() = default;
-
-void RpcServer::Serve() {
-  try {
-    server_->serve();
-  } catch (const apache::thrift::TException& e) {
-    spdlog::error("Thrift server stopped: {}", e.what());
-  }
+RpcServer::~RpcServer() {
+  Stop();
+  // Connections' handlers hold `shared_`; drop whatever Serve() never ran.
+  shared_->io.restart();
+  shared_->io.poll();
 }
 
-void RpcServer::Stop() { server_->stop(); }
+void RpcServer::Serve() {
+  std::vector<std::thread> extra;
+  const auto run = [this] {
+    for (;;) {
+      try {
+        shared_->io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("Thrift I/O thread: {}", e.what());  // a handler threw: keep serving
+      }
+    }
+  };
+  shared_->serving = true;
+  // Threads that run requests are I/O threads too (see Shared::free_slots).
+  for (int i = 1; i < shared_->config.io_threads + shared_->config.workers; ++i) extra.emplace_back(run);
+  run();
+  for (std::thread& t : extra) t.join();
+  shared_->serving = false;
+}
+
+void RpcServer::Stop() {
+  if (shared_->stopping.exchange(true)) return;
+  // Once Stop() returns, nothing listens: a new client's connect fails at once.
+  if (shared_->serving.load()) {
+    std::promise<void> closed;
+    asio::post(shared_->acceptor.get_executor(), [shared = shared_, &closed] {
+      boost::system::error_code ignored;
+      shared->acceptor.close(ignored);
+      closed.set_value();
+    });
+    closed.get_future().wait();
+  } else {
+    boost::system::error_code ignored;
+    shared_->acceptor.close(ignored);  // no I/O thread runs: nothing else touches the acceptor
+  }
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    std::lock_guard<std::mutex> lock(shared_->connections_mutex);
+    for (auto& [raw, weak] : shared_->connections) {
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
+    }
+  }
+  for (auto& connection : open) connection->OnServerStopping();
+  open.clear();
+  {
+    std::unique_lock<std::mutex> lock(shared_->connections_mutex);
+    if (!shared_->connections_closed.wait_for(lock, kStopGrace, [this] { return shared_->connections.empty(); })) {
+      spdlog::warn("thrift: {} connection(s) still open {} s after stop was asked; closing them",
+                   shared_->connections.size(), kStopGrace.count());
+    }
+  }
+  shared_->stopped_sweeping = true;
+  shared_->work.reset();
+  shared_->io.stop();
+}
+
+RpcServerStats RpcServer::stats() const {
+  RpcServerStats s;
+  {
+    std::lock_guard<std::mutex> lock(shared_->connections_mutex);
+    s.connections_open = shared_->connections.size();
+  }
+  s.connections_accepted = shared_->counters.accepted.load();
+  s.connections_refused = shared_->counters.refused.load();
+  s.frame_timeouts = shared_->counters.frame_timeouts.load();
+  s.idle_timeouts = shared_->counters.idle_timeouts.load();
+  s.requests_shed = shared_->counters.shed.load();
+  {
+    std::lock_guard<std::mutex> lock(shared_->pending_mutex);
+    s.requests_queued = shared_->pending.size();
+  }
+  s.protocol_errors = shared_->counters.protocol_errors.load();
+  return s;
+}
 
 }  // namespace txscore::service

@@ -1,20 +1,31 @@
-// The Thrift server: binary protocol, framed transport, a fixed pool of worker threads.
+// The Thrift server: binary protocol, framed transport, event-driven.
 //
-// Each worker serves one connection at a time (TThreadPoolServer); connections beyond the
-// pool wait in the accept queue. Client sockets time out after socket_timeout_ms of silence,
-// so idle connections give their worker back. Limits on message, frame, string and container
-// sizes and on nesting depth come from config; a client that exceeds them is disconnected.
+// A connection costs a file descriptor and a few hundred bytes, never a thread. A fixed set
+// of io_threads + workers threads runs a Boost.Asio reactor: it accepts connections and reads
+// frames without blocking. The thread that completes a frame runs the request and writes the
+// reply itself (no hand-off between threads), but only while fewer than `workers` requests run,
+// so io_threads threads are always left to accept, read and shed. Idle and slow clients hold
+// no thread, and:
+//   - at most `max_connections` are open; one more is accepted and closed at once;
+//   - a frame must arrive whole within `frame_timeout_ms` of its first byte (a client that
+//     trickles bytes is cut off), and a reply must be taken within the same time;
+//   - a connection silent for `idle_timeout_ms` between frames is closed;
+//   - at most `max_queued_requests` complete frames wait for a free slot; the next one is
+//     answered at once with a Thrift TApplicationException (INTERNAL_ERROR) whose message
+//     starts "txscore is overloaded", and the connection stays usable.
+// Frames over the message or frame limit, and messages over the string, container or nesting
+// limits, close the connection. Deadlines are checked by one sweeper every quarter of the
+// shorter timeout (10 ms to 1 s), so a deadline is enforced within that of passing. Thread
+// count: io_threads + workers, fixed at Create().
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "common/result.h"
 #include "pipelines/config.h"
-
-namespace apache::thrift::server {
-class TServer;
-}
 
 namespace txscore::rpc {
 class TxScoreIf;
@@ -22,24 +33,41 @@ class TxScoreIf;
 
 namespace txscore::service {
 
+// Counters since Create(); read them at any time from any thread.
+struct RpcServerStats {
+  uint64_t connections_open = 0;
+  uint64_t connections_accepted = 0;  // including those refused
+  uint64_t connections_refused = 0;   // over max_connections
+  uint64_t frame_timeouts = 0;        // a frame or a reply not through within frame_timeout_ms
+  uint64_t idle_timeouts = 0;         // silent for idle_timeout_ms between frames
+  uint64_t requests_queued = 0;       // complete frames waiting for a worker now
+  uint64_t requests_shed = 0;         // answered "overloaded": the worker queue was full
+  uint64_t protocol_errors = 0;       // bad frame size, limits exceeded, malformed message
+};
+
 class RpcServer {
  public:
   // Binds and listens before returning, so port() is known and connections queue at once.
   static Result<std::unique_ptr<RpcServer>> Create(const pipelines::RpcServerConfig& config,
                                                    std::shared_ptr<rpc::TxScoreIf> handler);
-  ~RpcServer();
+  ~RpcServer();  // Stop()s
 
   // The bound port (useful when the config asked for port 0).
   int port() const { return port_; }
-  // Serves until Stop(); returns after in-flight requests have finished.
+  // Serves until Stop(); returns after in-flight requests have been answered.
   void Serve();
-  // Stops accepting, lets in-flight requests finish and closes idle connections. Safe to
-  // call from another thread, once.
+  // Stops accepting, closes idle connections and those in the middle of sending a frame, lets
+  // requests already read finish and their replies be written, then ends Serve(). Safe to
+  // call from another thread; idempotent.
   void Stop();
+
+  RpcServerStats stats() const;
+
+  struct Shared;  // state the I/O threads, workers and connections share (rpc_server.cc)
 
  private:
   RpcServer() = default;
-  std::shared_ptr<apache::thrift::server::TServer> server_;
+  std::shared_ptr<Shared> shared_;
   int port_ = 0;
 };
 

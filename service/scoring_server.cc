@@ -75,6 +75,37 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(config.server, handler);
   if (!rpc.ok()) return rpc.error();
   server->rpc_ = std::move(rpc).value();
+  RpcServer* const rpc_server = server->rpc_.get();
+  server->registry_.AddGaugeFunction("txscore_rpc_connections_open", "Thrift connections open now.", {},
+                                     [rpc_server] { return rpc_server->stats().connections_open; });
+  server->registry_.AddGaugeFunction("txscore_rpc_requests_queued", "Complete requests waiting for a worker now.", {},
+                                     [rpc_server] { return rpc_server->stats().requests_queued; });
+  const struct {
+    const char* name;
+    const char* help;
+    uint64_t RpcServerStats::*field;
+  } kRpcCounters[] = {
+      {"txscore_rpc_connections_accepted_total", "Thrift connections accepted (refused ones included).",
+       &RpcServerStats::connections_accepted},
+      {"txscore_rpc_connections_refused_total", "Thrift connections closed at once: server.max_connections open.",
+       &RpcServerStats::connections_refused},
+      {"txscore_rpc_frame_timeouts_total",
+       "Thrift connections closed because a frame or a reply took over server.frame_timeout_ms.",
+       &RpcServerStats::frame_timeouts},
+      {"txscore_rpc_idle_timeouts_total", "Thrift connections closed after server.idle_timeout_ms of silence.",
+       &RpcServerStats::idle_timeouts},
+      {"txscore_rpc_requests_shed_total",
+       "Requests answered 'overloaded' because server.max_queued_requests were waiting.",
+       &RpcServerStats::requests_shed},
+      {"txscore_rpc_protocol_errors_total",
+       "Thrift connections closed for a bad frame or message (size, limits, malformed).",
+       &RpcServerStats::protocol_errors},
+  };
+  for (const auto& c : kRpcCounters) {
+    server->registry_.AddCounterFunction(c.name, c.help, {}, [rpc_server, field = c.field] {
+      return rpc_server->stats().*field;
+    });
+  }
 
   ScoringServer* self = server.get();
   std::map<std::string, AdminServer::Handler> routes;

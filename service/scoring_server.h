@@ -45,6 +45,7 @@ class ScoringServer {
   void Stop();
 
   int rpc_port() const { return rpc_->port(); }
+  RpcServerStats rpc_stats() const { return rpc_->stats(); }
   int admin_port() const { return admin_->port(); }
   bool ready() const { return ready_.load(); }
   pipelines::ScoringPipeline& pipeline() { return *pipeline_; }

@@ -106,7 +106,7 @@ std::string WriteTestPipeline(const TempDir& dir, const std::string& durability)
   ::chmod(key.c_str(), 0600);
   const std::string yaml = dir.file("pipeline.yaml");
   WriteFile(yaml, "pipeline:\n  name: test\n  version: \"t1\"\n"
-                  "server:\n  host: 127.0.0.1\n  port: 0\n  workers: 4\n  socket_timeout_ms: 2000\n"
+                  "server:\n  host: 127.0.0.1\n  port: 0\n  workers: 4\n  frame_timeout_ms: 2000\n"
                   "  limits:\n    max_string_bytes: 1024\n    max_container_items: 100\n"
                   "admin:\n  host: 127.0.0.1\n  port: 0\n"
                   "storage:\n  path: db\n  durability: " + durability + "\n"

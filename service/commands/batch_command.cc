@@ -103,7 +103,9 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
                   "Rows per durable step (default: 8 x the LLM stage's max_batch, at least 64)");
   run->add_flag("--restart", options->job.restart, "Forget an earlier run of this job and its output; start over");
   run->add_flag("--quiet", options->quiet, "No progress display or summary text (errors only)");
-  run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error")->capture_default_str();
+  run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
   run->callback([options, exit_code] { *exit_code = RunBatch(*options); });
 }
 

@@ -3,6 +3,7 @@
 // or CSV (for `txscore batch run`).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "fraud/claims_synthetic.h"
@@ -19,7 +20,7 @@ struct GenerateOptions {
   fraud::SyntheticOptions data;
   fraud::SyntheticClaimsOptions claims;
   std::string out_path;
-  std::string format = "csv";
+  std::string format;  // csv or jsonl; empty: from the output file's extension
   std::string labels_path;  // claims: the labels and patterns, as JSON lines, for evaluation
 };
 
@@ -79,7 +80,36 @@ int RunGenerateClaims(const GenerateOptions& options) {
   return 0;
 }
 
-int RunGenerate(const GenerateOptions& options) {
+// The format the output file's extension names ("" when it names none).
+std::string FormatOfExtension(const std::string& path) {
+  const std::string extension = std::filesystem::path(path).extension().string();
+  if (extension == ".csv") return "csv";
+  if (extension == ".jsonl" || extension == ".ndjson" || extension == ".json") return "jsonl";
+  return "";
+}
+
+// Settles --format against the file name, so `batch run` (which reads .csv as CSV and
+// anything else as JSON lines) reads back what was written; an error message when they clash.
+std::string ResolveFormat(GenerateOptions* options) {
+  const std::string implied = FormatOfExtension(options->out_path);
+  if (options->format.empty()) {
+    if (implied.empty()) {
+      return "cannot tell the format from the name " + options->out_path +
+             "; end it in .csv or .jsonl, or pass --format csv|jsonl";
+    }
+    options->format = implied;
+  } else if (!implied.empty() && implied != options->format) {
+    return "--format " + options->format + " does not match the file name " + options->out_path +
+           " (which says " + implied + "); change one of them";
+  }
+  return "";
+}
+
+int RunGenerate(GenerateOptions options) {
+  if (const std::string clash = ResolveFormat(&options); !clash.empty()) {
+    std::fprintf(stderr, "%s\n", clash.c_str());
+    return 2;
+  }
   if (options.kind == "claims") return RunGenerateClaims(options);
   const std::vector<fraud::LabeledTransaction> transactions = fraud::GenerateTransactions(options.data);
   const std::string tmp_path = options.out_path + ".tmp";
@@ -140,9 +170,9 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   generate->add_option("--out", options->out_path, "Output file")->required();
   generate->add_option("--format", options->format,
-                       "transactions: csv (features + label) or jsonl; claims: jsonl or csv (the claims themselves)")
-      ->check(CLI::IsMember({"csv", "jsonl"}))
-      ->capture_default_str();
+                       "transactions: csv (features + label) or jsonl; claims: jsonl or csv (the claims "
+                       "themselves). Default: from --out's extension (.csv, or .jsonl/.ndjson/.json)")
+      ->check(CLI::IsMember({"csv", "jsonl"}));
   generate->add_option("--seed", options->data.seed, "Generator seed")->capture_default_str();
   generate->add_option("--claims", options->claims.claims, "Claims to generate (--kind claims)")->capture_default_str();
   generate->add_option("--labels", options->labels_path, "Claims: also write labels and fraud patterns (JSON lines) here");

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
@@ -62,7 +63,8 @@ int RunScore(const ScoreOptions& options) {
       if (line.empty()) continue;
       Result<rpc::Transaction> t = TransactionFromJson(line);
       if (!t.ok()) {
-        std::printf("{\"line\": %zu, \"error\": \"%s\"}\n", line_number, t.error().ToString().c_str());
+        // Built as JSON, not by hand: the message may quote the line's own characters.
+        std::printf("%s\n", nlohmann::json{{"line", line_number}, {"error", t.error().ToString()}}.dump().c_str());
         continue;
       }
       transactions.push_back(std::move(t).value());
@@ -115,8 +117,9 @@ int RunScore(const ScoreOptions& options) {
         }
         by_decision[rpc::_Decision_VALUES_TO_NAMES.at(result.decision)]++;
       } catch (const rpc::InvalidRequest& e) {
-        std::printf("{\"request_id\": \"%s\", \"invalid\": {\"field\": \"%s\", \"reason\": \"%s\"}}\n",
-                    t.request_id.c_str(), e.field.c_str(), e.reason.c_str());
+        const nlohmann::json invalid_line = {{"request_id", t.request_id},
+                                             {"invalid", {{"field", e.field}, {"reason", e.reason}}}};
+        std::printf("%s\n", invalid_line.dump().c_str());
         ++invalid;
       }
     }

@@ -66,9 +66,10 @@ int RunServe(const ServeOptions& options) {
                  config->findings.model_dir, config->findings.when.text(), config->findings.budget_ms,
                  config->findings.max_batch);
   }
-  spdlog::info("serving Thrift on {}:{} ({} workers); admin on http://{}:{}/ (healthz, readyz, metrics)",
-               config->server.host, (*server)->rpc_port(), config->server.workers, config->admin.host,
-               (*server)->admin_port());
+  spdlog::info("serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
+               "http://{}:{}/ (healthz, readyz, metrics)",
+               config->server.host, (*server)->rpc_port(), config->server.workers, config->server.io_threads,
+               config->server.max_connections, config->admin.host, (*server)->admin_port());
   spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}", (*server)->rpc_port());
   // One machine-readable line for scripts and tests that asked for port 0.
   std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()
@@ -88,7 +89,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve fraud scores over Thrift, with health and metrics over HTTP");
   cmd->add_option("--config", options->config_path, "Pipeline YAML file")->capture_default_str();
-  cmd->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  cmd->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
   cmd->callback([options, exit_code] { *exit_code = RunServe(*options); });
 }
 

@@ -58,7 +58,32 @@ TEST(ValidateCardToken, RejectsSomethingThatIsAPan) {
   Status s = ValidateCardToken("4111111111111111");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().field, "card_token");
-  EXPECT_EQ(s.error().message, "looks like a card number; send it in card_number so it is tokenized");
+  EXPECT_EQ(s.error().message,
+            "holds a card number (12-19 digits passing the Luhn check, separators ignored); send the card number "
+            "in card_number so that it is tokenized");
+}
+
+TEST(ValidateCardToken, RejectsAPanFormattedSplitOrEmbedded) {
+  for (const char* token : {"4000-0012-3456-7899", "4000 0012 3456 7899", "x4000001234567899", "4000_0012_3456_7899",
+                            "tok-4000001234567899-a", "card4000.0012.3456.7899end", "98764000001234567899"}) {
+    Status s = ValidateCardToken(token);
+    ASSERT_FALSE(s.ok()) << token;
+    EXPECT_EQ(s.error().field, "card_token");
+    EXPECT_EQ(s.error().message.rfind("holds a card number", 0), 0u) << token << ": " << s.error().message;
+  }
+  // The same digits with the check digit off by one are not a PAN, so the token is taken.
+  EXPECT_TRUE(ValidateCardToken("x4000001234567898").ok());
+  EXPECT_TRUE(ValidateCardToken("tok-4000-0012-3456-7898").ok());
+}
+
+TEST(ValidateCardToken, TakesTxscoresOwnFormEvenWithADigitRunInside) {
+  // 64 lowercase hex digits, as Tokenize() gives, whose digits include a Luhn-valid run.
+  const std::string hmac_like = "4000001234567899" + std::string(48, 'a');
+  ASSERT_TRUE(IsTxscoreTokenForm(hmac_like));
+  EXPECT_TRUE(ValidateCardToken(hmac_like).ok());
+  EXPECT_TRUE(IsTxscoreTokenForm(CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize("4000001234567899")));
+  EXPECT_FALSE(IsTxscoreTokenForm("4000001234567899" + std::string(48, 'A')));  // uppercase: caller form, scanned
+  EXPECT_FALSE(ValidateCardToken("4000001234567899" + std::string(48, 'A')).ok());
 }
 
 TEST(ValidateCardToken, AcceptsOpaqueTokensAndRejectsBadCharacters) {

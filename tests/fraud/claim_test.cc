@@ -46,6 +46,46 @@ TEST(ValidateClaim, TokenizesTheClaimantAndCountsDays) {
   EXPECT_EQ(ClaimTypes()[static_cast<size_t>(claim->claim_type)], "burglary");
 }
 
+TEST(ValidateClaim, RedactsCardNumbersInFreeText) {
+  RawClaim raw = ValidRawClaim();
+  raw.narrative = "They charged my card 4000 0012 3456 7899 twice.";
+  raw.adjuster_notes = "Claimant quoted 4000-0012-3456-7899 and ref 12345.";
+  auto claim = ValidateClaim(raw, *Tokenizer());
+  ASSERT_TRUE(claim.ok()) << claim.error().ToString();
+  EXPECT_EQ(claim->narrative, "They charged my card [card number redacted] twice.");
+  EXPECT_EQ(claim->adjuster_notes, "Claimant quoted [card number redacted] and ref 12345.");
+}
+
+TEST(ClaimForStorage, KeepsTheClaimantTokenNotTheIdAndValidatesTheSame) {
+  RawClaim raw = ValidRawClaim();
+  raw.narrative = "Paid with 4000001234567899.";
+  auto stored = ClaimForStorage(raw, *Tokenizer());
+  ASSERT_TRUE(stored.ok()) << stored.error().ToString();
+  EXPECT_EQ(stored->claimant_id, "");
+  EXPECT_EQ(stored->claimant_token, Tokenizer()->Tokenize("claimant:C-1"));
+  EXPECT_EQ(stored->narrative, "Paid with [card number redacted].");
+  const std::string line = ClaimToJson(*stored);
+  EXPECT_EQ(line.find("claimant_id"), std::string::npos);
+  // Read back, it is the same claim as the original: the token is not tokenized again.
+  auto reread = ParseClaimJson(line);
+  ASSERT_TRUE(reread.ok()) << reread.error().ToString();
+  EXPECT_EQ(ValidateClaim(*reread, *Tokenizer())->claimant_token, ValidateClaim(raw, *Tokenizer())->claimant_token);
+  raw.claimant_id = "";
+  EXPECT_EQ(ClaimForStorage(raw, *Tokenizer()).error().field, "claimant_id");
+}
+
+TEST(ParseClaimJson, TakesExactlyOneOfClaimantIdAndToken) {
+  RawClaim raw = ValidRawClaim();
+  raw.claimant_token = std::string(64, 'a');
+  std::string both = ClaimToJson(raw);  // writes the token only
+  both.insert(1, "\"claimant_id\":\"C-1\",");
+  EXPECT_EQ(ParseClaimJson(both).error().message, "exactly one of claimant_id and claimant_token is required");
+  raw.claimant_token = "not-a-token";
+  auto parsed = ParseClaimJson(ClaimToJson(raw));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(ValidateClaim(*parsed, *Tokenizer()).error().field, "claimant_token");
+}
+
 TEST(ValidateClaim, NamesTheFieldAtFault) {
   auto error = [](void (*change)(RawClaim*)) {
     RawClaim c = ValidRawClaim();

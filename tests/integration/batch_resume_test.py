@@ -44,16 +44,19 @@ class Job:
         return done.returncode, done.stderr
 
     def kill_when(self, pattern, delay_s, timeout_s=120):
-        """Starts the job, waits for `pattern` on stderr (None: just the delay), sleeps `delay_s`,
-        then SIGKILLs it. Returns True if it was killed, False if it finished first."""
+        """Starts the job, waits for `pattern` on stderr (a list: each in turn; None: just the
+        delay), sleeps `delay_s`, then SIGKILLs it. Returns True if it was killed, False if it
+        finished first."""
         proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout_s
-        if pattern is not None:
-            for line in proc.stderr:
-                if pattern in line:
+        patterns = [] if pattern is None else [pattern] if isinstance(pattern, str) else list(pattern)
+        for line in proc.stderr if patterns else []:
+            if patterns[0] in line:
+                patterns.pop(0)
+                if not patterns:
                     break
-                if time.monotonic() > deadline:
-                    break
+            if time.monotonic() > deadline:
+                break
         time.sleep(delay_s)
         finished = proc.poll() is not None
         if not finished:
@@ -106,9 +109,11 @@ stages:
         kills = 0
         # As a chunk starts (before its claims reach the model).
         kills += job.kill_when(f"chunk {llm_chunks[0]}: scoring", 0.0)
-        # In the middle of an LLM batch: the chunk is scored, the tiny model is generating.
+        # In the middle of an LLM batch: the chunk's claims are scored, the tiny model has begun
+        # generating (killed as soon as it says so, rather than after a fixed delay that a fast
+        # machine finishes the batch within).
         mid = llm_chunks[1]
-        if job.kill_when(f"chunk {mid}: scoring", 0.05):
+        if job.kill_when([f"chunk {mid}: scoring", "generating findings for"], 0.0):
             kills += 1
             with open(job.output) as f:
                 durable = sum(1 for _ in f)

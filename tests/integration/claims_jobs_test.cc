@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "fraud/card_token.h"
 #include "fraud/claims_synthetic.h"
 #include "gen-cpp/TxScore.h"
 #include "service/scoring_server.h"
@@ -136,6 +137,49 @@ TEST_F(ClaimsJobsTest, InlineClaimsRunToDoneAndTheSameClaimsAreTheSameJob) {
   lines = 0;
   for (std::string line; std::getline(rescored, line);) ++lines;
   EXPECT_EQ(lines, 20);  // nothing scored twice
+}
+
+// Every regular file under `dir` whose bytes contain `needle`.
+std::vector<std::string> FilesHolding(const std::string& dir, const std::string& needle) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && testing::ReadFile(entry.path().string()).find(needle) != std::string::npos) {
+      found.push_back(entry.path().string());
+    }
+  }
+  return found;
+}
+
+TEST_F(ClaimsJobsTest, InlineClaimsLeaveNoClaimantIdOrCardNumberOnDisk) {
+  hold_first_job_ = true;
+  rpc::ClaimsJobRequest request = Inline(10, 5);
+  request.claims[0].claimant_id = "CLAIMANT-SECRET-4711";
+  request.claims[1].narrative += " They charged my card 4000 0012 3456 7899.";
+  request.claims[2].adjuster_notes = "Claimant quoted card 4000-0012-3456-7899.";
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, request);
+  job_held_.get_future().get();  // queued and started, not yet run: the inline input is on disk
+  std::vector<std::string> inputs;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.file("out"))) {
+    if (entry.path().filename().string().rfind("inline-", 0) == 0) inputs.push_back(entry.path().string());
+  }
+  ASSERT_EQ(inputs.size(), 1u);
+  const std::string stored = testing::ReadFile(inputs[0]);
+  EXPECT_NE(stored.find("\"claimant_token\":\"" + fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize("claimant:CLAIMANT-SECRET-4711")),
+            std::string::npos);
+  EXPECT_EQ(stored.find("claimant_id"), std::string::npos);
+  EXPECT_NE(stored.find("They charged my card [card number redacted]."), std::string::npos);
+  release_.set_value();
+  released_ = true;
+  const rpc::ClaimsJobStatus done = WaitForEnd(submitted.job_id);
+  EXPECT_EQ(done.state, rpc::JobState::DONE);
+  EXPECT_EQ(done.errors, 0);
+  EXPECT_FALSE(std::filesystem::exists(inputs[0]));  // the job is done: its inline input is gone
+  server_->Stop();  // every byte on disk
+  for (const std::string& secret : {std::string("CLAIMANT-SECRET-4711"), std::string("4000001234567899"),
+                                    std::string("4000 0012 3456 7899"), std::string("4000-0012-3456-7899")}) {
+    EXPECT_EQ(FilesHolding(dir_.path(), secret), std::vector<std::string>{}) << secret;
+  }
 }
 
 TEST_F(ClaimsJobsTest, ServerSideInputMustLieInTheInputDirectory) {

@@ -12,6 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "storage/audit_log.h"
+#include "tests/rpc_test_support.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
@@ -29,17 +31,7 @@ using apache::thrift::protocol::TBinaryProtocol;
 using apache::thrift::transport::TFramedTransport;
 using apache::thrift::transport::TSocket;
 
-struct Client {
-  explicit Client(int port) {
-    auto socket = std::make_shared<TSocket>("127.0.0.1", port);
-    socket->setRecvTimeout(10000);
-    transport = std::make_shared<TFramedTransport>(socket);
-    client = std::make_unique<rpc::TxScoreClient>(std::make_shared<TBinaryProtocol>(transport));
-    transport->open();
-  }
-  std::shared_ptr<TFramedTransport> transport;
-  std::unique_ptr<rpc::TxScoreClient> client;
-};
+using Client = testing::RpcClient;
 
 struct HttpAnswer {
   int status;
@@ -84,17 +76,7 @@ class RpcServerTest : public ::testing::Test {
   }
 
   // A raw TCP connection for sending bytes no Thrift client would.
-  int RawConnect() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server_->rpc_port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    timeval timeout{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    return fd;
-  }
+  int RawConnect() { return testing::RawConnect(server_->rpc_port()); }
 
   // Sends bytes and returns what recv() says next: 0 means the server closed the connection.
   ssize_t SendAndAwaitClose(const std::string& bytes) {
@@ -192,14 +174,97 @@ TEST_F(RpcServerTest, BadInputsGetTypedErrorsNamingTheField) {
   ExpectStillServing();
 }
 
-TEST_F(RpcServerTest, StringOverTheLimitClosesTheConnection) {
-  {
-    Client c(server_->rpc_port());
-    rpc::Transaction t = ToThriftTransaction(testing::ValidTransaction(std::string(2000, 'r')));  // limit: 1024
-    rpc::ScoreResult result;
-    EXPECT_THROW(c.client->score(result, t), apache::thrift::TException);
+size_t ThreadsOfThisProcess() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+size_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
   }
-  ExpectStillServing();
+  return 0;
+}
+
+TEST_F(RpcServerTest, IdleAndTricklingConnectionsNeverDelayAWellBehavedClient) {
+  // What locked everyone out of the thread-per-connection server: 500 idle connections, then
+  // slow clients sending a frame a byte at a time. A client on a fresh connection must be
+  // served in under a second at every point, and the server's threads and memory stay bounded.
+  int scored = 0;
+  const auto served_within_a_second = [&](const char* when) {
+    const auto start = std::chrono::steady_clock::now();
+    Client c(server_->rpc_port());
+    rpc::ScoreResult result;
+    fraud::RawTransaction tx = testing::ValidTransaction("fresh-" + std::to_string(scored));
+    tx.timestamp_ms += 1000 * scored++;
+    c.client->score(result, ToThriftTransaction(tx));
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, std::chrono::seconds(1)) << when << ": served after "
+                                             << std::chrono::duration<double>(took).count() << " s";
+  };
+  served_within_a_second("before");
+  const size_t threads_before = ThreadsOfThisProcess();
+  const size_t memory_before = ResidentBytes();
+
+  std::vector<int> idle;
+  for (int i = 0; i < 500; ++i) idle.push_back(RawConnect());
+  served_within_a_second("with 500 idle connections");
+
+  // 16 slow clients trickle a valid score() frame, one byte each every 50 ms (a 10 s frame;
+  // the test config's frame deadline is 2 s).
+  std::string frame;
+  {
+    auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
+    TBinaryProtocol out(buffer);
+    rpc::TxScore_score_pargs args;
+    const rpc::Transaction slow = ToThriftTransaction(testing::ValidTransaction("slow"));
+    args.transaction = &slow;
+    out.writeMessageBegin("score", apache::thrift::protocol::T_CALL, 1);
+    args.write(&out);
+    out.writeMessageEnd();
+    frame = testing::Framed(buffer->getBufferAsString());
+  }
+  constexpr int kSlowClients = 16;
+  std::vector<int> slow;
+  for (int i = 0; i < kSlowClients; ++i) slow.push_back(RawConnect());
+  std::atomic<int> cut_off{0};
+  std::atomic<bool> trickling{true};
+  std::thread trickler([&] {
+    std::vector<bool> open(kSlowClients, true);
+    for (size_t byte = 0; byte < frame.size() && cut_off.load() < kSlowClients; ++byte) {
+      for (int i = 0; i < kSlowClients; ++i) {
+        if (!open[i]) continue;
+        char buf[8];
+        if (::send(slow[i], frame.data() + byte, 1, MSG_NOSIGNAL) != 1 || ::recv(slow[i], buf, sizeof buf, MSG_DONTWAIT) == 0) {
+          open[i] = false;
+          cut_off++;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    trickling = false;
+  });
+  for (int check = 0; check < 5 && trickling.load(); ++check) {
+    served_within_a_second("while slow clients trickle");
+    EXPECT_EQ(ThreadsOfThisProcess(), threads_before + 1);  // + the trickler: the server started none
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  trickler.join();
+  EXPECT_EQ(cut_off.load(), kSlowClients);  // every slow client was cut off before its frame was whole
+  EXPECT_EQ(server_->rpc_stats().frame_timeouts, static_cast<uint64_t>(kSlowClients));
+  served_within_a_second("after the slow clients");
+  // The idle ones stay, each costing a descriptor only (the fresh clients' closes are seen
+  // asynchronously: wait for them, up to 10 s).
+  for (int i = 0; i < 1000 && server_->rpc_stats().connections_open != 500u; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->rpc_stats().connections_open, 500u);
+  EXPECT_LT(ResidentBytes(), memory_before + (64u << 20));
+  for (int fd : slow) ::close(fd);
+  for (int fd : idle) ::close(fd);
 }
 
 TEST_F(RpcServerTest, BatchOverTheContainerLimitClosesTheConnection) {
@@ -243,10 +308,7 @@ std::string ScoreCallWithNesting(int depth) {
   out.writeFieldStop();
   out.writeStructEnd();
   out.writeMessageEnd();
-  const std::string payload = buffer->getBufferAsString();
-  std::string frame;
-  for (int shift = 24; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((payload.size() >> shift) & 0xff));
-  return frame + payload;
+  return testing::Framed(buffer->getBufferAsString());
 }
 
 TEST_F(RpcServerTest, NestingWithinTheRecursionLimitIsAnswered) {

@@ -39,6 +39,11 @@ TEST_F(ConfigTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->server.port, 9090);
   EXPECT_EQ(config->server.workers, 8);
+  EXPECT_EQ(config->server.io_threads, 1);
+  EXPECT_EQ(config->server.max_connections, 4096);
+  EXPECT_EQ(config->server.max_queued_requests, 1024);
+  EXPECT_EQ(config->server.frame_timeout_ms, 5000);
+  EXPECT_EQ(config->server.idle_timeout_ms, 600000);
   EXPECT_EQ(config->server.limits.max_string_bytes, 65536);
   EXPECT_EQ(config->admin.host, "127.0.0.1");
   EXPECT_EQ(config->storage.path, dir_.file("db"));
@@ -94,7 +99,23 @@ TEST_F(ConfigTest, UnknownKeyIsRejectedWithLineAndColumn) {
   auto config = Parse(std::string("server:\n  prot: 9090\n") + kValid);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.error().message,
-            Where(2, 3) + "unknown key \"prot\" in server (expected one of: host, limits, port, socket_timeout_ms, workers)");
+            Where(2, 3) + "unknown key \"prot\" in server (expected one of: frame_timeout_ms, host, idle_timeout_ms, io_threads, "
+                              "limits, max_connections, max_queued_requests, port, workers)");
+}
+
+TEST_F(ConfigTest, ServerTransportSettingsAreReadAndBounded) {
+  auto config = Parse(std::string("server:\n  io_threads: 3\n  max_connections: 50\n  max_queued_requests: 7\n"
+                                  "  frame_timeout_ms: 250\n  idle_timeout_ms: 9000\n") +
+                      kValid);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->server.io_threads, 3);
+  EXPECT_EQ(config->server.max_connections, 50);
+  EXPECT_EQ(config->server.max_queued_requests, 7);
+  EXPECT_EQ(config->server.frame_timeout_ms, 250);
+  EXPECT_EQ(config->server.idle_timeout_ms, 9000);
+  auto zero = Parse(std::string("server:\n  max_connections: 0\n") + kValid);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().message, Where(2, 20) + "\"max_connections\" must be between 1 and 1000000");
 }
 
 TEST_F(ConfigTest, WrongTypeIsRejectedWithLineAndColumn) {

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The txscore command line end to end: what a user typing commands sees (messages and exit
+codes), one check per behaviour, each run as its own subprocess."""
+import argparse
+import subprocess
+import sys
+
+
+def run(txscore, *args):
+    return subprocess.run([txscore, *args], capture_output=True, text=True, timeout=120)
+
+
+def check_unknown_command_names_it_and_suggests_the_nearest(txscore):
+    r = run(txscore, "scroe")
+    assert r.returncode == 2, r
+    assert r.stderr == 'txscore: unknown command "scroe"; did you mean "score"? (txscore --help lists the commands)\n', r.stderr
+    r = run(txscore, "frobnicate")
+    assert r.returncode == 2, r
+    assert r.stderr == 'txscore: unknown command "frobnicate" (txscore --help lists the commands)\n', r.stderr
+
+
+def check_known_commands_are_not_called_unknown(txscore):
+    r = run(txscore, "score", "--help")
+    assert r.returncode == 0, r
+    assert "unknown command" not in r.stderr
+
+
+def check_an_unknown_log_level_is_refused_not_silenced(txscore):
+    for command in (["serve", "--config", "/nonexistent.yaml"], ["batch", "run", "--config", "x", "--input", "y",
+                                                                 "--output", "z"]):
+        r = run(txscore, *command, "--log-level", "verbose")
+        assert r.returncode != 0, r
+        assert "--log-level: verbose not in {trace,debug,info,warn,error,off}" in r.stderr, r.stderr
+
+
+def check_score_prints_input_errors_as_valid_json(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        path = os.path.join(work, "bad.jsonl")
+        with open(path, "w") as f:
+            f.write('{"request_id": "quote\\"and\\\\backslash", "amount_minor": "x"}\n')
+            f.write('not json at all: "quoted" \\ text\n')
+        r = run(txscore, "score", "--server", "127.0.0.1:1", "--file", path)
+        lines = [line for line in r.stdout.splitlines() if line]
+        assert len(lines) == 2, r
+        for line in lines:
+            parsed = json.loads(line)  # hand-built JSON broke on the quotes in these messages
+            assert set(parsed) == {"line", "error"}, parsed
+        assert [json.loads(line)["line"] for line in lines] == [1, 2]
+
+
+def check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        jsonl = os.path.join(work, "claims.jsonl")
+        r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "3", "--out", jsonl)
+        assert r.returncode == 0, r
+        with open(jsonl) as f:
+            first = json.loads(f.readline())  # JSON lines, not CSV, for a .jsonl name
+        assert "claim_id" in first, first
+        csv = os.path.join(work, "claims.csv")
+        assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "3", "--out", csv).returncode == 0
+        with open(csv) as f:
+            assert f.readline().startswith("claim_id,policy_id,claimant_id,"), "a .csv name gets CSV"
+        clash = os.path.join(work, "clash.jsonl")
+        r = run(txscore, "data", "generate", "--kind", "claims", "--format", "csv", "--out", clash)
+        assert r.returncode == 2, r
+        assert r.stderr == f"--format csv does not match the file name {clash} (which says jsonl); change one of them\n", r.stderr
+        assert not os.path.exists(clash) and not os.path.exists(clash + ".tmp"), "nothing written on a refusal"
+        unknown = os.path.join(work, "claims.dat")
+        r = run(txscore, "data", "generate", "--kind", "claims", "--out", unknown)
+        assert r.returncode == 2, r
+        assert "cannot tell the format from the name" in r.stderr, r.stderr
+        r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "2", "--format", "jsonl", "--out", unknown)
+        assert r.returncode == 0, r  # an extension that names no format takes --format
+
+
+CHECKS = [
+    check_unknown_command_names_it_and_suggests_the_nearest,
+    check_known_commands_are_not_called_unknown,
+    check_an_unknown_log_level_is_refused_not_silenced,
+    check_score_prints_input_errors_as_valid_json,
+    check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash,
+]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--txscore", required=True)
+    args = parser.parse_args()
+    failed = 0
+    for check in CHECKS:
+        try:
+            check(args.txscore)
+            print(f"ok   {check.__name__}")
+        except AssertionError as e:
+            failed += 1
+            print(f"FAIL {check.__name__}: {e}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+// Helpers for tests that talk to a Thrift server over loopback: a framed binary client and
+// raw sockets for bytes no Thrift client would send. Header-only: only RPC tests include it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thrift/protocol/TBinaryProtocol.h>
+#include <thrift/transport/TBufferTransports.h>
+#include <thrift/transport/TSocket.h>
+
+#include <memory>
+#include <string>
+
+#include "gen-cpp/TxScore.h"
+
+namespace txscore::testing {
+
+// A TxScore client on a fresh framed connection (10 s receive timeout).
+struct RpcClient {
+  explicit RpcClient(int port) {
+    auto socket = std::make_shared<apache::thrift::transport::TSocket>("127.0.0.1", port);
+    socket->setRecvTimeout(10000);
+    transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
+    client = std::make_unique<rpc::TxScoreClient>(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
+    transport->open();
+  }
+  std::shared_ptr<apache::thrift::transport::TFramedTransport> transport;
+  std::unique_ptr<rpc::TxScoreClient> client;
+};
+
+// A plain TCP connection to 127.0.0.1:port with a 10 s receive timeout.
+inline int RawConnect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval timeout{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  return fd;
+}
+
+// A 4-byte big-endian frame header followed by the payload.
+inline std::string Framed(const std::string& payload) {
+  std::string frame;
+  for (int shift = 24; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((payload.size() >> shift) & 0xff));
+  return frame + payload;
+}
+
+}  // namespace txscore::testing

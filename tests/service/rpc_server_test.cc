@@ -1,0 +1,395 @@
+// The event-driven Thrift server on its own, with a fake handler: connection limits, frame
+// and idle deadlines, load shedding and each protocol limit, without a pipeline behind it.
+#include "service/rpc_server.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thrift/TApplicationException.h>
+#include <thrift/protocol/TBinaryProtocol.h>
+#include <thrift/transport/TBufferTransports.h>
+#include <thrift/transport/TSocket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "gen-cpp/TxScore.h"
+#include "tests/rpc_test_support.h"
+
+namespace txscore::service {
+namespace {
+
+using apache::thrift::protocol::TBinaryProtocol;
+using apache::thrift::transport::TFramedTransport;
+using apache::thrift::transport::TMemoryBuffer;
+using apache::thrift::transport::TSocket;
+
+// Echoes requests; health() waits while the gate is closed, so a test can hold workers busy.
+class FakeHandler : public rpc::TxScoreIf {
+ public:
+  void score(rpc::ScoreResult& out, const rpc::Transaction& transaction) override {
+    out.request_id = transaction.request_id;
+  }
+  void scoreBatch(std::vector<rpc::BatchItem>& out, const std::vector<rpc::Transaction>& transactions) override {
+    out.resize(transactions.size());
+  }
+  void health(rpc::HealthStatus& out) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++health_calls_entered_;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return gate_open_; });
+    out.live = true;
+  }
+  void submitClaimsJob(rpc::ClaimsJobStatus&, const rpc::ClaimsJobRequest&) override {}
+  void claimsJobStatus(rpc::ClaimsJobStatus&, const std::string&) override {}
+  void cancelClaimsJob(rpc::ClaimsJobStatus&, const std::string&) override {}
+
+  void CloseGate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gate_open_ = false;
+  }
+  void OpenGate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gate_open_ = true;
+    changed_.notify_all();
+  }
+  void AwaitHealthCallsEntered(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return health_calls_entered_ >= n; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool gate_open_ = true;
+  int health_calls_entered_ = 0;
+};
+
+using Client = testing::RpcClient;
+using testing::Framed;
+
+rpc::Transaction TransactionWithId(const std::string& id) {
+  rpc::Transaction t;
+  t.request_id = id;
+  return t;
+}
+
+// A health() call whose arguments carry an unknown field nested `depth` structs deep: unknown
+// fields are skipped, so only the nesting limit decides whether it is answered.
+std::string HealthCallWithNesting(int depth) {
+  auto buffer = std::make_shared<TMemoryBuffer>();
+  TBinaryProtocol out(buffer);
+  out.writeMessageBegin("health", apache::thrift::protocol::T_CALL, 1);
+  out.writeStructBegin("args");
+  for (int i = 0; i < depth; ++i) {
+    out.writeFieldBegin("x", apache::thrift::protocol::T_STRUCT, 99);
+    out.writeStructBegin("x");
+  }
+  for (int i = 0; i < depth; ++i) {
+    out.writeFieldStop();
+    out.writeStructEnd();
+    out.writeFieldEnd();
+  }
+  out.writeFieldStop();
+  out.writeStructEnd();
+  out.writeMessageEnd();
+  return Framed(buffer->getBufferAsString());
+}
+
+// Polls `condition` until it holds or 10 s pass (the server's counters change on its threads).
+bool Eventually(const std::function<bool()>& condition) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+class RpcServerUnitTest : public ::testing::Test {
+ protected:
+  void Start(pipelines::RpcServerConfig config) {
+    config.host = "127.0.0.1";
+    config.port = 0;
+    auto server = RpcServer::Create(config, handler_);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    serve_ = std::thread([this] { server_->Serve(); });
+  }
+  void TearDown() override {
+    handler_->OpenGate();
+    if (server_) server_->Stop();
+    if (serve_.joinable()) serve_.join();
+  }
+
+  int RawConnect() { return testing::RawConnect(server_->port()); }
+
+  // Sends `bytes` on a fresh connection; true when the server then closes it without a reply.
+  bool ClosedWithoutReply(const std::string& bytes) {
+    int fd = RawConnect();
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    const bool reset = n < 0 && errno == ECONNRESET;  // closed with our bytes unread: a reset, not a FIN
+    ::close(fd);
+    return n == 0 || reset;
+  }
+
+  bool Answers(const std::string& bytes) {
+    int fd = RawConnect();
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ::close(fd);
+    return n > 0;
+  }
+
+  void ExpectStillServing() {
+    Client c(server_->port());
+    rpc::ScoreResult result;
+    c.client->score(result, TransactionWithId("after"));
+    EXPECT_EQ(result.request_id, "after");
+  }
+
+  std::shared_ptr<FakeHandler> handler_ = std::make_shared<FakeHandler>();
+  std::unique_ptr<RpcServer> server_;
+  std::thread serve_;
+};
+
+TEST_F(RpcServerUnitTest, ServesMoreConnectionsThanWorkersAtOnce) {
+  Start({.workers = 1});
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 20; ++i) clients.push_back(std::make_unique<Client>(server_->port()));
+  // Every connection stays open while every other one is served: none holds the one worker.
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 20; ++i) {
+      rpc::ScoreResult result;
+      clients[i]->client->score(result, TransactionWithId("c" + std::to_string(i)));
+      EXPECT_EQ(result.request_id, "c" + std::to_string(i));
+    }
+  }
+  EXPECT_EQ(server_->stats().connections_open, 20u);
+}
+
+TEST_F(RpcServerUnitTest, IdleConnectionsHoldNoWorker) {
+  Start({.workers = 1});
+  std::vector<int> idle;
+  for (int i = 0; i < 50; ++i) idle.push_back(RawConnect());
+  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 50; }));
+  ExpectStillServing();
+  for (int fd : idle) ::close(fd);
+}
+
+TEST_F(RpcServerUnitTest, ClosesAFrameThatTricklesInPastTheFrameDeadline) {
+  Start({.frame_timeout_ms = 300});
+  int fd = RawConnect();
+  const std::string call = Framed(std::string(100, 'x'));
+  size_t sent = 0;
+  char buf[16];
+  ssize_t n = -1;
+  // One byte every 20 ms: the whole frame would take 2 s; the deadline is 300 ms from its first byte.
+  for (; sent < call.size(); ++sent) {
+    if (::send(fd, call.data() + sent, 1, MSG_NOSIGNAL) != 1) break;
+    n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) break;  // closed by the server
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (n != 0) n = ::recv(fd, buf, sizeof buf, 0);
+  ::close(fd);
+  EXPECT_EQ(n, 0);
+  EXPECT_LT(sent, call.size());  // cut off before the frame was complete
+  EXPECT_EQ(server_->stats().frame_timeouts, 1u);
+  EXPECT_EQ(server_->stats().idle_timeouts, 0u);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, ClosesAConnectionSilentForTheIdleTimeout) {
+  Start({.idle_timeout_ms = 200});
+  int fd = RawConnect();
+  char buf[16];
+  EXPECT_EQ(::recv(fd, buf, sizeof buf, 0), 0);  // the server closes it; SO_RCVTIMEO is 10 s
+  ::close(fd);
+  EXPECT_EQ(server_->stats().idle_timeouts, 1u);
+  EXPECT_EQ(server_->stats().frame_timeouts, 0u);
+}
+
+TEST_F(RpcServerUnitTest, AConnectionBetweenCallsIsIdleNotMidFrame) {
+  // A persistent client that pauses between calls longer than the frame deadline keeps its
+  // connection: the frame deadline runs only from a frame's first byte.
+  Start({.frame_timeout_ms = 100});
+  Client c(server_->port());
+  rpc::ScoreResult result;
+  c.client->score(result, TransactionWithId("first"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  c.client->score(result, TransactionWithId("second"));
+  EXPECT_EQ(result.request_id, "second");
+  EXPECT_EQ(server_->stats().frame_timeouts, 0u);
+}
+
+TEST_F(RpcServerUnitTest, RefusesConnectionsOverTheLimit) {
+  Start({.max_connections = 3});
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(std::make_unique<Client>(server_->port()));
+  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 3; }));
+  EXPECT_TRUE(ClosedWithoutReply(HealthCallWithNesting(0)));
+  EXPECT_EQ(server_->stats().connections_refused, 1u);
+  held.pop_back();  // one closes: a new client gets its place
+  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 2; }));
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, ShedsRequestsWhenTheQueueIsFullAndKeepsTheConnection) {
+  Start({.workers = 1, .max_queued_requests = 1});
+  handler_->CloseGate();
+  rpc::HealthStatus first_answer, second_answer;
+  std::thread first([&] {
+    try {
+      Client(server_->port()).client->health(first_answer);
+    } catch (const apache::thrift::TException& e) {
+      ADD_FAILURE() << "first call: " << e.what();
+    }
+  });
+  handler_->AwaitHealthCallsEntered(1);  // the one worker is busy
+  std::thread second([&] {
+    try {
+      Client(server_->port()).client->health(second_answer);
+    } catch (const apache::thrift::TException& e) {
+      ADD_FAILURE() << "second call: " << e.what();
+    }
+  });
+  ASSERT_TRUE(Eventually([&] { return server_->stats().requests_queued == 1; }));  // the queue is full
+
+  Client third(server_->port());
+  rpc::HealthStatus shed;
+  try {
+    third.client->health(shed);
+    ADD_FAILURE() << "expected the call to be shed";
+  } catch (const apache::thrift::TApplicationException& e) {
+    EXPECT_EQ(e.getType(), apache::thrift::TApplicationException::INTERNAL_ERROR);
+    EXPECT_EQ(std::string(e.what()),
+              "txscore is overloaded: 1 requests are already waiting; retry shortly or on another replica");
+  } catch (const apache::thrift::TException& e) {
+    ADD_FAILURE() << "expected an 'overloaded' answer, got: " << e.what();
+  }
+  EXPECT_EQ(server_->stats().requests_shed, 1u);
+  handler_->OpenGate();
+  first.join();
+  second.join();
+  EXPECT_TRUE(first_answer.live);
+  EXPECT_TRUE(second_answer.live);
+  rpc::ScoreResult result;
+  third.client->score(result, TransactionWithId("same connection"));  // the shed call's connection still works
+  EXPECT_EQ(result.request_id, "same connection");
+}
+
+TEST_F(RpcServerUnitTest, StopAnswersTheRequestInFlightThenEndsServe) {
+  Start({});
+  handler_->CloseGate();
+  rpc::HealthStatus answer;
+  std::thread call([&] { Client(server_->port()).client->health(answer); });
+  handler_->AwaitHealthCallsEntered(1);
+  std::thread stop([&] { server_->Stop(); });
+  handler_->OpenGate();
+  call.join();
+  stop.join();
+  serve_.join();
+  EXPECT_TRUE(answer.live);
+  EXPECT_THROW(Client c(server_->port()), apache::thrift::TException);  // nothing listens
+}
+
+// Each limit, with a request that is valid except for that limit, and the same request
+// within it as the control.
+TEST_F(RpcServerUnitTest, FrameOverTheFrameLimitClosesTheConnection) {
+  pipelines::RpcServerConfig config;
+  config.limits.max_frame_bytes = 2048;
+  Start(config);
+  std::vector<rpc::BatchItem> items;
+  Client(server_->port()).client->scoreBatch(items, std::vector<rpc::Transaction>(10, TransactionWithId("x")));
+  EXPECT_EQ(items.size(), 10u);
+  EXPECT_EQ(server_->stats().protocol_errors, 0u);
+  EXPECT_THROW(
+      Client(server_->port())
+          .client->scoreBatch(items, std::vector<rpc::Transaction>(10, TransactionWithId(std::string(300, 'x')))),
+      apache::thrift::transport::TTransportException);  // 3 KB frame: closed unanswered
+  EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, MessageOverTheMessageLimitClosesTheConnection) {
+  pipelines::RpcServerConfig config;
+  config.limits.max_message_bytes = 2048;
+  Start(config);
+  std::vector<rpc::BatchItem> items;
+  Client(server_->port()).client->scoreBatch(items, std::vector<rpc::Transaction>(10, TransactionWithId("x")));
+  EXPECT_EQ(items.size(), 10u);
+  EXPECT_THROW(
+      Client(server_->port())
+          .client->scoreBatch(items, std::vector<rpc::Transaction>(10, TransactionWithId(std::string(300, 'x')))),
+      apache::thrift::transport::TTransportException);
+  EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, StringOverTheStringLimitClosesTheConnection) {
+  pipelines::RpcServerConfig config;
+  config.limits.max_string_bytes = 64;
+  Start(config);
+  rpc::ScoreResult result;
+  Client(server_->port()).client->score(result, TransactionWithId(std::string(64, 'r')));
+  EXPECT_EQ(result.request_id, std::string(64, 'r'));
+  EXPECT_THROW(Client(server_->port()).client->score(result, TransactionWithId(std::string(65, 'r'))),
+               apache::thrift::transport::TTransportException);
+  EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, ListOverTheContainerLimitClosesTheConnection) {
+  pipelines::RpcServerConfig config;
+  config.limits.max_container_items = 3;
+  Start(config);
+  std::vector<rpc::BatchItem> items;
+  Client(server_->port()).client->scoreBatch(items, std::vector<rpc::Transaction>(3, TransactionWithId("x")));
+  EXPECT_EQ(items.size(), 3u);
+  EXPECT_THROW(
+      Client(server_->port()).client->scoreBatch(items, std::vector<rpc::Transaction>(4, TransactionWithId("x"))),
+      apache::thrift::transport::TTransportException);
+  EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, NestingOverTheRecursionLimitClosesTheConnection) {
+  pipelines::RpcServerConfig config;
+  config.limits.max_recursion_depth = 8;
+  Start(config);
+  EXPECT_TRUE(Answers(HealthCallWithNesting(6)));
+  EXPECT_EQ(server_->stats().protocol_errors, 0u);
+  EXPECT_TRUE(ClosedWithoutReply(HealthCallWithNesting(9)));
+  EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, ThreadsAreFixedAtCreateWhateverTheConnections) {
+  Start({.workers = 3, .io_threads = 2});
+  const auto threads_now = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  ExpectStillServing();
+  const size_t before = threads_now();
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(RawConnect());
+  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 200; }));
+  ExpectStillServing();
+  EXPECT_EQ(threads_now(), before);
+  for (int fd : idle) ::close(fd);
+}
+
+}  // namespace
+}  // namespace txscore::service
