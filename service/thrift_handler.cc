@@ -28,6 +28,17 @@ rpc::ServiceError ToServiceError(const Error& error) {
 
 }  // namespace
 
+fraud::RawTransaction TakeFromThrift(const rpc::Transaction& t) {
+  fraud::RawTransaction raw = FromThrift(t);
+  // The generated processor deserialised `t` into its own non-const arguments object and
+  // hands it over as const; its card fields are wiped here so that no copy of them outlives
+  // the conversion (the pipeline wipes its own).
+  auto& owned = const_cast<rpc::Transaction&>(t);
+  fraud::WipeString(&owned.card_number);
+  fraud::WipeString(&owned.card_verification_code);
+  return raw;
+}
+
 fraud::RawTransaction FromThrift(const rpc::Transaction& t) {
   fraud::RawTransaction raw;
   raw.request_id = t.request_id;
@@ -148,7 +159,7 @@ TxScoreHandler::TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetr
 
 void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
   const auto start = std::chrono::steady_clock::now();
-  Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(FromThrift(transaction));
+  Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(TakeFromThrift(transaction));
   if (!outcome.ok()) {
     const bool invalid = outcome.error().code == ErrorCode::kInvalidArgument;
     metrics_->RecordRequest("score", invalid ? "invalid" : "error", SecondsSince(start));
@@ -168,7 +179,7 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results, const std:
   bool any_error = false, any_invalid = false;
   for (const rpc::Transaction& transaction : transactions) {
     rpc::BatchItem item;
-    Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(FromThrift(transaction));
+    Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(TakeFromThrift(transaction));
     if (outcome.ok()) {
       metrics_->RecordOutcome(*outcome);
       item.__set_result(ToThrift(*outcome));

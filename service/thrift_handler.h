@@ -19,6 +19,9 @@ namespace txscore::service {
 // Converts a wire Transaction to the pipeline's input; the PAN is copied only into the
 // returned struct, which the pipeline wipes.
 fraud::RawTransaction FromThrift(const rpc::Transaction& t);
+// The same, then wipes `t`'s card number and verification code. For the handler, whose
+// argument the generated processor owns (const only in the signature).
+fraud::RawTransaction TakeFromThrift(const rpc::Transaction& t);
 rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome);
 
 // Metrics of the scoring service, registered once.
