@@ -44,6 +44,7 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
                               " pipeline; run it with `txscore batch run --config " + config.source_path + "`");
   }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
+  TXSCORE_RETURN_IF_ERROR(pipeline->audit_log_.BeginWriting());
   Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
   pipeline->tokenizer_ = std::move(tokenizer).value();
@@ -251,7 +252,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));
-  audit_log_.Append(record, &batch);
+  TXSCORE_RETURN_IF_ERROR(audit_log_.Append(record, &batch));
   TXSCORE_RETURN_IF_ERROR(db_->Write(batch));
   clock.Lap("persist");
   return outcome;

@@ -670,6 +670,8 @@ void RpcServer::Stop() {
   shared_->io.stop();
 }
 
+bool RpcServer::serving() const { return shared_->serving.load(); }
+
 RpcServerStats RpcServer::stats() const {
   RpcServerStats s;
   {

@@ -62,6 +62,8 @@ class RpcServer {
   void Stop();
 
   RpcServerStats stats() const;
+  // True while Serve() runs the I/O threads.
+  bool serving() const;
 
   struct Shared;  // state the I/O threads, workers and connections share (rpc_server.cc)
 

@@ -8,6 +8,22 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
                                                              const pipelines::PipelineRuntime& runtime,
                                                              const Hooks& runtime_hooks) {
   std::unique_ptr<ScoringServer> server(new ScoringServer());
+  // The admin port answers first, so /healthz and /readyz (503 "starting") are there while
+  // the database and models load.
+  ScoringServer* self = server.get();
+  std::map<std::string, AdminServer::Handler> routes;
+  routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
+  routes["/readyz"] = [self] { return self->Readiness(); };
+  routes["/metrics"] = [self] {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->registry_.RenderPrometheus()};
+  };
+  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(config.admin, std::move(routes));
+  if (!admin.ok()) return admin.error();
+  server->admin_ = std::move(admin).value();
+  server->admin_->Start();
+  server->hooks_ = runtime_hooks;
+  if (runtime_hooks.on_starting) runtime_hooks.on_starting(server->admin_->port());
+
   storage::DatabaseOptions db_options;
   db_options.durability = config.storage.durability;
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(config.storage.path, db_options);
@@ -107,38 +123,49 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
     });
   }
 
-  ScoringServer* self = server.get();
-  std::map<std::string, AdminServer::Handler> routes;
-  routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
-  routes["/readyz"] = [self] {
-    const fraud::XGBoostModel& model = self->pipeline_->model();
-    const bool ready = self->ready_.load();
-    nlohmann::json body = {{"ready", ready},
-                           {"model", model.model_id() + "@" + model.model_version()},
-                           {"database", "open"}};
-    return HttpResponse{ready ? 200 : 503, "application/json", body.dump() + "\n"};
-  };
-  routes["/metrics"] = [self] {
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->registry_.RenderPrometheus()};
-  };
-  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(config.admin, std::move(routes));
-  if (!admin.ok()) return admin.error();
-  server->admin_ = std::move(admin).value();
   return server;
 }
 
 ScoringServer::~ScoringServer() { Stop(); }
+
+const char* ScoringServer::PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kStarting: return "starting";
+    case Phase::kServing: return "serving";
+    case Phase::kDraining: return "draining";
+    case Phase::kStopped: return "stopped";
+  }
+  return "unknown";
+}
+
+HttpResponse ScoringServer::Readiness() const {
+  // Members are touched only while serving: Create is still filling them in before, and Stop
+  // stops this port before releasing them.
+  const Phase phase = phase_.load();
+  nlohmann::json body = {{"phase", PhaseName(phase)}, {"ready", false}};
+  if (phase == Phase::kServing) {
+    const Status database = db_->CheckHealth();
+    const bool listening = rpc_->serving();
+    const fraud::XGBoostModel& model = pipeline_->model();
+    body["database"] = database.ok() ? "open" : database.error().message;
+    body["listener"] = listening ? "serving" : "not serving";
+    body["model"] = model.model_id() + "@" + model.model_version();
+    body["ready"] = database.ok() && listening;
+  }
+  return HttpResponse{body["ready"].get<bool>() ? 200 : 503, "application/json", body.dump() + "\n"};
+}
 
 void ScoringServer::Start(std::function<void()> on_unexpected_stop) {
   {
     std::lock_guard<std::mutex> lock(prepared_mutex_);
     prepared_ = PrepareCountersNow();
   }
-  admin_->Start();
   rpc_thread_ = std::thread([this, on_unexpected_stop = std::move(on_unexpected_stop)] {
     rpc_->Serve();
     if (!stopping_.load() && on_unexpected_stop) on_unexpected_stop();
   });
+  while (!rpc_->serving()) std::this_thread::yield();  // ready means the listener is being served
+  phase_ = Phase::kServing;
   ready_ = true;
 }
 
@@ -151,6 +178,8 @@ PrepareSnapshot ScoringServer::RequestPathWork() const {
 void ScoringServer::Stop() {
   if (stopping_.exchange(true)) return;
   ready_ = false;
+  phase_ = Phase::kDraining;
+  if (hooks_.on_draining) hooks_.on_draining();
   if (rpc_thread_.joinable()) {
     rpc_->Stop();
     rpc_thread_.join();
@@ -159,7 +188,11 @@ void ScoringServer::Stop() {
   jobs_.reset();  // a running job stops after its chunk in flight, resumable
   claims_pipeline_.reset();
   pipeline_.reset();
-  db_.reset();  // every write has returned: close RocksDB cleanly
+  if (db_) {
+    stop_status_ = db_->Close();  // every write has returned: close RocksDB, and say how it went
+    db_.reset();
+  }
+  phase_ = Phase::kStopped;
 }
 
 }  // namespace txscore::service

@@ -31,6 +31,11 @@ class ScoringServer {
   struct Hooks {
     std::function<void(const std::string& job_id)> before_job;
     std::function<void()> on_jobs_stopping;
+    // Called during Create once the admin port answers (/readyz: 503 "starting"), before the
+    // database and models are opened.
+    std::function<void(int admin_port)> on_starting;
+    // Called by Stop() once readiness is off ("draining"), before requests are drained.
+    std::function<void()> on_draining;
   };
   static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config,
                                                        const pipelines::PipelineRuntime& runtime = {},
@@ -41,13 +46,18 @@ class ScoringServer {
   // ends without Stop() having been called.
   void Start(std::function<void()> on_unexpected_stop = nullptr);
   // Graceful: readiness off, stop accepting, let in-flight requests finish, stop the admin
-  // port, close the database. Idempotent.
+  // port, close the database. Idempotent. stop_status() says whether the database closed cleanly.
   void Stop();
+  const Status& stop_status() const { return stop_status_; }
 
   int rpc_port() const { return rpc_->port(); }
   RpcServerStats rpc_stats() const { return rpc_->stats(); }
   int admin_port() const { return admin_->port(); }
   bool ready() const { return ready_.load(); }
+  // What /readyz reports: starting (Create running), serving (after Start), draining (Stop
+  // running), stopped.
+  enum class Phase { kStarting, kServing, kDraining, kStopped };
+  static const char* PhaseName(Phase phase);
   pipelines::ScoringPipeline& pipeline() { return *pipeline_; }
   storage::Database& database() { return *db_; }
   MetricsRegistry& metrics() { return registry_; }
@@ -57,6 +67,7 @@ class ScoringServer {
 
  private:
   ScoringServer() = default;
+  HttpResponse Readiness() const;  // the /readyz answer
 
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<pipelines::ScoringPipeline> pipeline_;
@@ -67,7 +78,10 @@ class ScoringServer {
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;
   std::thread rpc_thread_;
-  std::atomic<bool> ready_{false};
+  std::atomic<bool> ready_{false};  // phase_ == kServing, for the health() RPC
+  std::atomic<Phase> phase_{Phase::kStarting};
+  Hooks hooks_;
+  Status stop_status_;
   std::atomic<bool> stopping_{false};
   mutable std::mutex prepared_mutex_;
   PrepareSnapshot prepared_;  // the counters when serving started

@@ -1,5 +1,6 @@
 #include "storage/audit_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -83,12 +84,59 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
   return r;
 }
 
-void AuditLog::Append(const AuditRecord& record, WriteBatch* batch) {
+namespace {
+
+constexpr size_t kRecordKeyBytes = 16;
+constexpr int kCounterBits = 40;
+constexpr uint64_t kMaxEpoch = (uint64_t{1} << 24) - 1;
+// Sorts before every record key (all of which start with a zero byte until the year 4253).
+const std::string kEpochKey(1, '\0');
+
+uint64_t ReadU64BE(const std::string& bytes, size_t at) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
+  return v;
+}
+
+}  // namespace
+
+Status AuditLog::BeginWriting() {
+  Result<std::optional<std::string>> stored = db_->Get(ColumnFamily::kAudit, kEpochKey);
+  if (!stored.ok()) return stored.error();
+  uint64_t epoch = 0;
+  if (stored->has_value()) {
+    if ((*stored)->size() != 8) return DataLoss("the audit epoch record is corrupt");
+    epoch = ReadU64BE(**stored, 0);
+  }
+  // Should the epoch record have been lost, the newest record still bounds it.
+  Result<std::vector<std::pair<std::string, std::string>>> newest = db_->ReadLast(ColumnFamily::kAudit, 1);
+  if (!newest.ok()) return newest.error();
+  if (!newest->empty() && newest->front().first.size() == kRecordKeyBytes) {
+    epoch = std::max(epoch, ReadU64BE(newest->front().first, 8) >> kCounterBits);
+  }
+  if (epoch + 1 > kMaxEpoch) return FailedPrecondition("the audit trail has used every epoch");
+  std::string value;
+  PutU64BE(&value, epoch + 1);
+  WriteBatch batch;
+  batch.Put(ColumnFamily::kAudit, kEpochKey, value);
+  TXSCORE_RETURN_IF_ERROR(db_->Write(batch));
+  epoch_ = static_cast<uint32_t>(epoch + 1);
+  writing_ = true;
+  return Status::Ok();
+}
+
+Status AuditLog::Append(const AuditRecord& record, WriteBatch* batch) {
+  if (!writing_) return FailedPrecondition("AuditLog::Append before BeginWriting");
+  const uint64_t counter = counter_.fetch_add(1, std::memory_order_relaxed);
+  if (counter >= (uint64_t{1} << kCounterBits)) {
+    return FailedPrecondition("this process has written 2^40 audit records; restart it to take a new epoch");
+  }
   std::string key;
-  key.reserve(16);
+  key.reserve(kRecordKeyBytes);
   PutU64BE(&key, static_cast<uint64_t>(record.time_us));
-  PutU64BE(&key, sequence_.fetch_add(1, std::memory_order_relaxed));
+  PutU64BE(&key, (uint64_t{epoch_} << kCounterBits) | counter);
   batch->Put(ColumnFamily::kAudit, key, EncodeAuditRecord(record));
+  return Status::Ok();
 }
 
 Result<std::vector<AuditRecord>> AuditLog::ReadLast(size_t limit) const {
@@ -96,6 +144,7 @@ Result<std::vector<AuditRecord>> AuditLog::ReadLast(size_t limit) const {
   if (!entries.ok()) return entries.error();
   std::vector<AuditRecord> records;
   for (const auto& [key, value] : *entries) {
+    if (key.size() != kRecordKeyBytes) continue;  // the epoch record
     Result<AuditRecord> record = DecodeAuditRecord(value);
     if (!record.ok()) return record.error();
     records.push_back(std::move(record).value());

@@ -1,7 +1,10 @@
 // The audit trail: one record per decision, in column family `audit`.
 //
 // Keys are 16 bytes, big-endian (time_us, sequence), so RocksDB's byte order is time order
-// and "the last N" is a reverse scan. Values are JSON, readable by any tool. A record is
+// and "the last N" is a reverse scan. The sequence is (epoch << 40 | counter): each writer
+// takes a new epoch, stored durably in the same column family before its first record, so a
+// key never repeats across restarts, even when the wall clock steps back (records are never
+// overwritten). Databases written before epochs existed have epoch 0. Values are JSON, readable by any tool. A record is
 // added to the same WriteBatch as the card's new state, so both land or neither does.
 #pragma once
 
@@ -61,14 +64,21 @@ class AuditLog {
  public:
   explicit AuditLog(Database* db) : db_(db) {}
 
-  // Adds the record to `batch` under a fresh, time-ordered key.
-  void Append(const AuditRecord& record, WriteBatch* batch);
+  // Takes a new epoch for this writer (one past the stored one and past the newest record's)
+  // and stores it. Call once before Append.
+  Status BeginWriting();
+  // Adds the record to `batch` under a fresh, time-ordered key. kFailedPrecondition before
+  // BeginWriting, or after 2^40 records of one epoch (restart the writer).
+  Status Append(const AuditRecord& record, WriteBatch* batch);
+  uint32_t epoch() const { return epoch_; }
   // Up to `limit` most recent records, newest first.
   Result<std::vector<AuditRecord>> ReadLast(size_t limit) const;
 
  private:
   Database* db_;
-  std::atomic<uint64_t> sequence_{0};
+  uint32_t epoch_ = 0;
+  bool writing_ = false;
+  std::atomic<uint64_t> counter_{0};
 };
 
 }  // namespace txscore::storage

@@ -26,7 +26,7 @@ namespace txscore::storage {
 enum class ColumnFamily {
   kEntityState,  // per-card state, keyed by card token
   kAudit,        // one record per decision, keyed by time (see audit_log.h)
-  kJobs,         // batch job progress (later issue)
+  kJobs,         // batch job progress (pipelines/claims_job.h)
 };
 const char* ColumnFamilyName(ColumnFamily cf);
 
@@ -72,6 +72,16 @@ class Database {
   Result<std::vector<std::pair<std::string, std::string>>> ReadLast(ColumnFamily cf, size_t limit) const;
   // Every entry, smallest key first (tests and tools; not for the request path).
   Result<std::vector<std::pair<std::string, std::string>>> ReadAll(ColumnFamily cf) const;
+
+  // Closes RocksDB (flushing nothing: every write is already in the WAL) and reports how
+  // that went. Idempotent; every other call fails or must not be made afterwards.
+  Status Close();
+  // OK while the database is open and RocksDB reports no background error (after one, it
+  // refuses writes until resumed). kFailedPrecondition once closed.
+  Status CheckHealth() const;
+  // Write-ahead-log syncs (fsync/fdatasync) since Open: one per write under kSync, none under
+  // kWal (RocksDB's own statistics).
+  uint64_t WalSyncs() const;
 
   const std::string& path() const { return path_; }
 

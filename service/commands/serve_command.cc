@@ -79,6 +79,10 @@ int RunServe(const ServeOptions& options) {
   sigwait(&stop_signals, &signal_number);
   spdlog::info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Stop();
+  if (!(*server)->stop_status().ok()) {
+    spdlog::error("stopped, but closing the database failed: {}", (*server)->stop_status().error().ToString());
+    return 1;
+  }
   spdlog::info("stopped cleanly");
   return 0;
 }

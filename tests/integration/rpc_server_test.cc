@@ -14,6 +14,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -456,8 +457,8 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   EXPECT_EQ(HttpRequest(port, "/healthz").body, "ok\n");
   const HttpAnswer ready = HttpRequest(port, "/readyz");
   EXPECT_EQ(ready.status, 200);
-  EXPECT_EQ(ready.body, "{\"database\":\"open\",\"model\":\"fraud@" + server_->pipeline().model().model_version() +
-                            "\",\"ready\":true}\n");
+  EXPECT_EQ(ready.body, "{\"database\":\"open\",\"listener\":\"serving\",\"model\":\"fraud@" +
+                            server_->pipeline().model().model_version() + "\",\"phase\":\"serving\",\"ready\":true}\n");
   const std::string metrics = HttpRequest(port, "/metrics").body;
   EXPECT_NE(metrics.find("txscore_requests_total{method=\"score\",outcome=\"ok\"} 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("txscore_request_duration_seconds_count{method=\"score\"} 1\n"), std::string::npos);
@@ -468,6 +469,43 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   EXPECT_NE(metrics.find("txscore_request_path_weight_bytes_moved_total 0\n"), std::string::npos) << metrics;
   EXPECT_EQ(HttpRequest(port, "/nope").status, 404);
   EXPECT_EQ(HttpRequest(port, "/healthz", boost::beast::http::verb::post).status, 405);
+}
+
+TEST_F(RpcServerTest, ReadinessFollowsTheDatabase) {
+  ASSERT_EQ(HttpRequest(server_->admin_port(), "/readyz").status, 200);
+  ASSERT_TRUE(server_->database().Close().ok());  // as if RocksDB had gone away under the server
+  const HttpAnswer ready = HttpRequest(server_->admin_port(), "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(nlohmann::json::parse(ready.body)["database"], "database " + db_path_ + " is closed");
+  EXPECT_EQ(nlohmann::json::parse(ready.body)["ready"], false);
+}
+
+TEST(ScoringServerReadiness, IsStartingWhileLoadingAndDrainingWhileStopping) {
+  testing::TempDir dir;
+  auto config = pipelines::LoadPipelineConfig(testing::WriteTestPipeline(dir));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  int admin_port = 0;
+  std::vector<HttpAnswer> seen;
+  ScoringServer::Hooks hooks;
+  hooks.on_starting = [&](int port) {
+    admin_port = port;
+    seen.push_back(HttpRequest(port, "/readyz"));
+    seen.push_back(HttpRequest(port, "/healthz"));  // live while starting
+  };
+  hooks.on_draining = [&] { seen.push_back(HttpRequest(admin_port, "/readyz")); };
+  auto server = ScoringServer::Create(*config, {}, hooks);
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  EXPECT_EQ(HttpRequest(admin_port, "/readyz").status, 503);  // created, not started
+  (*server)->Start();
+  EXPECT_EQ(HttpRequest(admin_port, "/readyz").status, 200);
+  (*server)->Stop();
+  EXPECT_TRUE((*server)->stop_status().ok());
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].status, 503);
+  EXPECT_EQ(seen[0].body, "{\"phase\":\"starting\",\"ready\":false}\n");
+  EXPECT_EQ(seen[1].status, 200);
+  EXPECT_EQ(seen[2].status, 503);
+  EXPECT_EQ(seen[2].body, "{\"phase\":\"draining\",\"ready\":false}\n");
 }
 
 TEST_F(RpcServerTest, TheRequestPathBuildsNoModelAndMovesNoWeightsUnderLoad) {

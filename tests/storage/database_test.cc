@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "storage/audit_log.h"
 #include "tests/test_support.h"
@@ -72,13 +73,14 @@ TEST(AuditLog, ReadLastReturnsNewestFirst) {
   auto db = Database::Open(dir.file("db"));
   ASSERT_TRUE(db.ok());
   AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting().ok());
   for (int i = 0; i < 5; ++i) {
     AuditRecord record;
     record.time_us = 1000 + i;
     record.request_id = "r" + std::to_string(i);
     record.decision = "APPROVE";
     WriteBatch batch;
-    log.Append(record, &batch);
+    ASSERT_TRUE(log.Append(record, &batch).ok());
     ASSERT_TRUE((*db)->Write(batch).ok());
   }
   auto last = log.ReadLast(3);
@@ -86,6 +88,79 @@ TEST(AuditLog, ReadLastReturnsNewestFirst) {
   ASSERT_EQ(last->size(), 3u);
   EXPECT_EQ((*last)[0].request_id, "r4");
   EXPECT_EQ((*last)[2].request_id, "r2");
+}
+
+// One record at `time_us` written by a fresh writer, as a restarted process would.
+void AppendAsANewWriter(Database* db, int64_t time_us, const std::string& request_id) {
+  AuditLog log(db);
+  ASSERT_TRUE(log.BeginWriting().ok());
+  AuditRecord record;
+  record.time_us = time_us;
+  record.request_id = request_id;
+  record.decision = "APPROVE";
+  WriteBatch batch;
+  ASSERT_TRUE(log.Append(record, &batch).ok());
+  ASSERT_TRUE(db->Write(batch).ok());
+}
+
+TEST(AuditLog, RecordsAreNeverOverwrittenWhenTheClockStepsBackAcrossRestarts) {
+  testing::TempDir dir;
+  {
+    auto db = Database::Open(dir.file("db"));
+    ASSERT_TRUE(db.ok());
+    AppendAsANewWriter(db->get(), 5000, "before the restart");
+    AppendAsANewWriter(db->get(), 5000, "same microsecond, next writer");  // the sequence restarts at 0
+  }
+  auto db = Database::Open(dir.file("db"));  // a process restart
+  ASSERT_TRUE(db.ok());
+  AppendAsANewWriter(db->get(), 5000, "after the restart, the clock stepped back");
+  auto all = AuditLog(db->get()).ReadLast(100);
+  ASSERT_TRUE(all.ok()) << all.error().ToString();
+  ASSERT_EQ(all->size(), 3u);  // three records, not one overwritten twice
+  std::set<std::string> ids;
+  for (const AuditRecord& r : *all) ids.insert(r.request_id);
+  EXPECT_EQ(ids, (std::set<std::string>{"before the restart", "same microsecond, next writer",
+                                        "after the restart, the clock stepped back"}));
+  AuditLog fourth(db->get());
+  ASSERT_TRUE(fourth.BeginWriting().ok());
+  EXPECT_EQ(fourth.epoch(), 4u);
+}
+
+TEST(AuditLog, AppendBeforeBeginWritingIsRefused) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  WriteBatch batch;
+  const Status appended = log.Append(AuditRecord{}, &batch);
+  ASSERT_FALSE(appended.ok());
+  EXPECT_EQ(appended.error().code, ErrorCode::kFailedPrecondition);
+}
+
+TEST(Database, SyncDurabilitySyncsTheLogOnEveryWriteAndWalNever) {
+  for (Durability durability : {Durability::kSync, Durability::kWal}) {
+    testing::TempDir dir;
+    auto db = Database::Open(dir.file("db"), {.durability = durability});
+    ASSERT_TRUE(db.ok());
+    const uint64_t before = (*db)->WalSyncs();
+    for (int i = 0; i < 3; ++i) {
+      WriteBatch batch;
+      batch.Put(ColumnFamily::kEntityState, "card" + std::to_string(i), "state");
+      ASSERT_TRUE((*db)->Write(batch).ok());
+    }
+    EXPECT_EQ((*db)->WalSyncs() - before, durability == Durability::kSync ? 3u : 0u) << (durability == Durability::kSync ? "sync" : "wal");
+  }
+}
+
+TEST(Database, CloseReportsSuccessAndReleasesTheDirectory) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  EXPECT_TRUE((*db)->CheckHealth().ok());
+  EXPECT_TRUE((*db)->Close().ok());
+  EXPECT_TRUE((*db)->Close().ok());  // idempotent
+  EXPECT_EQ((*db)->CheckHealth().error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(Database::Open(dir.file("db")).ok());  // the lock is released: another writer may open it
 }
 
 TEST(AuditRecordCodec, RoundTripsIncludingMissingFeatureValues) {
