@@ -48,7 +48,9 @@ int RunAudit(const AuditOptions& options) {
 void AddAuditCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<AuditOptions>();
   CLI::App* cmd = app.add_subcommand("audit", "Print recent decisions from the audit trail (newest first, JSON lines)");
-  cmd->add_option("--last", options->last, "How many records")->capture_default_str();
+  cmd->add_option("--last", options->last, "How many records (1 or more)")
+      ->check(CLI::Range(static_cast<size_t>(1), static_cast<size_t>(1000000)))
+      ->capture_default_str();
   cmd->add_option("--config", options->config_path, "Pipeline YAML file naming the database")->capture_default_str();
   cmd->add_option("--db", options->db_path, "Database directory (overrides --config)");
   cmd->callback([options, exit_code] { *exit_code = RunAudit(*options); });

@@ -25,6 +25,9 @@ struct BatchRunOptions {
   std::string log_level = "info";
   pipelines::ClaimsJobOptions job;
   bool quiet = false;
+  // Default: 0.1. More rows than this share becoming error lines (or none scored at all) makes
+  // the run exit 3: the file is likely in the wrong shape.
+  double max_error_share = 0.1;
 };
 
 std::atomic<bool> stop_requested{false};
@@ -84,6 +87,20 @@ int RunBatch(BatchRunOptions& options) {
   }
   if (!options.quiet) std::fputs(summary->ToText().c_str(), stdout);
   std::printf("output   %s\nsummary  %s.summary.json\n", options.job.output_path.c_str(), options.job.output_path.c_str());
+  if (summary->total > 0 && summary->errors == summary->total) {
+    std::fprintf(stderr, "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "
+                         "format its name says (.csv for CSV, anything else JSON lines)?\n",
+                 static_cast<long long>(summary->total), options.job.output_path.c_str());
+    return 3;
+  }
+  if (summary->total > 0 &&
+      static_cast<double>(summary->errors) > options.max_error_share * static_cast<double>(summary->total)) {
+    std::fprintf(stderr, "%lld of %lld rows (%.1f%%) are errors, over --max-error-share %g; their reasons are in %s\n",
+                 static_cast<long long>(summary->errors), static_cast<long long>(summary->total),
+                 100.0 * static_cast<double>(summary->errors) / static_cast<double>(summary->total),
+                 options.max_error_share, options.job.output_path.c_str());
+    return 3;
+  }
   return 0;
 }
 
@@ -103,6 +120,10 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
                   "Rows per durable step (default: 8 x the LLM stage's max_batch, at least 64)");
   run->add_flag("--restart", options->job.restart, "Forget an earlier run of this job and its output; start over");
   run->add_flag("--quiet", options->quiet, "No progress display or summary text (errors only)");
+  run->add_option("--max-error-share", options->max_error_share,
+                  "Exit 3 when more than this share of rows are errors (and whenever no row was scored)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

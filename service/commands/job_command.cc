@@ -33,6 +33,16 @@ void Print(const rpc::ClaimsJobStatus& s) {
   if (s.__isset.detail) std::printf("%s\n", s.detail.c_str());
 }
 
+constexpr size_t kDefaultServerFrameBytes = 1 << 20;  // pipelines/config.h ThriftLimits
+
+// What the request weighs on the wire (binary protocol), to explain a refused frame.
+size_t SerializedBytes(const rpc::ClaimsJobRequest& request) {
+  auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
+  apache::thrift::protocol::TBinaryProtocol protocol(buffer);
+  request.write(&protocol);
+  return buffer->available_read();
+}
+
 int RunJob(const JobOptions& options) {
   const size_t colon = options.server.rfind(':');
   if (colon == std::string::npos) {
@@ -76,8 +86,10 @@ int RunJob(const JobOptions& options) {
   socket->setRecvTimeout(60000);
   auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
   rpc::TxScoreClient client(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
+  bool connected = false;
   try {
     transport->open();
+    connected = true;
     rpc::ClaimsJobStatus status;
     if (options.action == "submit") client.submitClaimsJob(status, request);
     if (options.action == "status") client.claimsJobStatus(status, options.job_id);
@@ -93,7 +105,21 @@ int RunJob(const JobOptions& options) {
     std::fprintf(stderr, "the server failed: %s\n", e.reason.c_str());
     return 1;
   } catch (const apache::thrift::TException& e) {
-    std::fprintf(stderr, "cannot reach %s: %s\nIs the server running?\n", options.server.c_str(), e.what());
+    const size_t request_bytes = SerializedBytes(request);
+    if (connected && options.action == "submit" && request_bytes > kDefaultServerFrameBytes) {
+      // The server closes a connection whose frame is over its limit without a word.
+      std::fprintf(stderr,
+                   "the server closed the connection: the request is %zu bytes, over the server's frame limit "
+                   "(server.limits.max_frame_bytes, 1 MiB unless configured). Send large inputs as a file: put it in "
+                   "the server's jobs.input_dir and submit it with --input NAME.\n",
+                   request_bytes);
+      return 1;
+    }
+    if (connected) {
+      std::fprintf(stderr, "the connection to %s failed: %s\n", options.server.c_str(), e.what());
+    } else {
+      std::fprintf(stderr, "cannot reach %s: %s\nIs the server running?\n", options.server.c_str(), e.what());
+    }
     return 1;
   }
   return 0;

@@ -7,11 +7,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "fraud/card_token.h"
+#include "fraud/claim.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
+#include "pipelines/claims_pipeline.h"
 #include "service/commands/commands.h"
 
 namespace txscore::service {
@@ -95,25 +98,37 @@ struct AnalyzeOptions {
   std::string dtype = "float32";
 };
 
-int RunAnalyzeClaim(const AnalyzeOptions& options) {
-  std::ifstream in(options.claim_path);
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    std::fprintf(stderr, "%s: expected a JSON object with the claim's fields\n", options.claim_path.c_str());
-    return 1;
+// The claim named by --claim: a JSON object in the claims format (fraud/claim.h) given
+// inline, or a file holding one (a JSON-lines file: its first line), validated as a job would.
+Result<llm::ClaimFields> ReadClaimArgument(const std::string& argument) {
+  std::string text = argument;
+  const size_t first = argument.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || argument[first] != '{') {
+    std::ifstream in(argument);
+    if (!in) return NotFound("--claim: no file " + argument + " (give a claim as a JSON object or a file holding one)");
+    std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const nlohmann::json doc = nlohmann::json::parse(whole, nullptr, /*allow_exceptions=*/false);
+    text = doc.is_object() ? whole : whole.substr(0, whole.find('\n'));
   }
-  llm::ClaimFields claim;
-  claim.claim_id = doc.value("claim_id", "");
-  claim.policy_id = doc.value("policy_id", "");
-  claim.claim_type = doc.value("claim_type", "");
-  claim.incident_date = doc.value("incident_date", "");
-  claim.report_date = doc.value("report_date", "");
-  claim.amount_claimed = doc.value("amount_claimed", "");
-  claim.policy_limit = doc.value("policy_limit", "");
-  claim.prior_claims = doc.value("prior_claims", 0);
-  claim.provider_id = doc.value("provider_id", "");
-  claim.narrative = doc.value("narrative", "");
-  claim.adjuster_notes = doc.value("adjuster_notes", "");
+  // Only one line for the parser: an object spread over lines is put on one.
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return InvalidArgument("--claim: expected a JSON object with the claim's fields");
+  Result<fraud::RawClaim> raw = fraud::ParseClaimJson(doc.dump());
+  if (!raw.ok()) return InvalidArgument("--claim: " + raw.error().message);
+  // The claimant's token is not part of the LLM's view; any key will do to validate the rest.
+  const auto throwaway = fraud::CardTokenizer::FromKey(std::string(fraud::CardTokenizer::kMinKeyBytes, 'x'));
+  Result<fraud::Claim> claim = fraud::ValidateClaim(*raw, *throwaway);
+  if (!claim.ok()) return InvalidArgument("--claim: " + claim.error().message);
+  return pipelines::ClaimsPipeline::FieldsFor(*claim);
+}
+
+int RunAnalyzeClaim(const AnalyzeOptions& options) {
+  Result<llm::ClaimFields> read = ReadClaimArgument(options.claim_path);
+  if (!read.ok()) {
+    std::fprintf(stderr, "%s\n", read.error().message.c_str());
+    return 2;
+  }
+  const llm::ClaimFields claim = std::move(read).value();
   auto tokenizer = llm::Tokenizer::FromDirectory(options.model_dir);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
@@ -157,7 +172,9 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   auto analyze = std::make_shared<AnalyzeOptions>();
   CLI::App* claim = llm->add_subcommand("analyze-claim", "Read a claim (JSON) and print structured findings");
   claim->add_option("--model", analyze->model_dir, "Checkpoint directory")->required();
-  claim->add_option("--claim", analyze->claim_path, "Claim fields as a JSON object")->required();
+  claim->add_option("--claim", analyze->claim_path, "The claim: a JSON object in the claims format (README, 'A claim'), or a file "
+                    "holding one (of a JSON-lines file, the first line)")
+      ->required();
   claim->add_option("--max-new-tokens", analyze->max_new_tokens, "Token budget (at least 50)")->capture_default_str();
   claim->add_option("--dtype", analyze->dtype, "float32 or bfloat16")->capture_default_str();
   claim->callback([analyze, exit_code] { *exit_code = RunAnalyzeClaim(*analyze); });

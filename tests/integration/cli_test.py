@@ -79,12 +79,79 @@ def check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash(t
         assert r.returncode == 0, r  # an extension that names no format takes --format
 
 
+def check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        model = os.path.join(work, "llm")
+        r = run(txscore, "llm", "make-checkpoint", "--family", "qwen3", "--size", "tiny", "--out", model)
+        assert r.returncode == 0, r.stderr
+        claims = os.path.join(work, "claims.jsonl")
+        assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "3", "--out", claims).returncode == 0
+        with open(claims) as f:
+            first = f.readline().strip()
+        claim_id = json.loads(first)["claim_id"]
+        # Amounts are numbers in the claims format: this aborted with an uncaught type_error.
+        for argument in (claims, first):
+            r = run(txscore, "llm", "analyze-claim", "--model", model, "--claim", argument)
+            assert r.returncode == 0, r
+            findings = json.loads(r.stdout.strip().splitlines()[-1])
+            assert findings["claim_id"] == claim_id, findings
+            assert set(findings) >= {"risk_level", "flags", "summary"}, findings
+        r = run(txscore, "llm", "analyze-claim", "--model", model, "--claim", '{"claim_id": "x"}')
+        assert r.returncode == 2 and r.stderr.startswith("--claim: missing required key"), r
+        r = run(txscore, "llm", "analyze-claim", "--model", model, "--claim", os.path.join(work, "none.json"))
+        assert r.returncode == 2 and "--claim: no file" in r.stderr, r
+
+
+def check_batch_run_exits_3_when_no_row_was_scored(txscore):
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        r = run(txscore, "train", "--kind", "claims", "--claims", "400", "--rounds", "5", "--threads", "1",
+                "--out", os.path.join(work, "models"))
+        assert r.returncode == 0, r.stderr
+        with open(os.path.join(work, "card.key"), "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(os.path.join(work, "card.key"), 0o600)
+        with open(os.path.join(work, "claims.yaml"), "w") as f:
+            f.write("storage: {path: db}\nsecurity: {card_key_file: card.key}\n"
+                    "devices: {emulated: {enabled: false}}\nstages:\n"
+                    "  - {name: features, kind: claim_features}\n"
+                    "  - {name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}\n"
+                    "  - {name: decision, kind: decision, after: claims_model}\n")
+        csv_named_jsonl = os.path.join(work, "claims.jsonl")  # the newcomer's trap: CSV in a .jsonl file
+        assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "20", "--format", "jsonl",
+                   "--out", os.path.join(work, "good.jsonl")).returncode == 0
+        assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "20",
+                   "--out", os.path.join(work, "claims.csv")).returncode == 0
+        os.rename(os.path.join(work, "claims.csv"), csv_named_jsonl)
+        config = os.path.join(work, "claims.yaml")
+        r = run(txscore, "batch", "run", "--config", config, "--input", csv_named_jsonl,
+                "--output", os.path.join(work, "out.jsonl"), "--quiet")
+        assert r.returncode == 3, r
+        assert "no row was scored: all 21 rows are errors" in r.stderr, r.stderr
+        r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
+                "--output", os.path.join(work, "good.out.jsonl"), "--quiet")
+        assert r.returncode == 0, r
+
+
+def check_audit_last_zero_is_refused(txscore):
+    r = run(txscore, "audit", "--last", "0", "--db", "/nonexistent")
+    assert r.returncode != 0, r
+    assert "--last: Value 0 not in range 1 to 1000000" in r.stderr, r.stderr
+
+
 CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
     check_known_commands_are_not_called_unknown,
     check_an_unknown_log_level_is_refused_not_silenced,
     check_score_prints_input_errors_as_valid_json,
     check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash,
+    check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file,
+    check_batch_run_exits_3_when_no_row_was_scored,
+    check_audit_last_zero_is_refused,
 ]
 
 

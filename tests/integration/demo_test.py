@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The demo configuration exactly as shipped (config/pipeline.yaml and config/claims.yaml, only
+the two ports set to 0 and the files placed in a scratch folder), driven the way README's
+commands drive it: `txscore serve`, `score`, `audit`, `plan`, `job submit|status|cancel`, then
+SIGTERM. Needs scripts/setup.sh to have made var/ (the demo key, models and LLM checkpoint)."""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run(txscore, *args, timeout=300):
+    return subprocess.run([txscore, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--txscore", required=True)
+    parser.add_argument("--source", required=True)
+    args = parser.parse_args()
+    txscore = args.txscore
+    repo_var = os.path.join(os.path.abspath(args.source), "var")
+    for needed in ("card.key", "models/fraud.ubj", "models/claims.ubj", "models/llm-tiny/config.json"):
+        if not os.path.exists(os.path.join(repo_var, needed)):
+            sys.exit(f"missing var/{needed}: run ./scripts/setup.sh first")
+
+    work = tempfile.mkdtemp(prefix="txscore-demo-")
+    server = None
+    try:
+        config_dir, var = os.path.join(work, "config"), os.path.join(work, "var")
+        os.makedirs(config_dir)
+        os.makedirs(var)
+        for name in ("pipeline.yaml", "claims.yaml"):
+            with open(os.path.join(args.source, "config", name)) as f:
+                text = f.read()
+            if name == "pipeline.yaml":
+                assert "  port: 9090\n" in text and "  port: 9091\n" in text
+                text = text.replace("  port: 9090\n", "  port: 0\n").replace("  port: 9091\n", "  port: 0\n")
+            with open(os.path.join(config_dir, name), "w") as f:
+                f.write(text)
+        os.symlink(os.path.join(repo_var, "models"), os.path.join(var, "models"))
+        shutil.copy(os.path.join(repo_var, "card.key"), os.path.join(var, "card.key"))
+        os.chmod(os.path.join(var, "card.key"), 0o600)
+        r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "40", "--seed", "11",
+                "--out", os.path.join(var, "claims-small.jsonl"))
+        assert r.returncode == 0, r.stderr
+        pipeline = os.path.join(config_dir, "pipeline.yaml")
+
+        r = run(txscore, "plan", "--config", pipeline)
+        assert r.returncode == 0, r.stderr
+        for line in ("stage fraud (placement: cpu)", "stage forensic (placement: cpu)", "-> cpu, float32"):
+            assert line in r.stdout, (line, r.stdout)
+
+        server = subprocess.Popen([txscore, "serve", "--config", pipeline], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        first = server.stdout.readline()
+        assert first.startswith("listening thrift_port="), (first, server.stderr.read() if server.poll() else "")
+        ports = dict(part.split("=") for part in first.split()[1:])
+        address = f"127.0.0.1:{ports['thrift_port']}"
+
+        # Demo transactions: every result a JSON line; REVIEWs carry the forensic stage's findings.
+        r = run(txscore, "score", "--server", address, "--json")
+        assert r.returncode == 0, r.stderr
+        results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        assert len(results) > 20, r.stdout
+        reviews = [x for x in results if x.get("decision") == "REVIEW"]
+        assert reviews, "the demo transactions gave no REVIEW"
+        assert all(x.get("findings") for x in reviews), reviews[0]
+
+        r = run(txscore, "audit", "--last", "3", "--config", pipeline)
+        assert r.returncode == 0, r.stderr
+        audited = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(audited) == 3 and all("card_token" in a for a in audited), r.stdout
+
+        r = run(txscore, "job", "submit", "--server", address, "--input", "claims-small.jsonl")
+        assert r.returncode == 0, r.stderr
+        job_id = r.stdout.split()[1]
+        deadline = time.monotonic() + 240
+        while True:
+            r = run(txscore, "job", "status", "--server", address, "--id", job_id)
+            assert r.returncode == 0, r.stderr
+            state = r.stdout.split()[2].rstrip(":")
+            if state not in ("QUEUED", "RUNNING"):
+                break
+            assert time.monotonic() < deadline, f"job still {state} after 240 s: {r.stdout}"
+            time.sleep(0.2)
+        assert state == "DONE" and "40 of 40 rows, 0 errors" in r.stdout, r.stdout
+        output = r.stdout.splitlines()[1].split(" ", 1)[1]
+        with open(output) as f:
+            assert sum(1 for _ in f) == 40
+        r = run(txscore, "job", "cancel", "--server", address, "--id", job_id)  # done: nothing to stop
+        assert r.returncode == 0 and " DONE:" in r.stdout, r
+
+        # Inline claims over the server's 1 MiB frame limit: told so, and what to do instead.
+        big = os.path.join(work, "big.jsonl")
+        assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "4000", "--out", big).returncode == 0
+        r = run(txscore, "job", "submit", "--server", address, "--claims", big)
+        assert r.returncode == 1, r
+        assert "over the server's frame limit" in r.stderr and "--input NAME" in r.stderr, r.stderr
+
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        assert "stopped cleanly" in err, err
+        server = None
+        print(f"ok: {len(results)} scored ({len(reviews)} REVIEW with findings), audit read, plan shown, "
+              f"job {job_id} DONE with 40 rows, stopped cleanly")
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
