@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/file_io.h"
 #include "fraud/pan_scan.h"
 
 namespace txscore::fraud {
@@ -91,9 +92,9 @@ Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::str
     return FailedPrecondition("card key file " + path +
                               " is readable by group or others; run: chmod 600 " + path);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open card key file " + path);
-  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Result<std::string> read = ReadFileBounded(path, 1 << 20, "card key file");
+  if (!read.ok()) return read.error();
+  std::string key = std::move(read).value();
   if (key.size() < kMinKeyBytes) {
     return InvalidArgument("card key file " + path + " holds " + std::to_string(key.size()) +
                            " bytes; at least " + std::to_string(kMinKeyBytes) +

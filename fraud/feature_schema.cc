@@ -1,5 +1,6 @@
 #include "fraud/feature_schema.h"
 
+#include "common/file_io.h"
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,11 +33,9 @@ FeatureSchema FeatureSchema::ClaimFeatures() {
 }
 
 Result<FeatureSchema> FeatureSchema::Load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("feature schema " + path + " does not exist or cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return Parse(text.str(), path);
+  Result<std::string> text = ReadFileBounded(path, 16 << 20, "feature schema");
+  if (!text.ok()) return text.error();
+  return Parse(*text, path);
 }
 
 Result<FeatureSchema> FeatureSchema::Parse(const std::string& json_text, const std::string& source_name) {

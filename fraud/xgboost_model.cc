@@ -1,5 +1,7 @@
 #include "fraud/xgboost_model.h"
 
+#include "common/file_io.h"
+
 #include <openssl/evp.h>
 #include <xgboost/c_api.h>
 
@@ -49,13 +51,15 @@ std::string PredictConfig(int type) {
 
 }  // namespace
 
+constexpr size_t kMaxModelBytes = size_t{4} << 30;  // 4 GiB: far above any tree ensemble we serve
+
 std::string LastXGBoostError() { return XGBGetLastError(); }
 
 Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& model_path,
                                                          const XGBoostModelOptions& options) {
-  std::ifstream in(model_path, std::ios::binary);
-  if (!in) return NotFound("model file " + model_path + " does not exist or cannot be read");
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Result<std::string> read = ReadFileBounded(model_path, kMaxModelBytes, "model file");
+  if (!read.ok()) return read.error();
+  const std::string bytes = std::move(read).value();
   if (bytes.empty()) return DataLoss("model file " + model_path + " is empty");
 
   const std::string schema_path = options.schema_path.empty() ? SchemaPathForModel(model_path) : options.schema_path;

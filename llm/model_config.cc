@@ -1,5 +1,6 @@
 #include "llm/model_config.h"
 
+#include "common/file_io.h"
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -310,11 +311,9 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
 
 Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir) {
   const std::string path = checkpoint_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return NotFound(path + " does not exist or cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  Result<std::string> text = ReadFileBounded(path, 16 << 20, "checkpoint config");
+  if (!text.ok()) return text.error();
+  return ParseModelConfig(*text, path);
 }
 
 }  // namespace txscore::llm

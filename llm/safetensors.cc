@@ -1,5 +1,7 @@
 #include "llm/safetensors.h"
 
+#include "common/file_io.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -33,11 +35,9 @@ constexpr DTypeInfo kDTypes[] = {
 };
 
 std::string ReadWholeFile(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  *ok = static_cast<bool>(in) || in.eof();
-  return s.str();
+  Result<std::string> read = ReadFileBounded(path, size_t{64} << 20, "index file");  // an index is JSON: small
+  *ok = read.ok();
+  return read.ok() ? std::move(read).value() : std::string();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "llm/tokenizer.h"
 
+#include "common/file_io.h"
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
@@ -734,10 +735,10 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("tokenizer file " + path + " does not exist or cannot be read");
+  Result<std::string> read = ReadFileBounded(path, size_t{512} << 20, "tokenizer file");
+  if (!read.ok()) return read.error();
   std::stringstream text;
-  text << in.rdbuf();
+  text << *read;
   if (path.ends_with(".model")) {
     Result<SentencePieceModel> model = ParseSentencePieceModel(text.str(), path);
     if (!model.ok()) return model.error();

@@ -1,5 +1,6 @@
 #include "pipelines/config.h"
 
+#include "common/file_io.h"
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -84,16 +85,36 @@ class Reader {
     *out = node.Scalar();
     return Status::Ok();
   }
-  // A path relative to the YAML file's directory; with must_exist, the file must be there.
-  Status ReadPath(const YAML::Node& map, const std::string& key, bool required, bool must_exist, std::string* out) const {
+  // What a path read from the file must name when the file is loaded.
+  enum class PathMustBe { kAnything, kRegularFile, kDirectory };
+  static constexpr uintmax_t kMaxFileBytes = uintmax_t{16} << 30;  // models, keys, pipelines: 16 GiB at most
+
+  // A path relative to the YAML file's directory. A kRegularFile must exist and be a regular
+  // file (not a directory, a device or /proc/self/mem) of at most kMaxFileBytes; a kDirectory
+  // must exist and be one.
+  Status ReadPath(const YAML::Node& map, const std::string& key, bool required, PathMustBe must_be,
+                  std::string* out) const {
     std::string raw;
     TXSCORE_RETURN_IF_ERROR(ReadString(map, key, required, &raw));
     if (raw.empty()) return Status::Ok();
     fs::path p(raw);
     if (p.is_relative()) p = base_dir_ / p;
     *out = p.lexically_normal().string();
-    if (must_exist && !fs::exists(*out)) {
-      return ErrorAt(map[key], "\"" + key + "\": file " + *out + " does not exist");
+    if (must_be == PathMustBe::kAnything) return Status::Ok();
+    std::error_code ec;
+    const fs::file_status status = fs::status(*out, ec);  // follows symbolic links
+    if (ec || !fs::exists(status)) return ErrorAt(map[key], "\"" + key + "\": file " + *out + " does not exist");
+    if (must_be == PathMustBe::kDirectory) {
+      if (!fs::is_directory(status)) return ErrorAt(map[key], "\"" + key + "\": " + *out + " is not a directory");
+      return Status::Ok();
+    }
+    if (!fs::is_regular_file(status)) {
+      return ErrorAt(map[key], "\"" + key + "\": " + *out + " is not a regular file" +
+                                   (fs::is_directory(status) ? " (it is a directory)" : ""));
+    }
+    const uintmax_t size = fs::file_size(*out, ec);
+    if (ec || size > kMaxFileBytes) {
+      return ErrorAt(map[key], "\"" + key + "\": " + *out + " is larger than 16 GiB");
     }
     return Status::Ok();
   }
@@ -150,13 +171,13 @@ Status ReadPlacement(const Reader& r, const YAML::Node& stage, std::string* out)
 
 Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out) {
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "devices", {"emulated", "backend_library", "backend_kind", "calibration_cache"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "backend_library", false, false, &out->backend_library));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "backend_library", false, Reader::PathMustBe::kAnything, &out->backend_library));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "backend_kind", false, &out->backend_kind));
   if (out->backend_kind != "spyre") {
     return r.ErrorAt(node["backend_kind"], "backend_kind must be spyre (the out-of-tree kind txscore knows), not \"" +
                                                out->backend_kind + "\"");
   }
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "calibration_cache", false, false, &out->calibration_cache));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "calibration_cache", false, Reader::PathMustBe::kAnything, &out->calibration_cache));
   if (const YAML::Node e = node["emulated"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(e, "devices.emulated",
                                         {"enabled", "stage_dispatch_us", "op_dispatch_us", "tflops", "memory_gbps",
@@ -237,8 +258,8 @@ Status ParseModelStage(const Reader& r, const YAML::Node& stage, const std::stri
   TXSCORE_RETURN_IF_ERROR(
       ExpectStageKeys(r, stage, name, {"model", "schema", "placement", "threads", "evaluator", "budget_ms"}));
   m->name = name;
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &m->model_path));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "schema", false, true, &m->schema_path));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, Reader::PathMustBe::kRegularFile, &m->model_path));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "schema", false, Reader::PathMustBe::kRegularFile, &m->schema_path));
   TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &m->placement));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 1, 256, &m->nthread));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &m->budget_ms));
@@ -296,7 +317,7 @@ Status ParseFindingsStage(const Reader& r, const YAML::Node& stage, const std::s
                                            "expected_batch", "expected_tokens", "max_batch", "max_wait_us"}));
   f->enabled = true;
   f->name = name;
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, true, &f->model_dir));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, Reader::PathMustBe::kDirectory, &f->model_dir));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &f->dtype));
   if (f->dtype != "float32" && f->dtype != "bfloat16") {
     return r.ErrorAt(stage["dtype"], "dtype must be \"float32\" or \"bfloat16\", not \"" + f->dtype + "\"");
@@ -401,7 +422,7 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   const YAML::Node storage = root["storage"];
   if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(storage, "storage", {"path", "durability"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(storage, "path", true, false, &config.storage.path));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(storage, "path", true, Reader::PathMustBe::kAnything, &config.storage.path));
   if (storage["durability"]) {
     std::string durability;
     TXSCORE_RETURN_IF_ERROR(r.ReadString(storage, "durability", false, &durability));
@@ -412,7 +433,7 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   const YAML::Node security = root["security"];
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, true, &config.security.card_key_file));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, Reader::PathMustBe::kRegularFile, &config.security.card_key_file));
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &config.devices));
   if (const YAML::Node j = root["jobs"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority"}));
@@ -420,9 +441,9 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
     if (config.jobs.priority != "idle" && config.jobs.priority != "normal") {
       return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + config.jobs.priority + "\"");
     }
-    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "claims_pipeline", true, true, &config.jobs.claims_pipeline));
-    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "input_dir", true, false, &config.jobs.input_dir));
-    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "output_dir", true, false, &config.jobs.output_dir));
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "claims_pipeline", true, Reader::PathMustBe::kRegularFile, &config.jobs.claims_pipeline));
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "input_dir", true, Reader::PathMustBe::kAnything, &config.jobs.input_dir));
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "output_dir", true, Reader::PathMustBe::kAnything, &config.jobs.output_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &config.jobs.chunk));
   }
   const YAML::Node stages = root["stages"];
@@ -459,11 +480,9 @@ Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const s
 }
 
 Result<PipelineConfig> LoadPipelineConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("pipeline file " + path + " does not exist or cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParsePipelineConfig(text.str(), path);
+  Result<std::string> text = ReadFileBounded(path, 16 << 20, "pipeline file");
+  if (!text.ok()) return text.error();
+  return ParsePipelineConfig(*text, path);
 }
 
 }  // namespace txscore::pipelines

@@ -118,6 +118,21 @@ TEST_F(ConfigTest, ServerTransportSettingsAreReadAndBounded) {
   EXPECT_EQ(zero.error().message, Where(2, 20) + "\"max_connections\" must be between 1 and 1000000");
 }
 
+TEST_F(ConfigTest, AModelPathMustNameARegularFileAndACheckpointADirectory) {
+  std::filesystem::create_directories(dir_.file("adir"));
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("model: model.ubj"), 16, "model: adir");
+  auto directory = Parse(yaml);
+  ASSERT_FALSE(directory.ok());
+  EXPECT_EQ(directory.error().message,
+            Where(7, 58) + "\"model\": " + dir_.file("adir") + " is not a regular file (it is a directory)");
+  auto checkpoint = Parse(std::string(kValid) +
+                          "  - {name: forensic, kind: llm_findings, after: decision, model: model.ubj}\n");
+  ASSERT_FALSE(checkpoint.ok());
+  EXPECT_EQ(checkpoint.error().message.substr(checkpoint.error().message.find('"')),
+            "\"model\": " + dir_.file("model.ubj") + " is not a directory");
+}
+
 TEST_F(ConfigTest, WrongTypeIsRejectedWithLineAndColumn) {
   auto config = Parse(std::string("server:\n  workers: many\n") + kValid);
   ASSERT_FALSE(config.ok());

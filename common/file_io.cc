@@ -1,0 +1,51 @@
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace txscore {
+
+Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string why = errno == ENOENT ? "" : std::string(": ") + std::strerror(errno);
+    return NotFound(what + " " + path + " does not exist or cannot be read" + why);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(what + " " + path + " is not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return InvalidArgument(what + " " + path + " is " + std::to_string(st.st_size) + " bytes; the limit is " +
+                           std::to_string(max_bytes));
+  }
+  std::string bytes;
+  bytes.reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return DataLoss("cannot read " + what + " " + path + ": " + why);
+    }
+    if (n == 0) break;
+    // A file may grow while read, or report a size of 0 (as /proc files do): bound what is read.
+    if (bytes.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      return InvalidArgument(what + " " + path + " holds more than " + std::to_string(max_bytes) + " bytes");
+    }
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return bytes;
+}
+
+}  // namespace txscore

@@ -1,0 +1,18 @@
+// Reading whole files that come from outside (models, keys, tokenizers, configs) without
+// exceptions and without trusting them: only regular files, at most a stated size, every read
+// error reported (a file such as /proc/self/mem fails to read instead of throwing).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/result.h"
+
+namespace txscore {
+
+// The bytes of the regular file at `path`. kNotFound when it does not exist or cannot be
+// opened; kInvalidArgument when it is not a regular file or holds more than `max_bytes`;
+// kDataLoss when reading fails part-way. `what` names the file in messages ("model file").
+Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what = "file");
+
+}  // namespace txscore
