@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,68 +76,116 @@ struct Row {
   Result<fraud::RawClaim> claim = InvalidArgument("unread");
 };
 
-// Reads rows from a JSON-lines or CSV claims file.
+// Reads rows from a JSON-lines or CSV claims file, in time linear in its size. A row (a JSON
+// line, or a CSV record with its quoted newlines) longer than kMaxRowBytes becomes an error
+// row and is skipped. `should_stop` (optional), checked at every line, ends the reading early
+// when it returns true (stopped() says so): a stop needs no row to end.
 class RowReader {
  public:
-  static Result<RowReader> Open(const std::string& path) {
+  static constexpr size_t kMaxRowBytes = 1 << 20;
+
+  static Result<RowReader> Open(const std::string& path, std::function<bool()> should_stop = nullptr) {
     RowReader reader;
+    reader.should_stop_ = std::move(should_stop);
     reader.csv_ = fs::path(path).extension() == ".csv";
     reader.in_.open(path, std::ios::binary);
     if (!reader.in_) return NotFound("input file " + path + " does not exist or cannot be read");
+    // A UTF-8 byte order mark (as spreadsheet programs write) is not part of the first row.
+    char bom[3] = {0, 0, 0};
+    reader.in_.read(bom, 3);
+    if (!(reader.in_.gcount() == 3 && bom[0] == '\xEF' && bom[1] == '\xBB' && bom[2] == '\xBF')) {
+      reader.in_.clear();
+      reader.in_.seekg(0);
+    }
     if (reader.csv_) {
-      std::optional<std::pair<int64_t, std::vector<std::string>>> header = reader.NextCsvRecord();
-      if (!header) return InvalidArgument(path + ": the CSV file has no header row");
-      Result<fraud::ClaimCsvHeader> parsed = fraud::ClaimCsvHeader::Parse(header->second);
+      std::optional<CsvRecord> header = reader.NextCsvRecord();
+      if (!header || header->too_long) return InvalidArgument(path + ": the CSV file has no header row");
+      Result<fraud::ClaimCsvHeader> parsed = fraud::ClaimCsvHeader::Parse(header->fields);
       if (!parsed.ok()) return InvalidArgument(path + ":1: " + parsed.error().message, parsed.error().field);
       reader.header_ = std::move(parsed).value();
     }
     return reader;
   }
 
-  // False at the end of the input.
+  // False at the end of the input, or when stopped.
   bool Next(Row* row) {
     if (csv_) {
-      std::optional<std::pair<int64_t, std::vector<std::string>>> record = NextCsvRecord();
+      std::optional<CsvRecord> record = NextCsvRecord();
       if (!record) return false;
-      row->line = record->first;
-      row->claim = header_->Read(record->second);
+      row->line = record->first_line;
+      row->claim = record->too_long ? TooLong() : header_->Read(record->fields);
       return true;
     }
     std::string text;
     while (std::getline(in_, text)) {
       ++line_;
+      if (StopAsked()) return false;
       if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
       row->line = line_;
-      row->claim = fraud::ParseClaimJson(text);
+      row->claim = text.size() > kMaxRowBytes ? TooLong() : fraud::ParseClaimJson(text);
       return true;
     }
     return false;
   }
 
+  bool stopped() const { return stopped_; }
+
  private:
+  struct CsvRecord {
+    int64_t first_line = 0;
+    std::vector<std::string> fields;
+    bool too_long = false;  // over kMaxRowBytes: skipped, fields empty
+  };
+
   RowReader() = default;
 
-  std::optional<std::pair<int64_t, std::vector<std::string>>> NextCsvRecord() {
+  static Result<fraud::RawClaim> TooLong() {
+    return InvalidArgument("the row is longer than " + std::to_string(kMaxRowBytes) +
+                           " bytes (in a CSV file: is a quote left open?)");
+  }
+
+  bool StopAsked() {
+    if (!stopped_ && should_stop_ && should_stop_()) stopped_ = true;
+    return stopped_;
+  }
+
+  // The next record: lines are added while a quote is open, which a running count of quote
+  // characters tells (an escaped quote is two), so each line is scanned once.
+  std::optional<CsvRecord> NextCsvRecord() {
+    CsvRecord out;
     std::string record, text;
-    int64_t first = 0;
+    bool started = false, in_quotes = false;
     while (std::getline(in_, text)) {
       ++line_;
-      if (record.empty() && text.find_first_not_of(" \t\r") == std::string::npos) continue;
-      if (record.empty()) first = line_;
-      record += record.empty() ? text : "\n" + text;
-      bool complete = false;
-      std::vector<std::string> fields = fraud::SplitCsvRecord(record, &complete);
-      if (complete) return std::make_pair(first, std::move(fields));
+      if (StopAsked()) return std::nullopt;
+      if (!started && text.find_first_not_of(" \t\r") == std::string::npos) continue;
+      if (!started) out.first_line = line_;
+      for (char c : text) in_quotes = in_quotes != (c == '"');
+      if (!out.too_long) {
+        if (started) record += '\n';
+        record += text;
+        if (record.size() > kMaxRowBytes) {
+          out.too_long = true;
+          std::string().swap(record);
+        }
+      }
+      started = true;
+      if (!in_quotes) break;
     }
-    if (record.empty()) return std::nullopt;
-    bool complete = false;
-    return std::make_pair(first, fraud::SplitCsvRecord(record, &complete));  // an unclosed quote at the end
+    if (!started) return std::nullopt;
+    if (!out.too_long) {
+      bool complete = false;  // false only for an unclosed quote at the end of the file
+      out.fields = fraud::SplitCsvRecord(record, &complete);
+    }
+    return out;
   }
 
   std::ifstream in_;
   bool csv_ = false;
   int64_t line_ = 0;
   std::optional<fraud::ClaimCsvHeader> header_;
+  std::function<bool()> should_stop_;
+  bool stopped_ = false;
 };
 
 // What RocksDB keeps about a job between runs.
@@ -336,7 +386,13 @@ Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database&
 
 std::string ShortDigest(const std::string& text) {
   Result<std::string> digest = Sha256(text, /*is_path=*/false);
-  return digest.ok() ? digest->substr(0, 16) : std::string(16, '0');
+  if (!digest.ok()) {
+    // Only an allocation failure inside OpenSSL gets here. A made-up digest would give two
+    // jobs one id (and one output file): stop instead.
+    spdlog::critical("cannot name a claims job: {}", digest.error().ToString());
+    std::abort();
+  }
+  return digest->substr(0, 16);
 }
 
 std::string ClaimsJobId(const std::string& input_path, const std::string& output_path) {
@@ -437,7 +493,12 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   std::map<std::string, int64_t> provider_counts;
   int64_t total = 0;
   {
-    Result<RowReader> reader = RowReader::Open(input);
+    // A stop asked while counting ends the count at once (a cancel leaves nothing written; a
+    // server stop leaves the job's record, to resume).
+    std::atomic<bool> never{false};
+    const std::atomic<bool>* cancel = options.cancel != nullptr ? options.cancel : &never;
+    const std::atomic<bool>* interrupt = options.interrupt != nullptr ? options.interrupt : &never;
+    Result<RowReader> reader = RowReader::Open(input, [cancel, interrupt] { return cancel->load() || interrupt->load(); });
     if (!reader.ok()) return reader.error();
     Row row;
     while (reader->Next(&row)) {
@@ -445,6 +506,17 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
       if (!row.claim.ok()) continue;
       Result<fraud::Claim> claim = fraud::ValidateClaim(*row.claim, pipeline.tokenizer());
       if (claim.ok()) ++provider_counts[claim->provider_id];
+    }
+    if (reader->stopped() || cancel->load() || interrupt->load()) {
+      ClaimsJobSummary stopped = summary;
+      if (cancel->load()) {
+        stopped.state = "cancelled";  // nothing of this run was written
+      } else {
+        // A stopping server queues the job again when it starts: it must find the job's record.
+        TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
+        stopped.state = "interrupted";
+      }
+      return stopped;
     }
   }
   state.total = total;

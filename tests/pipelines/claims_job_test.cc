@@ -195,10 +195,16 @@ TEST_F(ClaimsJobTest, AnInterruptedJobStaysRunningInItsRecordAndResumes) {
 }
 
 TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {
-  std::atomic<bool> cancel{true};
+  std::atomic<bool> cancel{false};
   ClaimsJobOptions options = Options();
   options.cancel = &cancel;
-  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, options).ok());
+  options.progress = [&](const ClaimsJobProgress& p) {
+    if (p.done > 0) cancel = true;  // stop after the first chunk: the job has begun
+  };
+  auto begun = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(begun.ok());
+  ASSERT_EQ(begun->done, 8);
+  options.progress = nullptr;
   std::ofstream(dir_.file("claims.jsonl"), std::ios::app) << "\n";
   options.cancel = nullptr;
   auto changed = RunClaimsJob(*pipeline_, *db_, options);
@@ -279,6 +285,62 @@ TEST_F(ClaimsJobTest, CsvInputGivesTheSameResultsAsJsonLines) {
     y.erase("line");
     EXPECT_EQ(x, y);
   }
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
+
+namespace txscore::pipelines {
+namespace {
+
+constexpr char kCsvHeader[] =
+    "claim_id,policy_id,claimant_id,incident_date,report_date,claim_type,amount_claimed,policy_limit,prior_claims,"
+    "provider_id,narrative,adjuster_notes\n";
+constexpr char kCsvRow[] = "CLM-9,POL-9,C-9,2026-02-01,2026-02-03,burglary,900.00,10000.00,0,P-9,\"A door forced.\",\n";
+
+TEST_F(ClaimsJobTest, ACsvRecordOverTheRowLimitIsAnErrorRowAndTheNextRowIsScored) {
+  // One quoted field holding 1.1 million newlines: re-splitting the record at every line took
+  // quadratic time (1 MB: about 280 s); read once, the over-long row is an error row.
+  std::ofstream csv(dir_.file("newlines.csv"), std::ios::binary);
+  csv << kCsvHeader << "CLM-1,POL-1,C-1,2026-02-01,2026-02-03,burglary,900.00,10000.00,0,P-1,\""
+      << std::string(1100000, '\n') << "\",\n"
+      << kCsvRow;
+  csv.close();
+  ClaimsJobOptions options = Options("newlines.out.jsonl");
+  options.input_path = dir_.file("newlines.csv");
+  auto summary = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->total, 2);
+  EXPECT_EQ(summary->errors, 1);
+  std::ifstream out(dir_.file("newlines.out.jsonl"));
+  std::string first, second;
+  std::getline(out, first);
+  std::getline(out, second);
+  EXPECT_EQ(nlohmann::json::parse(first).at("error"), "the row is longer than 1048576 bytes (in a CSV file: is a quote left open?)");
+  EXPECT_EQ(nlohmann::json::parse(first).at("line"), 2);
+  EXPECT_EQ(nlohmann::json::parse(second).at("claim_id"), "CLM-9");
+  EXPECT_EQ(nlohmann::json::parse(second).at("line"), 1100003);
+}
+
+TEST_F(ClaimsJobTest, AByteOrderMarkBeforeTheCsvHeaderIsIgnored) {
+  testing::WriteFile(dir_.file("bom.csv"), std::string("\xEF\xBB\xBF") + kCsvHeader + kCsvRow);
+  ClaimsJobOptions options = Options("bom.out.jsonl");
+  options.input_path = dir_.file("bom.csv");
+  auto summary = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();  // the header's first column was "\xEF\xBB\xBFclaim_id"
+  EXPECT_EQ(summary->errors, 0);
+  EXPECT_EQ(summary->done, 1);
+}
+
+TEST_F(ClaimsJobTest, AStopAskedWhileCountingRowsEndsTheJobAtOnce) {
+  std::atomic<bool> cancel{true};
+  ClaimsJobOptions options = Options("stopped.jsonl");
+  options.cancel = &cancel;
+  auto summary = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->state, "cancelled");
+  EXPECT_EQ(summary->done, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("stopped.jsonl")));  // nothing written yet
 }
 
 }  // namespace
