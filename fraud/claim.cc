@@ -76,6 +76,7 @@ Result<int64_t> ParseIsoDate(const std::string& text) {
   if (m < 1 || m > 12 || d < 1 || d > kDaysInMonth[m - 1] + (m == 2 && leap ? 1 : 0)) {
     return InvalidArgument("\"" + text + "\" is not a calendar date");
   }
+  if (y < 1900 || y > 2100) return InvalidArgument("\"" + text + "\" is outside the years 1900 to 2100");
   return DaysFromCivil(y, m, d);
 }
 

@@ -1,7 +1,11 @@
 #include "fraud/transaction.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cmath>
 
+#include "fraud/country.h"
 #include "fraud/currency.h"
 
 namespace txscore::fraud {
@@ -12,6 +16,12 @@ constexpr int64_t kMinTimestampMs = 946684800000;
 constexpr int64_t kMaxTimestampMs = 4102444800000;
 // Amounts above 10^15 minor units are not card payments.
 constexpr int64_t kMaxAmountMinor = 1000000000000000;
+
+bool IsLowerHex(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+bool AllZeros(std::string_view s) { return s.find_first_not_of('0') == std::string_view::npos; }
 
 bool IsUpperAlpha(const std::string& s, size_t n) {
   if (s.size() != n) return false;
@@ -44,6 +54,26 @@ Status CheckId(const std::string& value, const char* field, const ValidationLimi
 
 }  // namespace
 
+bool IsIpAddress(const std::string& text) {
+  if (text.size() > 45) return false;
+  unsigned char address[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, text.c_str(), address) == 1 || ::inet_pton(AF_INET6, text.c_str(), address) == 1;
+}
+
+bool IsW3cTraceparent(std::string_view t) {
+  // W3C Trace Context, section 3.2: version "ff" is invalid; version 00 is exactly 55
+  // characters; a later version may append "-..." fields, which are not checked.
+  if (t.size() < 55 || t[2] != '-' || t[35] != '-' || t[52] != '-') return false;
+  const std::string_view version = t.substr(0, 2), trace_id = t.substr(3, 32), parent_id = t.substr(36, 16),
+                         flags = t.substr(53, 2);
+  if (!IsLowerHex(version) || version == "ff" || !IsLowerHex(trace_id) || !IsLowerHex(parent_id) || !IsLowerHex(flags)) {
+    return false;
+  }
+  if (AllZeros(trace_id) || AllZeros(parent_id)) return false;
+  if (version == "00") return t.size() == 55;
+  return t.size() == 55 || (t[55] == '-' && t.size() <= 512);
+}
+
 double Transaction::amount_major() const {
   return static_cast<double>(amount_minor) / std::pow(10.0, currency_exponent);
 }
@@ -64,10 +94,10 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
   if (raw.mcc.size() != 4 || raw.mcc.find_first_not_of("0123456789") != std::string::npos) {
     return InvalidArgument("must be 4 digits (ISO 18245)", "mcc");
   }
-  if (!IsUpperAlpha(raw.merchant_country, 2)) {
+  if (!IsIsoCountry(raw.merchant_country)) {
     return InvalidArgument("must be an ISO 3166-1 alpha-2 code such as \"US\"", "merchant_country");
   }
-  if (raw.card_country && !IsUpperAlpha(*raw.card_country, 2)) {
+  if (raw.card_country && !IsIsoCountry(*raw.card_country)) {
     return InvalidArgument("must be an ISO 3166-1 alpha-2 code such as \"US\"", "card_country");
   }
   if (raw.channel < 0 || raw.channel > static_cast<int>(Channel::kContactless)) {
@@ -78,8 +108,9 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
   }
   if (raw.device_id) TXSCORE_RETURN_IF_ERROR(CheckId(*raw.device_id, "device_id", limits, /*required=*/true));
   if (raw.ip_address) {
-    if (raw.ip_address->size() > 45 || !IsPrintableAscii(*raw.ip_address)) {
-      return InvalidArgument("must be an IPv4 or IPv6 address of at most 45 characters", "ip_address");
+    if (!IsIpAddress(*raw.ip_address)) {
+      return InvalidArgument("must be an IPv4 address (dotted decimal, each part 0-255) or an IPv6 address",
+                             "ip_address");
     }
   }
   if (raw.latitude.has_value() != raw.longitude.has_value()) {
@@ -91,8 +122,10 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
   if (raw.longitude && !(std::isfinite(*raw.longitude) && std::fabs(*raw.longitude) <= 180.0)) {
     return InvalidArgument("must be between -180 and 180 degrees", "longitude");
   }
-  if (raw.traceparent && (raw.traceparent->size() > 128 || !IsPrintableAscii(*raw.traceparent))) {
-    return InvalidArgument("must be a W3C traceparent of at most 128 printable characters", "traceparent");
+  if (raw.traceparent && !IsW3cTraceparent(*raw.traceparent)) {
+    return InvalidArgument("must be a W3C traceparent: version-traceid-parentid-flags in lowercase hex, e.g. "
+                           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                           "traceparent");
   }
 
   if (raw.budget_ms && (*raw.budget_ms < 1 || *raw.budget_ms > 600000)) {

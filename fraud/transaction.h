@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 
@@ -67,6 +68,14 @@ struct Transaction {
 struct ValidationLimits {
   size_t max_id_bytes = 128;  // Default: 128 (request_id, merchant_id, device_id, card_token)
 };
+
+// An IPv4 address in dotted decimal (each part 0-255, four parts) or an IPv6 address, as
+// inet_pton(3) reads them.
+bool IsIpAddress(const std::string& text);
+// A W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header):
+// lowercase hex, version not ff, trace and parent ids not all zeros; version 00 exactly 55
+// characters.
+bool IsW3cTraceparent(std::string_view text);
 
 // Checks every field except the card fields (card_number, card_token and
 // card_verification_code: see card_token.h) and returns the transaction without its card

@@ -13,7 +13,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread
   librocksdb-dev
   libboost-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libpcre2-dev libicu-dev
+  libpcre2-dev libicu-dev iso-codes
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-thrift python3-xgboost python3-torch python3-numpy python3-sentencepiece
 )

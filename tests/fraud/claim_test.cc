@@ -36,6 +36,8 @@ TEST(ParseIsoDate, AcceptsRealCalendarDatesOnly) {
   EXPECT_EQ(ParseIsoDate("2026-13-01").error().message, "\"2026-13-01\" is not a calendar date");
   EXPECT_EQ(ParseIsoDate("2026-1-01").error().message, "\"2026-1-01\" is not a date of the form YYYY-MM-DD");
   EXPECT_EQ(IsoDate(ParseIsoDate("2000-02-29").value()), "2000-02-29");
+  EXPECT_EQ(ParseIsoDate("0000-01-01").error().message, "\"0000-01-01\" is outside the years 1900 to 2100");
+  EXPECT_EQ(ParseIsoDate("2101-01-01").error().message, "\"2101-01-01\" is outside the years 1900 to 2100");
 }
 
 TEST(ValidateClaim, TokenizesTheClaimantAndCountsDays) {

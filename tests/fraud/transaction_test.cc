@@ -114,3 +114,55 @@ TEST(CurrencyExponent, KnowsMinorUnits) {
 
 }  // namespace
 }  // namespace txscore::fraud
+
+namespace txscore::fraud {
+namespace {
+
+TEST(ValidateTransaction, CountriesMustBeAssignedIsoCodes) {
+  for (const char* code : {"QQ", "XX", "AB"}) {
+    RawTransaction raw = testing::ValidTransaction();
+    raw.merchant_country = code;
+    ExpectInvalid(raw, "merchant_country", "must be an ISO 3166-1 alpha-2 code such as \"US\"");
+    raw = testing::ValidTransaction();
+    raw.card_country = code;
+    ExpectInvalid(raw, "card_country", "must be an ISO 3166-1 alpha-2 code such as \"US\"");
+  }
+}
+
+TEST(ValidateTransaction, IpAddressMustBeARealIpv4OrIpv6Address) {
+  for (const char* good : {"192.0.2.1", "0.0.0.0", "255.255.255.255", "2001:db8::1", "::1"}) {
+    RawTransaction raw = testing::ValidTransaction();
+    raw.ip_address = good;
+    EXPECT_TRUE(ValidateTransaction(raw).ok()) << good;
+  }
+  for (const char* bad : {"999.1.1.1", "1.2.3.4.5", "1.2.3", "256.0.0.1", "2001:db8:::1", "localhost", ""}) {
+    RawTransaction raw = testing::ValidTransaction();
+    raw.ip_address = bad;
+    ExpectInvalid(raw, "ip_address", "must be an IPv4 address (dotted decimal, each part 0-255) or an IPv6 address");
+  }
+}
+
+TEST(ValidateTransaction, TraceparentMustFollowW3cTraceContext) {
+  const std::string valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  for (const std::string& good : {valid, std::string("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra")}) {
+    RawTransaction raw = testing::ValidTransaction();
+    raw.traceparent = good;
+    EXPECT_TRUE(ValidateTransaction(raw).ok()) << good;
+  }
+  const std::string message =
+      "must be a W3C traceparent: version-traceid-parentid-flags in lowercase hex, e.g. "
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  for (const std::string& bad : std::vector<std::string>{"zz", "", valid + "-x",         // version 00 is 55 chars
+                                 "ff" + valid.substr(2),                                       // version ff
+                                 "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace id
+                                 "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero parent id
+                                 "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // uppercase
+                                 "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01"}) {
+    RawTransaction raw = testing::ValidTransaction();
+    raw.traceparent = bad;
+    ExpectInvalid(raw, "traceparent", message);
+  }
+}
+
+}  // namespace
+}  // namespace txscore::fraud
