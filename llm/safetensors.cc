@@ -56,6 +56,34 @@ const char* DTypeName(DType dtype) {
   return "?";
 }
 
+namespace {
+
+// SAX handler: the keys of the top-level object and the first one seen twice.
+struct TopLevelKeys : nlohmann::json_sax<json> {
+  int depth = 0;
+  std::set<std::string> names;
+  std::string duplicate;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& name) override {
+    if (depth == 1 && !names.insert(name).second && duplicate.empty()) duplicate = name;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+}  // namespace
+
 size_t DTypeSize(DType dtype) {
   for (const DTypeInfo& d : kDTypes) {
     if (d.dtype == dtype) return d.size;
@@ -72,21 +100,21 @@ int64_t TensorInfo::numel() const {
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header, uint64_t data_size, const std::string& source,
                                                  const SafetensorsLimits& limits) {
   auto fail = [&](const std::string& what) { return DataLoss(source + ": " + what); };
-  // Duplicate tensor names would silently shadow each other in a JSON object: catch them
-  // while parsing.
-  std::set<std::string> top_level_keys;
-  std::string duplicate;
-  json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
-      const std::string key = parsed.get<std::string>();
-      if (!top_level_keys.insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
-  const json doc = json::parse(header.begin(), header.end(), on_event, /*allow_exceptions=*/false);
+  // Duplicate tensor names would silently shadow each other in a JSON object: a first pass
+  // over the text finds them, and counts the tensors before any is stored. (nlohmann's
+  // callback parser would do it in one pass, but scans the parent object at the end of every
+  // child: quadratic in the number of tensors.)
+  TopLevelKeys keys;
+  if (!json::sax_parse(header.begin(), header.end(), &keys)) return fail("header is not valid JSON");
+  if (!keys.duplicate.empty()) return fail("tensor \"" + keys.duplicate + "\" is listed twice");
+  const size_t tensor_count = keys.names.size() - keys.names.count("__metadata__");
+  if (tensor_count > limits.max_tensors) {
+    return fail("the header lists " + std::to_string(tensor_count) + " tensors; at most " +
+                std::to_string(limits.max_tensors) + " are accepted");
+  }
+  const json doc = json::parse(header.begin(), header.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return fail("header is not valid JSON");
   if (!doc.is_object()) return fail("header is not a JSON object");
-  if (!duplicate.empty()) return fail("tensor \"" + duplicate + "\" is listed twice");
 
   SafetensorsHeader out;
   for (const auto& [name, entry] : doc.items()) {

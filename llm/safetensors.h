@@ -50,6 +50,7 @@ struct TensorView {
 struct SafetensorsLimits {
   uint64_t max_header_bytes = 100ull << 20;  // Default: 100 MiB, the reference implementation's cap
   size_t max_rank = 8;                       // Default: 8 dimensions
+  size_t max_tensors = 1000000;              // Default: 1M tensors per file (real checkpoints: thousands)
 };
 
 // Parses and validates a header. `header` is the JSON text, `data_size` the number of bytes

@@ -300,3 +300,32 @@ TEST(HalfPrecision, EncodingRoundsToNearestEvenAndRoundTrips) {
 
 }  // namespace
 }  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+// A header of `count` one-float tensors laid end to end.
+std::string ManyTensorHeader(size_t count) {
+  std::string header = "{";
+  for (size_t i = 0; i < count; ++i) {
+    header += (i ? "," : "") + std::string("\"t") + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],"
+              "\"data_offsets\":[" + std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
+  return header + "}";
+}
+
+TEST(ParseSafetensorsHeader, ManySmallTensorsParseUpToTheTensorLimit) {
+  // 200,000 tensors (a 13 MB header, under the 100 MiB cap) did not finish in quadratic time.
+  const size_t count = 200000;
+  auto parsed = ParseSafetensorsHeader(ManyTensorHeader(count), 4 * count, "many");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  EXPECT_EQ(parsed->tensors.size(), count);
+  SafetensorsLimits limits;
+  limits.max_tensors = 1000;
+  auto refused = ParseSafetensorsHeader(ManyTensorHeader(1001), 4 * 1001, "many", limits);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "many: the header lists 1001 tensors; at most 1000 are accepted");
+}
+
+}  // namespace
+}  // namespace txscore::llm
