@@ -146,12 +146,27 @@ Result<Pattern> ParsePattern(const json& node, const std::string& where) {
   return InvalidArgument(where + ": pattern must be {\"String\": ...} or {\"Regex\": ...}");
 }
 
+// How deep Sequences may nest inside each other. Real tokenizers nest one level; a crafted
+// file nesting thousands took minutes and gigabytes.
+constexpr int kMaxSequenceDepth = 8;
+constexpr int32_t kMaxTokenId = 1 << 24;  // 16.7M: a hundred times the largest vocabularies
+thread_local int sequence_depth = 0;  // of the ParseSequence calls on this thread's stack
+
 // The parts of a {"type": "Sequence", key: [...]} node, each parsed by `parse`.
 template <typename Part, typename ParseFn>
 Result<std::vector<std::unique_ptr<Part>>> ParseSequence(const json& node, const char* key, const std::string& where,
                                                          ParseFn parse) {
+  if (sequence_depth >= kMaxSequenceDepth) {
+    return InvalidArgument(where + ": Sequences nest more than " + std::to_string(kMaxSequenceDepth) + " deep");
+  }
+  struct DepthGuard {
+    DepthGuard() { ++sequence_depth; }
+    ~DepthGuard() { --sequence_depth; }
+  } guard;
   std::vector<std::unique_ptr<Part>> parts;
-  const json& list = node.value(key, json::array());
+  static const json kNoParts = json::array();
+  const auto found = node.find(key);  // not node.value(): that copies the whole subtree
+  const json& list = found != node.end() ? *found : kNoParts;
   for (size_t i = 0; i < list.size(); ++i) {
     Result<std::unique_ptr<Part>> part = parse(list[i], where + "." + key + "[" + std::to_string(i) + "]");
     if (!part.ok()) return part.error();
@@ -778,6 +793,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
       if (added.content.empty() || added.id < 0) return InvalidArgument(source + ": an added token is empty or has a negative id");
       max_id = std::max(max_id, added.id);
       impl->added.push_back(std::move(added));
+    }
+    // Ids index arrays: they must stay near the number of tokens listed (real tokenizers
+    // number them densely), and below an absolute bound, or one crafted id allocates gigabytes.
+    const int64_t listed = static_cast<int64_t>(impl->model->vocab().size() + impl->added.size());
+    if (max_id >= kMaxTokenId || max_id >= 2 * listed + 1024) {
+      return InvalidArgument(source + ": token id " + std::to_string(max_id) + " is far beyond the " +
+                             std::to_string(listed) + " tokens listed (ids must stay below " +
+                             std::to_string(std::min<int64_t>(kMaxTokenId, 2 * listed + 1024)) + ")");
     }
     std::stable_sort(impl->added.begin(), impl->added.end(),
                      [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });

@@ -162,3 +162,43 @@ TEST(Tokenizer, SpecialTokensHaveNoBytes) {
 
 }  // namespace
 }  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+TEST(Tokenizer, RefusesTokenIdsFarBeyondTheVocabulary) {
+  // 17 vocabulary tokens; an added token with id 2,000,000,000 allocated arrays of that size.
+  for (const char* id : {"2000000000", "2147483647"}) {
+    auto t = Tokenizer::FromJson(
+        ByteLevelTokenizer(kPairMerges, std::string(R"([{"id": )") + id + R"(, "content": "<x>", "special": true}])"),
+        "t.json");
+    ASSERT_FALSE(t.ok()) << id;
+    EXPECT_EQ(t.error().message,
+              std::string("t.json: token id ") + id + " is far beyond the 18 tokens listed (ids must stay below 1060)");
+  }
+  std::string vocab_id = ByteLevelTokenizer(kPairMerges);
+  vocab_id.replace(vocab_id.find("\"!\": 16"), 7, "\"!\": 2000000000");
+  ASSERT_FALSE(Tokenizer::FromJson(vocab_id, "t.json").ok());
+  // Ids just past the vocabulary, as real tokenizers number their added tokens, are fine.
+  EXPECT_TRUE(Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<x>", "special": true}])"),
+                                  "t.json")
+                  .ok());
+}
+
+TEST(Tokenizer, RefusesSequencesNestedTooDeep) {
+  // A normalizer Sequence inside a Sequence, 3,000 deep (131 KB): 18 s and 1.9 GB before.
+  std::string normalizer = R"({"type": "NFC"})";
+  for (int i = 0; i < 3000; ++i) normalizer = R"({"type": "Sequence", "normalizers": [)" + normalizer + "]}";
+  std::string text = ByteLevelTokenizer(kPairMerges);
+  text.replace(text.find(R"({"type": "NFC"})"), 15, normalizer);
+  auto t = Tokenizer::FromJson(text, "t.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("Sequences nest more than 8 deep"), std::string::npos) << t.error().message;
+  // One level, as real tokenizers nest, is fine.
+  std::string one = ByteLevelTokenizer(kPairMerges);
+  one.replace(one.find(R"({"type": "NFC"})"), 15, R"({"type": "Sequence", "normalizers": [{"type": "NFC"}]})");
+  EXPECT_TRUE(Tokenizer::FromJson(one, "t.json").ok());
+}
+
+}  // namespace
+}  // namespace txscore::llm
