@@ -258,6 +258,14 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
 
   // Derived values and consistency.
   if (c.num_attention_heads == 0) return keys.Wrong("num_attention_heads", "a positive integer");
+  // Values a forward pass divides by, raises to a power or sizes a cache with: a hostile or
+  // broken config would otherwise give NaNs or empty buffers, not an error.
+  if (!(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0)) return keys.Wrong("rms_norm_eps", "a positive number");
+  if (!(std::isfinite(c.rope.theta) && c.rope.theta > 0)) return keys.Wrong("rope_theta", "a positive number");
+  if (c.max_position_embeddings == 0) return keys.Wrong("max_position_embeddings", "a positive integer");
+  if (c.vocab_size == 0 || c.hidden_size == 0 || c.num_hidden_layers == 0 || c.intermediate_size == 0) {
+    return InvalidArgument(where + ": vocab_size, hidden_size, intermediate_size and num_hidden_layers must be positive");
+  }
   if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return InvalidArgument(where + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +

@@ -31,8 +31,14 @@ class Reader {
   // The map at `node`, whose keys must all be in `allowed`.
   Status ExpectMap(const YAML::Node& node, const std::string& what, const std::set<std::string>& allowed) const {
     if (!node.IsMap()) return ErrorAt(node, what + " must be a mapping");
+    std::map<std::string, int> first_line;  // yaml-cpp keeps duplicates and reads the first: refuse them
     for (const auto& entry : node) {
       const std::string key = entry.first.Scalar();
+      const auto [seen, inserted] = first_line.emplace(key, entry.first.Mark().line + 1);
+      if (!inserted) {
+        return ErrorAt(entry.first, "\"" + key + "\" is given twice in " + what + " (first on line " +
+                                        std::to_string(seen->second) + ")");
+      }
       if (allowed.count(key) == 0) {
         std::string expected;
         for (const auto& k : allowed) expected += (expected.empty() ? "" : ", ") + k;

@@ -193,3 +193,29 @@ TEST(ParseModelConfig, UnsupportedRopeScalingIsNamed) {
 
 }  // namespace
 }  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+TEST(ParseModelConfig, RefusesValuesAForwardPassCannotUse) {
+  const struct {
+    const char* from;
+    const char* to;
+    const char* message;
+  } cases[] = {
+      {"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1e-06", "config.json: \"rms_norm_eps\" must be a positive number"},
+      {"\"rope_theta\": 1000000", "\"rope_theta\": 0", "config.json: \"rope_theta\" must be a positive number"},
+      {"\"max_position_embeddings\": 40960", "\"max_position_embeddings\": 0",
+       "config.json: \"max_position_embeddings\" must be a positive integer"},
+  };
+  for (const auto& c : cases) {
+    std::string text = kQwen3;
+    text.replace(text.find(c.from), std::string(c.from).size(), c.to);
+    auto parsed = ParseModelConfig(text, "config.json");
+    ASSERT_FALSE(parsed.ok()) << c.to;
+    EXPECT_EQ(parsed.error().message, c.message);
+  }
+}
+
+}  // namespace
+}  // namespace txscore::llm

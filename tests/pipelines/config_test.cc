@@ -133,6 +133,12 @@ TEST_F(ConfigTest, AModelPathMustNameARegularFileAndACheckpointADirectory) {
             "\"model\": " + dir_.file("model.ubj") + " is not a directory");
 }
 
+TEST_F(ConfigTest, AKeyGivenTwiceIsRefusedWithBothLines) {
+  auto config = Parse(std::string("server:\n  port: 9090\n  workers: 4\n  port: 9191\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(4, 3) + "\"port\" is given twice in server (first on line 2)");
+}
+
 TEST_F(ConfigTest, WrongTypeIsRejectedWithLineAndColumn) {
   auto config = Parse(std::string("server:\n  workers: many\n") + kValid);
   ASSERT_FALSE(config.ok());
