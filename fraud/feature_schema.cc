@@ -38,6 +38,21 @@ Result<FeatureSchema> FeatureSchema::Load(const std::string& path) {
   return Parse(*text, path);
 }
 
+namespace {
+
+// Whether a schema may declare a feature of type `actual` as `declared`. Every value reaches
+// XGBoost as a float, so int and bool features may be declared "float" (as a data scientist's
+// export often does), and bool ones "int"; categories are codes and must say so.
+bool TypeFits(const nlohmann::json& declared, std::string_view actual) {
+  if (!declared.is_string()) return false;
+  const std::string d = declared.get<std::string>();
+  if (d == actual) return true;
+  if (actual == "int" || actual == "bool") return d == "float" || (actual == "bool" && d == "int");
+  return false;
+}
+
+}  // namespace
+
 Result<FeatureSchema> FeatureSchema::Parse(const std::string& json_text, const std::string& source_name) {
   nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return InvalidArgument(source_name + ": not valid JSON");
@@ -59,8 +74,10 @@ Result<FeatureSchema> FeatureSchema::Parse(const std::string& json_text, const s
     const std::string name = entry["name"].get<std::string>();
     std::optional<FeatureId> id = FeatureIdFromName(name);
     if (!id) return InvalidArgument(where + ": unknown feature \"" + name + "\"");
-    if (entry.contains("type") && entry["type"] != std::string(FeatureType(*id))) {
-      return InvalidArgument(where + ": feature \"" + name + "\" has type " + std::string(FeatureType(*id)));
+    if (entry.contains("type") && !TypeFits(entry["type"], FeatureType(*id))) {
+      const std::string actual(FeatureType(*id));
+      return InvalidArgument(where + ": feature \"" + name + "\" has type " + actual + "; write \"type\": \"" + actual +
+                             "\"" + (actual == "int" || actual == "bool" ? " or \"float\"" : "") + ", or leave \"type\" out");
     }
     if (!seen.insert(*id).second) return InvalidArgument(where + ": feature \"" + name + "\" listed twice");
     schema.features_.push_back(*id);

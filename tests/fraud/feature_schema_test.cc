@@ -33,7 +33,24 @@ TEST(FeatureSchema, RejectsDuplicateAndWrongType) {
   EXPECT_EQ(FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "channel", "type": "float"}]})", "s.json")
                 .error()
                 .message,
-            "s.json: features[0]: feature \"channel\" has type category");
+            "s.json: features[0]: feature \"channel\" has type category; write \"type\": \"category\", or leave "
+            "\"type\" out");
+}
+
+TEST(FeatureSchema, NumericFeaturesMayBeDeclaredFloat) {
+  // A data scientist's export that calls every numeric feature a float is taken as it is.
+  auto schema = FeatureSchema::Parse(
+      R"({"format": "txscore.feature_schema/1", "features": [{"name": "hour_of_day", "type": "float"},
+          {"name": "cross_border", "type": "float"}, {"name": "log_amount", "type": "float"}]})",
+      "s.json");
+  ASSERT_TRUE(schema.ok()) << schema.error().ToString();
+  EXPECT_EQ(schema->size(), 3u);
+  EXPECT_EQ(FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount", "type": "int"}]})",
+                                 "s.json")
+                .error()
+                .message,
+            "s.json: features[0]: feature \"log_amount\" has type float; write \"type\": \"float\", or leave \"type\" "
+            "out");
 }
 
 TEST(FeatureSchema, RejectsMissingFormatAndBadJson) {
