@@ -60,6 +60,7 @@ int RunGenerate(GenerateOptions& options) {
   std::ofstream logits_out;
   if (!options.dump_logits.empty()) {
     logits_out.open(options.dump_logits, std::ios::binary | std::ios::trunc);
+    if (!logits_out) return Fail("cannot write --dump-logits file " + options.dump_logits);
     options.generation.on_logits = [&logits_out](const std::vector<float>& row) {
       std::string bytes;
       for (float v : row) {
@@ -73,6 +74,10 @@ int RunGenerate(GenerateOptions& options) {
   llm::Generator generator(decoder->get(), tokenizer->get());
   Result<llm::GenerationResult> result = generator.Generate(prompt, options.generation);
   if (!result.ok()) return Fail(result.error().ToString());
+  if (logits_out.is_open()) {
+    logits_out.close();
+    if (!logits_out) return Fail("writing --dump-logits file " + options.dump_logits + " failed (disk full?)");
+  }
   if (options.json) {
     nlohmann::json out = {{"prompt_ids", result->prompt_ids},
                           {"generated_ids", result->generated_ids},

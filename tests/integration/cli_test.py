@@ -143,6 +143,23 @@ def check_audit_last_zero_is_refused(txscore):
     assert "--last: Value 0 not in range 1 to 1000000" in r.stderr, r.stderr
 
 
+def check_generate_reports_a_dump_logits_file_it_could_not_write(txscore):
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        model = os.path.join(work, "llm")
+        assert run(txscore, "llm", "make-checkpoint", "--family", "qwen3", "--size", "tiny", "--out", model).returncode == 0
+        base = [txscore, "generate", "--model", model, "--prompt", "x", "--max-new-tokens", "2", "--dump-logits"]
+        r = subprocess.run(base + ["/dev/full"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "writing --dump-logits file /dev/full failed" in r.stderr, r
+        missing = os.path.join(work, "no", "such", "dir", "l.bin")
+        r = subprocess.run(base + [missing], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and f"cannot write --dump-logits file {missing}" in r.stderr, r
+        good = os.path.join(work, "l.bin")
+        r = subprocess.run(base + [good], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and os.path.getsize(good) > 0, r
+
+
 CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
     check_known_commands_are_not_called_unknown,
@@ -152,6 +169,7 @@ CHECKS = [
     check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file,
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,
+    check_generate_reports_a_dump_logits_file_it_could_not_write,
 ]
 
 
