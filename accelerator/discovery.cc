@@ -1,6 +1,8 @@
 #include "accelerator/discovery.h"
 
+
 #include <dlfcn.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "accelerator/compute_threads.h"
+#include "common/file_io.h"
 
 namespace txscore::accelerator {
 namespace {
@@ -38,10 +41,19 @@ std::string CacheKey(const std::string& device, int threads) {
 
 nlohmann::json ReadCache(const std::string& path) {
   if (path.empty()) return nlohmann::json::object();
-  std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
-  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return doc.is_object() ? doc : nlohmann::json::object();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return nlohmann::json::object();  // the first start: calibrate
+  Result<std::string> text = ReadFileBounded(path, 16 << 20, "calibration cache");
+  if (!text.ok()) {
+    spdlog::warn("{}; calibrating again", text.error().message);
+    return nlohmann::json::object();
+  }
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) {
+    spdlog::warn("calibration cache {} is not a JSON object; calibrating again and rewriting it", path);
+    return nlohmann::json::object();
+  }
+  return doc;
 }
 
 // Written to a temporary file and renamed, so a reader never sees half a file.
@@ -51,10 +63,15 @@ void WriteCache(const std::string& path, const nlohmann::json& doc) {
   {
     std::ofstream out(tmp);
     out << doc.dump(2) << "\n";
-    if (!out) return;
+    out.close();
+    if (!out) {
+      spdlog::warn("cannot write calibration cache {}; the next start calibrates again", tmp);
+      return;
+    }
   }
-  std::error_code ignored;
-  std::filesystem::rename(tmp, path, ignored);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) spdlog::warn("cannot write calibration cache {}: {}; the next start calibrates again", path, ec.message());
 }
 
 // From the cache when present, else measured (and cached).

@@ -51,8 +51,15 @@ def main():
         assert r.returncode == 0, r.stderr
         pipeline = os.path.join(config_dir, "pipeline.yaml")
 
+        # A corrupt calibration cache is said, measured again and rewritten (it was silently ignored).
+        cache = os.path.join(var, "device-profiles.json")
+        with open(cache, "w") as f:
+            f.write("not json")
         r = run(txscore, "plan", "--config", pipeline)
         assert r.returncode == 0, r.stderr
+        assert f"calibration cache {cache} is not a JSON object; calibrating again and rewriting it" in r.stderr, r.stderr
+        with open(cache) as f:
+            assert "cpu/threads=" in json.load(f).__repr__()
         for line in ("stage fraud (placement: cpu)", "stage forensic (placement: cpu)", "-> cpu, float32"):
             assert line in r.stdout, (line, r.stdout)
 
