@@ -57,7 +57,7 @@ def main():
             f.write("not json")
         r = run(txscore, "plan", "--config", pipeline)
         assert r.returncode == 0, r.stderr
-        assert f"calibration cache {cache} is not a JSON object; calibrating again and rewriting it" in r.stderr, r.stderr
+        assert f"calibration cache {cache} is not a JSON object; calibrating again and rewriting it" in r.stdout + r.stderr, r
         with open(cache) as f:
             assert "cpu/threads=" in json.load(f).__repr__()
         for line in ("stage fraud (placement: cpu)", "stage forensic (placement: cpu)", "-> cpu, float32"):
