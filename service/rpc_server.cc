@@ -42,7 +42,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr size_t kReadChunkBytes = 64 << 10;           // a frame's buffer grows by this as bytes arrive
+constexpr size_t kFirstReadBytes = 4 << 10;            // a frame's buffer starts at this and doubles
+constexpr size_t kKeptBufferBytes = 64 << 10;          // an idle connection keeps at most this much buffer
 constexpr auto kStopGrace = std::chrono::seconds(30);  // Stop() waits this long for replies
 
 // Warns at most once per `period` for each call site, with how many events it stands for, so
@@ -284,14 +285,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     frame_size_ = static_cast<size_t>(size);
     frame_bytes_ = 0;
-    if (frame_.capacity() > kReadChunkBytes) std::vector<uint8_t>().swap(frame_);  // keep idle memory small
+    frame_.resize(std::min(frame_.size(), frame_size_));  // a smaller frame needs no more
     return ContinueBody();
   }
 
   bool ContinueBody() {
     for (;;) {
-      // The buffer grows only as bytes arrive, so announcing a large frame reserves nothing.
-      frame_.resize(std::min(frame_size_, frame_bytes_ + kReadChunkBytes));
+      if (frame_bytes_ == frame_.size()) GrowFrame();
       // The body has usually arrived with its header: read it now rather than through the
       // reactor, whose completion would be queued (and could wake another thread).
       const ssize_t n =
@@ -340,12 +340,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     WipeFrame();  // the request may carry a card number: it leaves no copy in our buffers
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!keep_open || phase_ == Phase::kClosed) {
+    try {
+      if (!keep_open || phase_ == Phase::kClosed) {
+        Close();
+        return;
+      }
+      if (reply.empty()) return ReadHeader();  // a oneway call: nothing to answer
+      SendReply(std::move(reply));
+    } catch (const std::exception& e) {
+      // Out of memory or a socket error thrown by Asio: this connection ends, the slot that
+      // ran it is given back by the caller, the server goes on.
+      spdlog::error("thrift: closing a connection after an error: {}", e.what());
       Close();
-      return;
     }
-    if (reply.empty()) return ReadHeader();  // a oneway call: nothing to answer
-    SendReply(std::move(reply));
   }
 
   // Answers the frame in frame_ "overloaded" without running it.
@@ -411,35 +418,44 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Writes what the socket takes at once (a small reply: all of it), then reads the next
   // frame; the rest, if any, is written asynchronously under the frame deadline.
   void SendReply(std::vector<uint8_t> reply) {
-    size_t sent = 0;
-    while (sent < reply.size()) {
-      const ssize_t n =
-          ::send(socket_.native_handle(), reply.data() + sent, reply.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    reply_ = std::move(reply);
+    reply_sent_ = 0;
+    ContinueReply();
+  }
+
+  // Sends what the socket takes now; the rest when it becomes writable, each time under the
+  // lock (a composed async_write would touch the socket from a handler without the lock,
+  // racing a Close() from the sweeper).
+  void ContinueReply() {
+    while (reply_sent_ < reply_.size()) {
+      const ssize_t n = ::send(socket_.native_handle(), reply_.data() + reply_sent_, reply_.size() - reply_sent_,
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) {
-        sent += static_cast<size_t>(n);
+        reply_sent_ += static_cast<size_t>(n);
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         break;
       } else {
-        {
-          Close();
-          return;
-        }  // the client went away
+        Close();  // the client went away
+        return;
       }
     }
-    if (sent == reply.size()) return ReadHeader();
-    phase_ = Phase::kWriting;
-    SetDeadline(shared_->config.frame_timeout_ms);  // a reader too slow is cut off
-    reply_.assign(reply.begin() + static_cast<std::ptrdiff_t>(sent), reply.end());
-    asio::async_write(socket_, asio::buffer(reply_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
+    if (reply_sent_ == reply_.size()) {
+      std::vector<uint8_t>().swap(reply_);
+      return ReadHeader();
+    }
+    if (phase_ != Phase::kWriting) {
+      phase_ = Phase::kWriting;
+      SetDeadline(shared_->config.frame_timeout_ms);  // the whole reply must be taken within this
+    }
+    socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](boost::system::error_code ec) {
       std::lock_guard<std::mutex> lock(self->mutex_);
       if (ec || self->phase_ == Phase::kClosed) {
         self->Close();
         return;
       }
-      std::vector<uint8_t>().swap(self->reply_);
-      self->ReadHeader();
+      self->ContinueReply();
     });
   }
 
@@ -455,8 +471,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return false;
   }
 
+  // Makes room for more of the frame: the buffer starts small and doubles as bytes arrive (up
+  // to the announced size), so announcing a large frame reserves nothing. The old block is
+  // wiped before it is freed: it may hold a card number.
+  void GrowFrame() {
+    const size_t size = std::min(frame_size_, std::max(kFirstReadBytes, 2 * frame_.size()));
+    std::vector<uint8_t> larger(size);
+    std::copy(frame_.begin(), frame_.begin() + static_cast<std::ptrdiff_t>(frame_bytes_), larger.begin());
+    if (!frame_.empty()) fraud::WipeBytes(frame_.data(), frame_.size());
+    frame_.swap(larger);
+  }
+
+  // Wipes the buffer (it may hold a card number), and frees it when it grew large, so an idle
+  // connection keeps at most kKeptBufferBytes.
   void WipeFrame() {
     if (!frame_.empty()) fraud::WipeBytes(frame_.data(), frame_.size());
+    if (frame_.size() > kKeptBufferBytes) std::vector<uint8_t>().swap(frame_);
     frame_bytes_ = 0;
   }
 
@@ -470,7 +500,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<uint8_t> frame_;
   size_t frame_size_ = 0;
   size_t frame_bytes_ = 0;
-  std::vector<uint8_t> reply_;
+  std::vector<uint8_t> reply_;  // the reply being sent, when the socket did not take it at once
+  size_t reply_sent_ = 0;
 };
 
 namespace {
@@ -551,30 +582,29 @@ void RetryAcceptSoon(const std::shared_ptr<RpcServer::Shared>& shared) {
 }
 
 void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
-  shared->acceptor.async_accept(
-      shared->io.get_executor(), [shared](boost::system::error_code ec, tcp::socket socket) {
-        if (ec == asio::error::operation_aborted || !shared->acceptor.is_open()) return;  // stopping
-        if (ec) {
-          // Out of descriptors (EMFILE) or a transient network error: pause instead of spinning.
-          shared->refused_warning.Warn("thrift: accept failed: {}; retrying in 100 ms", ec.message());
-          return RetryAcceptSoon(shared);
-        }
-        shared->counters.accepted.fetch_add(1);
-        size_t open = 0;
-        {
-          std::lock_guard<std::mutex> lock(shared->connections_mutex);
-          open = shared->connections.size();
-        }
-        if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
-          shared->counters.refused.fetch_add(1);
-          shared->refused_warning.Warn("thrift: refused a connection: {} are open (server.max_connections)", open);
-          boost::system::error_code ignored;
-          socket.close(ignored);
-        } else {
-          std::make_shared<Connection>(shared, std::move(socket))->Start();
-        }
-        Accept(shared);
-      });
+  shared->acceptor.async_accept(shared->io.get_executor(), [shared](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !shared->acceptor.is_open()) return;  // stopping
+    if (ec) {
+      // Out of descriptors (EMFILE) or a transient network error: pause instead of spinning.
+      shared->refused_warning.Warn("thrift: accept failed: {}; retrying in 100 ms", ec.message());
+      return RetryAcceptSoon(shared);
+    }
+    shared->counters.accepted.fetch_add(1);
+    size_t open = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared->connections_mutex);
+      open = shared->connections.size();
+    }
+    if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
+      shared->counters.refused.fetch_add(1);
+      shared->refused_warning.Warn("thrift: refused a connection: {} are open (server.max_connections)", open);
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      std::make_shared<Connection>(shared, std::move(socket))->Start();
+    }
+    Accept(shared);
+  });
 }
 
 }  // namespace
@@ -626,9 +656,10 @@ void RpcServer::Serve() {
       }
     }
   };
-  shared_->serving = true;
-  // Threads that run requests are I/O threads too (see Shared::free_slots).
+  // Threads that run requests are I/O threads too (see Shared::free_slots). `serving` turns
+  // true once they all exist, so a caller waiting for it sees the final thread count.
   for (int i = 1; i < shared_->config.io_threads + shared_->config.workers; ++i) extra.emplace_back(run);
+  shared_->serving = true;
   run();
   for (std::thread& t : extra) t.join();
   shared_->serving = false;

@@ -38,7 +38,11 @@ class FakeHandler : public rpc::TxScoreIf {
   }
   void scoreBatch(std::vector<rpc::BatchItem>& out, const std::vector<rpc::Transaction>& transactions) override {
     out.resize(transactions.size());
+    if (reply_id_bytes > 0) {
+      for (rpc::BatchItem& item : out) item.result.request_id = std::string(reply_id_bytes, 'r'), item.__isset.result = true;
+    }
   }
+  size_t reply_id_bytes = 0;  // > 0: every batch item carries a result with an id this long (large replies)
   void health(rpc::HealthStatus& out) override {
     std::unique_lock<std::mutex> lock(mutex_);
     ++health_calls_entered_;
@@ -121,6 +125,7 @@ class RpcServerUnitTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     serve_ = std::thread([this] { server_->Serve(); });
+    ASSERT_TRUE(Eventually([this] { return server_->serving(); }));  // every thread started
   }
   void TearDown() override {
     handler_->OpenGate();
@@ -229,6 +234,39 @@ TEST_F(RpcServerUnitTest, AConnectionBetweenCallsIsIdleNotMidFrame) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   c.client->score(result, TransactionWithId("second"));
   EXPECT_EQ(result.request_id, "second");
+  EXPECT_EQ(server_->stats().frame_timeouts, 0u);
+}
+
+TEST_F(RpcServerUnitTest, AReplyTheClientDoesNotReadIsCutOffAtTheFrameDeadline) {
+  // A reply far larger than the socket buffers, and a client that never reads it.
+  handler_->reply_id_bytes = 4096;
+  Start({.frame_timeout_ms = 300});
+  int fd = RawConnect();
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  auto buffer = std::make_shared<TMemoryBuffer>();
+  TBinaryProtocol out(buffer);
+  out.writeMessageBegin("scoreBatch", apache::thrift::protocol::T_CALL, 1);
+  rpc::TxScore_scoreBatch_pargs args;
+  const std::vector<rpc::Transaction> batch(4000, TransactionWithId("x"));
+  args.transactions = &batch;
+  args.write(&out);
+  out.writeMessageEnd();
+  const std::string call = Framed(buffer->getBufferAsString());
+  ASSERT_EQ(::send(fd, call.data(), call.size(), MSG_NOSIGNAL), static_cast<ssize_t>(call.size()));
+  ASSERT_TRUE(Eventually([&] { return server_->stats().frame_timeouts == 1; }));  // 16 MB unread: cut off
+  ::close(fd);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, AReplyLargerThanTheSocketBuffersArrivesWhole) {
+  handler_->reply_id_bytes = 4096;
+  Start({});
+  Client c(server_->port());
+  std::vector<rpc::BatchItem> items;
+  c.client->scoreBatch(items, std::vector<rpc::Transaction>(2000, TransactionWithId("x")));  // an 8 MB reply
+  ASSERT_EQ(items.size(), 2000u);
+  EXPECT_EQ(items[1999].result.request_id, std::string(4096, 'r'));
   EXPECT_EQ(server_->stats().frame_timeouts, 0u);
 }
 
