@@ -157,7 +157,7 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
 }  // namespace
 
 void AddLlmCommand(CLI::App& app, int* exit_code) {
-  CLI::App* llm = app.add_subcommand("llm", "LLM tools: tokenizers (checkpoints and generation follow)");
+  CLI::App* llm = app.add_subcommand("llm", "LLM tools: tokenize text, analyze a claim, make a random-weight checkpoint (text generation: txscore generate)");
   llm->require_subcommand(1);
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* tokenize = llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
@@ -170,7 +170,7 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });
 
   auto analyze = std::make_shared<AnalyzeOptions>();
-  CLI::App* claim = llm->add_subcommand("analyze-claim", "Read a claim (JSON) and print structured findings");
+  CLI::App* claim = llm->add_subcommand("analyze-claim", "Read a claim (the claims format, inline or a file) and print structured findings");
   claim->add_option("--model", analyze->model_dir, "Checkpoint directory")->required();
   claim->add_option("--claim", analyze->claim_path, "The claim: a JSON object in the claims format (README, 'A claim'), or a file "
                     "holding one (of a JSON-lines file, the first line)")

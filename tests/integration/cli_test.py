@@ -160,6 +160,14 @@ def check_generate_reports_a_dump_logits_file_it_could_not_write(txscore):
         assert r.returncode == 0 and os.path.getsize(good) > 0, r
 
 
+def check_llm_help_describes_what_is_there(txscore):
+    r = run(txscore, "llm", "--help")
+    assert r.returncode == 0, r
+    assert "follow)" not in r.stdout, r.stdout  # no promise of what "follows"
+    for command in ("tokenize", "analyze-claim", "make-checkpoint"):
+        assert command in r.stdout, r.stdout
+
+
 CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
     check_known_commands_are_not_called_unknown,
@@ -170,6 +178,7 @@ CHECKS = [
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,
     check_generate_reports_a_dump_logits_file_it_could_not_write,
+    check_llm_help_describes_what_is_there,
 ]
 
 
