@@ -89,8 +89,8 @@ TEST(TreeEnsemble, AgreesWithXGBoostOnATrainedModel) {
   std::cout << "largest differences over " << table->rows() << " rows: probability " << worst_probability
             << ", contribution " << worst_contribution << "\n";
   EXPECT_GT(table->rows(), 500u);
-  EXPECT_LE(worst_probability, 1e-6);
-  EXPECT_LE(worst_contribution, 1e-5);
+  EXPECT_EQ(worst_probability, 0.0);  // bit-identical, as README says
+  EXPECT_LE(worst_contribution, 2.5e-7);  // float rounding of sums in another order (measured 2.4e-7)
 }
 
 TEST(XGBoostModel, FallsBackToTheCApiWhenAsked) {
