@@ -345,3 +345,52 @@ TEST_F(ClaimsJobTest, AStopAskedWhileCountingRowsEndsTheJobAtOnce) {
 
 }  // namespace
 }  // namespace txscore::pipelines
+
+namespace txscore::pipelines {
+namespace {
+
+TEST_F(ClaimsJobTest, ResumingCutsAStaleTailLongerThanTheRestOfTheOutput) {
+  auto reference = RunClaimsJob(*pipeline_, *db_, Options("reference.jsonl"));
+  ASSERT_TRUE(reference.ok());
+  std::atomic<bool> cancel{false};
+  ClaimsJobOptions options = Options();
+  options.cancel = &cancel;
+  options.progress = [&](const ClaimsJobProgress& p) { cancel.store(p.done >= 48); };  // 2 rows left
+  ASSERT_EQ(RunClaimsJob(*pipeline_, *db_, options)->done, 48);
+  {
+    // Far more stale bytes than the 2 remaining rows will write: overwriting cannot hide them.
+    std::ofstream out(dir_.file("out.jsonl"), std::ios::app);
+    for (int i = 0; i < 200; ++i) out << "{\"line\": " << 49 + i << ", \"claim_id\": \"stale\"}\n";
+  }
+  options.progress = nullptr;
+  options.cancel = nullptr;
+  auto resumed = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
+  EXPECT_EQ(resumed->done, 50);
+  EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
+}
+
+TEST_F(ClaimsJobTest, RestartOverALargerOldOutputLeavesOnlyTheNewRows) {
+  ASSERT_EQ(RunClaimsJob(*pipeline_, *db_, Options())->done, 50);
+  // The input shrinks to 10 claims; --restart starts over on it, into the same output.
+  std::vector<std::string> first_ten;
+  {
+    std::ifstream in(dir_.file("claims.jsonl"));
+    for (std::string line; first_ten.size() < 10 && std::getline(in, line);) first_ten.push_back(line);
+  }
+  {
+    std::ofstream out(dir_.file("claims.jsonl"), std::ios::trunc);
+    for (const std::string& line : first_ten) out << line << "\n";
+  }
+  ClaimsJobOptions options = Options();
+  options.restart = true;
+  auto restarted = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(restarted.ok()) << restarted.error().ToString();
+  EXPECT_EQ(restarted->done, 10);
+  EXPECT_EQ(LinesWithoutTimings("out.jsonl").size(), 10u);  // none of the old 50 left behind
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, Options("fresh.jsonl")).ok());
+  EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("fresh.jsonl"));
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
