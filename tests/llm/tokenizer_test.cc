@@ -202,3 +202,20 @@ TEST(Tokenizer, RefusesSequencesNestedTooDeep) {
 
 }  // namespace
 }  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+TEST(Tokenizer, NfcComposesDecomposedTextBeforeEncoding) {
+  // The test tokenizer's normalizer is NFC: "e" + combining acute (U+0301) must encode as the
+  // single precomposed "é" (U+00E9) does. Only the reference tests fed decomposed text before.
+  auto t = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges), "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  const std::vector<int32_t> composed = (*t)->Encode("h\xC3\xA9llo");
+  const std::vector<int32_t> decomposed = (*t)->Encode("he\xCC\x81llo");
+  EXPECT_EQ(decomposed, composed);
+  EXPECT_NE((*t)->Encode("hello"), composed);  // the accent is not simply dropped
+}
+
+}  // namespace
+}  // namespace txscore::llm
