@@ -434,6 +434,11 @@ class TorchDecoder : public Decoder {
       // Norm weights stay in float32: they are applied in float32.
       Result<torch::Tensor> tensor = ToTorch(*view, shape.size() == 1 ? torch::kFloat32 : dtype_);
       if (!tensor.ok()) return tensor.error();
+      // One pass over each tensor at load: a NaN or infinite weight would poison every
+      // generation without an error.
+      if (!torch::isfinite(*tensor).all().item<bool>()) {
+        return DataLoss("tensor \"" + name + "\" holds NaN or infinite values");
+      }
       *out = std::move(tensor).value();
       return Status::Ok();
     };

@@ -241,6 +241,26 @@ TEST_P(DecoderTest, RefusesToOverflowTheCacheOrReadUnknownIds) {
 INSTANTIATE_TEST_SUITE_P(Families, DecoderTest, ::testing::Values("llama", "qwen3", "granite", "gemma2", "gemma3"),
                          [](const auto& info) { return info.param; });
 
+TEST(Decoder, NanWeightsAreRefusedAtLoadNamingTheTensor) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
+  auto file = SafetensorsFile::Open(dir.file("model.safetensors"));
+  ASSERT_TRUE(file.ok());
+  SafetensorsWriter writer;
+  for (const TensorInfo& t : (*file)->tensors()) {
+    const TensorView view = (*file)->View(t);
+    std::string bytes(reinterpret_cast<const char*>(view.data), t.size_bytes);
+    if (t.name == "model.layers.0.mlp.up_proj.weight") bytes.assign(bytes.size(), '\xff');  // all NaN
+    ASSERT_TRUE(writer.Add(t.name, t.dtype, t.shape, bytes).ok());
+  }
+  file->reset();
+  ASSERT_TRUE(writer.Write(dir.file("model.safetensors")).ok());
+  auto decoder = Decoder::Load(dir.path());
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.error().code, ErrorCode::kDataLoss);
+  EXPECT_EQ(decoder.error().message, "tensor \"model.layers.0.mlp.up_proj.weight\" holds NaN or infinite values");
+}
+
 TEST(Decoder, MissingTensorIsNamed) {
   testing::TempDir dir;
   ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
