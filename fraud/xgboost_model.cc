@@ -10,11 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <iterator>
 #include <limits>
 
 #include "common/prepare_counters.h"
 #include "fraud/ubjson_check.h"
+#include "fraud/xgboost_tree_check.h"
 
 namespace txscore::fraud {
 namespace {
@@ -73,12 +75,25 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
   model->predict_config_ = PredictConfig(0);
   model->contributions_config_ = PredictConfig(3);
 
-  if (model_path.ends_with(".ubj")) {
+  const bool ubjson = model_path.ends_with(".ubj");
+  if (ubjson) {
     // XGBoost's UBJSON reader trusts lengths and crashes on a truncated file; check the shape first.
     Status shape = CheckUbjsonDocument(bytes);
     if (!shape.ok()) {
       return DataLoss("model file " + model_path + " is not a valid XGBoost model: " + shape.error().message);
     }
+  }
+  {
+    // XGBoost also trusts the trees' arrays (a cycle in the child links overflows its stack, an
+    // index out of range is read while predicting): walk every tree before it sees them.
+    const nlohmann::json doc = ubjson ? nlohmann::json::from_ubjson(bytes, /*strict=*/true, /*allow_exceptions=*/false)
+                                      : nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded()) {
+      return DataLoss("model file " + model_path + " is not a valid XGBoost model: it does not decode as " +
+                      (ubjson ? "UBJSON" : "JSON"));
+    }
+    Status trees = CheckXGBoostTrees(doc, "model file " + model_path);
+    if (!trees.ok()) return DataLoss(trees.error().message + " (not a valid XGBoost model)");
   }
 
   BoosterHandle booster = nullptr;
@@ -114,7 +129,8 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
     bst_ulong length = 0;
     const char* json = nullptr;
     if (XGBoosterSaveModelToBuffer(booster, "{\"format\": \"json\"}", &length, &json) != 0) {
-      return Internal("XGBoosterSaveModelToBuffer: " + LastXGBoostError());
+      // XGBoost loaded it but cannot write it back: its content is inconsistent.
+      return DataLoss("model file " + model_path + " is not a valid XGBoost model: " + LastXGBoostError());
     }
     Result<TreeEnsemble> ensemble = TreeEnsemble::FromXGBoostJson(std::string_view(json, length));
     if (ensemble.ok()) {
