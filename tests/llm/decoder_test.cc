@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "accelerator/emulated_device.h"
 #include "llm/conformance.h"
 
@@ -241,20 +243,29 @@ TEST_P(DecoderTest, RefusesToOverflowTheCacheOrReadUnknownIds) {
 INSTANTIATE_TEST_SUITE_P(Families, DecoderTest, ::testing::Values("llama", "qwen3", "granite", "gemma2", "gemma3"),
                          [](const auto& info) { return info.param; });
 
-TEST(Decoder, NanWeightsAreRefusedAtLoadNamingTheTensor) {
-  testing::TempDir dir;
-  ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
+// Rewrites a checkpoint's model.safetensors through `edit`, which may change a tensor's bytes
+// or return false to leave the tensor out.
+void RewriteCheckpoint(const testing::TempDir& dir, const std::function<bool(const TensorInfo&, std::string*)>& edit) {
   auto file = SafetensorsFile::Open(dir.file("model.safetensors"));
   ASSERT_TRUE(file.ok());
   SafetensorsWriter writer;
   for (const TensorInfo& t : (*file)->tensors()) {
     const TensorView view = (*file)->View(t);
     std::string bytes(reinterpret_cast<const char*>(view.data), t.size_bytes);
-    if (t.name == "model.layers.0.mlp.up_proj.weight") bytes.assign(bytes.size(), '\xff');  // all NaN
+    if (!edit(t, &bytes)) continue;
     ASSERT_TRUE(writer.Add(t.name, t.dtype, t.shape, bytes).ok());
   }
   file->reset();
   ASSERT_TRUE(writer.Write(dir.file("model.safetensors")).ok());
+}
+
+TEST(Decoder, NanWeightsAreRefusedAtLoadNamingTheTensor) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
+  RewriteCheckpoint(dir, [](const TensorInfo& t, std::string* bytes) {
+    if (t.name == "model.layers.0.mlp.up_proj.weight") bytes->assign(bytes->size(), '\xff');  // all NaN
+    return true;
+  });
   auto decoder = Decoder::Load(dir.path());
   ASSERT_FALSE(decoder.ok());
   EXPECT_EQ(decoder.error().code, ErrorCode::kDataLoss);
@@ -265,16 +276,7 @@ TEST(Decoder, MissingTensorIsNamed) {
   testing::TempDir dir;
   ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
   // Rewrite the checkpoint without the final norm.
-  auto file = SafetensorsFile::Open(dir.file("model.safetensors"));
-  ASSERT_TRUE(file.ok());
-  SafetensorsWriter writer;
-  for (const TensorInfo& t : (*file)->tensors()) {
-    if (t.name == "model.norm.weight") continue;
-    const TensorView view = (*file)->View(t);
-    ASSERT_TRUE(writer.Add(t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(view.data), t.size_bytes)).ok());
-  }
-  file->reset();
-  ASSERT_TRUE(writer.Write(dir.file("model.safetensors")).ok());
+  RewriteCheckpoint(dir, [](const TensorInfo& t, std::string*) { return t.name != "model.norm.weight"; });
   auto decoder = Decoder::Load(dir.path());
   ASSERT_FALSE(decoder.ok());
   EXPECT_EQ(decoder.error().code, ErrorCode::kNotFound);
