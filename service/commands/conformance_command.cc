@@ -1,4 +1,5 @@
 // txscore conformance: every model family on every available device against the CPU in float32.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -28,13 +29,22 @@ struct ConformanceOptions {
 
 // A device and dtype to check, with the adapters the planner would give a decoder there.
 struct Target {
+  std::string kind;   // device kind, e.g. "emulated"
   std::string label;  // e.g. "emulated:0 (emulated) bfloat16"
   std::string torch_device;
   std::string dtype;
   accelerator::OpAdapters adapters;
 };
 
-std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const std::vector<std::string>& wanted) {
+// A device (and dtype) found but not checked, and why.
+struct Unchecked {
+  std::string kind;   // device kind, e.g. "emulated"
+  std::string label;  // e.g. "emulated:0 (emulated) float32"
+  std::string reason;
+};
+
+std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const std::vector<std::string>& wanted,
+                               std::vector<Unchecked>* unchecked) {
   std::vector<Target> targets;
   const std::set<std::string> decoder_ops =
       accelerator::DecoderWorkload("llm", accelerator::DecoderShape{}).ops;
@@ -43,11 +53,19 @@ std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), kind) == wanted.end()) continue;
     std::vector<std::string> missing;
     const accelerator::OpAdapters adapters = accelerator::ChooseAdapters(decoder_ops, d.native_ops, &missing);
-    if (!missing.empty()) continue;
+    if (!missing.empty()) {
+      std::string ops;
+      for (const std::string& op : missing) ops += (ops.empty() ? "" : ", ") + op;
+      unchecked->push_back({kind, d.DisplayName(), "lacks ops the decoder needs and no adapter covers: " + ops});
+      continue;
+    }
     for (const char* dtype : {"float32", "bfloat16"}) {
-      if (!d.Supports(dtype)) continue;
+      if (!d.Supports(dtype)) {
+        unchecked->push_back({kind, d.DisplayName() + " " + dtype, std::string("does not run ") + dtype});
+        continue;
+      }
       if (d.kind == accelerator::DeviceKind::kCpu && std::string(dtype) == "float32") continue;  // the reference
-      targets.push_back({d.DisplayName() + " " + dtype, d.torch_device, dtype, adapters});
+      targets.push_back({kind, d.DisplayName() + " " + dtype, d.torch_device, dtype, adapters});
     }
   }
   return targets;
@@ -85,7 +103,8 @@ int RunConformance(ConformanceOptions options) {
     std::cerr << "device discovery failed: " << devices.error().ToString() << "\n";
     return 1;
   }
-  const std::vector<Target> targets = TargetsFor(*devices, options.devices);
+  std::vector<Unchecked> unchecked;
+  const std::vector<Target> targets = TargetsFor(*devices, options.devices, &unchecked);
   for (const std::string& wanted : options.devices) {
     Result<accelerator::DeviceKind> kind = accelerator::ParseDeviceKind(wanted);
     if (!kind.ok() || devices->Find(*kind) == nullptr) {
@@ -93,6 +112,22 @@ int RunConformance(ConformanceOptions options) {
                 << (kind.ok() ? ": " + devices->AbsenceReason(*kind) : std::string()) << "\n";
       return 1;
     }
+    // A requested device with nothing checked on it is a failure, not an empty column.
+    const bool checked = std::any_of(targets.begin(), targets.end(), [&](const Target& t) { return t.kind == wanted; }) ||
+                         (wanted == "cpu");  // cpu float32 is the reference every other is compared with
+    if (!checked) {
+      std::cerr << "device " << wanted << " was requested but nothing could be checked on it:";
+      for (const Unchecked& u : unchecked) {
+        if (u.kind == wanted) std::cerr << " " << u.label << ": " << u.reason << ";";
+      }
+      std::cerr << "\n";
+      return 1;
+    }
+  }
+  if (targets.empty()) {
+    std::cerr << "nothing to check: no device besides the cpu float32 reference runs the decoder\n";
+    for (const Unchecked& u : unchecked) std::cerr << "  not checked: " << u.label << ": " << u.reason << "\n";
+    return 1;
   }
 
   nlohmann::json results = nlohmann::json::array();
@@ -147,11 +182,28 @@ int RunConformance(ConformanceOptions options) {
   table << "\nThresholds: float32 cosine >= 0.99999 at every step and every greedy token equal; "
            "bfloat16 cosine >= 0.999 at every step. Each cell: min cosine over " << options.steps
         << " teacher-forced steps, largest absolute logit difference, greedy tokens equal to the reference's.\n";
+  nlohmann::json not_checked = nlohmann::json::array();
+  for (const Unchecked& u : unchecked) {
+    table << "Not checked: " << u.label << " (" << u.reason << ").\n";
+    not_checked.push_back({{"device", u.label}, {"reason", u.reason}});
+  }
   for (const accelerator::AbsentDevice& a : devices->absent()) {
     table << "Not checked: " << accelerator::DeviceKindName(a.kind) << " (" << a.reason << ").\n";
+    not_checked.push_back({{"device", accelerator::DeviceKindName(a.kind)}, {"reason", a.reason}});
   }
-  std::ofstream(options.out_dir + "/conformance.json") << nlohmann::json{{"results", results}}.dump(2) << "\n";
-  std::ofstream(options.out_dir + "/conformance.md") << table.str();
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"conformance.json",
+                                            nlohmann::json{{"results", results}, {"not_checked", not_checked}}.dump(2) +
+                                                "\n"},
+        {"conformance.md", table.str()}}) {
+    std::ofstream out(options.out_dir + "/" + name, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      std::cerr << "cannot write " << options.out_dir << "/" << name << "\n";
+      return 1;
+    }
+  }
   std::cout << table.str() << "written: " << options.out_dir << "/conformance.json and conformance.md\n";
   return all_passed ? 0 : 1;
 }

@@ -168,6 +168,25 @@ def check_llm_help_describes_what_is_there(txscore):
         assert command in r.stdout, r.stdout
 
 
+def check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        r = run(txscore, "conformance", "--devices", "emulated", "--steps", "2", "--out", work)
+        assert r.returncode == 0, r
+        with open(os.path.join(work, "conformance.json")) as f:
+            doc = json.load(f)
+        assert doc["results"] and all(row["device"].startswith("emulated") for row in doc["results"]), doc["results"]
+        unchecked = {entry["device"] for entry in doc["not_checked"]}
+        assert {"cuda", "spyre"} <= unchecked, doc["not_checked"]  # absent here, and said so
+        assert "Not checked: cuda (" in r.stdout, r.stdout
+        r = run(txscore, "conformance", "--devices", "cuda", "--steps", "2", "--out", work)
+        assert r.returncode == 1 and "device cuda is not available" in r.stderr, r
+        r = run(txscore, "conformance", "--devices", "emulated", "--steps", "2", "--out", "/etc/hostname/conformance")
+        assert r.returncode == 1 and "cannot write" in r.stderr, r  # nothing written is a failure, not a pass
+
+
 CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
     check_known_commands_are_not_called_unknown,
@@ -179,6 +198,7 @@ CHECKS = [
     check_audit_last_zero_is_refused,
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
+    check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,
 ]
 
 
