@@ -486,7 +486,9 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
     summary.total = state.total;
     summary.done = state.rows_done;
     TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
-    return summary;
+    ClaimsJobSummary finished = summary;
+    finished.already_done = true;
+    return finished;
   }
 
   // First pass: count rows and claims per provider (the provider feature is over the batch).

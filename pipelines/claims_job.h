@@ -69,6 +69,7 @@ struct ClaimsJobOptions {
 struct ClaimsJobSummary {
   std::string job_id;
   std::string state;  // "done"; "cancelled" when stopped by `cancel`; "interrupted" by `interrupt`
+  bool already_done = false;  // this call found the job finished earlier and scored nothing (not stored)
   int64_t total = 0;
   int64_t done = 0;
   int64_t errors = 0;

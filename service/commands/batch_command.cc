@@ -85,7 +85,13 @@ int RunBatch(BatchRunOptions& options) {
                  static_cast<long long>(summary->done), static_cast<long long>(summary->total));
     return 130;
   }
-  if (!options.quiet) std::fputs(summary->ToText().c_str(), stdout);
+  if (summary->already_done) {
+    std::printf("job %s was already done: %lld of %lld rows, finished earlier; nothing was scored now. Run with "
+                "--restart to score the file again.\n",
+                summary->job_id.c_str(), static_cast<long long>(summary->done), static_cast<long long>(summary->total));
+  } else if (!options.quiet) {
+    std::fputs(summary->ToText().c_str(), stdout);
+  }
   std::printf("output   %s\nsummary  %s.summary.json\n", options.job.output_path.c_str(), options.job.output_path.c_str());
   if (summary->total > 0 && summary->errors == summary->total) {
     std::fprintf(stderr, "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "

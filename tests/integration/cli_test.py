@@ -135,6 +135,12 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
                 "--output", os.path.join(work, "good.out.jsonl"), "--quiet")
         assert r.returncode == 0, r
+        # Run again, finished: it says so instead of reprinting a summary as if it had run.
+        r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
+                "--output", os.path.join(work, "good.out.jsonl"))
+        assert r.returncode == 0, r
+        assert "was already done: 20 of 20 rows, finished earlier; nothing was scored now" in r.stdout, r.stdout
+        assert "decisions:" not in r.stdout, r.stdout
 
 
 def check_audit_last_zero_is_refused(txscore):
