@@ -1,6 +1,5 @@
 #include "accelerator/discovery.h"
 
-
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -75,8 +74,8 @@ void WriteCache(const std::string& path, const nlohmann::json& doc) {
 }
 
 // From the cache when present, else measured (and cached).
-Result<CostProfile> Profile(const std::string& name, const std::string& torch_device, int threads, nlohmann::json* cache,
-                            bool* cache_changed) {
+Result<CostProfile> Profile(const std::string& name, const std::string& torch_device, int threads,
+                            nlohmann::json* cache, bool* cache_changed) {
   const std::string key = CacheKey(name, threads);
   if (auto it = cache->find(key); it != cache->end() && it->is_object()) {
     CostProfile p;
@@ -100,7 +99,6 @@ Result<CostProfile> Profile(const std::string& name, const std::string& torch_de
 int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
 }
-
 
 }  // namespace
 
@@ -183,7 +181,8 @@ Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
       d.description = "out-of-tree PyTorch backend from " + options.backend_library;
       Result<CostProfile> profile = Profile(d.name, d.torch_device, options.threads, &cache, &cache_changed);
       if (!profile.ok()) {
-        registry.ReportAbsent(options.backend_kind, "loaded " + options.backend_library + " but " + profile.error().message);
+        registry.ReportAbsent(options.backend_kind,
+                              "loaded " + options.backend_library + " but " + profile.error().message);
       } else {
         d.cost = *profile;
         registry.Register(std::move(d));

@@ -6,11 +6,10 @@
 // Each connection sends on a fixed schedule (rate / connections per second). Latency is
 // measured from the *scheduled* send time, not the actual one, so a stalled server shows up
 // as latency instead of silently lowering the offered load (no coordinated omission).
+#include <sys/prctl.h>
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/transport/TBufferTransports.h>
 #include <thrift/transport/TSocket.h>
-
-#include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -31,8 +30,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string host = "127.0.0.1";
   int port = 9090;
-  double rate = 1000;      // calls per second, all connections together
-  double seconds = 10;     // measured period
+  double rate = 1000;   // calls per second, all connections together
+  double seconds = 10;  // measured period
   double warmup_seconds = 2;
   int connections = 4;
   std::string method = "score";  // or "health": the same RPC round trip with no scoring work
@@ -52,8 +51,8 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
   transport->open();
   const double interval_s = options.connections / options.rate;
   const auto total = std::chrono::duration<double>(options.warmup_seconds + options.seconds);
-  const auto measure_from = start + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options.warmup_seconds));
+  const auto measure_from =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.warmup_seconds));
   // Stagger connections across one interval so sends do not line up.
   auto next = start + std::chrono::duration_cast<Clock::duration>(
                           std::chrono::duration<double>(interval_s * index / options.connections));
@@ -72,7 +71,8 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
       ++out->errors;
     }
     const auto done = Clock::now();
-    if (next >= measure_from) out->latencies_us.push_back(std::chrono::duration<double, std::micro>(done - next).count());
+    if (next >= measure_from)
+      out->latencies_us.push_back(std::chrono::duration<double, std::micro>(done - next).count());
     i += static_cast<size_t>(options.connections);
     next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s));
   }
@@ -127,10 +127,11 @@ int main(int argc, char** argv) {
     errors += r.errors;
   }
   std::sort(all.begin(), all.end());
-  std::printf("%s: offered %.0f/s over %d connections for %.0f s: completed %.0f/s, errors %ld; "
-              "latency us p50 %.0f p90 %.0f p99 %.0f p99.9 %.0f max %.0f\n",
-              options.method.c_str(), options.rate, options.connections, options.seconds,
-              static_cast<double>(all.size()) / options.seconds, errors, Percentile(all, 0.50), Percentile(all, 0.90),
-              Percentile(all, 0.99), Percentile(all, 0.999), all.empty() ? 0.0 : all.back());
+  std::printf(
+      "%s: offered %.0f/s over %d connections for %.0f s: completed %.0f/s, errors %ld; "
+      "latency us p50 %.0f p90 %.0f p99 %.0f p99.9 %.0f max %.0f\n",
+      options.method.c_str(), options.rate, options.connections, options.seconds,
+      static_cast<double>(all.size()) / options.seconds, errors, Percentile(all, 0.50), Percentile(all, 0.90),
+      Percentile(all, 0.99), Percentile(all, 0.999), all.empty() ? 0.0 : all.back());
   return errors > 0 ? 1 : 0;
 }

@@ -45,8 +45,7 @@ char LuhnCheckDigit(std::string_view digits) {
 
 Status ValidatePan(std::string_view pan) {
   if (pan.size() < 12 || pan.size() > 19) {
-    return InvalidArgument("must be 12 to 19 digits, got " + std::to_string(pan.size()) + " characters",
-                           "card_number");
+    return InvalidArgument("must be 12 to 19 digits, got " + std::to_string(pan.size()) + " characters", "card_number");
   }
   for (char c : pan) {
     if (c < '0' || c > '9') return InvalidArgument("must contain digits only", "card_number");
@@ -67,9 +66,10 @@ Status ValidateCardToken(std::string_view token) {
   // Luhn-valid run of 12-19 digits): scanning txscore's own form would refuse real cards.
   if (IsTxscoreTokenForm(token)) return Status::Ok();
   if (ContainsPan(token)) {
-    return InvalidArgument("holds a card number (12-19 digits passing the Luhn check, separators ignored); send "
-                           "the card number in card_number so that it is tokenized",
-                           "card_token");
+    return InvalidArgument(
+        "holds a card number (12-19 digits passing the Luhn check, separators ignored); send "
+        "the card number in card_number so that it is tokenized",
+        "card_token");
   }
   for (char c : token) {
     bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
@@ -89,16 +89,15 @@ Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::str
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return NotFound("card key file " + path + " does not exist");
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    return FailedPrecondition("card key file " + path +
-                              " is readable by group or others; run: chmod 600 " + path);
+    return FailedPrecondition("card key file " + path + " is readable by group or others; run: chmod 600 " + path);
   }
   Result<std::string> read = ReadFileBounded(path, 1 << 20, "card key file");
   if (!read.ok()) return read.error();
   std::string key = std::move(read).value();
   if (key.size() < kMinKeyBytes) {
-    return InvalidArgument("card key file " + path + " holds " + std::to_string(key.size()) +
-                           " bytes; at least " + std::to_string(kMinKeyBytes) +
-                           " random bytes are needed (openssl rand -out " + path + " 32)");
+    return InvalidArgument("card key file " + path + " holds " + std::to_string(key.size()) + " bytes; at least " +
+                           std::to_string(kMinKeyBytes) + " random bytes are needed (openssl rand -out " + path +
+                           " 32)");
   }
   return FromKey(std::move(key));
 }

@@ -14,9 +14,8 @@ namespace {
 using json = nlohmann::json;
 
 // Exactly one of claimant_id and claimant_token is required besides these.
-const char* const kRequiredKeys[] = {"claim_id",       "policy_id",    "incident_date", "report_date",
-                                     "claim_type",     "amount_claimed", "policy_limit", "prior_claims",
-                                     "provider_id",    "narrative"};
+const char* const kRequiredKeys[] = {"claim_id",       "policy_id",    "incident_date", "report_date", "claim_type",
+                                     "amount_claimed", "policy_limit", "prior_claims",  "provider_id", "narrative"};
 const char* const kOptionalKeys[] = {"claimant_id", "claimant_token", "adjuster_notes"};
 
 bool IsKnownKey(const std::string& key) {
@@ -116,7 +115,8 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
   if (raw.prior_claims < 0 || raw.prior_claims > 10000) {
     return InvalidArgument("prior_claims must be between 0 and 10000", "prior_claims");
   }
-  for (auto [text, field] : {std::pair{&raw.narrative, "narrative"}, std::pair{&raw.adjuster_notes, "adjuster_notes"}}) {
+  for (auto [text, field] :
+       {std::pair{&raw.narrative, "narrative"}, std::pair{&raw.adjuster_notes, "adjuster_notes"}}) {
     if (text->size() > limits.max_text_bytes) {
       return InvalidArgument(std::string(field) + " is longer than " + std::to_string(limits.max_text_bytes) + " bytes",
                              field);
@@ -198,17 +198,11 @@ Result<RawClaim> ParseClaimJson(const std::string& line) {
 }
 
 std::string ClaimToJson(const RawClaim& c) {
-  json doc = {{"claim_id", c.claim_id},
-              {"policy_id", c.policy_id},
-              {"incident_date", c.incident_date},
-              {"report_date", c.report_date},
-              {"claim_type", c.claim_type},
-              {"amount_claimed", c.amount_claimed},
-              {"policy_limit", c.policy_limit},
-              {"prior_claims", c.prior_claims},
-              {"provider_id", c.provider_id},
-              {"narrative", c.narrative},
-              {"adjuster_notes", c.adjuster_notes}};
+  json doc = {
+      {"claim_id", c.claim_id},         {"policy_id", c.policy_id},          {"incident_date", c.incident_date},
+      {"report_date", c.report_date},   {"claim_type", c.claim_type},        {"amount_claimed", c.amount_claimed},
+      {"policy_limit", c.policy_limit}, {"prior_claims", c.prior_claims},    {"provider_id", c.provider_id},
+      {"narrative", c.narrative},       {"adjuster_notes", c.adjuster_notes}};
   if (c.claimant_token.empty()) {
     doc["claimant_id"] = c.claimant_id;
   } else {

@@ -43,9 +43,9 @@ struct Claim {
   std::string claimant_token;  // hex(HMAC-SHA256(key, "claimant:" + claimant_id))
   int64_t incident_day = 0;    // days since 1970-01-01
   int64_t report_day = 0;
-  std::string incident_date;   // as given, for the LLM's prompt and the output
+  std::string incident_date;  // as given, for the LLM's prompt and the output
   std::string report_date;
-  int claim_type = 0;          // index into ClaimTypes()
+  int claim_type = 0;  // index into ClaimTypes()
   double amount_claimed = 0;
   double policy_limit = 0;
   int64_t prior_claims = 0;

@@ -1,11 +1,12 @@
 #include "fraud/feature_schema.h"
 
-#include "common/file_io.h"
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "common/file_io.h"
 
 namespace txscore::fraud {
 namespace {
@@ -77,7 +78,8 @@ Result<FeatureSchema> FeatureSchema::Parse(const std::string& json_text, const s
     if (entry.contains("type") && !TypeFits(entry["type"], FeatureType(*id))) {
       const std::string actual(FeatureType(*id));
       return InvalidArgument(where + ": feature \"" + name + "\" has type " + actual + "; write \"type\": \"" + actual +
-                             "\"" + (actual == "int" || actual == "bool" ? " or \"float\"" : "") + ", or leave \"type\" out");
+                             "\"" + (actual == "int" || actual == "bool" ? " or \"float\"" : "") +
+                             ", or leave \"type\" out");
     }
     if (!seen.insert(*id).second) return InvalidArgument(where + ": feature \"" + name + "\" listed twice");
     schema.features_.push_back(*id);

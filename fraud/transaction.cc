@@ -44,9 +44,8 @@ Status CheckId(const std::string& value, const char* field, const ValidationLimi
     return Status::Ok();
   }
   if (value.size() > limits.max_id_bytes) {
-    return InvalidArgument("is " + std::to_string(value.size()) + " bytes; the limit is " +
-                               std::to_string(limits.max_id_bytes),
-                           field);
+    return InvalidArgument(
+        "is " + std::to_string(value.size()) + " bytes; the limit is " + std::to_string(limits.max_id_bytes), field);
   }
   if (!IsPrintableAscii(value)) return InvalidArgument("must be printable ASCII", field);
   return Status::Ok();
@@ -66,7 +65,8 @@ bool IsW3cTraceparent(std::string_view t) {
   if (t.size() < 55 || t[2] != '-' || t[35] != '-' || t[52] != '-') return false;
   const std::string_view version = t.substr(0, 2), trace_id = t.substr(3, 32), parent_id = t.substr(36, 16),
                          flags = t.substr(53, 2);
-  if (!IsLowerHex(version) || version == "ff" || !IsLowerHex(trace_id) || !IsLowerHex(parent_id) || !IsLowerHex(flags)) {
+  if (!IsLowerHex(version) || version == "ff" || !IsLowerHex(trace_id) || !IsLowerHex(parent_id) ||
+      !IsLowerHex(flags)) {
     return false;
   }
   if (AllZeros(trace_id) || AllZeros(parent_id)) return false;
@@ -81,8 +81,7 @@ double Transaction::amount_major() const {
 Result<Transaction> ValidateTransaction(const RawTransaction& raw, const ValidationLimits& limits) {
   TXSCORE_RETURN_IF_ERROR(CheckId(raw.request_id, "request_id", limits, /*required=*/true));
   if (raw.timestamp_ms < kMinTimestampMs || raw.timestamp_ms >= kMaxTimestampMs) {
-    return InvalidArgument("must be milliseconds since 1970-01-01 UTC between the years 2000 and 2100",
-                           "timestamp_ms");
+    return InvalidArgument("must be milliseconds since 1970-01-01 UTC between the years 2000 and 2100", "timestamp_ms");
   }
   if (raw.amount_minor < 0) return InvalidArgument("must not be negative", "amount_minor");
   if (raw.amount_minor > kMaxAmountMinor) return InvalidArgument("exceeds 10^15 minor units", "amount_minor");
@@ -123,9 +122,10 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
     return InvalidArgument("must be between -180 and 180 degrees", "longitude");
   }
   if (raw.traceparent && !IsW3cTraceparent(*raw.traceparent)) {
-    return InvalidArgument("must be a W3C traceparent: version-traceid-parentid-flags in lowercase hex, e.g. "
-                           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                           "traceparent");
+    return InvalidArgument(
+        "must be a W3C traceparent: version-traceid-parentid-flags in lowercase hex, e.g. "
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "traceparent");
   }
 
   if (raw.budget_ms && (*raw.budget_ms < 1 || *raw.budget_ms > 600000)) {
