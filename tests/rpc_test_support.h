@@ -9,6 +9,7 @@
 #include <thrift/transport/TBufferTransports.h>
 #include <thrift/transport/TSocket.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,33 @@ inline std::string Framed(const std::string& payload) {
   std::string frame;
   for (int shift = 24; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((payload.size() >> shift) & 0xff));
   return frame + payload;
+}
+
+// A framed call of `method` whose arguments hold an unknown field nested `depth` structs deep
+// (unknown fields are skipped, so only the nesting limit decides whether it is answered),
+// then whatever `write_arguments` writes (the method's real arguments; none by default).
+inline std::string CallWithNestedUnknownField(
+    const std::string& method, int depth,
+    const std::function<void(apache::thrift::protocol::TProtocol&)>& write_arguments = nullptr) {
+  using apache::thrift::protocol::T_STRUCT;
+  auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
+  apache::thrift::protocol::TBinaryProtocol out(buffer);
+  out.writeMessageBegin(method, apache::thrift::protocol::T_CALL, 1);
+  out.writeStructBegin("args");
+  for (int i = 0; i < depth; ++i) {
+    out.writeFieldBegin("x", T_STRUCT, 99);
+    out.writeStructBegin("x");
+  }
+  for (int i = 0; i < depth; ++i) {
+    out.writeFieldStop();
+    out.writeStructEnd();
+    out.writeFieldEnd();
+  }
+  if (write_arguments) write_arguments(out);
+  out.writeFieldStop();
+  out.writeStructEnd();
+  out.writeMessageEnd();
+  return Framed(buffer->getBufferAsString());
 }
 
 }  // namespace txscore::testing

@@ -293,26 +293,11 @@ TEST_F(RpcServerTest, GarbageBytesCloseTheConnection) {
 // nested `depth` structs deep. Unknown fields are skipped, so only the nesting limit (64 in
 // the test config) decides whether the call is answered.
 std::string ScoreCallWithNesting(int depth) {
-  auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
-  TBinaryProtocol out(buffer);
-  out.writeMessageBegin("score", apache::thrift::protocol::T_CALL, 1);
-  out.writeStructBegin("args");
-  for (int i = 0; i < depth; ++i) {
-    out.writeFieldBegin("x", apache::thrift::protocol::T_STRUCT, 99);
-    out.writeStructBegin("x");
-  }
-  for (int i = 0; i < depth; ++i) {
-    out.writeFieldStop();
-    out.writeStructEnd();
+  return testing::CallWithNestedUnknownField("score", depth, [](apache::thrift::protocol::TProtocol& out) {
+    out.writeFieldBegin("transaction", apache::thrift::protocol::T_STRUCT, 1);
+    ToThriftTransaction(testing::ValidTransaction("nested")).write(&out);
     out.writeFieldEnd();
-  }
-  out.writeFieldBegin("transaction", apache::thrift::protocol::T_STRUCT, 1);
-  ToThriftTransaction(testing::ValidTransaction("nested")).write(&out);
-  out.writeFieldEnd();
-  out.writeFieldStop();
-  out.writeStructEnd();
-  out.writeMessageEnd();
-  return testing::Framed(buffer->getBufferAsString());
+  });
 }
 
 TEST_F(RpcServerTest, NestingWithinTheRecursionLimitIsAnswered) {

@@ -84,27 +84,7 @@ rpc::Transaction TransactionWithId(const std::string& id) {
   return t;
 }
 
-// A health() call whose arguments carry an unknown field nested `depth` structs deep: unknown
-// fields are skipped, so only the nesting limit decides whether it is answered.
-std::string HealthCallWithNesting(int depth) {
-  auto buffer = std::make_shared<TMemoryBuffer>();
-  TBinaryProtocol out(buffer);
-  out.writeMessageBegin("health", apache::thrift::protocol::T_CALL, 1);
-  out.writeStructBegin("args");
-  for (int i = 0; i < depth; ++i) {
-    out.writeFieldBegin("x", apache::thrift::protocol::T_STRUCT, 99);
-    out.writeStructBegin("x");
-  }
-  for (int i = 0; i < depth; ++i) {
-    out.writeFieldStop();
-    out.writeStructEnd();
-    out.writeFieldEnd();
-  }
-  out.writeFieldStop();
-  out.writeStructEnd();
-  out.writeMessageEnd();
-  return Framed(buffer->getBufferAsString());
-}
+std::string HealthCallWithNesting(int depth) { return testing::CallWithNestedUnknownField("health", depth); }
 
 // Polls `condition` until it holds or 10 s pass (the server's counters change on its threads).
 bool Eventually(const std::function<bool()>& condition) {
