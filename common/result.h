@@ -37,8 +37,9 @@ inline Error InvalidArgument(std::string message, std::string field = {}) {
   return Error{ErrorCode::kInvalidArgument, std::move(message), std::move(field)};
 }
 inline Error NotFound(std::string message) { return Error{ErrorCode::kNotFound, std::move(message), {}}; }
-inline Error FailedPrecondition(std::string message) {
-  return Error{ErrorCode::kFailedPrecondition, std::move(message), {}};
+// `field`: the input at fault, when callers act on which (e.g. "input" for a changed file).
+inline Error FailedPrecondition(std::string message, std::string field = {}) {
+  return Error{ErrorCode::kFailedPrecondition, std::move(message), std::move(field)};
 }
 inline Error DataLoss(std::string message) { return Error{ErrorCode::kDataLoss, std::move(message), {}}; }
 inline Error Internal(std::string message) { return Error{ErrorCode::kInternal, std::move(message), {}}; }

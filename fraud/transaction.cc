@@ -23,14 +23,6 @@ bool IsLowerHex(std::string_view s) {
 
 bool AllZeros(std::string_view s) { return s.find_first_not_of('0') == std::string_view::npos; }
 
-bool IsUpperAlpha(const std::string& s, size_t n) {
-  if (s.size() != n) return false;
-  for (char c : s) {
-    if (c < 'A' || c > 'Z') return false;
-  }
-  return true;
-}
-
 bool IsPrintableAscii(const std::string& s) {
   for (char c : s) {
     if (c < 0x20 || c > 0x7e) return false;

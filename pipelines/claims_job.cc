@@ -188,12 +188,16 @@ class RowReader {
   bool stopped_ = false;
 };
 
-// What RocksDB keeps about a job between runs.
+// What RocksDB keeps about a job between runs. A record without input_sha256 is of a job that
+// has not begun (queued, or failed before it began): only its paths and state mean anything.
 struct JobState {
   std::string input, output, input_sha256;
   int chunk_size = 0;
   int64_t total = 0, rows_done = 0, output_bytes = 0;
+  std::string error;  // state "failed": why
   ClaimsJobSummary summary;
+
+  bool begun() const { return !input_sha256.empty(); }
 
   std::string Encode() const {
     const ClaimsJobSummary& s = summary;
@@ -205,8 +209,11 @@ struct JobState {
                 {"rows_done", rows_done},
                 {"output_bytes", output_bytes},
                 {"state", s.state},
+                {"error", error},
                 {"errors", s.errors},
                 {"analysed", s.analysed},
+                {"llm_selected", s.llm_selected},
+                {"llm_shortfalls", s.llm_shortfalls},
                 {"decisions", s.decisions},
                 {"flags", s.flags},
                 {"stage_us", s.stage_us},
@@ -222,21 +229,25 @@ struct JobState {
       const json doc = json::parse(text);
       state.input = doc.at("input").get<std::string>();
       state.output = doc.at("output").get<std::string>();
-      state.input_sha256 = doc.at("input_sha256").get<std::string>();
-      state.chunk_size = doc.at("chunk_size").get<int>();
-      state.total = doc.at("total").get<int64_t>();
-      state.rows_done = doc.at("rows_done").get<int64_t>();
-      state.output_bytes = doc.at("output_bytes").get<int64_t>();
       ClaimsJobSummary& s = state.summary;
       s.state = doc.at("state").get<std::string>();
-      s.errors = doc.at("errors").get<int64_t>();
-      s.analysed = doc.at("analysed").get<int64_t>();
-      s.decisions = doc.at("decisions").get<std::map<std::string, int64_t>>();
-      s.flags = doc.at("flags").get<std::map<std::string, int64_t>>();
-      s.stage_us = doc.at("stage_us").get<std::map<std::string, int64_t>>();
-      s.devices = doc.at("devices").get<std::map<std::string, std::string>>();
-      s.elapsed_s = doc.at("elapsed_s").get<double>();
-      s.runs = doc.at("runs").get<int>();
+      state.error = doc.value("error", std::string());
+      // Records of jobs that have not begun (and of earlier versions) lack what follows.
+      state.input_sha256 = doc.value("input_sha256", std::string());
+      state.chunk_size = doc.value("chunk_size", 0);
+      state.total = doc.value("total", int64_t{0});
+      state.rows_done = doc.value("rows_done", int64_t{0});
+      state.output_bytes = doc.value("output_bytes", int64_t{0});
+      s.errors = doc.value("errors", int64_t{0});
+      s.analysed = doc.value("analysed", int64_t{0});
+      s.llm_selected = doc.value("llm_selected", int64_t{0});
+      s.llm_shortfalls = doc.value("llm_shortfalls", std::map<std::string, int64_t>());
+      s.decisions = doc.value("decisions", std::map<std::string, int64_t>());
+      s.flags = doc.value("flags", std::map<std::string, int64_t>());
+      s.stage_us = doc.value("stage_us", std::map<std::string, int64_t>());
+      s.devices = doc.value("devices", std::map<std::string, std::string>());
+      s.elapsed_s = doc.value("elapsed_s", 0.0);
+      s.runs = doc.value("runs", 0);
     } catch (const json::exception& e) {
       return DataLoss(std::string("a claims job record is malformed: ") + e.what());
     }
@@ -317,7 +328,11 @@ std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
   for (const StageTiming& t : o.timings) timings[t.stage] = t.elapsed_us;
   doc["stage_scores"] = scores;
   doc["devices"] = devices;
-  doc["degraded_stages"] = o.degraded_stages;
+  json shortfalls = json::array();
+  for (const LlmShortfall& s : o.llm_shortfalls) {
+    shortfalls.push_back({{"stage", s.stage}, {"reason", s.reason}, {"detail", s.detail}});
+  }
+  doc["llm_shortfalls"] = shortfalls;
   doc["timings"] = timings;
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -352,9 +367,12 @@ Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
   record.input = state->input;
   record.output = state->output;
   record.state = state->summary.state;
+  record.error = state->error;
   record.total = state->total;
   record.done = state->rows_done;
   record.errors = state->summary.errors;
+  record.llm_selected = state->summary.llm_selected;
+  record.llm_shortfalls = state->summary.llm_shortfalls;
   record.elapsed_s = state->summary.elapsed_s;
   return record;
 }
@@ -395,8 +413,43 @@ std::string ShortDigest(const std::string& text) {
   return digest->substr(0, 16);
 }
 
-std::string ClaimsJobId(const std::string& input_path, const std::string& output_path) {
-  return ShortDigest(input_path + "\n" + output_path);
+std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
+                        const std::set<int64_t>& only_lines) {
+  std::string identity = input_path + "\n" + output_path;
+  if (!only_lines.empty()) {
+    identity += "\nlines";
+    for (int64_t line : only_lines) identity += " " + std::to_string(line);
+  }
+  return ShortDigest(identity);
+}
+
+Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
+                         const std::string& state, const std::string& error) {
+  const std::string key = kJobKeyPrefix + ClaimsJobId(input, output);
+  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
+  if (!stored.ok()) return stored.error();
+  JobState job;
+  if (stored->has_value()) {
+    Result<JobState> decoded = JobState::Decode(**stored);
+    if (!decoded.ok()) return decoded.error();
+    job = std::move(decoded).value();
+  } else {
+    job.input = input;
+    job.output = output;
+  }
+  job.summary.state = state;
+  job.error = error;
+  return SaveState(db, key, job);
+}
+
+int64_t ClaimsJobSummary::llm_shortfall_total() const {
+  int64_t total = 0;
+  for (const auto& [reason, claims] : llm_shortfalls) total += claims;
+  return total;
+}
+
+double ClaimsJobSummary::LlmShortfallShare() const {
+  return llm_selected > 0 ? static_cast<double>(llm_shortfall_total()) / static_cast<double>(llm_selected) : 0;
 }
 
 std::string ClaimsJobSummary::ToJson() const {
@@ -410,10 +463,20 @@ std::string ClaimsJobSummary::ToJson() const {
     stages[stage] = {{"seconds", static_cast<double>(us) / 1e6},
                      {"device", device != devices.end() ? json(device->second) : json(nullptr)}};
   }
-  json doc = {{"job_id", job_id},     {"state", state},          {"total", total},
-              {"done", done},         {"errors", errors},        {"analysed", analysed},
-              {"decisions", decisions}, {"flags", flags_by_count}, {"stages", stages},
-              {"elapsed_s", elapsed_s}, {"claims_per_s", claims_per_s()}, {"runs", runs}};
+  json doc = {{"job_id", job_id},
+              {"state", state},
+              {"total", total},
+              {"done", done},
+              {"errors", errors},
+              {"llm_selected", llm_selected},
+              {"analysed", analysed},
+              {"llm_shortfalls", llm_shortfalls},
+              {"decisions", decisions},
+              {"flags", flags_by_count},
+              {"stages", stages},
+              {"elapsed_s", elapsed_s},
+              {"claims_per_s", claims_per_s()},
+              {"runs", runs}};
   return doc.dump(2);
 }
 
@@ -426,7 +489,14 @@ std::string ClaimsJobSummary::ToText() const {
   text += line;
   text += "decisions:";
   for (const auto& [decision, count] : decisions) text += " " + decision + " " + std::to_string(count);
-  text += "\nLLM findings for " + std::to_string(analysed) + " claims; most frequent flags:";
+  text += "\nLLM findings for " + std::to_string(analysed) + " of " + std::to_string(llm_selected) +
+          " claims it was asked to read";
+  if (llm_shortfall_total() > 0) {
+    text += " (no findings:";
+    for (const auto& [reason, claims] : llm_shortfalls) text += " " + reason + " " + std::to_string(claims);
+    text += "; see \"llm_shortfalls\" in the output)";
+  }
+  text += "; most frequent flags:";
   std::vector<std::pair<std::string, int64_t>> sorted(flags.begin(), flags.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   for (size_t i = 0; i < sorted.size() && i < 5; ++i) text += " " + sorted[i].first + " " + std::to_string(sorted[i].second);
@@ -440,39 +510,46 @@ std::string ClaimsJobSummary::ToText() const {
   return text + "\n";
 }
 
-Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options) {
+namespace {
+
+// One run of a job whose paths, id and key RunClaimsJob worked out. `state` is what the
+// database should say when this returns; `*recorded` is set once the database holds a record
+// of the job (RunClaimsJob then records a failure there).
+Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options,
+                                const std::string& input, const std::string& output, const std::string& job_id,
+                                JobState* job, bool* recorded) {
   const SteadyClock::time_point started = SteadyClock::now();
-  if (options.input_path.empty()) return InvalidArgument("an input file is required", "input");
-  if (options.output_path.empty()) return InvalidArgument("an output file is required", "output");
-  std::error_code ec;
-  const std::string input = fs::absolute(options.input_path, ec).lexically_normal().string();
-  const std::string output = fs::absolute(options.output_path, ec).lexically_normal().string();
-  if (input == output) return InvalidArgument("the output file must not be the input file", "output");
-  const std::string job_id = ClaimsJobId(input, output);
   const std::string key = kJobKeyPrefix + job_id;
-
-  Result<std::string> digest = Sha256(input, /*is_path=*/true);
-  if (!digest.ok()) return digest.error();
-
-  JobState state;
+  JobState& state = *job;
   Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
   if (!stored.ok()) return stored.error();
+  *recorded = stored->has_value();
   if (stored->has_value() && !options.restart) {
     Result<JobState> decoded = JobState::Decode(**stored);
     if (!decoded.ok()) return decoded.error();
     state = std::move(decoded).value();
+    state.error.clear();
+  }
+
+  Result<std::string> digest = Sha256(input, /*is_path=*/true);
+  if (!digest.ok()) return digest.error();
+  if (state.begun()) {
     if (state.input_sha256 != *digest) {
-      return FailedPrecondition("input " + input + " has changed since job " + job_id +
-                                " began (SHA-256 " + state.input_sha256.substr(0, 12) + "..., now " +
-                                digest->substr(0, 12) + "...); its output " + output +
-                                " holds results of the old file. Run again with --restart to start over on the new "
-                                "file, or write to another --output");
+      return FailedPrecondition("input " + input + " has changed since job " + job_id + " began (SHA-256 " +
+                                    state.input_sha256.substr(0, 12) + "..., now " + digest->substr(0, 12) +
+                                    "...); its output " + output +
+                                    " holds results of the old file. Run again with --restart to start over on the "
+                                    "new file, or write to another --output",
+                                "input");
     }
   } else {
+    std::error_code ec;
     if (!options.restart && fs::exists(output) && fs::file_size(output, ec) > 0) {
       return FailedPrecondition("output " + output + " exists and was not written by this job; move it away, "
-                                "choose another --output, or run with --restart to overwrite it");
+                                "choose another --output, or run with --restart to overwrite it",
+                                "output");
     }
+    state = JobState();
     state.input = input;
     state.output = output;
     state.input_sha256 = *digest;
@@ -491,34 +568,47 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
     return finished;
   }
 
-  // First pass: count rows and claims per provider (the provider feature is over the batch).
+  std::atomic<bool> never{false};
+  const std::atomic<bool>* cancel = options.cancel != nullptr ? options.cancel : &never;
+  const std::atomic<bool>* interrupt = options.interrupt != nullptr ? options.interrupt : &never;
+  // Ends a run stopped by `cancel` or `interrupt`: the record says which (a stopping server
+  // queues an interrupted job again when it starts: it must find the job's record).
+  auto stop = [&]() -> Result<ClaimsJobSummary> {
+    summary.state = cancel->load() ? "cancelled" : "interrupted";
+    summary.done = state.rows_done;
+    summary.elapsed_s += std::chrono::duration<double>(SteadyClock::now() - started).count();
+    TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
+    *recorded = true;
+    return summary;
+  };
+  // The rows this job scores: all, or those of options.only_lines.
+  auto next_row = [&options](RowReader& reader, Row* row) {
+    while (reader.Next(row)) {
+      if (options.only_lines.empty() || options.only_lines.count(row->line) > 0) return true;
+    }
+    return false;
+  };
+
+  // First pass: count rows and claims per provider (the provider feature is over the whole
+  // file). A stop asked while counting ends the count at once.
   std::map<std::string, int64_t> provider_counts;
   int64_t total = 0;
   {
-    // A stop asked while counting ends the count at once (a cancel leaves nothing written; a
-    // server stop leaves the job's record, to resume).
-    std::atomic<bool> never{false};
-    const std::atomic<bool>* cancel = options.cancel != nullptr ? options.cancel : &never;
-    const std::atomic<bool>* interrupt = options.interrupt != nullptr ? options.interrupt : &never;
     Result<RowReader> reader = RowReader::Open(input, [cancel, interrupt] { return cancel->load() || interrupt->load(); });
     if (!reader.ok()) return reader.error();
     Row row;
     while (reader->Next(&row)) {
-      ++total;
+      if (options.only_lines.empty() || options.only_lines.count(row.line) > 0) ++total;
       if (!row.claim.ok()) continue;
       Result<fraud::Claim> claim = fraud::ValidateClaim(*row.claim, pipeline.tokenizer());
       if (claim.ok()) ++provider_counts[claim->provider_id];
     }
     if (reader->stopped() || cancel->load() || interrupt->load()) {
-      ClaimsJobSummary stopped = summary;
-      if (cancel->load()) {
-        stopped.state = "cancelled";  // nothing of this run was written
-      } else {
-        // A stopping server queues the job again when it starts: it must find the job's record.
-        TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
-        stopped.state = "interrupted";
+      if (!*recorded && cancel->load()) {  // nothing of this job was written: leave nothing behind
+        summary.state = "cancelled";
+        return summary;
       }
-      return stopped;
+      return stop();
     }
   }
   state.total = total;
@@ -533,33 +623,30 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   OutputFile out;  // a new (or restarted) job's state says 0 bytes: the file is emptied
   TXSCORE_RETURN_IF_ERROR(out.Open(output, state.output_bytes));
   TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
+  *recorded = true;
 
   Result<RowReader> reader = RowReader::Open(input);
   if (!reader.ok()) return reader.error();
   Row row;
-  for (int64_t skipped = 0; skipped < state.rows_done && reader->Next(&row); ++skipped) {
+  for (int64_t skipped = 0; skipped < state.rows_done && next_row(*reader, &row); ++skipped) {
   }
-  ClaimsJobProgress progress{state.rows_done, total, summary.errors, state.rows_done};
+  ClaimsJobProgress progress{state.rows_done, total, summary.errors, state.rows_done, summary.llm_selected,
+                             summary.llm_shortfall_total()};
   if (options.progress) options.progress(progress);
 
   std::set<std::string> llm_stages;
   for (const GraphStage& stage : pipeline.config().graph.stages()) {
     if (stage.kind == "llm_findings") llm_stages.insert(stage.name);
   }
-  double elapsed_before = summary.elapsed_s;
+  const double elapsed_before = summary.elapsed_s;
   int64_t chunk_index = state.rows_done / state.chunk_size;
-  bool interrupted = false;
   while (state.rows_done < total) {
-    if (options.cancel != nullptr && options.cancel->load()) {
-      summary.state = "cancelled";
-      break;
-    }
-    if (options.interrupt != nullptr && options.interrupt->load()) {
-      interrupted = true;  // the record stays "running", as after a crash
-      break;
+    if (cancel->load() || interrupt->load()) {
+      summary.elapsed_s = elapsed_before;
+      return stop();
     }
     std::vector<Row> rows;
-    while (static_cast<int>(rows.size()) < state.chunk_size && reader->Next(&row)) rows.push_back(std::move(row));
+    while (static_cast<int>(rows.size()) < state.chunk_size && next_row(*reader, &row)) rows.push_back(std::move(row));
     if (rows.empty()) break;  // fewer rows than counted: the file changed under us (the digest is checked at start)
     std::vector<fraud::Claim> claims;
     std::vector<int64_t> providers;
@@ -582,32 +669,55 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
     if (options.before_llm) options.before_llm(chunk_index, claims.size());
     Result<std::vector<ClaimOutcome>> outcomes = pipeline.ScoreChunk(claims, providers);
     if (!outcomes.ok()) return outcomes.error();
+    // The chunk's totals count only once its lines are durable: until then they go here.
+    ClaimsJobSummary next = summary;
     std::string text;
     std::map<std::string, int64_t> llm_batch_us;  // an LLM stage's time is its batch's, shared by its claims
+    std::map<std::string, int64_t> chunk_shortfalls;
+    std::string first_shortfall;
+    int64_t chunk_selected = 0;
     for (size_t r = 0; r < rows.size(); ++r) {
       if (errors[r]) {
         text += ErrorLine(rows[r].line, *errors[r]);
-        summary.errors += 1;
+        next.errors += 1;
         continue;
       }
       const ClaimOutcome& o = (*outcomes)[claim_of_row[r]];
       text += OutcomeLine(rows[r].line, o);
-      summary.decisions[DecisionName(o.decision)] += 1;
+      next.decisions[DecisionName(o.decision)] += 1;
+      if (o.llm_selected) ++chunk_selected;
       if (o.findings) {
-        summary.analysed += 1;
-        for (const std::string& flag : o.findings->flags) summary.flags[flag] += 1;
+        next.analysed += 1;
+        for (const std::string& flag : o.findings->flags) next.flags[flag] += 1;
+      }
+      for (const LlmShortfall& s : o.llm_shortfalls) {
+        ++chunk_shortfalls[s.reason];
+        if (first_shortfall.empty()) {
+          first_shortfall = "line " + std::to_string(rows[r].line) + ": " + s.reason + ": " + s.detail;
+        }
       }
       for (const StageTiming& t : o.timings) {
         if (llm_stages.count(t.stage) > 0) {
           llm_batch_us[t.stage] = std::max(llm_batch_us[t.stage], t.elapsed_us);
         } else {
-          summary.stage_us[t.stage] += t.elapsed_us;
+          next.stage_us[t.stage] += t.elapsed_us;
         }
       }
-      for (const auto& [stage, device] : o.devices) summary.devices[stage] = device;
+      for (const auto& [stage, device] : o.devices) next.devices[stage] = device;
     }
-    for (const auto& [stage, us] : llm_batch_us) summary.stage_us[stage] += us;
+    for (const auto& [stage, us] : llm_batch_us) next.stage_us[stage] += us;
+    next.llm_selected += chunk_selected;
+    for (const auto& [reason, claims_short] : chunk_shortfalls) next.llm_shortfalls[reason] += claims_short;
+    if (!chunk_shortfalls.empty()) {
+      std::string counts;
+      for (const auto& [reason, n] : chunk_shortfalls) counts += (counts.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+      spdlog::warn("job {} chunk {}: the LLM stage wrote no findings for {} of the {} claims it was asked to read ({}); "
+                   "first: {}",
+                   job_id, chunk_index, next.llm_shortfall_total() - summary.llm_shortfall_total(), chunk_selected,
+                   counts, first_shortfall);
+    }
     TXSCORE_RETURN_IF_ERROR(out.AppendDurably(text));
+    summary = std::move(next);
     state.rows_done += static_cast<int64_t>(rows.size());
     state.output_bytes = out.length();
     summary.elapsed_s = elapsed_before + std::chrono::duration<double>(SteadyClock::now() - started).count();
@@ -615,17 +725,45 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
     ++chunk_index;
     progress.done = state.rows_done;
     progress.errors = summary.errors;
+    progress.llm_selected = summary.llm_selected;
+    progress.llm_shortfalls = summary.llm_shortfall_total();
     if (options.progress) options.progress(progress);
   }
-  if (summary.state == "running" && !interrupted) summary.state = "done";
+  summary.state = "done";
   summary.done = state.rows_done;
   summary.elapsed_s = elapsed_before + std::chrono::duration<double>(SteadyClock::now() - started).count();
   TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
-  if (summary.state == "done") TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
-  if (!interrupted) return summary;
-  ClaimsJobSummary returned = summary;
-  returned.state = "interrupted";
-  return returned;
+  TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
+  return summary;
+}
+
+}  // namespace
+
+Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options) {
+  if (options.input_path.empty()) return InvalidArgument("an input file is required", "input");
+  if (options.output_path.empty()) return InvalidArgument("an output file is required", "output");
+  std::error_code ec;
+  const std::string input = fs::absolute(options.input_path, ec).lexically_normal().string();
+  const std::string output = fs::absolute(options.output_path, ec).lexically_normal().string();
+  if (input == output) return InvalidArgument("the output file must not be the input file", "output");
+  const std::string job_id = ClaimsJobId(input, output, options.only_lines);
+
+  JobState state;
+  bool recorded = false;
+  Result<ClaimsJobSummary> summary = RunJob(pipeline, db, options, input, output, job_id, &state, &recorded);
+  if (!summary.ok() && recorded) {
+    // The record says why the job stopped; its progress stays, so that it can resume.
+    state.summary.state = "failed";
+    state.error = summary.error().message;
+    if (state.input.empty()) {
+      state.input = input;
+      state.output = output;
+    }
+    if (Status saved = SaveState(db, kJobKeyPrefix + job_id, state); !saved.ok()) {
+      spdlog::error("job {}: cannot record that it failed: {}", job_id, saved.error().ToString());
+    }
+  }
+  return summary;
 }
 
 }  // namespace txscore::pipelines

@@ -7,7 +7,8 @@
 //
 // Output, per row, in input order:
 //   {"line": 7, "claim_id": "...", "score": 0.91, "decision": "REVIEW", "reasons": [...],
-//    "findings": {...} or null, "stage_scores": {...}, "devices": {...}, "degraded_stages": [...],
+//    "findings": {...} or null, "stage_scores": {...}, "devices": {...},
+//    "llm_shortfalls": [{"stage": "analysis", "reason": "failed", "detail": "..."}],
 //    "timings": {"stage": microseconds, ...}}
 //   {"line": 8, "error": "amount_claimed must be a number", "field": "amount_claimed"}
 // Everything but "timings" depends only on the input, the models and the configuration
@@ -21,6 +22,16 @@
 // boundaries are recorded too, so the LLM sees the same batches as an uninterrupted run. The
 // job is identified by its input and output paths; if the input's SHA-256 differs from the
 // one recorded when the job began, the job refuses to run rather than mix two files.
+//
+// LLM shortfalls: a claim the LLM stage was asked to read but wrote no findings for (the model
+// failed, or ran out of time) is decided on its score like any other, and its line lists why
+// in "llm_shortfalls". The job counts them per reason (summary, progress), logs each chunk's,
+// and LlmShortfallShare() tells callers when to treat the run as degraded. Such claims can be
+// scored again on their own with `only_lines` (`txscore batch run --retry-llm-shortfalls`).
+//
+// The job's record (ClaimsJobRecord) has a state: queued (by a server, before it starts),
+// running (and after a crash, still running), interrupted (a server stop), cancelled, failed
+// (with its error), done.
 #pragma once
 
 #include <atomic>
@@ -28,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +54,8 @@ struct ClaimsJobProgress {
   int64_t total = 0;    // rows in the input
   int64_t errors = 0;   // rows that became error lines
   int64_t resumed_at = 0;  // rows already done when this run started
+  int64_t llm_selected = 0;    // claims the LLM stage was asked to read
+  int64_t llm_shortfalls = 0;  // of those, claims it wrote no findings for
 };
 
 struct ClaimsJobOptions {
@@ -53,14 +67,17 @@ struct ClaimsJobOptions {
   int chunk_size = 0;
   // Default: false. Forget an earlier run of this job (its progress and its output) and start over.
   bool restart = false;
+  // Default: empty, every row. Otherwise only the rows starting at these line numbers are
+  // scored and written; features counted over the batch (claims per provider) still count
+  // every row, so a row scores as it did in a run over the whole file. Part of the job's id.
+  std::set<int64_t> only_lines;
   // Called once before the first chunk and after each chunk is durable.
   std::function<void(const ClaimsJobProgress&)> progress;
   // When set to true (from another thread or a signal handler), the job stops after the chunk
   // in flight; started again, it resumes. Not owned.
   const std::atomic<bool>* cancel = nullptr;
-  // Like `cancel`, but the job's record stays "running", as after a crash, and the returned
-  // summary's state is "interrupted": a stopping server uses it, to resume the job when it
-  // starts again. Not owned.
+  // Like `cancel`, but the job's record and the returned summary say "interrupted": a
+  // stopping server uses it, to resume the job when it starts again. Not owned.
   const std::atomic<bool>* interrupt = nullptr;
   // Called before each LLM submission of a chunk (tests use it to kill the process mid-batch).
   std::function<void(int64_t chunk, size_t claims)> before_llm;
@@ -74,6 +91,8 @@ struct ClaimsJobSummary {
   int64_t done = 0;
   int64_t errors = 0;
   int64_t analysed = 0;  // claims the LLM wrote findings for
+  int64_t llm_selected = 0;  // claims the LLM stage was asked to read (analysed + shortfalls)
+  std::map<std::string, int64_t> llm_shortfalls;  // reason (failed, cut_short, skipped) -> claims
   std::map<std::string, int64_t> decisions;  // APPROVE/REVIEW/DECLINE -> claims
   std::map<std::string, int64_t> flags;      // findings flag -> claims
   std::map<std::string, int64_t> stage_us;   // stage -> microseconds, summed over claims (an LLM stage: over its batches)
@@ -81,6 +100,9 @@ struct ClaimsJobSummary {
   double elapsed_s = 0;  // working time, over every run of the job
   int runs = 0;          // how many times the job was started before it finished
   double claims_per_s() const { return elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0; }
+  int64_t llm_shortfall_total() const;
+  // Shortfalls over claims the LLM stage was asked to read; 0 when it was asked for none.
+  double LlmShortfallShare() const;
   std::string ToJson() const;  // what OUTPUT.summary.json holds
   std::string ToText() const;  // what `txscore batch run` prints
 };
@@ -91,22 +113,31 @@ struct ClaimsJobSummary {
 // at the last durable chunk and the job can be resumed.
 Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options);
 
-// What the database holds about a job: its last recorded progress.
+// What the database holds about a job: its state and last recorded progress.
 struct ClaimsJobRecord {
   std::string input, output;
-  std::string state;  // running (also: stopped by a crash or `interrupt`), cancelled, done
+  std::string state;  // queued, running (also: stopped by a crash), interrupted, cancelled, failed, done
+  std::string error;  // failed: why
   int64_t total = 0, done = 0, errors = 0;
+  int64_t llm_selected = 0;
+  std::map<std::string, int64_t> llm_shortfalls;
   double elapsed_s = 0;
 };
 // nullopt for a job the database has no record of.
 Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id);
 // Every job the database has a record of, by job id.
 Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db);
+// Sets the state (and error) of the job with these absolute paths, keeping its progress; a
+// job with no record gets one without progress (a server records "queued" this way).
+Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
+                         const std::string& state, const std::string& error = "");
 
 // The first 16 hex characters of the SHA-256 of `text`: names derived from content.
 std::string ShortDigest(const std::string& text);
 
-// The id of the job with these input and output paths (absolute): 16 hex characters.
-std::string ClaimsJobId(const std::string& input_path, const std::string& output_path);
+// The id of the job with these input and output paths (absolute) and `only_lines`: 16 hex
+// characters.
+std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
+                        const std::set<int64_t>& only_lines = {});
 
 }  // namespace txscore::pipelines

@@ -26,6 +26,19 @@ std::string Money(double amount) {
 // guards against a model that never finishes.
 constexpr std::chrono::hours kBatchLlmLimit{1};
 
+const char* ShortfallReason(ForensicResult::Outcome outcome) {
+  switch (outcome) {
+    case ForensicResult::Outcome::kSkipped:
+      return "skipped";
+    case ForensicResult::Outcome::kCutShort:
+      return "cut_short";
+    case ForensicResult::Outcome::kFailed:
+    case ForensicResult::Outcome::kAnalysed:  // not a shortfall; listed for -Wswitch
+      break;
+  }
+  return "failed";
+}
+
 }  // namespace
 
 llm::ClaimFields ClaimsPipeline::FieldsFor(const fraud::Claim& claim) {
@@ -107,12 +120,13 @@ Result<std::vector<ClaimOutcome>> ClaimsPipeline::ScoreChunk(const std::vector<f
         ForensicResult& result = results[k];
         outcome.timings.push_back({stage.name, elapsed_us});
         outcome.devices.emplace_back(stage.name, result.device);
+        outcome.llm_selected = true;
         if (result.outcome == ForensicResult::Outcome::kAnalysed) {
           out.ran = true;
           out.findings = result.findings;
           outcome.findings = std::move(result.findings);
         } else {
-          outcome.degraded_stages.push_back(stage.name);
+          outcome.llm_shortfalls.push_back({stage.name, ShortfallReason(result.outcome), result.detail});
         }
       }
       continue;

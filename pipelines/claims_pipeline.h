@@ -31,6 +31,13 @@
 
 namespace txscore::pipelines {
 
+// Why the LLM stage wrote no findings for a claim it was asked to read.
+struct LlmShortfall {
+  std::string stage;
+  std::string reason;  // "failed" (the model failed), "cut_short" (the deadline came mid-generation), "skipped"
+  std::string detail;  // the stage's own words
+};
+
 struct ClaimOutcome {
   std::string claim_id;
   double score = 0;
@@ -39,7 +46,8 @@ struct ClaimOutcome {
   std::optional<llm::Findings> findings;
   std::vector<std::pair<std::string, double>> stage_scores;   // every model stage that ran
   std::vector<std::pair<std::string, std::string>> devices;  // model stages that ran: stage -> device
-  std::vector<std::string> degraded_stages;                   // the LLM stage failed or was cut short
+  std::vector<LlmShortfall> llm_shortfalls;  // the LLM stage was asked to read the claim and wrote no findings
+  bool llm_selected = false;                 // the LLM stage was asked to read the claim
   // Per stage, microseconds. The LLM stage's time is its batch's: every claim of a batch
   // waited for all of it.
   std::vector<StageTiming> timings;

@@ -442,7 +442,8 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, Reader::PathMustBe::kRegularFile, &config.security.card_key_file));
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &config.devices));
   if (const YAML::Node j = root["jobs"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority",
+                                                   "max_llm_shortfall_share"}));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &config.jobs.priority));
     if (config.jobs.priority != "idle" && config.jobs.priority != "normal") {
       return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + config.jobs.priority + "\"");
@@ -451,6 +452,7 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
     TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "input_dir", true, Reader::PathMustBe::kAnything, &config.jobs.input_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "output_dir", true, Reader::PathMustBe::kAnything, &config.jobs.output_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &config.jobs.chunk));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &config.jobs.max_llm_shortfall_share));
   }
   const YAML::Node stages = root["stages"];
   if (!stages) return r.ErrorAt(root, "missing required key \"stages\"");

@@ -84,6 +84,10 @@ struct JobsConfig {
   // class: they get only CPU time no request wants, and wait while the machine is kept busy.
   // normal: they compete with requests as equals.
   std::string priority = "idle";
+  // Default: 0.1. A job that finishes with the LLM stage writing no findings for more than
+  // this share of the claims it was asked to read ends DEGRADED rather than DONE (as
+  // `txscore batch run --max-llm-shortfall-share`).
+  double max_llm_shortfall_share = 0.1;
 };
 
 struct ModelStageConfig {

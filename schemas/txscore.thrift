@@ -161,15 +161,25 @@ struct Claim {
 struct ClaimsJobRequest {
   1: optional string input_path,
   2: optional list<Claim> claims,
+  // Forget the job's earlier progress and output and start over (e.g. after its input file
+  // changed, which fails a resume). Refused while the job runs: cancel it first.
+  3: optional bool restart,
 }
 
 enum JobState {
   QUEUED = 1,
   RUNNING = 2,
   DONE = 3,
-  // Stopped by cancelClaimsJob or a server stop; submitting it again resumes it.
+  // Stopped by cancelClaimsJob; submitting it again resumes it.
   CANCELLED = 4,
+  // Stopped by an error (detail says which); submitting it again resumes it (with restart:
+  // starts it over).
   FAILED = 5,
+  // Stopped by a server stop or crash; the server resumes it when it starts again.
+  INTERRUPTED = 6,
+  // Finished, but the LLM stage wrote no findings for more than the server's
+  // jobs.max_llm_shortfall_share of the claims it was asked to read (detail says why).
+  DEGRADED = 7,
 }
 
 struct ClaimsJobStatus {
@@ -184,6 +194,10 @@ struct ClaimsJobStatus {
   // Why it failed.
   7: optional string detail,
   8: optional double claims_per_s,
+  // Claims the LLM stage was asked to read; of those, claims it wrote no findings for, by
+  // reason (failed, cut_short, skipped).
+  9: optional i64 llm_selected,
+  10: optional map<string, i64> llm_shortfalls,
 }
 
 exception UnknownJob {

@@ -63,6 +63,14 @@ bool Inside(const fs::path& path, const fs::path& dir) {
   return p != path.end();
 }
 
+// Inline claims live in the output directory, named inline-DIGEST.jsonl (SubmitClaims).
+bool IsInlineInput(const std::string& input, const std::string& output_dir) {
+  std::error_code ec;
+  const fs::path path(input);
+  return path.filename().string().rfind("inline-", 0) == 0 &&
+         fs::weakly_canonical(path.parent_path(), ec) == fs::weakly_canonical(output_dir, ec);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ClaimsJobManager>> ClaimsJobManager::Create(pipelines::ClaimsPipeline* pipeline,
@@ -81,11 +89,17 @@ txscore::Status ClaimsJobManager::ResumeInterruptedJobs() {
   if (!records.ok()) return records.error();
   for (const auto& [id, record] : *records) {
     // Only jobs this server ran: `txscore batch run` against the same database is left alone.
-    if (record.state != "running" || id != JobIdOf(record.input)) continue;
-    Result<ClaimsJobView> queued = Enqueue(record.input);
+    if (id != JobIdOf(record.input)) continue;
+    if (record.state != "queued" && record.state != "running" && record.state != "interrupted") continue;
+    Result<ClaimsJobView> queued = Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), false);
     if (!queued.ok()) return queued.error();
-    spdlog::info("claims job {} was interrupted by a server stop at {} of {} rows; resuming it", id, record.done,
-                 record.total);
+    if (record.state == "queued") {
+      spdlog::info("claims job {} was queued when the server stopped; queued again", id);
+    } else {
+      spdlog::info("claims job {} was {} at {} of {} rows; resuming it", id,
+                   record.state == "running" ? "stopped by a crash" : "interrupted by a server stop", record.done,
+                   record.total);
+    }
   }
   return txscore::Status::Ok();
 }
@@ -101,7 +115,7 @@ ClaimsJobManager::~ClaimsJobManager() {
   if (worker_.joinable()) worker_.join();
 }
 
-Result<ClaimsJobView> ClaimsJobManager::SubmitFile(const std::string& relative_path) {
+Result<ClaimsJobView> ClaimsJobManager::SubmitFile(const std::string& relative_path, bool restart) {
   std::error_code ec;
   const fs::path dir = fs::weakly_canonical(options_.config.input_dir, ec);
   const fs::path path = fs::weakly_canonical(fs::path(options_.config.input_dir) / relative_path, ec);
@@ -111,10 +125,10 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitFile(const std::string& relative_p
   if (!fs::is_regular_file(path, ec)) {
     return InvalidArgument("no file " + relative_path + " in the server's jobs input directory", "input_path");
   }
-  return Enqueue(path.string());
+  return Enqueue(path.string(), /*inline_input=*/false, restart);
 }
 
-Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::RawClaim>& claims) {
+Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::RawClaim>& claims, bool restart) {
   if (claims.empty()) return InvalidArgument("a job needs at least one claim", "claims");
   std::string text;
   for (size_t i = 0; i < claims.size(); ++i) {
@@ -134,7 +148,7 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::Ra
     if (ec) return Internal("cannot write " + path.string() + ": " + ec.message());
     TXSCORE_RETURN_IF_ERROR(SyncDirectory(path.parent_path().string()));
   }
-  return Enqueue(fs::weakly_canonical(path, ec).string(), /*inline_input=*/true);
+  return Enqueue(fs::weakly_canonical(path, ec).string(), /*inline_input=*/true, restart);
 }
 
 std::string ClaimsJobManager::OutputOf(const std::string& input) const {
@@ -146,19 +160,34 @@ std::string ClaimsJobManager::JobIdOf(const std::string& input) const {
   return pipelines::ClaimsJobId(input, fs::absolute(OutputOf(input), ec).lexically_normal().string());
 }
 
-Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool inline_input) {
+Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool inline_input, bool restart) {
   const std::string output = OutputOf(input);
   const std::string id = JobIdOf(input);
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return FailedPrecondition("the server is stopping");
   auto known = jobs_.find(id);
+  if (known != jobs_.end() && known->second->view.state == JobState::kRunning && restart) {
+    return FailedPrecondition("job " + id + " is running; cancel it first (txscore job cancel --id " + id +
+                              "), then submit it again with restart");
+  }
   if (known != jobs_.end() &&
       (known->second->view.state == JobState::kQueued || known->second->view.state == JobState::kRunning)) {
+    known->second->restart = known->second->restart || restart;
     return known->second->view;  // already on its way
+  }
+  // The record says "queued" (a finished job's stays done: it only reports its result), so
+  // that a server stop before the job starts does not lose it.
+  std::error_code ec;
+  const std::string absolute_output = fs::absolute(output, ec).lexically_normal().string();
+  Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, id);
+  if (!record.ok()) return record.error();
+  if (restart || !record->has_value() || (*record)->state != "done") {
+    TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(*db_, input, absolute_output, "queued"));
   }
   auto job = std::make_shared<Job>();
   job->input = input;
   job->inline_input = inline_input;
+  job->restart = restart;
   job->view.job_id = id;
   job->view.output_path = output;
   job->view.state = JobState::kQueued;
@@ -181,13 +210,28 @@ Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {
   const pipelines::ClaimsJobRecord& r = **record;
   ClaimsJobView view;
   view.job_id = job_id;
-  view.state = r.state == "done" ? JobState::kDone : JobState::kCancelled;
-  if (r.state == "running") view.detail = "stopped by a crash or a stop; submit it again to resume";
   view.done = r.done;
   view.total = r.total;
   view.errors = r.errors;
   view.output_path = r.output;
   view.claims_per_s = r.elapsed_s > 0 ? static_cast<double>(r.done) / r.elapsed_s : 0;
+  view.llm_selected = r.llm_selected;
+  view.llm_shortfalls = r.llm_shortfalls;
+  if (r.state == "done") {
+    SetFinished(&view);
+  } else if (r.state == "failed") {
+    view.state = JobState::kFailed;
+    view.detail = r.error;
+  } else if (r.state == "cancelled") {
+    view.state = JobState::kCancelled;
+    view.detail = "cancelled; submit it again to resume";
+  } else if (r.state == "queued") {
+    view.state = JobState::kQueued;
+  } else {  // running or interrupted, and not running here: a job of `txscore batch run`, or of another server
+    view.state = JobState::kInterrupted;
+    view.detail = "stopped by a " + std::string(r.state == "running" ? "crash" : "stop") + " at " +
+                  std::to_string(r.done) + " of " + std::to_string(r.total) + " rows; submit it again to resume";
+  }
   return view;
 }
 
@@ -206,6 +250,9 @@ Result<ClaimsJobView> ClaimsJobManager::Cancel(const std::string& job_id) {
         }
         job.view.state = JobState::kCancelled;
         job.view.detail = "cancelled before it started";
+        std::error_code ec;
+        TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(
+            *db_, job.input, fs::absolute(job.view.output_path, ec).lexically_normal().string(), "cancelled"));
       } else if (job.view.state == JobState::kRunning) {
         job.cancel.store(true);
       }
@@ -213,6 +260,25 @@ Result<ClaimsJobView> ClaimsJobManager::Cancel(const std::string& job_id) {
     }
   }
   return Status(job_id);  // not running here: nothing to stop
+}
+
+void ClaimsJobManager::SetFinished(ClaimsJobView* view) const {
+  int64_t shortfalls = 0;
+  std::string reasons;
+  for (const auto& [reason, claims] : view->llm_shortfalls) {
+    shortfalls += claims;
+    reasons += (reasons.empty() ? "" : ", ") + reason + " " + std::to_string(claims);
+  }
+  view->detail.clear();
+  view->state = JobState::kDone;
+  if (shortfalls == 0) return;
+  view->detail = "the LLM stage wrote no findings for " + std::to_string(shortfalls) + " of the " +
+                 std::to_string(view->llm_selected) + " claims it was asked to read (" + reasons +
+                 "; \"llm_shortfalls\" in the output says why); score them again with txscore batch run "
+                 "--retry-llm-shortfalls";
+  if (static_cast<double>(shortfalls) > options_.config.max_llm_shortfall_share * static_cast<double>(view->llm_selected)) {
+    view->state = JobState::kDegraded;
+  }
 }
 
 void ClaimsJobManager::Work() {
@@ -237,6 +303,7 @@ void ClaimsJobManager::Work() {
     run.input_path = job->input;
     run.output_path = job->view.output_path;
     run.chunk_size = options_.config.chunk;
+    run.restart = job->restart;
     run.cancel = &job->cancel;
     run.interrupt = &interrupt_;
     run.progress = [this, &job](const pipelines::ClaimsJobProgress& p) {
@@ -244,6 +311,7 @@ void ClaimsJobManager::Work() {
       job->view.done = p.done;
       job->view.total = p.total;
       job->view.errors = p.errors;
+      job->view.llm_selected = p.llm_selected;
     };
     spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
@@ -256,9 +324,22 @@ void ClaimsJobManager::Work() {
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    job->restart = false;
     if (!summary.ok()) {
       job->view.state = JobState::kFailed;
       job->view.detail = summary.error().message;
+      if (summary.error().code == ErrorCode::kFailedPrecondition && summary.error().field == "input") {
+        job->view.detail = "its input file has changed since the job began; to start over on the new file, submit it "
+                           "again with restart (txscore job submit --input NAME --restart)";
+      }
+      // RunClaimsJob recorded the failure in its own words; the record gets the server's.
+      std::error_code ec;
+      if (txscore::Status saved = pipelines::SetClaimsJobState(
+              *db_, job->input, fs::absolute(job->view.output_path, ec).lexically_normal().string(), "failed",
+              job->view.detail);
+          !saved.ok()) {
+        spdlog::error("claims job {}: cannot record its failure: {}", job->view.job_id, saved.error().ToString());
+      }
       spdlog::warn("claims job {} failed: {}", job->view.job_id, summary.error().ToString());
       continue;
     }
@@ -266,11 +347,12 @@ void ClaimsJobManager::Work() {
     job->view.total = summary->total;
     job->view.errors = summary->errors;
     job->view.claims_per_s = summary->claims_per_s();
+    job->view.llm_selected = summary->llm_selected;
+    job->view.llm_shortfalls = summary->llm_shortfalls;
     if (summary->state == "done") {
-      job->view.state = JobState::kDone;
-      job->view.detail.clear();
+      SetFinished(&job->view);
     } else if (summary->state == "interrupted") {
-      job->view.state = JobState::kCancelled;
+      job->view.state = JobState::kInterrupted;
       job->view.detail = "interrupted by the server stopping; it resumes when the server starts again";
     } else {
       job->view.state = JobState::kCancelled;

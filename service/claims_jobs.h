@@ -5,9 +5,12 @@
 //
 // A job is its input: submitting the same file (or the same inline claims) again is the same
 // job, which resumes where it stopped, or reports its result when done. Progress lives in the
-// server's database: a job interrupted by a server stop (or crash) is queued again when the
-// server starts, and goes on from its last durable chunk. A job cancelled over RPC stays
-// cancelled until it is submitted again.
+// server's database, with the job's state: a job queued, or interrupted by a server stop (or
+// crash), is queued again when the server starts, and goes on from its last durable chunk. A
+// job cancelled over RPC, or failed, stays so until it is submitted again; submitted with
+// `restart`, it forgets its progress and output and starts over (the way to run a job whose
+// input file changed). A job that finished with the LLM stage writing no findings for more
+// than jobs.max_llm_shortfall_share of the claims it was asked to read ends DEGRADED, not DONE.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
@@ -31,7 +34,8 @@
 
 namespace txscore::service {
 
-enum class JobState { kQueued = 1, kRunning = 2, kDone = 3, kCancelled = 4, kFailed = 5 };  // as Thrift's
+// As Thrift's JobState.
+enum class JobState { kQueued = 1, kRunning = 2, kDone = 3, kCancelled = 4, kFailed = 5, kInterrupted = 6, kDegraded = 7 };
 
 struct ClaimsJobView {
   std::string job_id;
@@ -42,6 +46,8 @@ struct ClaimsJobView {
   std::string output_path;
   std::string detail;  // why it failed, or how it stopped
   double claims_per_s = 0;
+  int64_t llm_selected = 0;                       // claims the LLM stage was asked to read
+  std::map<std::string, int64_t> llm_shortfalls;  // of those without findings: reason -> claims
 };
 
 struct ClaimsJobManagerOptions {
@@ -62,13 +68,14 @@ class ClaimsJobManager {
   ~ClaimsJobManager();
 
   // kInvalidArgument (field "input_path"): a path outside input_dir, or no such file.
-  Result<ClaimsJobView> SubmitFile(const std::string& relative_path);
+  // `restart`: forget the job's earlier progress and output; kFailedPrecondition while it runs.
+  Result<ClaimsJobView> SubmitFile(const std::string& relative_path, bool restart = false);
   // The claims are written to output_dir as JSON lines named by their content, in the form
   // fraud::ClaimForStorage gives (claimant tokenized, card numbers in free text redacted),
   // fsynced with their directory before the job is queued, and removed when the job is done
   // or has failed (a cancelled job keeps its input, to resume). kInvalidArgument (field
   // "claims") for an empty list or a claim whose claimant_id is not a valid id.
-  Result<ClaimsJobView> SubmitClaims(const std::vector<fraud::RawClaim>& claims);
+  Result<ClaimsJobView> SubmitClaims(const std::vector<fraud::RawClaim>& claims, bool restart = false);
   // kNotFound for a job this server has never seen.
   Result<ClaimsJobView> Status(const std::string& job_id);
   // A queued job is dropped; a running one stops after its chunk in flight (poll Status).
@@ -79,6 +86,7 @@ class ClaimsJobManager {
     ClaimsJobView view;
     std::string input;
     bool inline_input = false;  // written by SubmitClaims: removed when the job ends
+    bool restart = false;
     std::atomic<bool> cancel{false};
   };
 
@@ -87,8 +95,10 @@ class ClaimsJobManager {
   // Where a job's output goes, and its id: both follow from its input path.
   std::string OutputOf(const std::string& input) const;
   std::string JobIdOf(const std::string& input) const;
-  Result<ClaimsJobView> Enqueue(const std::string& input, bool inline_input = false);
-  // Queues the jobs a server stop or crash left "running" in the database.
+  Result<ClaimsJobView> Enqueue(const std::string& input, bool inline_input, bool restart);
+  // DONE, or DEGRADED when the LLM stage fell short on too many claims (with why in `detail`).
+  void SetFinished(ClaimsJobView* view) const;
+  // Queues the jobs the database says are queued, running (a crash) or interrupted.
   txscore::Status ResumeInterruptedJobs();
   void Work();
 

@@ -216,6 +216,8 @@ rpc::ClaimsJobStatus ToThrift(const ClaimsJobView& view) {
   status.output_path = view.output_path;
   if (!view.detail.empty()) status.__set_detail(view.detail);
   if (view.claims_per_s > 0) status.__set_claims_per_s(view.claims_per_s);
+  status.__set_llm_selected(view.llm_selected);
+  status.__set_llm_shortfalls(view.llm_shortfalls);
   return status;
 }
 
@@ -247,13 +249,13 @@ void TxScoreHandler::submitClaimsJob(rpc::ClaimsJobStatus& status, const rpc::Cl
     throw ToInvalidRequest(InvalidArgument("set exactly one of input_path and claims", "input_path"));
   }
   if (request.__isset.input_path) {
-    status = JobStatusOrThrow(jobs.SubmitFile(request.input_path), "");
+    status = JobStatusOrThrow(jobs.SubmitFile(request.input_path, request.restart), "");
     return;
   }
   std::vector<fraud::RawClaim> claims;
   claims.reserve(request.claims.size());
   for (const rpc::Claim& c : request.claims) claims.push_back(FromThriftClaim(c));
-  status = JobStatusOrThrow(jobs.SubmitClaims(claims), "");
+  status = JobStatusOrThrow(jobs.SubmitClaims(claims, request.restart), "");
 }
 
 void TxScoreHandler::claimsJobStatus(rpc::ClaimsJobStatus& status, const std::string& job_id) {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "common/logging.h"
@@ -28,13 +30,54 @@ struct BatchRunOptions {
   // Default: 0.1. More rows than this share becoming error lines (or none scored at all) makes
   // the run exit 3: the file is likely in the wrong shape.
   double max_error_share = 0.1;
+  // Default: 0.1. When the LLM stage writes no findings for more than this share of the
+  // claims it was asked to read, the run exits 4.
+  double max_llm_shortfall_share = 0.1;
+  // Default: none. An earlier run's output: only its rows whose LLM stage fell short are scored.
+  std::string retry_llm_shortfalls;
 };
 
 std::atomic<bool> stop_requested{false};
 extern "C" void RequestStop(int) { stop_requested.store(true); }
 
+// The line numbers of an earlier output's rows that list LLM shortfalls.
+Result<std::set<int64_t>> ShortfallLines(const std::string& earlier_output) {
+  std::ifstream in(earlier_output);
+  if (!in) return NotFound("cannot read " + earlier_output);
+  std::set<int64_t> lines;
+  int64_t number = 0;
+  for (std::string text; std::getline(in, text);) {
+    ++number;
+    const nlohmann::json row = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!row.is_object() || !row.contains("line") || !row["line"].is_number_integer()) {
+      return InvalidArgument(earlier_output + ":" + std::to_string(number) +
+                             ": not a line of a txscore batch run output (a JSON object with \"line\")");
+    }
+    const auto shortfalls = row.find("llm_shortfalls");
+    if (shortfalls != row.end() && shortfalls->is_array() && !shortfalls->empty()) {
+      lines.insert(row["line"].get<int64_t>());
+    }
+  }
+  return lines;
+}
+
 int RunBatch(BatchRunOptions& options) {
   ConfigureLogging(options.quiet ? "warn" : options.log_level);
+  if (!options.retry_llm_shortfalls.empty()) {
+    Result<std::set<int64_t>> lines = ShortfallLines(options.retry_llm_shortfalls);
+    if (!lines.ok()) {
+      spdlog::error("--retry-llm-shortfalls: {}", lines.error().message);
+      return 2;
+    }
+    if (lines->empty()) {
+      std::printf("every claim of %s that the LLM stage was asked to read has its findings: nothing to score again\n",
+                  options.retry_llm_shortfalls.c_str());
+      return 0;
+    }
+    options.job.only_lines = std::move(lines).value();
+    spdlog::info("scoring again the {} rows of {} whose LLM stage fell short", options.job.only_lines.size(),
+                 options.retry_llm_shortfalls);
+  }
   Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
   if (!loaded.ok()) {
     spdlog::error("{}", loaded.error().ToString());
@@ -68,7 +111,12 @@ int RunBatch(BatchRunOptions& options) {
     if (p.done == p.resumed_at && p.resumed_at > 0) {
       spdlog::info("resuming job at row {} of {}", p.resumed_at, p.total);
     }
-    if (display) display->Update(p.done, p.total, p.resumed_at);
+    if (display) {
+      display->Update(p.done, p.total, p.resumed_at,
+                      p.llm_shortfalls > 0 ? ", " + std::to_string(p.llm_shortfalls) + " of " +
+                                                 std::to_string(p.llm_selected) + " LLM claims without findings"
+                                           : "");
+    }
   };
   options.job.before_llm = [](int64_t chunk, size_t claims) { spdlog::debug("chunk {}: scoring {} claims", chunk, claims); };
   Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(**pipeline, **db, options.job);
@@ -107,6 +155,19 @@ int RunBatch(BatchRunOptions& options) {
                  options.max_error_share, options.job.output_path.c_str());
     return 3;
   }
+  if (summary->llm_shortfall_total() > 0) {
+    std::fprintf(stderr,
+                 "the LLM stage wrote no findings for %lld of the %lld claims it was asked to read (%.1f%%); those rows "
+                 "list why in \"llm_shortfalls\". Once the cause is fixed, score them again on their own with:\n"
+                 "  txscore batch run --config %s --input %s --output RETRY.jsonl --retry-llm-shortfalls %s\n",
+                 static_cast<long long>(summary->llm_shortfall_total()), static_cast<long long>(summary->llm_selected),
+                 100.0 * summary->LlmShortfallShare(), options.config_path.c_str(), options.job.input_path.c_str(),
+                 options.job.output_path.c_str());
+    if (summary->LlmShortfallShare() > options.max_llm_shortfall_share) {
+      std::fprintf(stderr, "that is over --max-llm-shortfall-share %g: exit 4\n", options.max_llm_shortfall_share);
+      return 4;
+    }
+  }
   return 0;
 }
 
@@ -130,6 +191,12 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
                   "Exit 3 when more than this share of rows are errors (and whenever no row was scored)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  run->add_option("--max-llm-shortfall-share", options->max_llm_shortfall_share,
+                  "Exit 4 when the LLM stage writes no findings for more than this share of the claims it reads")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  run->add_option("--retry-llm-shortfalls", options->retry_llm_shortfalls,
+                  "An earlier run's output: score only its rows the LLM stage wrote no findings for (to a new --output)");
   run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

@@ -23,6 +23,7 @@ struct JobOptions {
   std::string input_path;    // submit: a file in the server's jobs input directory
   std::string claims_file;   // submit: local JSON-lines claims, sent inline
   std::string job_id;        // status, cancel
+  bool restart = false;      // submit: start the job over
 };
 
 void Print(const rpc::ClaimsJobStatus& s) {
@@ -30,6 +31,16 @@ void Print(const rpc::ClaimsJobStatus& s) {
               static_cast<long long>(s.done), static_cast<long long>(s.total), static_cast<long long>(s.errors));
   if (s.__isset.claims_per_s) std::printf(", %.1f claims/s", s.claims_per_s);
   std::printf("\noutput %s\n", s.output_path.c_str());
+  if (s.__isset.llm_selected && s.llm_selected > 0) {
+    int64_t shortfalls = 0;
+    for (const auto& [reason, claims] : s.llm_shortfalls) shortfalls += claims;
+    std::printf("LLM findings for %lld of %lld claims it was asked to read",
+                static_cast<long long>(s.llm_selected - shortfalls), static_cast<long long>(s.llm_selected));
+    for (const auto& [reason, claims] : s.llm_shortfalls) {
+      std::printf("; %s %lld", reason.c_str(), static_cast<long long>(claims));
+    }
+    std::printf("\n");
+  }
   if (s.__isset.detail) std::printf("%s\n", s.detail.c_str());
 }
 
@@ -56,6 +67,7 @@ int RunJob(const JobOptions& options) {
       return 2;
     }
     if (!options.input_path.empty()) request.__set_input_path(options.input_path);
+    if (options.restart) request.__set_restart(true);
     if (!options.claims_file.empty()) {
       std::ifstream in(options.claims_file);
       if (!in) {
@@ -137,6 +149,8 @@ void AddJobCommand(CLI::App& app, int* exit_code) {
     if (std::string(action) == "submit") {
       cmd->add_option("--input", options->input_path, "A claims file in the server's jobs.input_dir");
       cmd->add_option("--claims", options->claims_file, "A local JSON-lines claims file, sent inline");
+      cmd->add_flag("--restart", options->restart,
+                    "Forget the job's earlier progress and output and start over (e.g. its input changed)");
     } else {
       cmd->add_option("--id", options->job_id, "The job id submit printed")->required();
     }

@@ -16,7 +16,8 @@ class ProgressDisplay {
       : what_(std::move(what)), unit_(std::move(unit)), tty_(isatty(STDERR_FILENO) != 0) {}
 
   // `start_done`: what was already done when this run began (a resumed job), left out of the rate.
-  void Update(long done, long total, long start_done = 0) {
+  // `note`: appended to the line (", 3 failed").
+  void Update(long done, long total, long start_done = 0, const std::string& note = "") {
     const int percent = total > 0 ? static_cast<int>(100 * done / total) : 100;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -27,13 +28,13 @@ class ProgressDisplay {
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = percent * kWidth / 100;
-      std::fprintf(stderr, "\r%s [%s%s] %ld/%ld %3d%%%s eta %.0fs ", what_.c_str(), std::string(filled, '=').c_str(),
-                   std::string(kWidth - filled, ' ').c_str(), done, total, percent, rate.c_str(), eta);
+      std::fprintf(stderr, "\r%s [%s%s] %ld/%ld %3d%%%s eta %.0fs%s ", what_.c_str(), std::string(filled, '=').c_str(),
+                   std::string(kWidth - filled, ' ').c_str(), done, total, percent, rate.c_str(), eta, note.c_str());
       if (done == total) std::fprintf(stderr, "\n");
     } else if (percent / 10 != last_decile_ || done == total) {
       last_decile_ = percent / 10;
-      std::fprintf(stderr, "%s: %ld/%ld (%d%%)%s, %.1fs elapsed, eta %.0fs\n", what_.c_str(), done, total, percent,
-                   rate.c_str(), elapsed, eta);
+      std::fprintf(stderr, "%s: %ld/%ld (%d%%)%s, %.1fs elapsed, eta %.0fs%s\n", what_.c_str(), done, total, percent,
+                   rate.c_str(), elapsed, eta, note.c_str());
     }
   }
 

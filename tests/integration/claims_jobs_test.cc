@@ -14,6 +14,9 @@
 #include "fraud/card_token.h"
 #include "fraud/claims_synthetic.h"
 #include "gen-cpp/TxScore.h"
+#include "llm/checkpoint_maker.h"
+#include "llm/decoder.h"
+#include "llm/model_config.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "tests/test_support.h"
@@ -24,6 +27,32 @@ namespace {
 using apache::thrift::protocol::TBinaryProtocol;
 using apache::thrift::transport::TFramedTransport;
 using apache::thrift::transport::TSocket;
+
+// A model runtime that fails every forward pass (a device that stopped responding).
+class FailingDecoder : public llm::Decoder {
+ public:
+  explicit FailingDecoder(llm::ModelConfig config) : config_(std::move(config)) {}
+  const llm::ModelConfig& config() const override { return config_; }
+  std::unique_ptr<llm::DecoderCache> NewCache(int batch, int max_tokens) const override {
+    return std::make_unique<Cache>(batch, max_tokens);
+  }
+  Result<std::vector<std::vector<float>>> Forward(llm::DecoderCache*,
+                                                  const std::vector<std::vector<int32_t>>&) const override {
+    return Internal("the device stopped responding");
+  }
+
+ private:
+  struct Cache : llm::DecoderCache {
+    Cache(int batch, int max_tokens) : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
+    int batch() const override { return batch_; }
+    int max_tokens() const override { return max_tokens_; }
+    const std::vector<int64_t>& lengths() const override { return lengths_; }
+    void Reset(int index) override { lengths_[static_cast<size_t>(index)] = 0; }
+    int batch_, max_tokens_;
+    std::vector<int64_t> lengths_;
+  };
+  llm::ModelConfig config_;
+};
 
 class ClaimsJobsTest : public ::testing::Test {
  protected:
@@ -52,6 +81,7 @@ class ClaimsJobsTest : public ::testing::Test {
     ASSERT_TRUE(config.ok()) << config.error().ToString();
     ScoringServer::Hooks hooks;
     hooks.before_job = [this, released = released_future_](const std::string& job_id) {
+      jobs_started_.fetch_add(1);
       if (hold_first_job_ && !held_.exchange(true)) {  // the first job only
         job_held_.set_value(job_id);
         released.wait();
@@ -63,7 +93,13 @@ class ClaimsJobsTest : public ::testing::Test {
         release_.set_value();
       }
     };
-    auto server = ScoringServer::Create(*config, {}, hooks);
+    pipelines::PipelineRuntime runtime;
+    runtime.load_decoder = [](const std::string& dir, const llm::DecoderOptions&) {
+      Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
+      if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
+      return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FailingDecoder>(*model_config));
+    };
+    auto server = ScoringServer::Create(*config, runtime, hooks);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
@@ -89,6 +125,42 @@ class ClaimsJobsTest : public ::testing::Test {
     return request;
   }
 
+  // `claims` generated claims as a JSON-lines file in the server's input directory.
+  void WriteInputFile(const std::string& name, int claims, uint64_t seed) {
+    fraud::SyntheticClaimsOptions data;
+    data.claims = claims;
+    data.seed = seed;
+    std::ofstream out(dir_.file("in/" + name));
+    for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) out << fraud::ClaimToJson(c.claim) << "\n";
+  }
+
+  // Restarts the server on the same files, with a claims pipeline whose LLM stage reads every
+  // claim on a model runtime that always fails.
+  void RestartWithAFailingLlmStage(double max_llm_shortfall_share) {
+    llm::CheckpointSpec spec;
+    spec.family = "qwen3";
+    spec.size = "tiny";
+    ASSERT_TRUE(llm::MakeCheckpoint(spec, dir_.file("llm")).ok());
+    testing::WriteFile(dir_.file("claims.yaml"),
+                       "storage: {path: unused}\n"
+                       "security: {card_key_file: card.key}\n"
+                       "stages:\n"
+                       "  - {name: features, kind: claim_features}\n"
+                       "  - {name: claims_model, kind: xgboost, after: features, model: " +
+                           testing::ClaimsModelDir() + "/claims.ubj}\n"
+                       "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                       "\"claims_model.score >= 0\"}\n"
+                       "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+    std::string yaml = testing::ReadFile(pipeline_);
+    yaml.replace(yaml.find("priority: normal}"), 17,
+                 "priority: normal, max_llm_shortfall_share: " + std::to_string(max_llm_shortfall_share) + "}");
+    testing::WriteFile(pipeline_, yaml);
+    transport_->close();
+    server_->Stop();
+    server_.reset();
+    StartServer();
+  }
+
   // Polls the job's status until it leaves QUEUED/RUNNING (a client's way to wait for a job).
   rpc::ClaimsJobStatus WaitForEnd(const std::string& job_id) {
     rpc::ClaimsJobStatus status;
@@ -109,6 +181,7 @@ class ClaimsJobsTest : public ::testing::Test {
   bool hold_first_job_ = false;
   bool release_held_job_on_stop_ = false;  // once the server has told the job to stop
   std::atomic<bool> held_{false};
+  std::atomic<int> jobs_started_{0};  // by every server of the test
   std::atomic<bool> released_{false};
   std::promise<std::string> job_held_;
   std::promise<void> release_;
@@ -248,11 +321,13 @@ TEST_F(ClaimsJobsTest, CancelledJobsStopAndResumeWhenSubmittedAgain) {
 TEST_F(ClaimsJobsTest, AJobInterruptedByAServerStopResumesWhenTheServerStartsAgain) {
   hold_first_job_ = true;
   release_held_job_on_stop_ = true;
-  rpc::ClaimsJobStatus submitted;
+  rpc::ClaimsJobStatus submitted, queued;
   client_->submitClaimsJob(submitted, Inline(12, 8));
   EXPECT_EQ(job_held_.get_future().get(), submitted.job_id);
+  client_->submitClaimsJob(queued, Inline(5, 9));  // waits behind the held job
+  EXPECT_EQ(queued.state, rpc::JobState::QUEUED);
   // Stopping tells the held job to stop, then releases it: it stops before its first chunk,
-  // and its record in the database stays "running".
+  // and its record in the database says "interrupted".
   transport_->close();
   server_->Stop();
   server_.reset();
@@ -264,6 +339,81 @@ TEST_F(ClaimsJobsTest, AJobInterruptedByAServerStopResumesWhenTheServerStartsAga
   int lines = 0;
   for (std::string line; std::getline(output, line);) ++lines;
   EXPECT_EQ(lines, 12);
+  // The job that was only queued when the server stopped was queued again, and ran.
+  const rpc::ClaimsJobStatus also = WaitForEnd(queued.job_id);
+  EXPECT_EQ(also.state, rpc::JobState::DONE);
+  EXPECT_EQ(also.done, 5);
+}
+
+TEST_F(ClaimsJobsTest, AJobWhoseLlmStageFailedOnMostClaimsEndsDegradedWithTheCountsAndTheWayToRetry) {
+  RestartWithAFailingLlmStage(0.5);
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, Inline(6, 21));
+  const rpc::ClaimsJobStatus ended = WaitForEnd(submitted.job_id);
+  EXPECT_EQ(ended.state, rpc::JobState::DEGRADED);
+  EXPECT_EQ(ended.done, 6);
+  EXPECT_EQ(ended.llm_selected, 6);
+  EXPECT_EQ(ended.llm_shortfalls, (std::map<std::string, int64_t>{{"failed", 6}}));
+  EXPECT_EQ(ended.detail,
+            "the LLM stage wrote no findings for 6 of the 6 claims it was asked to read (failed 6; \"llm_shortfalls\" "
+            "in the output says why); score them again with txscore batch run --retry-llm-shortfalls");
+  // A server started again reads the same from the job's record.
+  transport_->close();
+  server_->Stop();
+  server_.reset();
+  StartServer();
+  rpc::ClaimsJobStatus stored;
+  client_->claimsJobStatus(stored, submitted.job_id);
+  EXPECT_EQ(stored.state, rpc::JobState::DEGRADED);
+  EXPECT_EQ(stored.llm_shortfalls, ended.llm_shortfalls);
+}
+
+TEST_F(ClaimsJobsTest, AJobWithFewerLlmShortfallsThanTheShareIsDoneAndSaysSo) {
+  RestartWithAFailingLlmStage(1.0);
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, Inline(6, 22));
+  const rpc::ClaimsJobStatus ended = WaitForEnd(submitted.job_id);
+  EXPECT_EQ(ended.state, rpc::JobState::DONE);
+  EXPECT_EQ(ended.llm_shortfalls, (std::map<std::string, int64_t>{{"failed", 6}}));
+  EXPECT_NE(ended.detail.find("no findings for 6 of the 6 claims"), std::string::npos) << ended.detail;
+}
+
+TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOverRpc) {
+  WriteInputFile("claims.jsonl", 8, 31);
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("claims.jsonl");
+  rpc::ClaimsJobStatus first;
+  client_->submitClaimsJob(first, request);
+  ASSERT_EQ(WaitForEnd(first.job_id).state, rpc::JobState::DONE);
+  // The input changes: the job, submitted again, cannot go on over it.
+  WriteInputFile("claims.jsonl", 12, 33);
+  rpc::ClaimsJobStatus again, status;
+  client_->submitClaimsJob(again, request);
+  EXPECT_EQ(again.job_id, first.job_id);
+  const rpc::ClaimsJobStatus failed = WaitForEnd(first.job_id);
+  EXPECT_EQ(failed.state, rpc::JobState::FAILED);
+  EXPECT_EQ(failed.detail, "its input file has changed since the job began; to start over on the new file, submit it "
+                           "again with restart (txscore job submit --input NAME --restart)");
+  // Not run again when the server starts (jobs run in order: had it been queued at start, it
+  // would have run before the next one); its record says the same.
+  transport_->close();
+  server_->Stop();
+  server_.reset();
+  const int started_before = jobs_started_.load();
+  StartServer();
+  client_->submitClaimsJob(status, Inline(4, 34));
+  EXPECT_EQ(WaitForEnd(status.job_id).state, rpc::JobState::DONE);
+  EXPECT_EQ(jobs_started_.load(), started_before + 1);
+  client_->claimsJobStatus(status, first.job_id);
+  EXPECT_EQ(status.state, rpc::JobState::FAILED);
+  EXPECT_EQ(status.detail, failed.detail);
+  // The way out the detail names.
+  request.__set_restart(true);
+  client_->submitClaimsJob(again, request);
+  const rpc::ClaimsJobStatus restarted = WaitForEnd(first.job_id);
+  EXPECT_EQ(restarted.state, rpc::JobState::DONE);
+  EXPECT_EQ(restarted.done, 12);
+  EXPECT_EQ(restarted.total, 12);
 }
 
 TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {

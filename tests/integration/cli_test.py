@@ -142,6 +142,35 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         assert "was already done: 20 of 20 rows, finished earlier; nothing was scored now" in r.stdout, r.stdout
         assert "decisions:" not in r.stdout, r.stdout
 
+        # --retry-llm-shortfalls: only the rows an earlier output lists with a shortfall are
+        # scored, each as in the whole run.
+        import json
+        with open(os.path.join(work, "good.out.jsonl")) as f:
+            whole = [json.loads(line) for line in f]
+        earlier = os.path.join(work, "earlier.jsonl")
+        with open(earlier, "w") as f:
+            for row in whole:
+                if row["line"] in (2, 5):
+                    row = dict(row, llm_shortfalls=[{"stage": "analysis", "reason": "failed", "detail": "x"}])
+                f.write(json.dumps(row) + "\n")
+        retry = os.path.join(work, "retry.jsonl")
+        r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
+                "--output", retry, "--retry-llm-shortfalls", earlier, "--quiet")
+        assert r.returncode == 0, r
+        with open(retry) as f:
+            retried = [json.loads(line) for line in f]
+        for row in retried + whole:
+            row.pop("timings")
+        assert retried == [whole[1], whole[4]], retried
+        r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
+                "--output", os.path.join(work, "retry2.jsonl"), "--retry-llm-shortfalls",
+                os.path.join(work, "good.out.jsonl"))
+        assert r.returncode == 0 and "nothing to score again" in r.stdout, r
+        assert not os.path.exists(os.path.join(work, "retry2.jsonl"))
+        r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
+                "--output", os.path.join(work, "retry3.jsonl"), "--retry-llm-shortfalls", config)
+        assert r.returncode == 2 and "not a line of a txscore batch run output" in r.stderr, r
+
 
 def check_audit_last_zero_is_refused(txscore):
     r = run(txscore, "audit", "--last", "0", "--db", "/nonexistent")

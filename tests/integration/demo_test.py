@@ -84,22 +84,38 @@ def main():
         audited = [json.loads(line) for line in r.stdout.splitlines()]
         assert len(audited) == 3 and all("card_token" in a for a in audited), r.stdout
 
+        def wait_for_job(job_id):
+            deadline = time.monotonic() + 240
+            while True:
+                r = run(txscore, "job", "status", "--server", address, "--id", job_id)
+                assert r.returncode == 0, r.stderr
+                state = r.stdout.split()[2].rstrip(":")
+                if state not in ("QUEUED", "RUNNING"):
+                    return state, r.stdout
+                assert time.monotonic() < deadline, f"job still {state} after 240 s: {r.stdout}"
+                time.sleep(0.2)
+
         r = run(txscore, "job", "submit", "--server", address, "--input", "claims-small.jsonl")
         assert r.returncode == 0, r.stderr
         job_id = r.stdout.split()[1]
-        deadline = time.monotonic() + 240
-        while True:
-            r = run(txscore, "job", "status", "--server", address, "--id", job_id)
-            assert r.returncode == 0, r.stderr
-            state = r.stdout.split()[2].rstrip(":")
-            if state not in ("QUEUED", "RUNNING"):
-                break
-            assert time.monotonic() < deadline, f"job still {state} after 240 s: {r.stdout}"
-            time.sleep(0.2)
-        assert state == "DONE" and "40 of 40 rows, 0 errors" in r.stdout, r.stdout
-        output = r.stdout.splitlines()[1].split(" ", 1)[1]
+        state, status = wait_for_job(job_id)
+        assert state == "DONE" and "40 of 40 rows, 0 errors" in status, status
+        llm_line = [line for line in status.splitlines() if line.startswith("LLM findings for ")]
+        assert len(llm_line) == 1 and llm_line[0].endswith(" claims it was asked to read"), status
+        output = status.splitlines()[1].split(" ", 1)[1]
         with open(output) as f:
-            assert sum(1 for _ in f) == 40
+            first_run = [json.loads(line) for line in f]
+        assert len(first_run) == 40
+        # --restart: the same job, scored again from the start, to the same results.
+        r = run(txscore, "job", "submit", "--server", address, "--input", "claims-small.jsonl", "--restart")
+        assert r.returncode == 0 and r.stdout.split()[1] == job_id, r
+        state, status = wait_for_job(job_id)
+        assert state == "DONE" and "40 of 40 rows, 0 errors" in status, status
+        with open(output) as f:
+            second_run = [json.loads(line) for line in f]
+        for line in first_run + second_run:
+            line.pop("timings", None)
+        assert second_run == first_run
         r = run(txscore, "job", "cancel", "--server", address, "--id", job_id)  # done: nothing to stop
         assert r.returncode == 0 and " DONE:" in r.stdout, r
 

@@ -164,9 +164,9 @@ TEST_F(ClaimsJobTest, ResumesExactlyOnceAfterACrashBetweenWritingAndRecordingACh
   EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
 }
 
-TEST_F(ClaimsJobTest, AnInterruptedJobStaysRunningInItsRecordAndResumes) {
+TEST_F(ClaimsJobTest, AnInterruptedJobIsRecordedAsInterruptedAndResumes) {
   // What a stopping server does: interrupt after the chunk in flight. Unlike a cancel, the
-  // record says "running", which is how a server finds the job again when it starts.
+  // record says "interrupted", which is how a server finds the job again when it starts.
   std::atomic<bool> interrupt{false};
   ClaimsJobOptions options = Options();
   options.interrupt = &interrupt;
@@ -179,7 +179,7 @@ TEST_F(ClaimsJobTest, AnInterruptedJobStaysRunningInItsRecordAndResumes) {
   auto jobs = ListClaimsJobs(*db_);
   ASSERT_TRUE(jobs.ok()) << jobs.error().ToString();
   ASSERT_EQ(jobs->count(id), 1u);
-  EXPECT_EQ(jobs->at(id).state, "running");
+  EXPECT_EQ(jobs->at(id).state, "interrupted");
   EXPECT_EQ(jobs->at(id).done, 8);
   EXPECT_EQ(jobs->at(id).input, dir_.file("claims.jsonl"));
 
@@ -210,10 +210,15 @@ TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {
   auto changed = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_FALSE(changed.ok());
   EXPECT_EQ(changed.error().code, ErrorCode::kFailedPrecondition);
-  EXPECT_NE(changed.error().message.find("has changed since job " + ClaimsJobId(dir_.file("claims.jsonl"),
-                                                                                 dir_.file("out.jsonl"))),
-            std::string::npos)
-      << changed.error().message;
+  const std::string id = ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl"));
+  EXPECT_NE(changed.error().message.find("has changed since job " + id), std::string::npos) << changed.error().message;
+  EXPECT_EQ(changed.error().field, "input");
+  // The record says the job failed, and why; its progress stays for a resume.
+  auto record = ReadClaimsJob(*db_, id);
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, "failed");
+  EXPECT_EQ((*record)->error, changed.error().message);
+  EXPECT_EQ((*record)->done, 8);
   options.restart = true;  // the way out the message names
   auto restarted = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_TRUE(restarted.ok()) << restarted.error().ToString();
@@ -330,6 +335,80 @@ TEST_F(ClaimsJobTest, AByteOrderMarkBeforeTheCsvHeaderIsIgnored) {
   ASSERT_TRUE(summary.ok()) << summary.error().ToString();  // the header's first column was "\xEF\xBB\xBFclaim_id"
   EXPECT_EQ(summary->errors, 0);
   EXPECT_EQ(summary->done, 1);
+}
+
+TEST_F(ClaimsJobTest, ACancelledJobIsRecordedAsCancelled) {
+  std::atomic<bool> cancel{false};
+  ClaimsJobOptions options = Options();
+  options.cancel = &cancel;
+  options.progress = [&](const ClaimsJobProgress& p) { cancel.store(p.done >= 8); };
+  ASSERT_EQ(RunClaimsJob(*pipeline_, *db_, options)->state, "cancelled");
+  auto record = ReadClaimsJob(*db_, ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl")));
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, "cancelled");
+  EXPECT_EQ((*record)->done, 8);
+}
+
+TEST_F(ClaimsJobTest, AQueuedRecordWithoutProgressRunsAsANewJob) {
+  // How a server queues a job: a record with a state and no progress.
+  ASSERT_TRUE(SetClaimsJobState(*db_, dir_.file("claims.jsonl"), dir_.file("out.jsonl"), "queued").ok());
+  const std::string id = ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl"));
+  EXPECT_EQ(ReadClaimsJob(*db_, id)->value().state, "queued");
+  auto summary = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->done, 50);
+  EXPECT_EQ(summary->runs, 1);
+  EXPECT_EQ(ReadClaimsJob(*db_, id)->value().state, "done");
+}
+
+TEST_F(ClaimsJobTest, AFailureBeforeTheJobBeganIsRecordedOnlyWhereARecordExists) {
+  // `batch run` on a missing file leaves nothing; a job a server queued says it failed.
+  ClaimsJobOptions options = Options();
+  options.input_path = dir_.file("missing.jsonl");
+  ASSERT_FALSE(RunClaimsJob(*pipeline_, *db_, options).ok());
+  EXPECT_TRUE(ListClaimsJobs(*db_)->empty());
+  ASSERT_TRUE(SetClaimsJobState(*db_, dir_.file("missing.jsonl"), dir_.file("out.jsonl"), "queued").ok());
+  auto failed = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_FALSE(failed.ok());
+  auto record = ReadClaimsJob(*db_, ClaimsJobId(dir_.file("missing.jsonl"), dir_.file("out.jsonl")));
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, "failed");
+  EXPECT_EQ((*record)->error, failed.error().message);
+}
+
+TEST_F(ClaimsJobTest, OnlyLinesScoresThoseRowsExactlyAsAWholeRunDoes) {
+  // Rows 1-40 name one provider: their claims-per-provider feature is 40 in a run over the
+  // whole file, and must stay 40 when only a few of them are scored.
+  std::string input;
+  {
+    std::ifstream in(dir_.file("claims.jsonl"));
+    int line = 0;
+    for (std::string text; std::getline(in, text);) {
+      nlohmann::json claim = nlohmann::json::parse(text);
+      if (++line <= 40) claim["provider_id"] = "P-0001";
+      input += claim.dump() + "\n";
+    }
+  }
+  testing::WriteFile(dir_.file("claims.jsonl"), input);
+  ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, Options("whole.jsonl")).ok());
+  const std::vector<std::string> whole = LinesWithoutTimings("whole.jsonl");
+  for (int64_t first = 1; first <= 11; first += 2) {  // two rows at a time, and a line with no row
+    const std::string output = "some-" + std::to_string(first) + ".jsonl";
+    ClaimsJobOptions options = Options(output);
+    options.only_lines = {first, first + 1, 999};
+    auto summary = RunClaimsJob(*pipeline_, *db_, options);
+    ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+    EXPECT_EQ(summary->total, 2);
+    EXPECT_EQ(summary->done, 2);
+    EXPECT_EQ(LinesWithoutTimings(output), (std::vector<std::string>{whole[static_cast<size_t>(first - 1)],
+                                                                       whole[static_cast<size_t>(first)]}));
+  }
+  ClaimsJobOptions options = Options("some.jsonl");
+  options.only_lines = {3};
+  auto summary = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  // A job of its own: the id differs from that of a whole run into the same output.
+  EXPECT_NE(summary->job_id, ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("some.jsonl")));
 }
 
 TEST_F(ClaimsJobTest, AStopAskedWhileCountingRowsEndsTheJobAtOnce) {

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "accelerator/emulated_device.h"
@@ -14,6 +16,7 @@
 #include "llm/checkpoint_maker.h"
 #include "llm/model_config.h"
 #include "fraud/claims_synthetic.h"
+#include "pipelines/claims_job.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/scoring_pipeline.h"
 #include "tests/test_support.h"
@@ -215,6 +218,85 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
   }
   // The chunk's claims went through the transaction stage's batcher, as one batch.
   EXPECT_EQ(pipeline_->forensic_stage()->batch_sizes(), std::vector<int>{3});
+}
+
+TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNoFindingsFor) {
+  control_.failing_device = "cpu";  // the LLM stage's only device fails every forward pass
+  testing::WriteTestPipeline(dir_);  // the card key
+  testing::WriteFile(dir_.file("claims.yaml"),
+                     "storage: {path: unused}\n"
+                     "security: {card_key_file: card.key}\n"
+                     "stages:\n"
+                     "  - {name: features, kind: claim_features}\n"
+                     "  - {name: claims_model, kind: xgboost, after: features, model: " +
+                         testing::ClaimsModelDir() + "/claims.ubj}\n"
+                     "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                     "\"claims_model.score >= 0.5\"}\n"
+                     "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+  auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  PipelineRuntime runtime;
+  runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions& options) {
+    Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
+    if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
+    return Result<std::unique_ptr<llm::Decoder>>(
+        std::make_unique<FlatLogitsDecoder>(*model_config, &control_, options.device == control_.failing_device));
+  };
+  auto claims = ClaimsPipeline::Create(*config, runtime);
+  ASSERT_TRUE(claims.ok()) << claims.error().ToString();
+  db_ = storage::Database::Open(dir_.file("jobs-db"), {.durability = storage::Durability::kWal}).value();
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 40;
+  data.seed = 3;
+  std::string input;
+  for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) input += fraud::ClaimToJson(c.claim) + "\n";
+  testing::WriteFile(dir_.file("claims.jsonl"), input);
+
+  ClaimsJobOptions options;
+  options.input_path = dir_.file("claims.jsonl");
+  options.output_path = dir_.file("out.jsonl");
+  options.chunk_size = 16;
+  std::vector<ClaimsJobProgress> progress;
+  options.progress = [&](const ClaimsJobProgress& p) { progress.push_back(p); };
+  auto summary = RunClaimsJob(**claims, *db_, options);
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->state, "done");
+  ASSERT_GT(summary->llm_selected, 0);
+  EXPECT_EQ(summary->analysed, 0);
+  EXPECT_EQ(summary->llm_shortfalls, (std::map<std::string, int64_t>{{"failed", summary->llm_selected}}));
+  EXPECT_EQ(summary->LlmShortfallShare(), 1.0);
+  EXPECT_NE(summary->ToText().find("LLM findings for 0 of " + std::to_string(summary->llm_selected) +
+                                   " claims it was asked to read (no findings: failed " +
+                                   std::to_string(summary->llm_selected)),
+            std::string::npos)
+      << summary->ToText();
+  EXPECT_EQ(progress.back().llm_shortfalls, summary->llm_selected);
+  EXPECT_EQ(progress.back().llm_selected, summary->llm_selected);
+
+  // Each line the LLM stage was asked for says so, and why; the others list nothing.
+  int64_t listed = 0;
+  std::ifstream out(dir_.file("out.jsonl"));
+  for (std::string text; std::getline(out, text);) {
+    const nlohmann::json line = nlohmann::json::parse(text);
+    const nlohmann::json& shortfalls = line.at("llm_shortfalls");
+    if (line.at("stage_scores").at("claims_model").get<double>() < 0.5) {
+      EXPECT_TRUE(shortfalls.empty()) << text;
+      continue;
+    }
+    ++listed;
+    EXPECT_EQ(shortfalls, nlohmann::json::parse(
+                              R"([{"stage": "analysis", "reason": "failed", "detail": "the device stopped responding"}])"))
+        << text;
+    EXPECT_TRUE(line.at("findings").is_null());
+  }
+  EXPECT_EQ(listed, summary->llm_selected);
+  const nlohmann::json saved = nlohmann::json::parse(testing::ReadFile(dir_.file("out.jsonl.summary.json")));
+  EXPECT_EQ(saved.at("llm_shortfalls").at("failed"), summary->llm_selected);
+  // The counts survive in the job's record (a server's status reads them there).
+  auto record = ReadClaimsJob(*db_, summary->job_id);
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->llm_selected, summary->llm_selected);
+  EXPECT_EQ((*record)->llm_shortfalls, summary->llm_shortfalls);
 }
 
 TEST_F(ForensicPipelineTest, ScoringBuildsNoConstraintOrModel) {
