@@ -47,6 +47,9 @@ Status CheckId(const std::string& value, const char* field, const ClaimLimits& l
   for (unsigned char c : value) {
     if (c < 0x20 || c == 0x7f) return InvalidArgument(std::string(field) + " holds a control character", field);
   }
+  if (Status refused = RefuseCardNumberIn(value, field); !refused.ok()) {
+    return InvalidArgument(std::string(field) + " " + refused.error().message, field);
+  }
   return Status::Ok();
 }
 

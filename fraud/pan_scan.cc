@@ -1,5 +1,6 @@
 #include "fraud/pan_scan.h"
 
+#include <cctype>
 #include <vector>
 
 #include "fraud/card_token.h"
@@ -53,7 +54,90 @@ void ForEachPanRun(std::string_view text, F on_pan) {
   }
 }
 
+// Whether `digits` starts with an issuer prefix of a network that issues this length.
+bool IssuedLength(const std::string& digits) {
+  struct Range {
+    int prefix_digits;
+    int low, high;              // prefix range, inclusive
+    size_t min_length, max_length;
+  };
+  static constexpr Range kRanges[] = {
+      {1, 4, 4, 13, 13},       {1, 4, 4, 16, 16},       {1, 4, 4, 19, 19},        // Visa
+      {2, 51, 55, 16, 16},     {4, 2221, 2720, 16, 16},                           // Mastercard
+      {2, 34, 34, 15, 15},     {2, 37, 37, 15, 15},                               // Amex
+      {3, 300, 305, 14, 19},   {2, 36, 36, 14, 19},     {2, 38, 39, 14, 19},      // Diners
+      {4, 3528, 3589, 16, 19},                                                    // JCB
+      {4, 6011, 6011, 16, 19}, {3, 644, 649, 16, 19},   {2, 65, 65, 16, 19},      // Discover
+      {2, 62, 62, 16, 19},                                                        // UnionPay
+      {4, 2200, 2204, 16, 19},                                                    // Mir
+      {2, 50, 50, 13, 19},     {2, 56, 69, 13, 19},                               // Maestro, but its rare 12-digit cards
+  };
+  for (const Range& r : kRanges) {
+    if (digits.size() < r.min_length || digits.size() > r.max_length) continue;
+    const int prefix = std::stoi(digits.substr(0, static_cast<size_t>(r.prefix_digits)));
+    if (prefix >= r.low && prefix <= r.high) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool LooksLikeCardNumber(std::string_view text) {
+  auto card_shaped = [](const std::string& digits) {
+    return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    if (!IsDigit(text[i])) {
+      ++i;
+      continue;
+    }
+    // The run's groups of contiguous digits, split at single separators.
+    std::vector<std::string> groups(1);
+    size_t end = i;
+    while (end < text.size()) {
+      if (IsDigit(text[end])) {
+        groups.back().push_back(text[end++]);
+      } else if (IsSeparator(text[end]) && end + 1 < text.size() && IsDigit(text[end + 1])) {
+        groups.emplace_back();
+        ++end;
+      } else {
+        break;
+      }
+    }
+    // Joined only as cards are printed (4-4-4-4, 4-4-4-4-3, Amex 4-6-5) and standing apart
+    // from letters: other separated digits, such as a UUID's groups, are separate numbers.
+    auto alnum = [&text](size_t at) { return std::isalnum(static_cast<unsigned char>(text[at])) != 0; };
+    const bool apart = (i == 0 || !alnum(i - 1)) && (end == text.size() || !alnum(end));
+    bool printed_like_a_card = apart && groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 &&
+                               groups[2].size() == 5;
+    if (apart && groups.size() > 1 && !printed_like_a_card) {
+      printed_like_a_card = true;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const bool last = g + 1 == groups.size();
+        if (last ? groups[g].empty() || groups[g].size() > 4 : groups[g].size() != 4) printed_like_a_card = false;
+      }
+    }
+    if (printed_like_a_card) {
+      std::string joined;
+      for (const std::string& group : groups) joined += group;
+      if (card_shaped(joined)) return true;
+    }
+    for (const std::string& group : groups) {
+      if (card_shaped(group)) return true;
+    }
+    i = end;
+  }
+  return false;
+}
+
+Status RefuseCardNumberIn(std::string_view value, const char* field) {
+  if (!LooksLikeCardNumber(value)) return Status::Ok();
+  return InvalidArgument(
+      "holds what looks like a card number (a Luhn-valid run of digits with a card network's prefix and length); "
+      "card numbers belong in card_number only",
+      field);
+}
 
 bool ContainsPan(std::string_view text) {
   bool found = false;

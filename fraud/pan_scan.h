@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/result.h"
+
 namespace txscore::fraud {
 
 // True when `text` holds a PAN candidate as described above.
@@ -20,5 +22,22 @@ bool ContainsPan(std::string_view text);
 // `redactions` (when given) receives how many runs were replaced.
 inline constexpr std::string_view kRedactedPan = "[card number redacted]";
 std::string RedactPans(std::string_view text, int* redactions = nullptr);
+
+// The stricter test for identifiers (request ids, merchant, claim, policy and provider ids,
+// traceparent), which are keys a caller relies on and often long numbers, where the
+// every-window rule above would refuse most numeric ids: true when a run of contiguous digits,
+// or digits grouped as cards are printed (4-4-4-4, 4-4-4-4-3, 4-6-5 with single separators,
+// with no letter or digit right before or after),
+// has as a whole the length and the prefix a card network issues (Visa 4: 13, 16,
+// 19 digits; Mastercard 51-55, 2221-2720: 16; Amex 34, 37: 15; Diners 300-305, 36, 38, 39:
+// 14-19; JCB 3528-3589, Discover 6011, 644-649, 65, UnionPay 62, Mir 2200-2204: 16-19;
+// Maestro 50, 56-69: 13-19, leaving out its rare 12-digit cards, which a UUID's digit groups
+// would match) and passes the Luhn check. A card number glued inside a longer digit run is not
+// found by this test.
+bool LooksLikeCardNumber(std::string_view text);
+
+// kInvalidArgument on `field` when LooksLikeCardNumber(value): "holds what looks like a card
+// number ...".
+Status RefuseCardNumberIn(std::string_view value, const char* field);
 
 }  // namespace txscore::fraud

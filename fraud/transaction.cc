@@ -7,6 +7,7 @@
 
 #include "fraud/country.h"
 #include "fraud/currency.h"
+#include "fraud/pan_scan.h"
 
 namespace txscore::fraud {
 namespace {
@@ -40,7 +41,7 @@ Status CheckId(const std::string& value, const char* field, const ValidationLimi
         "is " + std::to_string(value.size()) + " bytes; the limit is " + std::to_string(limits.max_id_bytes), field);
   }
   if (!IsPrintableAscii(value)) return InvalidArgument("must be printable ASCII", field);
-  return Status::Ok();
+  return RefuseCardNumberIn(value, field);
 }
 
 }  // namespace
@@ -119,6 +120,7 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         "traceparent");
   }
+  if (raw.traceparent) TXSCORE_RETURN_IF_ERROR(RefuseCardNumberIn(*raw.traceparent, "traceparent"));
 
   if (raw.budget_ms && (*raw.budget_ms < 1 || *raw.budget_ms > 600000)) {
     return InvalidArgument("must be between 1 and 600000 milliseconds", "budget_ms");

@@ -107,6 +107,14 @@ TEST(ValidateClaim, NamesTheFieldAtFault) {
   EXPECT_EQ(e.message, "claimant_id must not be empty");
   e = error([](RawClaim* c) { c->narrative.clear(); });
   EXPECT_EQ(e.field, "narrative");
+  for (void (*change)(RawClaim*) : {+[](RawClaim* c) { c->claim_id = "CLM-4000001234567899"; },
+                                    +[](RawClaim* c) { c->policy_id = "4000 0012 3456 7899"; },
+                                    +[](RawClaim* c) { c->provider_id = "P4000001234567899"; }}) {
+    e = error(change);
+    EXPECT_EQ(e.message, e.field +
+                             " holds what looks like a card number (a Luhn-valid run of digits with a card network's "
+                             "prefix and length); card numbers belong in card_number only");
+  }
 }
 
 TEST(ParseClaimJson, RoundTripsAndRefusesWhatItDoesNotKnow) {

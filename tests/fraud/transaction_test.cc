@@ -142,6 +142,25 @@ TEST(ValidateTransaction, IpAddressMustBeARealIpv4OrIpv6Address) {
   }
 }
 
+TEST(ValidateTransaction, IdsAndTraceparentMustNotHoldACardNumber) {
+  const std::string message =
+      "holds what looks like a card number (a Luhn-valid run of digits with a card network's prefix and length); "
+      "card numbers belong in card_number only";
+  RawTransaction raw = ValidTransaction();
+  raw.request_id = "req-4000-0012-3456-7899";
+  ExpectInvalid(raw, "request_id", message);
+  raw = ValidTransaction();
+  raw.merchant_id = "4000 0012 3456 7899";
+  ExpectInvalid(raw, "merchant_id", message);
+  raw = ValidTransaction();
+  raw.traceparent = "00-abcd4000001234567899abcdefabcdef-00f067aa0ba902b7-01";  // W3C-valid
+  ExpectInvalid(raw, "traceparent", message);
+  // A long numeric request id without a network's prefix is an id, not a card.
+  raw = ValidTransaction();
+  raw.request_id = "20261201123456788";
+  EXPECT_TRUE(ValidateTransaction(raw).ok());
+}
+
 TEST(ValidateTransaction, TraceparentMustFollowW3cTraceContext) {
   const std::string valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
   for (const std::string& good : {valid, std::string("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra")}) {
