@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "llm/tokenizer_trainer.h"
 
@@ -113,6 +115,29 @@ json FamilyConfig(const std::string& family, const Dimensions& d, int64_t vocab,
   return c;
 }
 
+// The BOS the family's real tokenizer puts before every text, as its files say it: Llama 3.x
+// with a TemplateProcessing after the ByteLevel post-processor, Gemma with a TemplateProcessing
+// and add_bos_token in tokenizer_config.json. Empty for families whose tokenizer adds none
+// (Qwen3) or whose checkpoints here do not imitate one.
+std::string FamilyBosToken(const std::string& family) {
+  if (family == "llama") return "<|begin_of_text|>";
+  if (family == "gemma2" || family == "gemma3") return "<bos>";
+  return "";
+}
+
+json BosPostProcessor(const std::string& family, const std::string& bos, int64_t bos_id) {
+  const json single = {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}};
+  const json template_processing = {{"type", "TemplateProcessing"},
+                                    {"single", single},
+                                    {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
+  if (family != "llama") return template_processing;
+  return {{"type", "Sequence"},
+          {"processors",
+           {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}},
+            template_processing}}};
+}
+
 }  // namespace
 
 Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::string& out_dir) {
@@ -127,19 +152,33 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
 
   BpeTrainingOptions training;
   training.vocab_size = static_cast<int>(d.tokenizer_vocab);
+  const std::string bos = FamilyBosToken(spec.family);
+  if (!bos.empty()) training.special_tokens.push_back(bos);  // last: the other ids stay as they were
   Result<std::string> tokenizer = TrainByteLevelBpe(GenerateTrainingCorpus(spec.seed, static_cast<int>(d.corpus_documents)), training);
   if (!tokenizer.ok()) return tokenizer.error();
-  const json tokenizer_doc = json::parse(*tokenizer);
+  json tokenizer_doc = json::parse(*tokenizer);
   int64_t tokenizer_vocab = static_cast<int64_t>(tokenizer_doc["model"]["vocab"].size());
-  int64_t endoftext = 0, im_end = 0;
+  int64_t endoftext = 0, im_end = 0, bos_id = -1;
   for (const json& t : tokenizer_doc["added_tokens"]) {
     tokenizer_vocab = std::max(tokenizer_vocab, t["id"].get<int64_t>() + 1);
     if (t["content"] == "<|endoftext|>") endoftext = t["id"].get<int64_t>();
     if (t["content"] == "<|im_end|>") im_end = t["id"].get<int64_t>();
+    if (!bos.empty() && t["content"] == bos) bos_id = t["id"].get<int64_t>();
   }
   const int64_t vocab = d.config_vocab > 0 ? d.config_vocab : (tokenizer_vocab + 63) / 64 * 64;
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;
+  if (bos_id >= 0) {
+    tokenizer_doc["post_processor"] = BosPostProcessor(spec.family, bos, bos_id);
+    if (spec.family != "llama") {
+      tokenizer_files.emplace_back("tokenizer_config.json",
+                                   json({{"add_bos_token", true}, {"bos_token", bos}}).dump(2) + "\n");
+    }
+  }
+  tokenizer_files.emplace_back("tokenizer.json", tokenizer_doc.dump(1));
 
-  json config = FamilyConfig(spec.family, d, vocab, im_end, endoftext);
+  // Qwen3's config names <|endoftext|> as bos_token_id though its tokenizer adds no BOS, as
+  // the real one does.
+  json config = FamilyConfig(spec.family, d, vocab, im_end, bos_id >= 0 ? bos_id : endoftext);
   config["eos_token_id"] = {im_end, endoftext};
   const int64_t hidden = config["hidden_size"].get<int64_t>();
   const int64_t head_dim = config.contains("head_dim") ? config["head_dim"].get<int64_t>() : hidden / d.heads;
@@ -197,8 +236,8 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
   if (ec) return Internal("cannot create " + out_dir + ": " + ec.message());
   const std::filesystem::path dir(out_dir);
   TXSCORE_RETURN_IF_ERROR(writer.Write((dir / "model.safetensors").string()));
-  for (const auto& [name, text] : {std::pair<std::string, std::string>{"config.json", config.dump(2) + "\n"},
-                                   {"tokenizer.json", *tokenizer}}) {
+  tokenizer_files.emplace_back("config.json", config.dump(2) + "\n");
+  for (const auto& [name, text] : tokenizer_files) {
     const std::string tmp = (dir / (name + ".tmp")).string();
     {
       std::ofstream out(tmp, std::ios::trunc);

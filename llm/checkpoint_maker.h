@@ -1,7 +1,7 @@
-// Writes random-weight checkpoints in the Hugging Face layout (config.json,
-// model.safetensors, tokenizer.json) for tests, the demo and benchmarks: txscore never
-// downloads a model. The weights are random, so whatever such a model writes is well-formed
-// (with constrained decoding) but meaningless.
+// Writes random-weight checkpoints in the Hugging Face layout (config.json, model.safetensors,
+// tokenizer.json and, for Gemma, tokenizer_config.json) for tests, the demo and benchmarks:
+// txscore never downloads a model. The weights are random, so whatever such a model writes is
+// well-formed (with constrained decoding) but meaningless.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,9 @@ struct CheckpointSummary {
   int64_t config_vocab = 0;     // rows of the embedding (>= tokenizer_vocab)
 };
 
-// Creates `out_dir` if needed and writes the three files (each to a temporary name first).
+// Creates `out_dir` if needed and writes the files (each to a temporary name first). The
+// tokenizer of llama, gemma2 and gemma3 adds a BOS as the real ones do (config.json's
+// bos_token_id names it); qwen3's and granite's add none.
 Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::string& out_dir);
 
 }  // namespace txscore::llm

@@ -38,15 +38,19 @@ const std::string& ClaimAnalysisTask::Schema() {
 
 namespace {
 
-// The prompt around a case's fields. The instructions use the checkpoint's chat markers when
-// its tokenizer has them (ChatML); the case's own text is encoded with special tokens disabled,
-// so a narrative or merchant name cannot forge control tokens.
+// The prompt around a case's fields. It starts with the tokenizer's special prefix, once: the
+// BOS that Llama 3 and Gemma saw first in every training text (Qwen3's tokenizer adds none, and
+// config.json's bos_token_id is no reason to invent one). The segments after it are encoded
+// without add_special_tokens, and the first is our own text, which never spells a BOS. The
+// instructions use the checkpoint's chat markers when its tokenizer has them (ChatML); the
+// case's own text is encoded with special tokens disabled, so a narrative or merchant name
+// cannot forge control tokens (a BOS among them).
 std::vector<int32_t> ForensicPromptIds(const Tokenizer& tokenizer, const std::string& instructions,
                                        const std::string& fields) {
   EncodeOptions template_text;  // our own markers: special tokens on
   EncodeOptions user_text;
   user_text.parse_special = false;
-  std::vector<int32_t> ids;
+  std::vector<int32_t> ids = tokenizer.SpecialPrefix();
   const bool chatml = tokenizer.TokenId("<|im_start|>").has_value() && tokenizer.TokenId("<|im_end|>").has_value();
   if (chatml) {
     Append(&ids, tokenizer.Encode("<|im_start|>system\n" + instructions + "<|im_end|>\n<|im_start|>user\n", template_text));

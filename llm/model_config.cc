@@ -250,9 +250,6 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
     }
   }
 
-  std::vector<int64_t> bos;
-  TXSCORE_RETURN_IF_ERROR(top.Ids("bos_token_id", &bos));
-  if (!bos.empty()) c.bos_token_id = bos.front();
   TXSCORE_RETURN_IF_ERROR(top.Ids("eos_token_id", &c.eos_token_ids));
   if (c.eos_token_ids.empty() && text != &root) TXSCORE_RETURN_IF_ERROR(keys.Ids("eos_token_id", &c.eos_token_ids));
 

@@ -71,7 +71,9 @@ struct ModelConfig {
   int64_t sliding_window = 0;
   std::vector<bool> layer_is_sliding;
 
-  std::optional<int64_t> bos_token_id;
+  // config.json's bos_token_id is not read: what a prompt starts with is the tokenizer's
+  // business (Tokenizer::SpecialPrefix). Qwen3's config names a bos_token_id its tokenizer never
+  // adds, and its model was trained without one.
   std::vector<int64_t> eos_token_ids;
 
   // Scale applied to q.k before the softmax.

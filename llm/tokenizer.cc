@@ -548,6 +548,119 @@ Result<std::unique_ptr<Decoder>> ParseDecoder(const json& node, const std::strin
 }
 
 // ---------------------------------------------------------------------------------------
+// Post-processors: for the ids of one sequence, only the special tokens they put around it
+// matter (offsets and type ids are not kept), so each is read into the tokens it adds.
+
+struct SpecialTokenFrame {
+  std::vector<int32_t> before;
+  std::vector<int32_t> after;
+};
+
+// More than any real template adds (one or two); a crafted file could otherwise put
+// millions of ids around every text.
+constexpr size_t kMaxFrameTokens = 64;
+
+bool FrameTooLarge(const SpecialTokenFrame& frame) {
+  return frame.before.size() + frame.after.size() > kMaxFrameTokens;
+}
+std::string FrameTooLargeMessage(const std::string& where) {
+  return where + ": adds more than " + std::to_string(kMaxFrameTokens) + " special tokens around a text";
+}
+
+// The ids of `name` in TemplateProcessing's special_tokens map, each checked against the
+// vocabulary.
+Result<std::vector<int32_t>> TemplateSpecialTokenIds(const json& special_tokens, const std::string& name,
+                                                     const std::string& where, int32_t vocab_size) {
+  const auto entry = special_tokens.find(name);
+  if (entry == special_tokens.end()) {
+    return InvalidArgument(where + ": special token \"" + name + "\" is not in special_tokens");
+  }
+  const std::string at = where + ": special_tokens[\"" + name + "\"]";
+  const auto ids = entry->is_object() ? entry->find("ids") : entry->end();
+  if (!entry->is_object() || ids == entry->end() || !ids->is_array() || ids->empty()) {
+    return InvalidArgument(at + " must hold a non-empty list of \"ids\"");
+  }
+  if (ids->size() > kMaxFrameTokens) return InvalidArgument(FrameTooLargeMessage(at));
+  const auto tokens = entry->find("tokens");
+  if (tokens != entry->end() && (!tokens->is_array() || tokens->size() != ids->size())) {
+    return InvalidArgument(at + ": \"ids\" and \"tokens\" differ in length");
+  }
+  std::vector<int32_t> out;
+  for (const json& id : *ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+      return InvalidArgument(at + ": id " + id.dump() + " is outside the vocabulary (0.." +
+                             std::to_string(vocab_size - 1) + ")");
+    }
+    out.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return out;
+}
+
+// TemplateProcessing's `single` template: special tokens before and after sequence A.
+Result<std::unique_ptr<SpecialTokenFrame>> ParseTemplateProcessing(const json& node, const std::string& where,
+                                                                   int32_t vocab_size) {
+  const auto single = node.find("single");
+  if (single == node.end() || !single->is_array()) return InvalidArgument(where + ": \"single\" must be a list");
+  static const json kNoSpecialTokens = json::object();
+  const auto found = node.find("special_tokens");
+  const json& special_tokens = found != node.end() && !found->is_null() ? *found : kNoSpecialTokens;
+  if (!special_tokens.is_object()) return InvalidArgument(where + ": \"special_tokens\" must be an object");
+  auto frame = std::make_unique<SpecialTokenFrame>();
+  bool seen_sequence = false;
+  for (size_t i = 0; i < single->size(); ++i) {
+    const json& piece = (*single)[i];
+    const std::string at = where + ".single[" + std::to_string(i) + "]";
+    const bool one_key = piece.is_object() && piece.size() == 1;
+    if (one_key && piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
+        piece["SpecialToken"].contains("id") && piece["SpecialToken"]["id"].is_string()) {
+      Result<std::vector<int32_t>> ids =
+          TemplateSpecialTokenIds(special_tokens, piece["SpecialToken"]["id"].get<std::string>(), at, vocab_size);
+      if (!ids.ok()) return ids.error();
+      std::vector<int32_t>& side = seen_sequence ? frame->after : frame->before;
+      side.insert(side.end(), ids->begin(), ids->end());
+      if (FrameTooLarge(*frame)) return InvalidArgument(FrameTooLargeMessage(where));
+    } else if (one_key && piece.contains("Sequence") && piece["Sequence"].is_object()) {
+      // "B" names the second text of a pair: it belongs in `pair`, never in `single`.
+      if (piece["Sequence"].value("id", json()) != "A") {
+        return InvalidArgument(at + ": the single-sequence template can only hold sequence \"A\"");
+      }
+      if (seen_sequence) return InvalidArgument(at + ": sequence \"A\" appears twice");
+      seen_sequence = true;
+    } else {
+      return InvalidArgument(
+          at + ": a template piece is {\"SpecialToken\": {\"id\": ...}} or {\"Sequence\": {\"id\": \"A\"}}");
+    }
+  }
+  if (!seen_sequence) return InvalidArgument(where + ": \"single\" has no {\"Sequence\": {\"id\": \"A\"}}");
+  return frame;
+}
+
+Result<std::unique_ptr<SpecialTokenFrame>> ParsePostProcessor(const json& node, const std::string& where,
+                                                              int32_t vocab_size) {
+  if (node.is_null()) return std::make_unique<SpecialTokenFrame>();
+  if (!node.is_object()) return InvalidArgument(where + ": must be an object or null");
+  const std::string type = node.value("type", "");
+  // ByteLevel's post-processing only trims offsets (trim_offsets): the ids stay as they are.
+  if (type == "ByteLevel") return std::make_unique<SpecialTokenFrame>();
+  if (type == "TemplateProcessing") return ParseTemplateProcessing(node, where, vocab_size);
+  if (type == "Sequence") {
+    auto parts = ParseSequence<SpecialTokenFrame>(
+        node, "processors", where,
+        [vocab_size](const json& part, const std::string& at) { return ParsePostProcessor(part, at, vocab_size); });
+    if (!parts.ok()) return parts.error();
+    // Each processor wraps what the ones before it produced.
+    auto frame = std::make_unique<SpecialTokenFrame>();
+    for (const auto& part : *parts) {
+      frame->before.insert(frame->before.begin(), part->before.begin(), part->before.end());
+      frame->after.insert(frame->after.end(), part->after.begin(), part->after.end());
+      if (FrameTooLarge(*frame)) return InvalidArgument(FrameTooLargeMessage(where));
+    }
+    return frame;
+  }
+  return FailedPrecondition(where + ": post_processor type \"" + type + "\" is not supported");
+}
+
+// ---------------------------------------------------------------------------------------
 // The BPE model.
 
 class BpeModel {
@@ -723,6 +836,29 @@ struct AddedToken {
 
 bool IsSpaceByte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
+// tokenizer_config.json's `token_key` (bos_token, eos_token) as an id when its `flag_key`
+// (add_bos_token, add_eos_token) is true; nullopt when the flag is false or absent. The token
+// is written as a string or, by older transformers, as an AddedToken object {"content": ...}.
+Result<std::optional<int32_t>> ConfigSpecialToken(const json& config, const char* flag_key, const char* token_key,
+                                                  const std::string& path, const Tokenizer& tokenizer) {
+  const auto flag = config.find(flag_key);
+  if (flag == config.end() || flag->is_null()) return std::optional<int32_t>();
+  if (!flag->is_boolean()) return InvalidArgument(path + ": " + flag_key + " must be true or false");
+  if (!flag->get<bool>()) return std::optional<int32_t>();
+  const auto token = config.find(token_key);
+  const json* content = token == config.end() ? nullptr : &*token;
+  if (content != nullptr && content->is_object() && content->contains("content")) content = &(*content)["content"];
+  if (content == nullptr || !content->is_string()) {
+    return InvalidArgument(path + ": " + flag_key + " is true but " + token_key + " is not a token");
+  }
+  const std::optional<int32_t> id = tokenizer.TokenId(content->get<std::string>());
+  if (!id) {
+    return InvalidArgument(path + ": " + token_key + " \"" + content->get<std::string>() +
+                           "\" is not in the vocabulary");
+  }
+  return id;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -735,6 +871,7 @@ struct Tokenizer::Impl {
   std::vector<bool> special;
   std::string empty;
   int32_t anchor_id = 0;  // the first ordinary token with text of its own; see TokenBytes
+  SpecialTokenFrame special_frame;  // what add_special_tokens puts around a text
 
   // Encodes text that holds no added tokens.
   void EncodePlain(std::string_view text, std::vector<int32_t>* out) const {
@@ -811,6 +948,12 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
       impl->id_to_token[static_cast<size_t>(a.id)] = a.content;
       impl->special[static_cast<size_t>(a.id)] = a.special;
     }
+    // Read last: its ids are checked against the complete vocabulary.
+    Result<std::unique_ptr<SpecialTokenFrame>> frame =
+        ParsePostProcessor(doc.value("post_processor", json()), source + ": post_processor",
+                           static_cast<int32_t>(impl->id_to_token.size()));
+    if (!frame.ok()) return frame.error();
+    impl->special_frame = std::move(**frame);
   } catch (const json::exception& e) {
     return InvalidArgument(source + ": unexpected structure: " + e.what());
   }
@@ -825,10 +968,35 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
+  Result<std::unique_ptr<Tokenizer>> tokenizer = NotFound(dir + " has neither tokenizer.json nor tokenizer.model");
   for (const char* name : {"/tokenizer.json", "/tokenizer.model"}) {
-    if (std::ifstream(dir + name).good()) return FromFile(dir + name);
+    if (std::ifstream(dir + name).good()) {
+      tokenizer = FromFile(dir + name);
+      break;
+    }
   }
-  return NotFound(dir + " has neither tokenizer.json nor tokenizer.model");
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (!tokenizer.ok() || !std::ifstream(config_path).good()) return tokenizer;
+  // A chat template and the added-token table make these files a few hundred kilobytes.
+  Result<std::string> text = ReadFileBounded(config_path, size_t{64} << 20, "tokenizer config");
+  if (!text.ok()) return text.error();
+  const json config = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) return InvalidArgument(config_path + ": not a JSON object");
+  Result<std::optional<int32_t>> bos =
+      ConfigSpecialToken(config, "add_bos_token", "bos_token", config_path, **tokenizer);
+  if (!bos.ok()) return bos.error();
+  Result<std::optional<int32_t>> eos =
+      ConfigSpecialToken(config, "add_eos_token", "eos_token", config_path, **tokenizer);
+  if (!eos.ok()) return eos.error();
+  // Gemma's files say it twice (a TemplateProcessing with <bos> and add_bos_token): once is meant.
+  SpecialTokenFrame& frame = (*tokenizer)->impl_->special_frame;
+  if (*bos && std::find(frame.before.begin(), frame.before.end(), **bos) == frame.before.end()) {
+    frame.before.insert(frame.before.begin(), **bos);
+  }
+  if (*eos && std::find(frame.after.begin(), frame.after.end(), **eos) == frame.after.end()) {
+    frame.after.push_back(**eos);
+  }
+  return tokenizer;
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
@@ -861,7 +1029,14 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOption
     plain_start = pos;
   }
   impl_->EncodePlain(text.substr(plain_start), &ids);
-  return ids;
+  if (!options.add_special_tokens) return ids;
+  const SpecialTokenFrame& frame = impl_->special_frame;
+  std::vector<int32_t> framed;
+  framed.reserve(frame.before.size() + ids.size() + frame.after.size());
+  framed.insert(framed.end(), frame.before.begin(), frame.before.end());
+  framed.insert(framed.end(), ids.begin(), ids.end());
+  framed.insert(framed.end(), frame.after.begin(), frame.after.end());
+  return framed;
 }
 
 std::string Tokenizer::Decode(const std::vector<int32_t>& ids, const DecodeOptions& options) const {
@@ -896,6 +1071,8 @@ std::vector<std::string> Tokenizer::PreTokenize(std::string_view text) const {
   if (impl_->pre_tokenizer) impl_->pre_tokenizer->Apply(&pieces);
   return pieces;
 }
+
+const std::vector<int32_t>& Tokenizer::SpecialPrefix() const { return impl_->special_frame.before; }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
 

@@ -8,10 +8,20 @@
 //                    MergedWithNext, Contiguous; invert), ByteLevel, Sequence;
 //   model            BPE with merges as "a b" strings or [a, b] pairs, byte-level or with
 //                    byte fallback (<0xNN> tokens), ignore_merges;
-//   decoder          ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence.
+//   decoder          ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence;
+//   post-processor   TemplateProcessing (its single-sequence template), ByteLevel (nothing
+//                    to do for ids), Sequence.
 // Regexes run on PCRE2 (UTF + Unicode properties), normalisation on ICU. Any other part type
-// is refused at load with an error naming it. No special tokens are added around the text
-// (no BOS): prompt builders add what their model wants.
+// is refused at load with an error naming it.
+//
+// Special tokens around the text (the BOS that Llama 3 and Gemma put first) are added only
+// when EncodeOptions::add_special_tokens asks: prompts are built from several Encode calls,
+// and only the first may carry them. They come from the post-processor and, read by
+// FromDirectory, from tokenizer_config.json's add_bos_token / add_eos_token (Llama 2 and
+// Gemma style), which add bos_token / eos_token where the post-processor does not already
+// add that token. add_bos_token: false does not take away a BOS the post-processor adds (the
+// file is followed, as transformers.js does). config.json's bos_token_id is not consulted:
+// Qwen3 names one there but its tokenizer adds none, and its model was trained without it.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +40,12 @@ struct EncodeOptions {
   // by default. Text that comes from users (claim narratives) must be encoded with false, so
   // it cannot forge control tokens. Default: true.
   bool parse_special = true;
+  // Put the tokenizer's special tokens around the text, as Hugging Face's
+  // add_special_tokens=True does for a single sequence: SpecialPrefix() before it and the
+  // post-processor's closing tokens (none for the supported families) after it. Text that
+  // already starts with a BOS gets a second one, as in Hugging Face. Default: false, the text's
+  // own tokens only.
+  bool add_special_tokens = false;
 };
 
 struct DecodeOptions {
@@ -42,7 +58,8 @@ class Tokenizer {
   // llm/sentencepiece_model.h for what is read from those).
   static Result<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
   static Result<std::unique_ptr<Tokenizer>> FromJson(const std::string& json_text, const std::string& source);
-  // DIR/tokenizer.json, or DIR/tokenizer.model where there is no tokenizer.json.
+  // DIR/tokenizer.json, or DIR/tokenizer.model where there is no tokenizer.json; then
+  // DIR/tokenizer_config.json, where there is one, for add_bos_token and add_eos_token.
   static Result<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
   ~Tokenizer();
 
@@ -53,6 +70,10 @@ class Tokenizer {
   // The pieces the model sees for `text` (no added-token handling): normalised, pre-tokenized,
   // byte-mapped where the pre-tokenizer says so. Used by the BPE trainer.
   std::vector<std::string> PreTokenize(std::string_view text) const;
+
+  // The ids add_special_tokens puts before a text: {BOS} for Llama 3 and Gemma, empty for
+  // Qwen3. A prompt starts with them once.
+  const std::vector<int32_t>& SpecialPrefix() const;
 
   // Number of ids (vocabulary plus added tokens): every id is below this.
   int32_t vocab_size() const;

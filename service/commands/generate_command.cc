@@ -48,7 +48,11 @@ int RunGenerate(GenerateOptions& options) {
       prompt.push_back(id.get<int32_t>());
     }
   } else {
-    prompt = (*tokenizer)->Encode(options.prompt);
+    // With the BOS the model always saw first, as Hugging Face's tokenizer(prompt) gives; not
+    // with an EOS an add_eos_token would append, which would end the text before generation.
+    prompt = (*tokenizer)->SpecialPrefix();
+    const std::vector<int32_t> text = (*tokenizer)->Encode(options.prompt);
+    prompt.insert(prompt.end(), text.begin(), text.end());
   }
   if (!options.schema_path.empty()) {
     std::ifstream in(options.schema_path);
@@ -99,7 +103,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text with a Hugging Face checkpoint");
   cmd->add_option("--model", options->model_dir, "Checkpoint directory (config.json, *.safetensors, tokenizer.json)")
       ->required();
-  cmd->add_option("--prompt", options->prompt, "Prompt text");
+  cmd->add_option("--prompt", options->prompt,
+                  "Prompt text, after the tokenizer's special prefix (the BOS of Llama 3 and Gemma)");
   cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt as a JSON array of token ids (instead of --prompt)");
   cmd->add_option("--schema", options->schema_path, "JSON schema file: the output always parses and validates");
   cmd->add_option("--max-new-tokens", options->generation.max_new_tokens, "Tokens to generate at most")

@@ -1,10 +1,11 @@
 // txscore llm ...: tools around the LLM stage.
-//   llm tokenize --tokenizer FILE [--decode] [--no-special]
+//   llm tokenize --tokenizer FILE|DIR [--decode] [--no-special] [--add-special-tokens]
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
-#include <fstream>
 #include <sstream>
 
 #include "fraud/card_token.h"
@@ -24,11 +25,16 @@ struct TokenizeOptions {
   std::string tokenizer_path;
   bool decode = false;
   bool no_special = false;
+  bool add_special_tokens = false;
   bool lines = false;
 };
 
 int RunTokenize(const TokenizeOptions& options) {
-  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromFile(options.tokenizer_path);
+  // A directory brings tokenizer_config.json (add_bos_token) along with the tokenizer.
+  std::error_code ignored;
+  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = std::filesystem::is_directory(options.tokenizer_path, ignored)
+                                                          ? llm::Tokenizer::FromDirectory(options.tokenizer_path)
+                                                          : llm::Tokenizer::FromFile(options.tokenizer_path);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
     return 1;
@@ -73,6 +79,7 @@ int RunTokenize(const TokenizeOptions& options) {
   }
   llm::EncodeOptions encode;
   encode.parse_special = !options.no_special;
+  encode.add_special_tokens = options.add_special_tokens;
   if (!options.lines) {
     std::printf("%s\n", nlohmann::json((*tokenizer)->Encode(input, encode)).dump().c_str());
     return 0;
@@ -161,10 +168,17 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   llm->require_subcommand(1);
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* tokenize = llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
-  tokenize->add_option("--tokenizer", options->tokenizer_path, "A Hugging Face tokenizer.json, or a SentencePiece tokenizer.model")
+  tokenize
+      ->add_option("--tokenizer", options->tokenizer_path,
+                   "A Hugging Face tokenizer.json, a SentencePiece tokenizer.model, or a directory holding one (and "
+                   "tokenizer_config.json, read for add_bos_token)")
       ->required();
   tokenize->add_flag("--decode", options->decode, "Read a JSON array of ids and print the text");
   tokenize->add_flag("--no-special", options->no_special, "Treat special-token text as plain text");
+  tokenize->add_flag("--add-special-tokens", options->add_special_tokens,
+                     "Add the tokenizer's special tokens around each text (the BOS of Llama 3 and Gemma), from "
+                     "tokenizer.json's post_processor and tokenizer_config.json's add_bos_token, as Hugging Face's "
+                     "add_special_tokens=True does");
   tokenize->add_flag("--lines", options->lines,
                      "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
   tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """txscore's decoder against the independent Python reference (reference_decoder.py) for every
 family, on generated checkpoints: in float32, the logits of every step agree within 1e-4 and
-greedy decoding picks the same 64 tokens.
+greedy decoding picks the same 64 tokens. The prompt starts with the BOS the family's
+tokenizer adds (llama, gemma2, gemma3: config.json's bos_token_id names it), and granite's and
+qwen3's with none.
 
 txscore runs as users run it (`txscore generate --json --dump-logits`, KV cache, prefill then
 one token per step); the reference recomputes the whole sequence at every step."""
@@ -61,6 +63,12 @@ def main():
             agree = sum(a == b for a, b in zip(reference_tokens, generated))
             print(f"{family:8}: prompt {len(prompt)} tokens, {STEPS} steps, largest logit difference {worst:.2e}, "
                   f"greedy tokens agree {agree}/{STEPS}")
+            with open(os.path.join(model, "config.json")) as f:
+                bos = json.load(f)["bos_token_id"]
+            with_bos = family in ("llama", "gemma2", "gemma3")
+            if (prompt[:1] == [bos]) != with_bos or prompt.count(bos) != int(with_bos):
+                failures.append(f"{family}: prompt {prompt[:3]}... should {'' if with_bos else 'not '}start with "
+                                f"the BOS {bos}, once")
             if worst > TOLERANCE:
                 failures.append(f"{family}: logits differ by {worst:.2e} > {TOLERANCE}")
             if reference_tokens != generated:

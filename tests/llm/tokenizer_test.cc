@@ -219,3 +219,178 @@ TEST(Tokenizer, NfcComposesDecomposedTextBeforeEncoding) {
 
 }  // namespace
 }  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+// The test tokenizer with <s> (17) and </s> (18) as special tokens and `post_processor`.
+std::string WithPostProcessor(const std::string& post_processor) {
+  std::string text = ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<s>", "special": true},
+                                                          {"id": 18, "content": "</s>", "special": true}])");
+  return text.insert(1, R"("post_processor": )" + post_processor + ", ");
+}
+constexpr char kBosTemplate[] = R"({"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+             {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [17], "tokens": ["<s>"]}}})";
+
+TEST(TokenizerSpecialTokens, TemplateProcessingAddsTheBosOnlyWhenAsked) {
+  auto t = Tokenizer::FromJson(WithPostProcessor(kBosTemplate), "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ((*t)->Encode("hello"), (std::vector<int32_t>{11}));  // Default: the text's own tokens
+  EXPECT_EQ((*t)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{17, 11}));
+  EXPECT_EQ((*t)->Encode("", {.add_special_tokens = true}), (std::vector<int32_t>{17}));
+  EXPECT_EQ((*t)->SpecialPrefix(), (std::vector<int32_t>{17}));
+}
+
+TEST(TokenizerSpecialTokens, SequenceAppliesEachPostProcessorInTurn) {
+  // ByteLevel leaves ids alone; a template puts </s> after A, then another <s> before that.
+  auto t = Tokenizer::FromJson(WithPostProcessor(std::string(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+      {"type": "TemplateProcessing",
+       "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+       "special_tokens": {"</s>": {"id": "</s>", "ids": [18], "tokens": ["</s>"]}}},
+      )") + kBosTemplate + "]}"),
+                               "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ((*t)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{17, 11, 18}));
+  EXPECT_EQ((*t)->SpecialPrefix(), (std::vector<int32_t>{17}));
+}
+
+TEST(TokenizerSpecialTokens, ByteLevelOrNoPostProcessorAddsNothing) {
+  for (const char* post_processor :
+       {"null", R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false})"}) {
+    auto t = Tokenizer::FromJson(WithPostProcessor(post_processor), "t.json");
+    ASSERT_TRUE(t.ok()) << post_processor << ": " << t.error().ToString();
+    EXPECT_EQ((*t)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{11})) << post_processor;
+    EXPECT_TRUE((*t)->SpecialPrefix().empty()) << post_processor;
+  }
+}
+
+TEST(TokenizerSpecialTokens, MalformedPostProcessorsAreRefusedNamingTheFault) {
+  const std::string bos_piece = R"({"SpecialToken": {"id": "<s>", "type_id": 0}})";
+  const std::string a_piece = R"({"Sequence": {"id": "A", "type_id": 0}})";
+  auto with_template = [](const std::string& single, const std::string& special_tokens) {
+    return R"({"type": "TemplateProcessing", "single": )" + single + R"(, "special_tokens": )" + special_tokens + "}";
+  };
+  const std::string bos_entry = R"({"<s>": {"id": "<s>", "ids": [17], "tokens": ["<s>"]}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type": "BertProcessing", "sep": ["</s>", 18], "cls": ["<s>", 17]})",
+       "t.json: post_processor: post_processor type \"BertProcessing\" is not supported"},
+      {R"({"type": "Sequence", "processors": [{"type": "ByteLevel"}, {"type": "RobertaProcessing"}]})",
+       "t.json: post_processor.processors[1]: post_processor type \"RobertaProcessing\" is not supported"},
+      {R"(["not", "an", "object"])", "t.json: post_processor: must be an object or null"},
+      {with_template("[" + bos_piece + ", " + a_piece + "]", "{}"),
+       "t.json: post_processor.single[0]: special token \"<s>\" is not in special_tokens"},
+      {with_template("[" + bos_piece + ", " + a_piece + "]",
+                     R"({"<s>": {"id": "<s>", "ids": [99], "tokens": ["<s>"]}})"),
+       "t.json: post_processor.single[0]: special_tokens[\"<s>\"]: id 99 is outside the vocabulary (0..18)"},
+      {with_template("[" + bos_piece + ", " + a_piece + "]",
+                     R"({"<s>": {"id": "<s>", "ids": [-1], "tokens": ["<s>"]}})"),
+       "t.json: post_processor.single[0]: special_tokens[\"<s>\"]: id -1 is outside the vocabulary (0..18)"},
+      {with_template("[" + bos_piece + ", " + a_piece + "]",
+                     R"({"<s>": {"id": "<s>", "ids": ["17"], "tokens": ["<s>"]}})"),
+       "t.json: post_processor.single[0]: special_tokens[\"<s>\"]: id \"17\" is outside the vocabulary (0..18)"},
+      {with_template("[" + bos_piece + ", " + a_piece + "]",
+                     R"({"<s>": {"id": "<s>", "ids": [17, 17], "tokens": ["<s>"]}})"),
+       "t.json: post_processor.single[0]: special_tokens[\"<s>\"]: \"ids\" and \"tokens\" differ in length"},
+      {with_template("[" + bos_piece + ", " + a_piece + "]", R"({"<s>": {"id": "<s>", "ids": []}})"),
+       "t.json: post_processor.single[0]: special_tokens[\"<s>\"] must hold a non-empty list of \"ids\""},
+      {with_template(R"([{"Pair": {"id": "A"}}])", bos_entry),
+       "t.json: post_processor.single[0]: a template piece is {\"SpecialToken\": {\"id\": ...}} or {\"Sequence\": "
+       "{\"id\": \"A\"}}"},
+      {with_template("[" + a_piece + R"(, {"Sequence": {"id": "B", "type_id": 1}}])", bos_entry),
+       "t.json: post_processor.single[1]: the single-sequence template can only hold sequence \"A\""},
+      {with_template("[" + a_piece + ", " + a_piece + "]", bos_entry),
+       "t.json: post_processor.single[1]: sequence \"A\" appears twice"},
+      {with_template("[" + bos_piece + "]", bos_entry),
+       "t.json: post_processor: \"single\" has no {\"Sequence\": {\"id\": \"A\"}}"},
+      {with_template(R"("<s> $A")", bos_entry), "t.json: post_processor: \"single\" must be a list"},
+      {with_template("[" + a_piece + "]", "[]"), "t.json: post_processor: \"special_tokens\" must be an object"},
+  };
+  for (const auto& [post_processor, message] : cases) {
+    auto t = Tokenizer::FromJson(WithPostProcessor(post_processor), "t.json");
+    ASSERT_FALSE(t.ok()) << post_processor;
+    EXPECT_EQ(t.error().message, message);
+  }
+}
+
+TEST(TokenizerSpecialTokens, RefusesATemplateThatAddsTooManyTokens) {
+  // 65 copies of <s> before every text: a crafted file could otherwise add millions.
+  std::string single = "[";
+  for (int i = 0; i < 65; ++i) single += R"({"SpecialToken": {"id": "<s>", "type_id": 0}}, )";
+  single += R"({"Sequence": {"id": "A", "type_id": 0}}])";
+  auto t = Tokenizer::FromJson(
+      WithPostProcessor(R"({"type": "TemplateProcessing", "single": )" + single +
+                        R"(, "special_tokens": {"<s>": {"id": "<s>", "ids": [17], "tokens": ["<s>"]}}})"),
+      "t.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message, "t.json: post_processor: adds more than 64 special tokens around a text");
+}
+
+// A directory with the test tokenizer (`post_processor` in tokenizer.json) and tokenizer_config.json.
+Result<std::unique_ptr<Tokenizer>> FromDirectoryWith(const testing::TempDir& dir, const std::string& post_processor,
+                                                     const std::string& config) {
+  testing::WriteFile(dir.file("tokenizer.json"), WithPostProcessor(post_processor));
+  testing::WriteFile(dir.file("tokenizer_config.json"), config);
+  return Tokenizer::FromDirectory(dir.path());
+}
+
+TEST(TokenizerSpecialTokens, AddBosTokenFromTokenizerConfigPrependsTheBos) {
+  testing::TempDir dir;
+  for (const char* bos : {R"("<s>")", R"({"__type": "AddedToken", "content": "<s>", "special": true})"}) {
+    auto t = FromDirectoryWith(dir, "null", std::string(R"({"add_bos_token": true, "bos_token": )") + bos + "}");
+    ASSERT_TRUE(t.ok()) << bos << ": " << t.error().ToString();
+    EXPECT_EQ((*t)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{17, 11})) << bos;
+    EXPECT_EQ((*t)->Encode("hello"), (std::vector<int32_t>{11})) << bos;
+  }
+  auto without = FromDirectoryWith(dir, "null", R"({"add_bos_token": false, "bos_token": "<s>"})");
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ((*without)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{11}));
+  // tokenizer.json alone (FromFile) knows nothing of tokenizer_config.json.
+  auto file_only = Tokenizer::FromFile(dir.file("tokenizer.json"));
+  ASSERT_TRUE(file_only.ok());
+  EXPECT_TRUE((*file_only)->SpecialPrefix().empty());
+}
+
+TEST(TokenizerSpecialTokens, BosAskedForTwiceIsAddedOnce) {
+  // Gemma's files: a TemplateProcessing with <bos> and add_bos_token: true.
+  testing::TempDir dir;
+  auto t = FromDirectoryWith(dir, kBosTemplate, R"({"add_bos_token": true, "bos_token": "<s>"})");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ((*t)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{17, 11}));
+  EXPECT_EQ((*t)->SpecialPrefix(), (std::vector<int32_t>{17}));
+}
+
+TEST(TokenizerSpecialTokens, AddEosTokenAppendsTheEos) {
+  testing::TempDir dir;
+  auto t = FromDirectoryWith(dir, kBosTemplate, R"({"add_bos_token": true, "bos_token": "<s>",
+                                                    "add_eos_token": true, "eos_token": "</s>"})");
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ((*t)->Encode("hello", {.add_special_tokens = true}), (std::vector<int32_t>{17, 11, 18}));
+  EXPECT_EQ((*t)->SpecialPrefix(), (std::vector<int32_t>{17}));  // a prompt's start has no EOS
+}
+
+TEST(TokenizerSpecialTokens, MalformedTokenizerConfigIsRefusedNamingTheFault) {
+  testing::TempDir dir;
+  const std::string config = dir.file("tokenizer_config.json");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", config + ": not a JSON object"},
+      {R"({"add_bos_token": "yes", "bos_token": "<s>"})", config + ": add_bos_token must be true or false"},
+      {R"({"add_bos_token": true, "bos_token": null})",
+       config + ": add_bos_token is true but bos_token is not a token"},
+      {R"({"add_bos_token": true})", config + ": add_bos_token is true but bos_token is not a token"},
+      {R"({"add_bos_token": true, "bos_token": "<bos>"})", config + ": bos_token \"<bos>\" is not in the vocabulary"},
+      {R"({"add_eos_token": true, "eos_token": {"content": 7}})",
+       config + ": add_eos_token is true but eos_token is not a token"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto t = FromDirectoryWith(dir, "null", text);
+    ASSERT_FALSE(t.ok()) << text;
+    EXPECT_EQ(t.error().message, message);
+  }
+}
+
+}  // namespace
+}  // namespace txscore::llm
