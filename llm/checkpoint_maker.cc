@@ -206,7 +206,12 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
   // Gemma norms scale by (1 + w): weights near 0; the others scale by w: weights near 1.
   auto norm = [&](const std::string& name, int64_t size) { return add(name, {size}, 0.1f, gemma ? 0.0f : 1.0f); };
 
+  const int steps = static_cast<int>(d.layers) + 2;  // the embedding, each layer, writing
+  auto report = [&](int done) {
+    if (spec.progress) spec.progress(done, steps);
+  };
   TXSCORE_RETURN_IF_ERROR(add("model.embed_tokens.weight", {vocab, hidden}, 0.5f, 0.0f));
+  report(1);
   for (int64_t l = 0; l < d.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     TXSCORE_RETURN_IF_ERROR(norm(p + "input_layernorm.weight", hidden));
@@ -226,6 +231,7 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
     TXSCORE_RETURN_IF_ERROR(linear(p + "mlp.gate_proj.weight", d.intermediate, hidden));
     TXSCORE_RETURN_IF_ERROR(linear(p + "mlp.up_proj.weight", d.intermediate, hidden));
     TXSCORE_RETURN_IF_ERROR(linear(p + "mlp.down_proj.weight", hidden, d.intermediate));
+    report(static_cast<int>(l) + 2);
   }
   TXSCORE_RETURN_IF_ERROR(norm("model.norm.weight", hidden));
   writer.SetMetadata("format", "pt");
@@ -247,6 +253,7 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
     std::filesystem::rename(tmp, dir / name, ec);
     if (ec) return Internal("cannot write " + (dir / name).string() + ": " + ec.message());
   }
+  report(steps);
   return summary;
 }
 

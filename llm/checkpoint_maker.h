@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/result.h"
@@ -19,6 +20,9 @@ struct CheckpointSpec {
   std::string size = "tiny";
   uint64_t seed = 1;
   DType dtype = DType::kBF16;  // Default: BF16, as checkpoints on the hub usually are
+  // Default: none. Called with (steps done, steps) as the weights are made (the embedding,
+  // each layer) and once the files are written: a 0.5b checkpoint takes tens of seconds.
+  std::function<void(int done, int total)> progress;
 };
 
 struct CheckpointSummary {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "llm/rope.h"
 #include "llm/safetensors.h"
 
 namespace txscore::llm {
@@ -131,10 +132,10 @@ class TorchDecoder : public Decoder {
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
     decoder->PadHeadDim();
-    decoder->global_inv_freq_ = decoder->PadFrequencies(InverseFrequencies(decoder->config_.rope, decoder->config_.head_dim))
+    decoder->global_inv_freq_ = decoder->PadFrequencies(RopeInverseFrequencies(decoder->config_.rope, decoder->config_.head_dim))
                                     .to(decoder->device_);
     decoder->local_inv_freq_ =
-        decoder->PadFrequencies(InverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim))
+        decoder->PadFrequencies(RopeInverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim))
             .to(decoder->device_);
     decoder->MoveWeightsToDevice();
     CountModelBuild();
@@ -275,30 +276,9 @@ class TorchDecoder : public Decoder {
     return t.scalar_type() == dtype ? t : t.to(dtype);
   }
 
-  // 1 / theta^(2i/d), with Llama 3's frequency-dependent scaling or linear scaling applied.
-  static torch::Tensor InverseFrequencies(const RopeConfig& rope, int64_t head_dim) {
-    torch::Tensor inv = 1.0 / torch::pow(rope.theta, torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) /
-                                                         static_cast<double>(head_dim));
-    if (rope.type == "linear") return inv / rope.factor;
-    if (rope.type == "llama3") {
-      const double old_context = static_cast<double>(rope.original_max_position_embeddings);
-      const double low_freq_wavelen = old_context / rope.low_freq_factor;
-      const double high_freq_wavelen = old_context / rope.high_freq_factor;
-      const torch::Tensor wavelen = 2 * M_PI / inv;
-      torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv / rope.factor, inv);
-      const torch::Tensor smooth = (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
-      const torch::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
-      const torch::Tensor medium = (wavelen <= low_freq_wavelen) & (wavelen >= high_freq_wavelen);
-      return torch::where(medium, smoothed, scaled);
-    }
-    return inv;
-  }
-
   // cos and sin stacked: [2, batch, 1, longest, head_dim], in the activation dtype.
   torch::Tensor RopeTables(const torch::Tensor& inv_freq, const torch::Tensor& positions) const {
-    const torch::Tensor freqs = As(positions, torch::kFloat32).unsqueeze(-1) * inv_freq.view({1, 1, -1});
-    const torch::Tensor angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);
-    return As(torch::stack({angles.cos(), angles.sin()}), dtype_);
+    return As(llm::RopeTables(inv_freq, positions), dtype_);
   }
 
   torch::Tensor RotateHalf(const torch::Tensor& x) const {
@@ -351,8 +331,8 @@ class TorchDecoder : public Decoder {
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
     const torch::Tensor cos = rope[0], sin = rope[1];
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
+    q = ApplyRope(q, cos, sin, RotateHalf(q));
+    k = ApplyRope(k, cos, sin, RotateHalf(k));
 
     torch::Tensor& cache_k = cache->keys[layer_index];
     torch::Tensor& cache_v = cache->values[layer_index];

@@ -11,6 +11,7 @@
 #include "fraud/card_token.h"
 #include "fraud/claim.h"
 #include "llm/checkpoint_maker.h"
+#include "service/commands/progress.h"
 #include "llm/claim_analysis.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
@@ -206,6 +207,8 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   make->callback([spec, out_dir, dtype, exit_code] {
     spec->dtype = *dtype == "float32" ? llm::DType::kF32 : llm::DType::kBF16;
+    ProgressDisplay display("make-checkpoint", "steps");
+    spec->progress = [&display](int done, int total) { display.Update(done, total); };
     Result<llm::CheckpointSummary> summary = llm::MakeCheckpoint(*spec, *out_dir);
     if (!summary.ok()) {
       std::fprintf(stderr, "%s\n", summary.error().ToString().c_str());

@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 
+#include "fraud/card_token.h"
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
 #include "service/commands/commands.h"
@@ -37,6 +39,20 @@ void PrintTableRow(const rpc::ScoreResult& result) {
   }
   std::printf("%-22s %-8s %.4f  %s\n", result.request_id.c_str(),
               rpc::_Decision_VALUES_TO_NAMES.at(result.decision), result.score, reasons.c_str());
+}
+
+// `pan` with its account digits (after the 6-digit issuer prefix) replaced by digits derived
+// from the PAN and `run` (a random number per run), and a new Luhn check digit: the same card
+// within a run, another one in every other run.
+std::string CardOfThisRun(const std::string& pan, uint64_t run) {
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a, 64 bits
+  for (char c : pan + ":" + std::to_string(run)) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  std::string digits = pan.substr(0, 6);
+  while (digits.size() + 1 < pan.size()) {
+    digits += static_cast<char>('0' + hash % 10);
+    hash = hash / 10 == 0 ? hash * 2654435761ULL + 1 : hash / 10;
+  }
+  return digits + fraud::LuhnCheckDigit(digits);
 }
 
 int RunScore(const ScoreOptions& options) {
@@ -70,21 +86,28 @@ int RunScore(const ScoreOptions& options) {
       transactions.push_back(std::move(t).value());
     }
   } else {
-    // A few cards over the last three days, half of them attacked so the demo shows fraud.
-    // Timestamps and request ids are anchored at "now" so that a second run adds new
-    // history instead of replaying the same moments.
+    // A few cards over the three days before today (UTC), half of them attacked so the demo
+    // shows fraud. Each run gets cards of its own (card_number rewritten for the run),
+    // so a second run does not send transactions into the past of the first run's cards,
+    // whose history the server keeps; and since the story is anchored at midnight, runs on
+    // the same day send the same story at the same times and decide the same way.
     const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
+    const int64_t day_start_s = now_s - now_s % 86400;
     fraud::SyntheticOptions demo;
     demo.seed = options.seed;
     demo.cards = 8;
     demo.days = 3;
-    demo.start_ms = (now_s - 3 * 86400) * 1000;
+    demo.start_ms = (day_start_s - 3 * 86400) * 1000;
     demo.attacked_card_fraction = 0.5;
+    // Two runs may start within the same second: the run's cards come from a random number.
+    const uint64_t run = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     for (const fraud::LabeledTransaction& t : fraud::GenerateTransactions(demo)) {
-      if (t.tx.timestamp_ms > now_s * 1000) continue;
+      if (t.tx.timestamp_ms >= day_start_s * 1000) continue;
       rpc::Transaction wire = ToThriftTransaction(t.tx);
-      wire.request_id = "demo-" + std::to_string(now_s) + "-" + std::to_string(transactions.size());
+      wire.__set_card_number(CardOfThisRun(t.tx.card_number.value_or(""), run));
+      wire.request_id = "demo-" + std::to_string(now_s) + "-" + std::to_string(run % 100000) + "-" +
+                        std::to_string(transactions.size());
       transactions.push_back(std::move(wire));
     }
   }

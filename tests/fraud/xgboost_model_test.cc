@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "fraud/trainer.h"
+#include "fraud/ubjson_check.h"
 #include "tests/test_support.h"
 
 namespace txscore::fraud {
@@ -89,19 +90,27 @@ TEST(XGBoostModel, RefusesCorruptModelFile) {
 
 // XGBoost itself crashes on many truncated .ubj files; Load must refuse them all with an error.
 TEST(XGBoostModel, RefusesTruncatedUbjson) {
+  // A fixed 3-tree model (tests/data, made once with `txscore train --cards 50 --days 3
+  // --rounds 3 --max-depth 3`), so that what is cut does not change with the trainer or the
+  // features: the file is whole UBJSON, and every cut of it is refused at the cut.
   testing::TempDir dir;
-  const std::string bytes = testing::ReadFile(SmallModelDir() + "/fraud.ubj");
+  const std::string bytes = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/tests/data/fraud-3-trees.ubj");
+  ASSERT_EQ(bytes.size(), 2979u);
+  ASSERT_TRUE(CheckUbjsonDocument(bytes).ok());
   std::filesystem::copy_file(SmallModelDir() + "/fraud.features.json", dir.file("fraud.features.json"));
-  for (size_t eighth = 1; eighth < 8; ++eighth) {
-    testing::WriteFile(dir.file("fraud.ubj"), bytes.substr(0, bytes.size() * eighth / 8));
+  for (size_t length = 1; length < bytes.size(); length += 37) {
+    testing::WriteFile(dir.file("fraud.ubj"), bytes.substr(0, length));
     auto model = XGBoostModel::Load(dir.file("fraud.ubj"));
-    ASSERT_FALSE(model.ok()) << "accepted " << eighth << "/8 of the model";
+    ASSERT_FALSE(model.ok()) << "accepted the first " << length << " bytes of the model";
     EXPECT_EQ(model.error().code, ErrorCode::kDataLoss);
-    EXPECT_EQ(model.error().message.rfind("model file " + dir.file("fraud.ubj") +
-                                              " is not a valid XGBoost model: malformed UBJSON: the input ends inside ",
-                                          0),
+    // Cut short: "the input ends where a value should start at byte N", "... ends inside a
+    // length at byte N", "an object is not closed at byte N", and the like.
+    const std::string& message = model.error().message;
+    EXPECT_EQ(message.rfind("model file " + dir.file("fraud.ubj") + " is not a valid XGBoost model: malformed UBJSON: ", 0),
               0u)
-        << model.error().message;
+        << message;
+    EXPECT_TRUE(message.find("the input ends ") != std::string::npos || message.find(" is not closed at byte ") != std::string::npos)
+        << length << ": " << message;
   }
 }
 

@@ -172,6 +172,19 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         assert r.returncode == 2 and "not a line of a txscore batch run output" in r.stderr, r
 
 
+def check_make_checkpoint_shows_its_progress(txscore):
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        r = run(txscore, "llm", "make-checkpoint", "--family", "qwen3", "--size", "tiny", "--out", work)
+        assert r.returncode == 0, r
+        # 2 layers: the embedding, each layer and the writing are 4 steps; off a terminal, a
+        # line per tenth and one at the end.
+        lines = [line for line in r.stderr.splitlines() if line.startswith("make-checkpoint: ")]
+        assert lines and lines[-1].startswith("make-checkpoint: 4/4 (100%)"), r.stderr
+        assert os.path.exists(os.path.join(work, "model.safetensors"))
+
+
 def check_audit_last_zero_is_refused(txscore):
     r = run(txscore, "audit", "--last", "0", "--db", "/nonexistent")
     assert r.returncode != 0, r
@@ -231,6 +244,7 @@ CHECKS = [
     check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file,
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,
+    check_make_checkpoint_shows_its_progress,
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
     check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,

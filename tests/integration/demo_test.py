@@ -78,6 +78,15 @@ def main():
         reviews = [x for x in results if x.get("decision") == "REVIEW"]
         assert reviews, "the demo transactions gave no REVIEW"
         assert all(x.get("findings") for x in reviews), reviews[0]
+        # A second demo run scores new cards, not the past of the first run's cards: the same
+        # story, decided the same way, for the same reasons (not "seconds_since_last" of
+        # transactions sent before the cards' stored history).
+        r = run(txscore, "score", "--server", address, "--json")
+        assert r.returncode == 0, r.stderr
+        again = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        def story(xs):
+            return [(x["decision"], [reason["feature"] for reason in x.get("reasons", [])]) for x in xs]
+        assert story(again) == story(results), (story(results)[:5], story(again)[:5])
 
         r = run(txscore, "audit", "--last", "3", "--config", pipeline)
         assert r.returncode == 0, r.stderr

@@ -13,7 +13,9 @@
 
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
+#include "accelerator/op_adapters_torch.h"
 #include "llm/generator.h"
+#include "llm/rope.h"
 #include "llm/tokenizer.h"
 #include "tests/test_support.h"
 
@@ -431,6 +433,38 @@ TEST_F(GeneratorTest, BatchWithSchemaFinishesEverySequenceWithValidJson) {
     EXPECT_EQ(r.finish_reason, "schema_complete");
     EXPECT_TRUE(ClaimAnalysisTask::ParseFindings(r.text).ok()) << r.text;
   }
+}
+
+}  // namespace
+}  // namespace txscore::llm
+
+namespace txscore::llm {
+namespace {
+
+// One rotation worked out by hand: head_dim 4, theta 10000, so the inverse frequencies are
+// 1 / 10000^(0/4) = 1 and 1 / 10000^(2/4) = 0.01. At position 3, the pair (x0, x2) turns by
+// 3 radians and (x1, x3) by 0.03: x0' = x0 cos 3 - x2 sin 3, x2' = x2 cos 3 + x0 sin 3, and
+// likewise for (x1, x3) with 0.03. A sign or a pairing mistake changes these numbers.
+TEST(Rope, OneRotationMatchesTheValuesWorkedOutByHand) {
+  const torch::Tensor inv = RopeInverseFrequencies(RopeConfig{}, 4);
+  ASSERT_EQ(inv.numel(), 2);
+  EXPECT_FLOAT_EQ(inv[0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(inv[1].item<float>(), 0.01f);
+  const torch::Tensor tables = RopeTables(inv, torch::tensor({{3}}, torch::kInt64));  // [2, 1, 1, 1, 4]
+  const torch::Tensor cos = tables[0], sin = tables[1];
+  const torch::Tensor x = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({1, 1, 1, 4});
+  const double x0 = 1, x1 = 2, x2 = 3, x3 = 4;
+  const std::vector<double> expected = {x0 * std::cos(3.0) - x2 * std::sin(3.0), x1 * std::cos(0.03) - x3 * std::sin(0.03),
+                                        x2 * std::cos(3.0) + x0 * std::sin(3.0), x3 * std::cos(0.03) + x1 * std::sin(0.03)};
+  // The decoder's two ways of rotating half a head (accelerator/op_adapters.h) give the same.
+  for (const torch::Tensor& rotated :
+       {accelerator::RotateHalfBySlicing(x), accelerator::RotateHalfByMatmul(x, accelerator::RotateHalfMatrix(4, torch::kFloat32))}) {
+    const torch::Tensor out = ApplyRope(x, cos, sin, rotated).flatten();
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i].item<float>(), expected[static_cast<size_t>(i)], 1e-5) << i;
+  }
+  // Position 0 leaves the vector as it is.
+  const torch::Tensor at_zero = RopeTables(inv, torch::tensor({{0}}, torch::kInt64));
+  EXPECT_TRUE(torch::equal(ApplyRope(x, at_zero[0], at_zero[1], accelerator::RotateHalfBySlicing(x)), x));
 }
 
 }  // namespace
