@@ -2,13 +2,21 @@
 // in the same run: streaming every weight matrix once through a matrix-vector product of the
 // same shape and dtype (what one decode step cannot beat on a memory-bound machine).
 //
-//   ./build/txscore llm make-checkpoint --family qwen3 --size 0.5b --out var/models/bench-0.5b
-//   ./build/bench/llm_bench --model var/models/bench-0.5b --benchmark_repetitions=5
-//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
-//   (one command line)
+// README's "Speed" table comes from these commands (a block comment, so the shell's line
+// continuation stays as README has it):
+/*
+./build/txscore llm make-checkpoint --family llama --size 0.5b --out var/models/bench-0.5b
+./build/bench/llm_bench --model var/models/bench-0.5b --benchmark_min_time=1 --benchmark_repetitions=5 \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+*/
+// --threads N (default 1) sets libtorch's and OpenBLAS's thread count; README's figures use 1.
+// Every forward pass is checked (its error, and logits of one row of vocab_size floats per
+// sequence): a failing one stops its benchmark with the error instead of timing nothing.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -17,6 +25,7 @@
 namespace {
 
 std::string g_model;
+int g_threads = 1;
 constexpr int kPrefillTokens = 128;
 constexpr int kDecodeContext = 256;  // decode steps run with the cache refilled to this length
 
@@ -24,7 +33,7 @@ txscore::llm::Decoder& Model(const std::string& dtype) {
   static std::map<std::string, std::unique_ptr<txscore::llm::Decoder>> models;
   auto& slot = models[dtype];
   if (!slot) {
-    auto loaded = txscore::llm::Decoder::Load(g_model, {.dtype = dtype});
+    auto loaded = txscore::llm::Decoder::Load(g_model, {.dtype = dtype, .threads = g_threads});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().ToString().c_str());
       std::exit(1);
@@ -34,18 +43,41 @@ txscore::llm::Decoder& Model(const std::string& dtype) {
   return *slot;
 }
 
-std::vector<int32_t> Tokens(int n, int offset) {
+// Ids 1..3000 (1..vocab_size - 1 for a smaller vocabulary, as in a tiny checkpoint).
+std::vector<int32_t> Tokens(int n, int offset, int64_t vocab_size) {
+  const int64_t range = std::min<int64_t>(3000, vocab_size - 1);
   std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(1 + (i * 37 + offset) % 3000);
+  for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>(1 + (i * 37 + offset) % range));
   return ids;
+}
+
+// Runs one forward pass of one sequence. False, with the benchmark stopped by
+// SkipWithError, when it fails or its logits are not one row of vocab_size floats.
+bool CheckedForward(benchmark::State& state, const txscore::llm::Decoder& model, txscore::llm::DecoderCache* cache,
+                    std::vector<int32_t> tokens) {
+  auto logits = model.Forward(cache, {std::move(tokens)});
+  if (!logits.ok()) {
+    state.SkipWithError(logits.error().ToString().c_str());
+    return false;
+  }
+  const auto vocab_size = static_cast<size_t>(model.config().vocab_size);
+  if (logits->size() != 1 || (*logits)[0].size() != vocab_size) {
+    const std::string message = "forward returned " + std::to_string(logits->size()) + " rows of " +
+                                std::to_string(logits->empty() ? 0 : (*logits)[0].size()) + " logits, expected 1 of " +
+                                std::to_string(vocab_size);
+    state.SkipWithError(message.c_str());
+    return false;
+  }
+  benchmark::DoNotOptimize(logits->data());
+  return true;
 }
 
 void BM_Prefill(benchmark::State& state, const char* dtype) {
   auto& model = Model(dtype);
+  const auto prompt = Tokens(kPrefillTokens, 0, model.config().vocab_size);
   for (auto _ : state) {
     auto cache = model.NewCache(1, kPrefillTokens);
-    auto logits = model.Forward(cache.get(), {Tokens(kPrefillTokens, 0)});
-    benchmark::DoNotOptimize(logits);
+    if (!CheckedForward(state, model, cache.get(), prompt)) break;
   }
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kPrefillTokens) * state.iterations(),
                                                       benchmark::Counter::kIsRate);
@@ -53,21 +85,22 @@ void BM_Prefill(benchmark::State& state, const char* dtype) {
 
 void BM_DecodeStep(benchmark::State& state, const char* dtype) {
   auto& model = Model(dtype);
+  const int64_t vocab_size = model.config().vocab_size;
+  const auto context = Tokens(kDecodeContext - 64, 1, vocab_size);
   auto cache = model.NewCache(1, kDecodeContext + 1);
   auto fill = [&] {
     cache->Reset(0);
-    (void)model.Forward(cache.get(), {Tokens(kDecodeContext - 64, 1)});
+    return CheckedForward(state, model, cache.get(), context);
   };
-  fill();
+  if (!fill()) return;
   int step = 0;
   for (auto _ : state) {
     if (cache->lengths()[0] >= kDecodeContext) {
       state.PauseTiming();
-      fill();
+      if (!fill()) break;  // stopped by SkipWithError: the timer must not be resumed
       state.ResumeTiming();
     }
-    auto logits = model.Forward(cache.get(), {{1 + step++ % 3000}});
-    benchmark::DoNotOptimize(logits);
+    if (!CheckedForward(state, model, cache.get(), Tokens(1, step++, vocab_size))) break;
   }
 }
 
@@ -109,17 +142,28 @@ BENCHMARK_CAPTURE(BM_WeightStreamFloor, bfloat16, "bfloat16")->Unit(benchmark::k
 
 int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--model") == 0) {
+    const bool model = std::strcmp(argv[i], "--model") == 0;
+    if (!model && std::strcmp(argv[i], "--threads") != 0) continue;
+    if (model) {
       g_model = argv[i + 1];
-      for (int j = i; j + 2 < argc; ++j) argv[j] = argv[j + 2];
-      argc -= 2;
-      break;
+    } else {
+      char* end = nullptr;
+      const long threads = std::strtol(argv[i + 1], &end, 10);
+      if (*argv[i + 1] == '\0' || *end != '\0' || threads < 1 || threads > 1024) {
+        std::fprintf(stderr, "llm_bench: --threads must be an integer from 1 to 1024, not \"%s\"\n", argv[i + 1]);
+        return 2;
+      }
+      g_threads = static_cast<int>(threads);
     }
+    for (int j = i; j + 2 < argc; ++j) argv[j] = argv[j + 2];
+    argc -= 2;
+    --i;
   }
   if (g_model.empty()) {
-    std::fprintf(stderr, "usage: llm_bench --model CHECKPOINT_DIR [benchmark flags]\n");
+    std::fprintf(stderr, "usage: llm_bench --model CHECKPOINT_DIR [--threads N] [benchmark flags]\n");
     return 2;
   }
+  at::set_num_threads(g_threads);
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("torch_threads", std::to_string(at::get_num_threads()));
   benchmark::AddCustomContext("model", g_model);

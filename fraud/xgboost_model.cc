@@ -5,7 +5,11 @@
 #include <openssl/evp.h>
 #include <xgboost/c_api.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -57,6 +61,36 @@ constexpr size_t kMaxModelBytes = size_t{4} << 30;  // 4 GiB: far above any tree
 
 std::string LastXGBoostError() { return XGBGetLastError(); }
 
+namespace {
+
+// Loads `bytes`, the model as read and checked, into `booster` through a private temporary
+// file named with `extension`: XGBoost picks the format from a file's extension (from a
+// buffer it would guess it from the first byte, which is '{' for both), and loading the
+// model's own path again would load whatever that path holds by then, unchecked.
+Status LoadCheckedBytes(BoosterHandle booster, const std::string& bytes, const std::string& extension) {
+  std::string path = (std::filesystem::temp_directory_path() / ("txscore-model-XXXXXX" + extension)).string();
+  const int fd = ::mkstemps(path.data(), static_cast<int>(extension.size()));  // mode 0600
+  if (fd < 0) return Internal("cannot create a temporary file for the model: " + std::string(std::strerror(errno)));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  Status status = Status::Ok();
+  if (written != bytes.size()) {
+    status = Internal("cannot write the model to " + path + ": " + std::strerror(errno));
+  } else if (XGBoosterLoadModel(booster, path.c_str()) != 0) {
+    status = Internal(LastXGBoostError());
+  }
+  ::unlink(path.c_str());
+  return status;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& model_path,
                                                          const XGBoostModelOptions& options) {
   Result<std::string> read = ReadFileBounded(model_path, kMaxModelBytes, "model file");
@@ -96,13 +130,13 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
     if (!trees.ok()) return DataLoss(trees.error().message + " (not a valid XGBoost model)");
   }
 
+  if (options.after_check) options.after_check();
+
   BoosterHandle booster = nullptr;
   if (XGBoosterCreate(nullptr, 0, &booster) != 0) return Internal("XGBoosterCreate: " + LastXGBoostError());
   model->booster_ = booster;
-  // XGBoost picks the format from the extension when loading from a file; loading from the
-  // buffer we already read would guess JSON vs UBJSON from the first byte instead.
-  if (XGBoosterLoadModel(booster, model_path.c_str()) != 0) {
-    return DataLoss("model file " + model_path + " is not a valid XGBoost model: " + LastXGBoostError());
+  if (Status loaded = LoadCheckedBytes(booster, bytes, ubjson ? ".ubj" : ".json"); !loaded.ok()) {
+    return DataLoss("model file " + model_path + " is not a valid XGBoost model: " + loaded.error().message);
   }
   const std::string nthread = std::to_string(options.nthread);
   if (XGBoosterSetParam(booster, "nthread", nthread.c_str()) != 0) {

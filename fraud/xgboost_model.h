@@ -6,6 +6,7 @@
 // not race XGBoost's lazy configuration.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct XGBoostModelOptions {
   // Score with txscore's TreeEnsemble when the model allows (see tree_ensemble.h), XGBoost's
   // C API otherwise. Default: true.
   bool fast_evaluator = true;
+  // Tests: called once the model file's bytes are read and checked, before XGBoost loads them
+  // (to change the file in between). Default: none.
+  std::function<void()> after_check;
 };
 
 class XGBoostModel {

@@ -156,7 +156,8 @@ struct RpcServer::Shared {
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
 
   struct {
-    std::atomic<uint64_t> accepted{0}, refused{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0}, protocol_errors{0};
+    std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
+        protocol_errors{0};
   } counters;
   RateLimitedWarning refused_warning{std::chrono::seconds(10)};
   RateLimitedWarning timeout_warning{std::chrono::seconds(10)};
@@ -208,6 +209,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // For the sweeper: the current phase's deadline in steady-clock ticks, 0 when none runs.
   int64_t deadline() const { return deadline_.load(std::memory_order_relaxed); }
 
+  // For the acceptor: since when the connection has waited for a frame (steady-clock ticks),
+  // 0 when it is not idle.
+  int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
+
+  // The server is full and a new client waits: close if still idle (a frame may have begun).
+  void EvictIfIdle() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->phase_ != Phase::kIdle) return;
+      self->shared_->counters.idle_evictions.fetch_add(1);
+      self->Close();
+    });
+  }
+
   // The sweeper saw the deadline pass: close if it still has (the phase may have moved on).
   void CloseIfPastDeadline() {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
@@ -245,6 +260,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     phase_ = Phase::kIdle;
+    idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     header_bytes_ = 0;
     SetDeadline(shared_->config.idle_timeout_ms);
     ContinueHeader();
@@ -267,6 +283,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (header_bytes_ == 0 && n > 0) {
       // The frame's first byte: from now on the whole frame must arrive within the deadline.
       phase_ = Phase::kReading;
+      idle_since_.store(0, std::memory_order_relaxed);
       SetDeadline(shared_->config.frame_timeout_ms);
     }
     header_bytes_ += n;
@@ -463,6 +480,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (phase_ == Phase::kClosed) return false;
     phase_ = Phase::kClosed;
     deadline_.store(0, std::memory_order_relaxed);
+    idle_since_.store(0, std::memory_order_relaxed);
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -493,6 +511,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::mutex mutex_;
   tcp::socket socket_;
   std::atomic<int64_t> deadline_{0};  // steady-clock ticks; 0: no deadline (processing, closed)
+  std::atomic<int64_t> idle_since_{0};  // steady-clock ticks; 0: not idle
   Phase phase_ = Phase::kIdle;
   uint8_t header_[4] = {0, 0, 0, 0};
   size_t header_bytes_ = 0;
@@ -590,9 +609,28 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     }
     shared->counters.accepted.fetch_add(1);
     size_t open = 0;
+    std::shared_ptr<Connection> longest_idle;
     {
       std::lock_guard<std::mutex> lock(shared->connections_mutex);
       open = shared->connections.size();
+      if (open >= static_cast<size_t>(shared->max_connections)) {
+        // Full: the connection idle the longest makes room, so that idle connections (a
+        // caller's spare pool, or someone holding sockets open) cannot lock out a client
+        // with a request to send. Connections mid-frame or mid-request are never evicted.
+        int64_t oldest = 0;
+        for (const auto& [raw, weak] : shared->connections) {
+          const int64_t since = raw->idle_since();
+          if (since == 0 || (oldest != 0 && since >= oldest)) continue;
+          if (std::shared_ptr<Connection> candidate = weak.lock()) {
+            longest_idle = std::move(candidate);
+            oldest = since;
+          }
+        }
+      }
+    }
+    if (longest_idle != nullptr && !shared->stopping.load()) {
+      longest_idle->EvictIfIdle();
+      open = 0;  // the new client takes its place (one over the limit until it has closed)
     }
     if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
       shared->counters.refused.fetch_add(1);
@@ -707,9 +745,11 @@ RpcServerStats RpcServer::stats() const {
   {
     std::lock_guard<std::mutex> lock(shared_->connections_mutex);
     s.connections_open = shared_->connections.size();
+    for (const auto& [raw, weak] : shared_->connections) s.connections_idle += raw->idle_since() != 0 ? 1 : 0;
   }
   s.connections_accepted = shared_->counters.accepted.load();
   s.connections_refused = shared_->counters.refused.load();
+  s.idle_evictions = shared_->counters.idle_evictions.load();
   s.frame_timeouts = shared_->counters.frame_timeouts.load();
   s.idle_timeouts = shared_->counters.idle_timeouts.load();
   s.requests_shed = shared_->counters.shed.load();

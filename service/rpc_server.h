@@ -36,8 +36,10 @@ namespace txscore::service {
 // Counters since Create(); read them at any time from any thread.
 struct RpcServerStats {
   uint64_t connections_open = 0;
+  uint64_t connections_idle = 0;      // of those, waiting for a frame
   uint64_t connections_accepted = 0;  // including those refused
-  uint64_t connections_refused = 0;   // over max_connections
+  uint64_t connections_refused = 0;   // over max_connections, none of them idle
+  uint64_t idle_evictions = 0;        // idle connections closed to make room for a new one
   uint64_t frame_timeouts = 0;        // a frame or a reply not through within frame_timeout_ms
   uint64_t idle_timeouts = 0;         // silent for idle_timeout_ms between frames
   uint64_t requests_queued = 0;       // complete frames waiting for a worker now

@@ -94,6 +94,9 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   RpcServer* const rpc_server = server->rpc_.get();
   server->registry_.AddGaugeFunction("txscore_rpc_connections_open", "Thrift connections open now.", {},
                                      [rpc_server] { return rpc_server->stats().connections_open; });
+  server->registry_.AddGaugeFunction("txscore_rpc_connections_idle",
+                                     "Thrift connections open now and waiting for a frame (evicted first when full).", {},
+                                     [rpc_server] { return rpc_server->stats().connections_idle; });
   server->registry_.AddGaugeFunction("txscore_rpc_requests_queued", "Complete requests waiting for a worker now.", {},
                                      [rpc_server] { return rpc_server->stats().requests_queued; });
   const struct {
@@ -103,8 +106,12 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   } kRpcCounters[] = {
       {"txscore_rpc_connections_accepted_total", "Thrift connections accepted (refused ones included).",
        &RpcServerStats::connections_accepted},
-      {"txscore_rpc_connections_refused_total", "Thrift connections closed at once: server.max_connections open.",
+      {"txscore_rpc_connections_refused_total",
+       "Thrift connections closed at once: server.max_connections open and none of them idle.",
        &RpcServerStats::connections_refused},
+      {"txscore_rpc_idle_evictions_total",
+       "Idle Thrift connections closed to make room for a new one (server.max_connections open).",
+       &RpcServerStats::idle_evictions},
       {"txscore_rpc_frame_timeouts_total",
        "Thrift connections closed because a frame or a reply took over server.frame_timeout_ms.",
        &RpcServerStats::frame_timeouts},

@@ -66,6 +66,7 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const 
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.keep_log_file_num = 4;
+  db_options.max_open_files = options.max_open_files;
   db_options.statistics = rocksdb::CreateDBStatistics();  // tickers only (WAL syncs): cheap
   rocksdb::ColumnFamilyOptions cf_options;
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;

@@ -36,6 +36,10 @@ Result<Durability> ParseDurability(std::string_view name);  // "sync" or "wal"
 struct DatabaseOptions {
   Durability durability = Durability::kSync;  // Default: sync, durable across power loss
   bool read_only = false;                     // Default: false. Read-only opens may run beside a server.
+  // Default: 128. Table files RocksDB keeps open (its own default keeps every one open): the
+  // server sets aside 256 file descriptors beside its connections (service/rpc_server.cc), and
+  // a growing database must not take the connections' share.
+  int max_open_files = 128;
 };
 
 // A set of writes applied atomically by Database::Write.

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
+
 namespace txscore::fraud {
 namespace {
 
@@ -45,6 +48,31 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_FALSE(LooksLikeCardNumber("40000012-3456-7899-abcd-0123456789ab"));
   EXPECT_FALSE(LooksLikeCardNumber("9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"));
   EXPECT_FALSE(LooksLikeCardNumber("m-US-17"));
+}
+
+// Random strings from a fixed generator (std::mt19937_64's output is fixed by the standard), so
+// the counts below are exact: README quotes them.
+std::string RandomOf(std::mt19937_64& random, const char* alphabet, size_t alphabet_size, size_t length) {
+  std::string text;
+  for (size_t i = 0; i < length; ++i) text += alphabet[random() % alphabet_size];
+  return text;
+}
+
+TEST(PanScan, HowOftenRandomIdsAndTokensLookLikeCards) {
+  std::mt19937_64 random(1);
+  constexpr int kSamples = 100000;
+  int uuids = 0, numeric = 0, hex_tokens = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    const std::string hex = RandomOf(random, "0123456789abcdef", 16, 32);
+    const std::string uuid = hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+                             hex.substr(16, 4) + "-" + hex.substr(20, 12);
+    uuids += LooksLikeCardNumber(uuid) ? 1 : 0;
+    numeric += LooksLikeCardNumber(RandomOf(random, "0123456789", 10, 16)) ? 1 : 0;
+    hex_tokens += ContainsPan(RandomOf(random, "0123456789abcdef", 16, 64)) ? 1 : 0;
+  }
+  EXPECT_EQ(uuids, 0);          // a UUID's digit groups are never card-shaped
+  EXPECT_EQ(numeric, 3995);     // a 16-digit numeric id: card-shaped 4.0 % of the time
+  EXPECT_EQ(hex_tokens, 2536);  // txscore's own 64-hex token form, under the free-text rule: 2.5 %
 }
 
 TEST(PanScan, RedactsEachRunWithItsSeparators) {

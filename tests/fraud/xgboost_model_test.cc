@@ -34,6 +34,28 @@ TEST(XGBoostModel, JsonAndUbjsonCopiesPredictTheSame) {
   EXPECT_EQ(*a, *b);
 }
 
+TEST(XGBoostModel, XGBoostLoadsTheBytesThatWereCheckedNotWhatThePathHoldsLater) {
+  testing::TempDir dir;
+  std::filesystem::copy_file(SmallModelDir() + "/fraud.ubj", dir.file("fraud.ubj"));
+  std::filesystem::copy_file(SmallModelDir() + "/fraud.features.json", dir.file("fraud.features.json"));
+  XGBoostModelOptions options;
+  options.fast_evaluator = false;  // predictions from XGBoost's booster, which is what is loaded
+  auto original = XGBoostModel::Load(dir.file("fraud.ubj"), options);
+  ASSERT_TRUE(original.ok()) << original.error().ToString();
+  // Between the checks and XGBoost's load, the file is replaced by bytes that were never
+  // checked (here: not a model at all).
+  options.after_check = [&] { testing::WriteFile(dir.file("fraud.ubj"), "{this is not what was checked"); };
+  auto model = XGBoostModel::Load(dir.file("fraud.ubj"), options);
+  ASSERT_TRUE(model.ok()) << model.error().ToString();
+  EXPECT_EQ((*model)->model_version(), (*original)->model_version());
+  auto table = BuildFeatureTable(GenerateTransactions({.seed = 7, .cards = 10, .days = 3}));
+  ASSERT_TRUE(table.ok());
+  auto a = (*original)->Predict(table->values.data(), table->rows());
+  auto b = (*model)->Predict(table->values.data(), table->rows());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
 TEST(XGBoostModel, BatchPredictionEqualsRowByRow) {
   auto model = XGBoostModel::Load(SmallModelDir() + "/fraud.ubj");
   ASSERT_TRUE(model.ok());

@@ -250,16 +250,47 @@ TEST_F(RpcServerUnitTest, AReplyLargerThanTheSocketBuffersArrivesWhole) {
   EXPECT_EQ(server_->stats().frame_timeouts, 0u);
 }
 
-TEST_F(RpcServerUnitTest, RefusesConnectionsOverTheLimit) {
+TEST_F(RpcServerUnitTest, RefusesConnectionsOverTheLimitWhenNoneIsIdle) {
   Start({.max_connections = 3});
-  std::vector<std::unique_ptr<Client>> held;
-  for (int i = 0; i < 3; ++i) held.push_back(std::make_unique<Client>(server_->port()));
-  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 3; }));
+  // Three connections each in the middle of a frame: none of them may be closed for another.
+  std::vector<int> mid_frame;
+  for (int i = 0; i < 3; ++i) {
+    mid_frame.push_back(RawConnect());
+    ASSERT_EQ(::send(mid_frame.back(), "\0\0", 2, MSG_NOSIGNAL), 2);
+  }
+  ASSERT_TRUE(Eventually(
+      [&] { return server_->stats().connections_open == 3 && server_->stats().connections_idle == 0; }));
   EXPECT_TRUE(ClosedWithoutReply(HealthCallWithNesting(0)));
   EXPECT_EQ(server_->stats().connections_refused, 1u);
-  held.pop_back();  // one closes: a new client gets its place
+  EXPECT_EQ(server_->stats().idle_evictions, 0u);
+  ::close(mid_frame.back());  // one closes: a new client gets its place
+  mid_frame.pop_back();
   ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 2; }));
   ExpectStillServing();
+  for (int fd : mid_frame) ::close(fd);
+}
+
+TEST_F(RpcServerUnitTest, AFullServerClosesTheConnectionIdleTheLongestForANewClient) {
+  Start({.max_connections = 3});
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<Client>(server_->port()));
+    ASSERT_TRUE(Eventually([&] { return server_->stats().connections_idle == static_cast<uint64_t>(i + 1); }));
+  }
+  // The second and third have been used since; the first has waited the longest.
+  for (int i = 1; i < 3; ++i) {
+    rpc::HealthStatus health;
+    held[static_cast<size_t>(i)]->client->health(health);
+  }
+  ExpectStillServing();  // a fourth client is served...
+  EXPECT_EQ(server_->stats().connections_refused, 0u);
+  EXPECT_EQ(server_->stats().idle_evictions, 1u);
+  // ...and the first was closed to make room; the others still work.
+  rpc::HealthStatus health;
+  EXPECT_THROW(held[0]->client->health(health), apache::thrift::TException);
+  held[1]->client->health(health);
+  held[2]->client->health(health);
+  EXPECT_TRUE(health.live);
 }
 
 TEST_F(RpcServerUnitTest, ShedsRequestsWhenTheQueueIsFullAndKeepsTheConnection) {

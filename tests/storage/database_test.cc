@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "storage/audit_log.h"
@@ -150,6 +151,17 @@ TEST(Database, SyncDurabilitySyncsTheLogOnEveryWriteAndWalNever) {
     }
     EXPECT_EQ((*db)->WalSyncs() - before, durability == Durability::kSync ? 3u : 0u) << (durability == Durability::kSync ? "sync" : "wal");
   }
+}
+
+TEST(Database, KeepsAtMostMaxOpenFilesTableFilesOpen) {
+  testing::TempDir dir;
+  ASSERT_TRUE(Database::Open(dir.file("db"), {}).ok());
+  // RocksDB writes the options it runs with to OPTIONS-NNNNNN in the database directory.
+  std::string options_text;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("db"))) {
+    if (entry.path().filename().string().rfind("OPTIONS-", 0) == 0) options_text = testing::ReadFile(entry.path().string());
+  }
+  EXPECT_NE(options_text.find("\n  max_open_files=128\n"), std::string::npos) << options_text.substr(0, 2000);
 }
 
 TEST(Database, CloseReportsSuccessAndReleasesTheDirectory) {
