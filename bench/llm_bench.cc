@@ -79,8 +79,8 @@ void BM_Prefill(benchmark::State& state, const char* dtype) {
     auto cache = model.NewCache(1, kPrefillTokens);
     if (!CheckedForward(state, model, cache.get(), prompt)) break;
   }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kPrefillTokens) * state.iterations(),
-                                                      benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(kPrefillTokens) * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 void BM_DecodeStep(benchmark::State& state, const char* dtype) {
@@ -112,8 +112,13 @@ void BM_WeightStreamFloor(benchmark::State& state, const char* dtype) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   std::vector<torch::Tensor> weights;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (auto shape : {std::vector<int64_t>{q, h}, {kv, h}, {kv, h}, {h, q}, {c.intermediate_size, h},
-                       {c.intermediate_size, h}, {h, c.intermediate_size}}) {
+    for (auto shape : {std::vector<int64_t>{q, h},
+                       {kv, h},
+                       {kv, h},
+                       {h, q},
+                       {c.intermediate_size, h},
+                       {c.intermediate_size, h},
+                       {h, c.intermediate_size}}) {
       weights.push_back(torch::randn(shape).to(scalar));
     }
   }
@@ -127,8 +132,8 @@ void BM_WeightStreamFloor(benchmark::State& state, const char* dtype) {
   int64_t bytes = 0;
   for (const auto& w : weights) bytes += w.numel() * w.element_size();
   state.counters["weight_GB"] = static_cast<double>(bytes) / 1e9;
-  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
-                                                  benchmark::Counter::kIsRate);
+  state.counters["GB_per_s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 }  // namespace

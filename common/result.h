@@ -14,12 +14,12 @@
 namespace txscore {
 
 enum class ErrorCode {
-  kInvalidArgument,  // the caller's input is wrong; nothing was changed
-  kNotFound,         // a named file, key or entity does not exist
+  kInvalidArgument,     // the caller's input is wrong; nothing was changed
+  kNotFound,            // a named file, key or entity does not exist
   kFailedPrecondition,  // the system is not in a state to do this (e.g. model not loaded)
-  kDataLoss,         // a stored or supplied file is corrupt or truncated
-  kInternal,         // a dependency failed (storage, model runtime)
-  kUnavailable,      // transient; retrying may succeed
+  kDataLoss,            // a stored or supplied file is corrupt or truncated
+  kInternal,            // a dependency failed (storage, model runtime)
+  kUnavailable,         // transient; retrying may succeed
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -48,7 +48,7 @@ inline Error Internal(std::string message) { return Error{ErrorCode::kInternal, 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : state_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return state_.index() == 0; }
@@ -98,8 +98,8 @@ class [[nodiscard]] Status {
 }  // namespace txscore
 
 // Returns the error of `expr` (a Status or Result) from the enclosing function.
-#define TXSCORE_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    auto&& txscore_status_ = (expr);           \
+#define TXSCORE_RETURN_IF_ERROR(expr)                          \
+  do {                                                         \
+    auto&& txscore_status_ = (expr);                           \
     if (!txscore_status_.ok()) return txscore_status_.error(); \
   } while (0)

@@ -58,19 +58,19 @@ void ForEachPanRun(std::string_view text, F on_pan) {
 bool IssuedLength(const std::string& digits) {
   struct Range {
     int prefix_digits;
-    int low, high;              // prefix range, inclusive
+    int low, high;  // prefix range, inclusive
     size_t min_length, max_length;
   };
   static constexpr Range kRanges[] = {
-      {1, 4, 4, 13, 13},       {1, 4, 4, 16, 16},       {1, 4, 4, 19, 19},        // Visa
-      {2, 51, 55, 16, 16},     {4, 2221, 2720, 16, 16},                           // Mastercard
-      {2, 34, 34, 15, 15},     {2, 37, 37, 15, 15},                               // Amex
-      {3, 300, 305, 14, 19},   {2, 36, 36, 14, 19},     {2, 38, 39, 14, 19},      // Diners
-      {4, 3528, 3589, 16, 19},                                                    // JCB
-      {4, 6011, 6011, 16, 19}, {3, 644, 649, 16, 19},   {2, 65, 65, 16, 19},      // Discover
-      {2, 62, 62, 16, 19},                                                        // UnionPay
-      {4, 2200, 2204, 16, 19},                                                    // Mir
-      {2, 50, 50, 13, 19},     {2, 56, 69, 13, 19},                               // Maestro, but its rare 12-digit cards
+      {1, 4, 4, 13, 13},       {1, 4, 4, 16, 16},       {1, 4, 4, 19, 19},    // Visa
+      {2, 51, 55, 16, 16},     {4, 2221, 2720, 16, 16},                       // Mastercard
+      {2, 34, 34, 15, 15},     {2, 37, 37, 15, 15},                           // Amex
+      {3, 300, 305, 14, 19},   {2, 36, 36, 14, 19},     {2, 38, 39, 14, 19},  // Diners
+      {4, 3528, 3589, 16, 19},                                                // JCB
+      {4, 6011, 6011, 16, 19}, {3, 644, 649, 16, 19},   {2, 65, 65, 16, 19},  // Discover
+      {2, 62, 62, 16, 19},                                                    // UnionPay
+      {4, 2200, 2204, 16, 19},                                                // Mir
+      {2, 50, 50, 13, 19},     {2, 56, 69, 13, 19},                           // Maestro, but its rare 12-digit cards
   };
   for (const Range& r : kRanges) {
     if (digits.size() < r.min_length || digits.size() > r.max_length) continue;
@@ -109,8 +109,8 @@ bool LooksLikeCardNumber(std::string_view text) {
     // from letters: other separated digits, such as a UUID's groups, are separate numbers.
     auto alnum = [&text](size_t at) { return std::isalnum(static_cast<unsigned char>(text[at])) != 0; };
     const bool apart = (i == 0 || !alnum(i - 1)) && (end == text.size() || !alnum(end));
-    bool printed_like_a_card = apart && groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 &&
-                               groups[2].size() == 5;
+    bool printed_like_a_card =
+        apart && groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 && groups[2].size() == 5;
     if (apart && groups.size() > 1 && !printed_like_a_card) {
       printed_like_a_card = true;
       for (size_t g = 0; g < groups.size(); ++g) {

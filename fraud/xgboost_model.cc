@@ -1,23 +1,21 @@
 #include "fraud/xgboost_model.h"
 
-#include "common/file_io.h"
-
 #include <openssl/evp.h>
-#include <xgboost/c_api.h>
-
 #include <unistd.h>
+#include <xgboost/c_api.h>
 
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <iterator>
 #include <limits>
+#include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "common/prepare_counters.h"
 #include "fraud/ubjson_check.h"
 #include "fraud/xgboost_tree_check.h"
@@ -171,7 +169,7 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
       model->ensemble_ = std::make_unique<TreeEnsemble>(std::move(ensemble).value());
     } else if (ensemble.error().code != ErrorCode::kFailedPrecondition) {
       return ensemble.error();  // a model XGBoost accepted but we read differently: a bug to surface
-    }  // else: a model feature the evaluator lacks; the C API scores it
+    }                           // else: a model feature the evaluator lacks; the C API scores it
   }
   CountModelBuild();
   return model;
@@ -204,8 +202,8 @@ Result<std::vector<float>> XGBoostModel::PredictWithXGBoost(const float* rows, s
   const bst_ulong* shape = nullptr;
   bst_ulong dims = 0;
   const float* out = nullptr;
-  if (XGBoosterPredictFromDense(static_cast<BoosterHandle>(booster_), array_interface, predict_config_.c_str(),
-                                nullptr, &shape, &dims, &out) != 0) {
+  if (XGBoosterPredictFromDense(static_cast<BoosterHandle>(booster_), array_interface, predict_config_.c_str(), nullptr,
+                                &shape, &dims, &out) != 0) {
     return Internal("XGBoost prediction failed: " + LastXGBoostError());
   }
   return std::vector<float>(out, out + row_count);
@@ -221,8 +219,9 @@ Result<std::vector<float>> XGBoostModel::ContributionsWithXGBoost(const float* r
   const float* out = nullptr;
   const int rc = XGBoosterPredictFromDMatrix(static_cast<BoosterHandle>(booster_), matrix,
                                              contributions_config_.c_str(), &shape, &dims, &out);
-  Result<std::vector<float>> result = rc == 0 ? Result<std::vector<float>>(std::vector<float>(out, out + schema_.size() + 1))
-                                              : Result<std::vector<float>>(Internal("XGBoost contributions failed: " + LastXGBoostError()));
+  Result<std::vector<float>> result =
+      rc == 0 ? Result<std::vector<float>>(std::vector<float>(out, out + schema_.size() + 1))
+              : Result<std::vector<float>>(Internal("XGBoost contributions failed: " + LastXGBoostError()));
   XGDMatrixFree(matrix);
   return result;
 }

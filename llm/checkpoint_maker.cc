@@ -67,8 +67,11 @@ json FamilyConfig(const std::string& family, const Dimensions& d, int64_t vocab,
     c["hidden_act"] = "silu";
     c["head_dim"] = d.head_dim;
     c["rope_theta"] = 500000.0;
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
     c["rms_norm_eps"] = 1e-5;
     c["hidden_size"] = d.head_dim * d.heads;
   } else if (family == "qwen3") {
@@ -154,7 +157,8 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
   training.vocab_size = static_cast<int>(d.tokenizer_vocab);
   const std::string bos = FamilyBosToken(spec.family);
   if (!bos.empty()) training.special_tokens.push_back(bos);  // last: the other ids stay as they were
-  Result<std::string> tokenizer = TrainByteLevelBpe(GenerateTrainingCorpus(spec.seed, static_cast<int>(d.corpus_documents)), training);
+  Result<std::string> tokenizer =
+      TrainByteLevelBpe(GenerateTrainingCorpus(spec.seed, static_cast<int>(d.corpus_documents)), training);
   if (!tokenizer.ok()) return tokenizer.error();
   json tokenizer_doc = json::parse(*tokenizer);
   int64_t tokenizer_vocab = static_cast<int64_t>(tokenizer_doc["model"]["vocab"].size());

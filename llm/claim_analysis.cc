@@ -11,13 +11,19 @@ namespace {
 
 constexpr size_t kMaxSummaryCharacters = 400;
 
-void Append(std::vector<int32_t>* ids, const std::vector<int32_t>& more) { ids->insert(ids->end(), more.begin(), more.end()); }
+void Append(std::vector<int32_t>* ids, const std::vector<int32_t>& more) {
+  ids->insert(ids->end(), more.begin(), more.end());
+}
 
 }  // namespace
 
 const std::vector<std::string>& ClaimAnalysisTask::Flags() {
-  static const std::vector<std::string> flags = {"inconsistent_dates", "amount_mismatch",    "prior_claims_pattern",
-                                                 "vague_description",  "pressure_to_settle", "provider_anomaly",
+  static const std::vector<std::string> flags = {"inconsistent_dates",
+                                                 "amount_mismatch",
+                                                 "prior_claims_pattern",
+                                                 "vague_description",
+                                                 "pressure_to_settle",
+                                                 "provider_anomaly",
                                                  "none"};
   return flags;
 }
@@ -28,7 +34,8 @@ const std::string& ClaimAnalysisTask::Schema() {
         {"type", "object"},
         {"properties",
          {{"risk_level", {{"type", "string"}, {"enum", {"low", "medium", "high"}}}},
-          {"flags", {{"type", "array"}, {"items", {{"type", "string"}, {"enum", Flags()}}}, {"minItems", 1}, {"maxItems", 7}}},
+          {"flags",
+           {{"type", "array"}, {"items", {{"type", "string"}, {"enum", Flags()}}}, {"minItems", 1}, {"maxItems", 7}}},
           {"summary", {{"type", "string"}, {"maxLength", kMaxSummaryCharacters}}}}},
         {"required", {"risk_level", "flags", "summary"}}};
     return s.dump();
@@ -53,7 +60,8 @@ std::vector<int32_t> ForensicPromptIds(const Tokenizer& tokenizer, const std::st
   std::vector<int32_t> ids = tokenizer.SpecialPrefix();
   const bool chatml = tokenizer.TokenId("<|im_start|>").has_value() && tokenizer.TokenId("<|im_end|>").has_value();
   if (chatml) {
-    Append(&ids, tokenizer.Encode("<|im_start|>system\n" + instructions + "<|im_end|>\n<|im_start|>user\n", template_text));
+    Append(&ids,
+           tokenizer.Encode("<|im_start|>system\n" + instructions + "<|im_end|>\n<|im_start|>user\n", template_text));
     Append(&ids, tokenizer.Encode(fields, user_text));
     Append(&ids, tokenizer.Encode("<|im_end|>\n<|im_start|>assistant\n", template_text));
   } else {
@@ -81,16 +89,14 @@ Result<Findings> GenerateFindings(Generator& generator, const std::vector<int32_
 }  // namespace
 
 std::vector<int32_t> ClaimAnalysisTask::PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim) {
-  const std::string fields = "Claim " + claim.claim_id + " on policy " + claim.policy_id + "\nType: " +
-                             claim.claim_type + "\nIncident date: " + claim.incident_date +
-                             "\nReport date: " + claim.report_date + "\nAmount claimed: " + claim.amount_claimed +
-                             "\nPolicy limit: " + claim.policy_limit +
-                             "\nPrior claims: " + std::to_string(claim.prior_claims) +
-                             "\nProvider: " + claim.provider_id + "\nNarrative: " + claim.narrative +
-                             "\nAdjuster notes: " + claim.adjuster_notes;
-  return ForensicPromptIds(tokenizer,
-                           std::string("You are an insurance claims fraud analyst. Read the claim. ") + kAnswerFormat,
-                           fields);
+  const std::string fields =
+      "Claim " + claim.claim_id + " on policy " + claim.policy_id + "\nType: " + claim.claim_type +
+      "\nIncident date: " + claim.incident_date + "\nReport date: " + claim.report_date +
+      "\nAmount claimed: " + claim.amount_claimed + "\nPolicy limit: " + claim.policy_limit +
+      "\nPrior claims: " + std::to_string(claim.prior_claims) + "\nProvider: " + claim.provider_id +
+      "\nNarrative: " + claim.narrative + "\nAdjuster notes: " + claim.adjuster_notes;
+  return ForensicPromptIds(
+      tokenizer, std::string("You are an insurance claims fraud analyst. Read the claim. ") + kAnswerFormat, fields);
 }
 
 std::vector<int32_t> TransactionReviewTask::PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx) {
@@ -120,8 +126,7 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
   if (doc.is_discarded() || !doc.is_object()) return InvalidArgument("findings are not a JSON object", "findings");
   Findings f;
   const auto risk = doc.find("risk_level");
-  if (risk == doc.end() || !risk->is_string() ||
-      (*risk != "low" && *risk != "medium" && *risk != "high")) {
+  if (risk == doc.end() || !risk->is_string() || (*risk != "low" && *risk != "medium" && *risk != "high")) {
     return InvalidArgument("risk_level must be low, medium or high", "risk_level");
   }
   f.risk_level = risk->get<std::string>();
@@ -139,7 +144,8 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
     }
   }
   const auto summary = doc.find("summary");
-  if (summary == doc.end() || !summary->is_string() || Utf8Length(summary->get<std::string>()) > kMaxSummaryCharacters) {
+  if (summary == doc.end() || !summary->is_string() ||
+      Utf8Length(summary->get<std::string>()) > kMaxSummaryCharacters) {
     return InvalidArgument("summary must be a string of at most 400 characters", "summary");
   }
   f.summary = summary->get<std::string>();
@@ -148,9 +154,10 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
 
 Result<Findings> ClaimAnalysisTask::FindingsFrom(const GenerationResult& generated, const std::string& model_id) {
   if (generated.finish_reason == "deadline") {
-    return Error{ErrorCode::kUnavailable,
-                 "the deadline cut the findings short after " + std::to_string(generated.generated_ids.size()) + " tokens",
-                 {}};
+    return Error{
+        ErrorCode::kUnavailable,
+        "the deadline cut the findings short after " + std::to_string(generated.generated_ids.size()) + " tokens",
+        {}};
   }
   Result<Findings> findings = ParseFindings(generated.text);
   if (!findings.ok()) return Internal("the constrained output did not parse: " + findings.error().ToString());

@@ -3,15 +3,14 @@
 // family difference is a ModelConfig field, so there is one forward pass.
 #include "llm/decoder.h"
 
-#include "accelerator/compute_threads.h"
-#include "accelerator/op_adapters_torch.h"
-#include "common/prepare_counters.h"
-
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstring>
 
+#include "accelerator/compute_threads.h"
+#include "accelerator/op_adapters_torch.h"
+#include "common/prepare_counters.h"
 #include "llm/rope.h"
 #include "llm/safetensors.h"
 
@@ -36,7 +35,8 @@ Result<torch::Tensor> ToTorch(const TensorView& view, torch::ScalarType dtype) {
                                      : info.dtype == DType::kBF16 ? torch::kBFloat16
                                                                   : torch::kFloat16;
     // from_blob views the mapping; the cast (or clone) copies it into memory we own.
-    torch::Tensor mapped = torch::from_blob(const_cast<uint8_t*>(view.data), shape, torch::TensorOptions().dtype(stored));
+    torch::Tensor mapped =
+        torch::from_blob(const_cast<uint8_t*>(view.data), shape, torch::TensorOptions().dtype(stored));
     return stored == dtype ? mapped.clone() : mapped.to(dtype);
   }
   // Big-endian hosts (IBM Z) and other layouts: decode element by element.
@@ -60,7 +60,7 @@ class TorchCache : public DecoderCache {
   const std::vector<int64_t>& lengths() const override { return lengths_; }
   void Reset(int index) override { lengths_[static_cast<size_t>(index)] = 0; }
 
-  std::vector<torch::Tensor> keys;    // per layer [batch, kv_heads, max_tokens, head_dim]
+  std::vector<torch::Tensor> keys;  // per layer [batch, kv_heads, max_tokens, head_dim]
   std::vector<torch::Tensor> values;
   std::vector<int64_t> lengths_;
 
@@ -117,8 +117,8 @@ class TorchDecoder : public Decoder {
       return InvalidArgument("dtype must be float32 or bfloat16 (libtorch has no float16 matmul on CPU)", "dtype");
     }
     if (options.adapters.head_dim_alignment > 1 && config->head_dim % 2 != 0) {
-      return InvalidArgument("head_dim " + std::to_string(config->head_dim) +
-                             " is odd: RoPE's halves cannot be padded alike", "adapters");
+      return InvalidArgument(
+          "head_dim " + std::to_string(config->head_dim) + " is odd: RoPE's halves cannot be padded alike", "adapters");
     }
     accelerator::SetComputeThreads(options.threads);
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
@@ -132,8 +132,9 @@ class TorchDecoder : public Decoder {
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
     decoder->PadHeadDim();
-    decoder->global_inv_freq_ = decoder->PadFrequencies(RopeInverseFrequencies(decoder->config_.rope, decoder->config_.head_dim))
-                                    .to(decoder->device_);
+    decoder->global_inv_freq_ =
+        decoder->PadFrequencies(RopeInverseFrequencies(decoder->config_.rope, decoder->config_.head_dim))
+            .to(decoder->device_);
     decoder->local_inv_freq_ =
         decoder->PadFrequencies(RopeInverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim))
             .to(decoder->device_);
@@ -183,7 +184,8 @@ class TorchDecoder : public Decoder {
                                " tokens; the cache holds " + std::to_string(cache->max_tokens()));
       }
       for (int32_t id : new_tokens[static_cast<size_t>(i)]) {
-        if (id < 0 || id >= c.vocab_size) return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
+        if (id < 0 || id >= c.vocab_size)
+          return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary");
       }
       longest = std::max(longest, n);
       total_max = std::max(total_max, cache->lengths_[static_cast<size_t>(i)] + n);
@@ -195,7 +197,8 @@ class TorchDecoder : public Decoder {
     // Right-padded ids and, per query row, the absolute position it stands for (padding rows
     // repeat the sequence's last position so that their attention is well defined; their
     // outputs are never read).
-    std::vector<int64_t> ids(static_cast<size_t>(batch * longest), 0), positions(static_cast<size_t>(batch * longest), 0);
+    std::vector<int64_t> ids(static_cast<size_t>(batch * longest), 0),
+        positions(static_cast<size_t>(batch * longest), 0);
     for (int64_t i = 0; i < batch; ++i) {
       const auto& tokens = new_tokens[static_cast<size_t>(i)];
       const int64_t n = static_cast<int64_t>(tokens.size());
@@ -207,7 +210,8 @@ class TorchDecoder : public Decoder {
     }
     const torch::Tensor host_ids = torch::from_blob(ids.data(), {batch, longest}, torch::kInt64);
     const torch::Tensor id_tensor = host_ids.to(device_);
-    const torch::Tensor position_tensor = torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).to(device_);
+    const torch::Tensor position_tensor =
+        torch::from_blob(positions.data(), {batch, longest}, torch::kInt64).to(device_);
 
     // One sequence decoding one token within the window sees every key: no mask then
     // (building one costs more ops than the step's attention at small sizes; measured in
@@ -230,9 +234,8 @@ class TorchDecoder : public Decoder {
     const torch::Tensor global_rope = RopeTables(global_inv_freq_, position_tensor);
     const torch::Tensor local_rope = RopeTables(local_inv_freq_, position_tensor);
 
-    torch::Tensor x = adapters_.embedding_on_host
-                          ? accelerator::EmbeddingOnHost(embed_tokens_host_, host_ids, device_)
-                          : F::embedding(id_tensor, embed_tokens_);
+    torch::Tensor x = adapters_.embedding_on_host ? accelerator::EmbeddingOnHost(embed_tokens_host_, host_ids, device_)
+                                                  : F::embedding(id_tensor, embed_tokens_);
     const double embed_scale = c.embedding_scale();
     if (embed_scale != 1.0) {
       // Hugging Face multiplies by the scale rounded to the activation dtype.
@@ -282,7 +285,8 @@ class TorchDecoder : public Decoder {
   }
 
   torch::Tensor RotateHalf(const torch::Tensor& x) const {
-    return adapters_.rope_as_matmul ? accelerator::RotateHalfByMatmul(x, rotate_half_) : accelerator::RotateHalfBySlicing(x);
+    return adapters_.rope_as_matmul ? accelerator::RotateHalfByMatmul(x, rotate_half_)
+                                    : accelerator::RotateHalfBySlicing(x);
   }
 
   // RMSNorm in float32, as Hugging Face computes it; Gemma scales by (1 + w). `features`: how
@@ -315,8 +319,8 @@ class TorchDecoder : public Decoder {
 
   torch::Tensor Attention(const Layer& layer, const torch::Tensor& h, const torch::Tensor& rope,
                           const AttentionMask& mask, int64_t window, int64_t rows_per_block, TorchCache* cache,
-                          size_t layer_index,
-                          const std::vector<std::vector<int32_t>>& new_tokens, int64_t total_max) const {
+                          size_t layer_index, const std::vector<std::vector<int32_t>>& new_tokens,
+                          int64_t total_max) const {
     const ModelConfig& c = config_;
     const int64_t batch = h.size(0), length = h.size(1);
     const int64_t head_dim = head_dim_;
@@ -375,10 +379,11 @@ class TorchDecoder : public Decoder {
     scores = As(scores, torch::kFloat32);
     if (mask.defined()) {
       // mask: [batch, 1, rows, tokens] -> the same for each stacked group.
-      scores = scores + (groups == 1 ? mask
-                                     : mask.unsqueeze(2)
-                                           .expand({batch, 1, groups, rows, tokens})
-                                           .reshape({batch, 1, groups * rows, tokens}));
+      scores =
+          scores +
+          (groups == 1
+               ? mask
+               : mask.unsqueeze(2).expand({batch, 1, groups, rows, tokens}).reshape({batch, 1, groups * rows, tokens}));
     }
     const torch::Tensor weights = As(torch::softmax(scores, -1), dtype_);
     return torch::matmul(weights, values)
@@ -398,7 +403,8 @@ class TorchDecoder : public Decoder {
     // Multimodal Gemma 3 checkpoints keep the text model under language_model.
     std::string prefix = "model.";
     std::string head_name = "lm_head.weight";
-    if (!checkpoint.Contains("model.embed_tokens.weight") && checkpoint.Contains("language_model.model.embed_tokens.weight")) {
+    if (!checkpoint.Contains("model.embed_tokens.weight") &&
+        checkpoint.Contains("language_model.model.embed_tokens.weight")) {
       prefix = "language_model.model.";
       head_name = "language_model.lm_head.weight";
     }
@@ -427,7 +433,8 @@ class TorchDecoder : public Decoder {
     TXSCORE_RETURN_IF_ERROR(load(prefix + "embed_tokens.weight", {c.vocab_size, hidden}, &embed_tokens_));
     TXSCORE_RETURN_IF_ERROR(load(prefix + "norm.weight", {hidden}, &final_norm_));
     if (c.tie_word_embeddings || !checkpoint.Contains(head_name)) {
-      if (!c.tie_word_embeddings) return NotFound("checkpoint has no \"" + head_name + "\" and embeddings are not tied");
+      if (!c.tie_word_embeddings)
+        return NotFound("checkpoint has no \"" + head_name + "\" and embeddings are not tied");
       lm_head_ = embed_tokens_;
     } else {
       TXSCORE_RETURN_IF_ERROR(load(head_name, {c.vocab_size, hidden}, &lm_head_));
@@ -549,9 +556,9 @@ class TorchDecoder : public Decoder {
     }
     PadVocabulary();
     for (Layer& l : layers_) {
-      for (torch::Tensor* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm, &l.post_feedforward_norm,
-                               &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm,
-                               &l.gate, &l.up, &l.down}) {
+      for (torch::Tensor* t :
+           {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm, &l.post_feedforward_norm, &l.q, &l.k, &l.v,
+            &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.q_norm, &l.k_norm, &l.gate, &l.up, &l.down}) {
         move(*t);
       }
     }
@@ -562,9 +569,9 @@ class TorchDecoder : public Decoder {
   torch::Device device_ = torch::kCPU;
   accelerator::OpAdapters adapters_;
   int64_t attention_block_elements_ = 0;  // DecoderOptions::attention_block_elements
-  int64_t head_dim_ = 0;             // config_.head_dim, or padded to the head_dim adapter's alignment
-  torch::Tensor rotate_half_;        // with rope_as_matmul
-  torch::Tensor embed_tokens_host_;  // with embedding_on_host (on a non-CPU device)
+  int64_t head_dim_ = 0;                  // config_.head_dim, or padded to the head_dim adapter's alignment
+  torch::Tensor rotate_half_;             // with rope_as_matmul
+  torch::Tensor embed_tokens_host_;       // with embedding_on_host (on a non-CPU device)
   torch::Tensor embed_tokens_, final_norm_, lm_head_;
   torch::Tensor global_inv_freq_, local_inv_freq_;
   std::vector<Layer> layers_;

@@ -1,10 +1,11 @@
 #include "llm/model_config.h"
 
-#include "common/file_io.h"
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "common/file_io.h"
 
 namespace txscore::llm {
 namespace {
@@ -129,11 +130,16 @@ Status ParseRopeScaling(const Keys& keys, RopeConfig* rope) {
 
 const char* ModelFamilyName(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kLlama: return "llama";
-    case ModelFamily::kQwen3: return "qwen3";
-    case ModelFamily::kGranite: return "granite";
-    case ModelFamily::kGemma2: return "gemma2";
-    case ModelFamily::kGemma3: return "gemma3";
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kQwen3:
+      return "qwen3";
+    case ModelFamily::kGranite:
+      return "granite";
+    case ModelFamily::kGemma2:
+      return "gemma2";
+    case ModelFamily::kGemma3:
+      return "gemma3";
   }
   return "?";
 }
@@ -195,8 +201,8 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
     c.qk_norm = true;
     ApplyGemma3Defaults(&c);
   } else {
-    return FailedPrecondition(source + ": model_type \"" + c.model_type + "\" is not supported (supported: " +
-                              kSupported + ")");
+    return FailedPrecondition(source + ": model_type \"" + c.model_type +
+                              "\" is not supported (supported: " + kSupported + ")");
   }
 
   TXSCORE_RETURN_IF_ERROR(keys.Int("vocab_size", &c.vocab_size, true));
@@ -261,13 +267,14 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
   if (!(std::isfinite(c.rope.theta) && c.rope.theta > 0)) return keys.Wrong("rope_theta", "a positive number");
   if (c.max_position_embeddings == 0) return keys.Wrong("max_position_embeddings", "a positive integer");
   if (c.vocab_size == 0 || c.hidden_size == 0 || c.num_hidden_layers == 0 || c.intermediate_size == 0) {
-    return InvalidArgument(where + ": vocab_size, hidden_size, intermediate_size and num_hidden_layers must be positive");
+    return InvalidArgument(where +
+                           ": vocab_size, hidden_size, intermediate_size and num_hidden_layers must be positive");
   }
   if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return InvalidArgument(where + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
-                               ") must be a multiple of num_key_value_heads (" +
-                               std::to_string(c.num_key_value_heads) + ")",
+                               ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+                               ")",
                            "num_key_value_heads");
   }
   if (c.head_dim == 0) {

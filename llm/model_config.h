@@ -22,8 +22,8 @@ struct RopeConfig {
   // "default", "llama3" (Llama 3.1+ frequency-dependent scaling) or "linear" (positions / factor).
   std::string type = "default";
   double factor = 1.0;
-  double low_freq_factor = 1.0;    // llama3
-  double high_freq_factor = 4.0;   // llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -45,8 +45,8 @@ struct ModelConfig {
   bool attention_bias = false;
   bool mlp_bias = false;
 
-  RopeConfig rope;         // global (full-attention) layers
-  RopeConfig local_rope;   // sliding-window layers (Gemma 3: rope_local_base_freq, no scaling)
+  RopeConfig rope;        // global (full-attention) layers
+  RopeConfig local_rope;  // sliding-window layers (Gemma 3: rope_local_base_freq, no scaling)
 
   // Per-head RMSNorm on queries and keys (Qwen3, Gemma 3).
   bool qk_norm = false;

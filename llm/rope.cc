@@ -14,7 +14,8 @@ torch::Tensor RopeInverseFrequencies(const RopeConfig& rope, int64_t head_dim) {
     const double high_freq_wavelen = old_context / rope.high_freq_factor;
     const torch::Tensor wavelen = 2 * M_PI / inv;
     torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv / rope.factor, inv);
-    const torch::Tensor smooth = (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+    const torch::Tensor smooth =
+        (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
     const torch::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
     const torch::Tensor medium = (wavelen <= low_freq_wavelen) & (wavelen >= high_freq_wavelen);
     return torch::where(medium, smoothed, scaled);

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
-#include <map>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -124,7 +124,8 @@ struct Pattern {
     if (regex) return regex->FindAll(text);
     std::vector<std::pair<size_t, size_t>> matches;
     if (literal.empty()) return matches;
-    for (size_t pos = text.find(literal); pos != std::string_view::npos; pos = text.find(literal, pos + literal.size())) {
+    for (size_t pos = text.find(literal); pos != std::string_view::npos;
+         pos = text.find(literal, pos + literal.size())) {
       matches.emplace_back(pos, pos + literal.size());
     }
     return matches;
@@ -150,7 +151,7 @@ Result<Pattern> ParsePattern(const json& node, const std::string& where) {
 // file nesting thousands took minutes and gigabytes.
 constexpr int kMaxSequenceDepth = 8;
 constexpr int32_t kMaxTokenId = 1 << 24;  // 16.7M: a hundred times the largest vocabularies
-thread_local int sequence_depth = 0;  // of the ParseSequence calls on this thread's stack
+thread_local int sequence_depth = 0;      // of the ParseSequence calls on this thread's stack
 
 // The parts of a {"type": "Sequence", key: [...]} node, each parsed by `parse`.
 template <typename Part, typename ParseFn>
@@ -189,8 +190,8 @@ class IcuNormalizer : public Normalizer {
   explicit IcuNormalizer(const icu::Normalizer2* normalizer) : normalizer_(normalizer) {}
   std::string Apply(std::string text) const override {
     UErrorCode status = U_ZERO_ERROR;
-    const icu::UnicodeString normalized =
-        normalizer_->normalize(icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size()))), status);
+    const icu::UnicodeString normalized = normalizer_->normalize(
+        icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size()))), status);
     if (U_FAILURE(status)) return text;
     std::string out;
     normalized.toUTF8String(out);
@@ -204,7 +205,8 @@ class IcuNormalizer : public Normalizer {
 class LowercaseNormalizer : public Normalizer {
  public:
   std::string Apply(std::string text) const override {
-    icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+    icu::UnicodeString u =
+        icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
     std::string out;
     u.toLower().toUTF8String(out);
     return out;
@@ -213,7 +215,8 @@ class LowercaseNormalizer : public Normalizer {
 
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceNormalizer(Pattern pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::string Apply(std::string text) const override {
     std::string out;
     size_t last = 0;
@@ -418,14 +421,16 @@ Result<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const json& node, const 
     if (node.value("use_regex", true)) {
       Result<std::shared_ptr<Regex>> regex = Regex::Compile(kGpt2Pattern, where);
       if (!regex.ok()) return regex.error();
-      split = std::make_unique<SplitPreTokenizer>(Pattern{"", std::move(regex).value()}, SplitBehavior::kIsolated, false);
+      split =
+          std::make_unique<SplitPreTokenizer>(Pattern{"", std::move(regex).value()}, SplitBehavior::kIsolated, false);
     }
-    return std::unique_ptr<PreTokenizer>(new ByteLevelPreTokenizer(node.value("add_prefix_space", false), std::move(split)));
+    return std::unique_ptr<PreTokenizer>(
+        new ByteLevelPreTokenizer(node.value("add_prefix_space", false), std::move(split)));
   }
   if (type == "Sequence") {
-    auto parts = ParseSequence<PreTokenizer>(node, "pretokenizers", where, [byte_level](const json& part, const std::string& at) {
-      return ParsePreTokenizer(part, at, byte_level);
-    });
+    auto parts = ParseSequence<PreTokenizer>(
+        node, "pretokenizers", where,
+        [byte_level](const json& part, const std::string& at) { return ParsePreTokenizer(part, at, byte_level); });
     if (!parts.ok()) return parts.error();
     return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts).value()));
   }
@@ -500,7 +505,8 @@ class StripDecoder : public Decoder {
   void Apply(std::vector<std::string>* tokens) const override {
     if (content_.empty()) return;
     for (std::string& token : *tokens) {
-      for (int i = 0; i < start_ && token.compare(0, content_.size(), content_) == 0; ++i) token.erase(0, content_.size());
+      for (int i = 0; i < start_ && token.compare(0, content_.size(), content_) == 0; ++i)
+        token.erase(0, content_.size());
       for (int i = 0; i < stop_ && token.size() >= content_.size() &&
                       token.compare(token.size() - content_.size(), content_.size(), content_) == 0;
            ++i) {
@@ -532,7 +538,8 @@ Result<std::unique_ptr<Decoder>> ParseDecoder(const json& node, const std::strin
   if (type == "ByteFallback") return std::unique_ptr<Decoder>(new ByteFallbackDecoder());
   if (type == "Fuse") return std::unique_ptr<Decoder>(new FuseDecoder());
   if (type == "Strip") {
-    return std::unique_ptr<Decoder>(new StripDecoder(node.value("content", ""), node.value("start", 0), node.value("stop", 0)));
+    return std::unique_ptr<Decoder>(
+        new StripDecoder(node.value("content", ""), node.value("start", 0), node.value("stop", 0)));
   }
   if (type == "Replace") {
     Result<Pattern> pattern = ParsePattern(node.value("pattern", json()), where + ".pattern");
@@ -696,7 +703,8 @@ class BpeModel {
       }
       auto l = model->vocab_.find(left), r = model->vocab_.find(right), m = model->vocab_.find(left + right);
       if (l == model->vocab_.end() || r == model->vocab_.end() || m == model->vocab_.end()) {
-        return InvalidArgument(where + ".merges: \"" + left + "\" + \"" + right + "\" uses tokens not in the vocabulary");
+        return InvalidArgument(where + ".merges: \"" + left + "\" + \"" + right +
+                               "\" uses tokens not in the vocabulary");
       }
       model->merges_.emplace(PairKey(l->second, r->second), std::make_pair(rank++, m->second));
     }
@@ -718,7 +726,8 @@ class BpeModel {
         char name[8];
         std::snprintf(name, sizeof name, "<0x%02X>", b);
         auto it = model->vocab_.find(name);
-        if (it == model->vocab_.end()) return InvalidArgument(where + ": byte_fallback needs token " + std::string(name));
+        if (it == model->vocab_.end())
+          return InvalidArgument(where + ": byte_fallback needs token " + std::string(name));
         model->byte_ids_[b] = it->second;
       }
     }
@@ -813,7 +822,9 @@ class BpeModel {
 
   static constexpr size_t kMaxCacheEntries = 1 << 16;
   static constexpr size_t kMaxCachedWordBytes = 256;
-  static uint64_t PairKey(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+  static uint64_t PairKey(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // pair -> (rank, merged id)
@@ -870,7 +881,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;
   std::vector<bool> special;
   std::string empty;
-  int32_t anchor_id = 0;  // the first ordinary token with text of its own; see TokenBytes
+  int32_t anchor_id = 0;            // the first ordinary token with text of its own; see TokenBytes
   SpecialTokenFrame special_frame;  // what add_special_tokens puts around a text
 
   // Encodes text that holds no added tokens.
@@ -906,7 +917,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
   if (doc.is_discarded() || !doc.is_object()) return InvalidArgument(source + ": not a JSON object");
   auto impl = std::make_unique<Impl>();
   try {
-    Result<std::unique_ptr<Normalizer>> normalizer = ParseNormalizer(doc.value("normalizer", json()), source + ": normalizer");
+    Result<std::unique_ptr<Normalizer>> normalizer =
+        ParseNormalizer(doc.value("normalizer", json()), source + ": normalizer");
     if (!normalizer.ok()) return normalizer.error();
     impl->normalizer = std::move(normalizer).value();
     bool byte_level = false;
@@ -927,7 +939,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
     for (const json& t : doc.value("added_tokens", json::array())) {
       AddedToken added{t.at("id").get<int32_t>(), t.at("content").get<std::string>(), t.value("special", false),
                        t.value("lstrip", false), t.value("rstrip", false)};
-      if (added.content.empty() || added.id < 0) return InvalidArgument(source + ": an added token is empty or has a negative id");
+      if (added.content.empty() || added.id < 0)
+        return InvalidArgument(source + ": an added token is empty or has a negative id");
       max_id = std::max(max_id, added.id);
       impl->added.push_back(std::move(added));
     }
@@ -1075,7 +1088,6 @@ std::vector<std::string> Tokenizer::PreTokenize(std::string_view text) const {
 const std::vector<int32_t>& Tokenizer::SpecialPrefix() const { return impl_->special_frame.before; }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
-
 
 std::optional<int32_t> Tokenizer::TokenId(std::string_view token) const {
   for (const AddedToken& a : impl_->added) {

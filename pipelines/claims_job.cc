@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -275,8 +275,9 @@ class OutputFile {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) return Internal("cannot stat " + path + ": " + std::strerror(errno));
     if (st.st_size < length) {
-      return DataLoss(path + " is shorter (" + std::to_string(st.st_size) + " bytes) than the job's recorded progress (" +
-                      std::to_string(length) + " bytes): it was changed outside the job; start over with --restart");
+      return DataLoss(path + " is shorter (" + std::to_string(st.st_size) +
+                      " bytes) than the job's recorded progress (" + std::to_string(length) +
+                      " bytes): it was changed outside the job; start over with --restart");
     }
     if (::ftruncate(fd_, length) != 0) return Internal("cannot truncate " + path + ": " + std::strerror(errno));
     length_ = length;
@@ -285,7 +286,8 @@ class OutputFile {
   Status AppendDurably(const std::string& text) {
     size_t written = 0;
     while (written < text.size()) {
-      const ssize_t n = ::pwrite(fd_, text.data() + written, text.size() - written, length_ + static_cast<off_t>(written));
+      const ssize_t n =
+          ::pwrite(fd_, text.data() + written, text.size() - written, length_ + static_cast<off_t>(written));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return Internal("cannot write " + path_ + ": " + std::strerror(errno));
       written += static_cast<size_t>(n);
@@ -305,14 +307,18 @@ class OutputFile {
 json ReasonsJson(const std::vector<Reason>& reasons) {
   json out = json::array();
   for (const Reason& r : reasons) {
-    out.push_back({{"feature", r.feature}, {"contribution", r.contribution},
+    out.push_back({{"feature", r.feature},
+                   {"contribution", r.contribution},
                    {"value", std::isnan(r.value) ? json(nullptr) : json(r.value)}});
   }
   return out;
 }
 
 std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
-  json doc = {{"line", line}, {"claim_id", o.claim_id}, {"score", o.score}, {"decision", DecisionName(o.decision)},
+  json doc = {{"line", line},
+              {"claim_id", o.claim_id},
+              {"score", o.score},
+              {"decision", DecisionName(o.decision)},
               {"reasons", ReasonsJson(o.reasons)}};
   if (o.findings) {
     doc["findings"] = {{"risk_level", o.findings->risk_level},
@@ -499,7 +505,8 @@ std::string ClaimsJobSummary::ToText() const {
   text += "; most frequent flags:";
   std::vector<std::pair<std::string, int64_t>> sorted(flags.begin(), flags.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  for (size_t i = 0; i < sorted.size() && i < 5; ++i) text += " " + sorted[i].first + " " + std::to_string(sorted[i].second);
+  for (size_t i = 0; i < sorted.size() && i < 5; ++i)
+    text += " " + sorted[i].first + " " + std::to_string(sorted[i].second);
   text += "\ntime per stage:";
   for (const auto& [stage, us] : stage_us) {
     auto device = devices.find(stage);
@@ -545,16 +552,17 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   } else {
     std::error_code ec;
     if (!options.restart && fs::exists(output) && fs::file_size(output, ec) > 0) {
-      return FailedPrecondition("output " + output + " exists and was not written by this job; move it away, "
-                                "choose another --output, or run with --restart to overwrite it",
+      return FailedPrecondition("output " + output +
+                                    " exists and was not written by this job; move it away, "
+                                    "choose another --output, or run with --restart to overwrite it",
                                 "output");
     }
     state = JobState();
     state.input = input;
     state.output = output;
     state.input_sha256 = *digest;
-    state.chunk_size = options.chunk_size > 0 ? options.chunk_size
-                                              : std::max(kMinChunk, kChunkBatches * pipeline.llm_max_batch());
+    state.chunk_size =
+        options.chunk_size > 0 ? options.chunk_size : std::max(kMinChunk, kChunkBatches * pipeline.llm_max_batch());
     state.summary.state = "running";
   }
   ClaimsJobSummary& summary = state.summary;
@@ -594,7 +602,8 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   std::map<std::string, int64_t> provider_counts;
   int64_t total = 0;
   {
-    Result<RowReader> reader = RowReader::Open(input, [cancel, interrupt] { return cancel->load() || interrupt->load(); });
+    Result<RowReader> reader =
+        RowReader::Open(input, [cancel, interrupt] { return cancel->load() || interrupt->load(); });
     if (!reader.ok()) return reader.error();
     Row row;
     while (reader->Next(&row)) {
@@ -630,8 +639,8 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   Row row;
   for (int64_t skipped = 0; skipped < state.rows_done && next_row(*reader, &row); ++skipped) {
   }
-  ClaimsJobProgress progress{state.rows_done, total, summary.errors, state.rows_done, summary.llm_selected,
-                             summary.llm_shortfall_total()};
+  ClaimsJobProgress progress{
+      state.rows_done, total, summary.errors, state.rows_done, summary.llm_selected, summary.llm_shortfall_total()};
   if (options.progress) options.progress(progress);
 
   std::set<std::string> llm_stages;
@@ -710,11 +719,13 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     for (const auto& [reason, claims_short] : chunk_shortfalls) next.llm_shortfalls[reason] += claims_short;
     if (!chunk_shortfalls.empty()) {
       std::string counts;
-      for (const auto& [reason, n] : chunk_shortfalls) counts += (counts.empty() ? "" : ", ") + reason + " " + std::to_string(n);
-      spdlog::warn("job {} chunk {}: the LLM stage wrote no findings for {} of the {} claims it was asked to read ({}); "
-                   "first: {}",
-                   job_id, chunk_index, next.llm_shortfall_total() - summary.llm_shortfall_total(), chunk_selected,
-                   counts, first_shortfall);
+      for (const auto& [reason, n] : chunk_shortfalls)
+        counts += (counts.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+      spdlog::warn(
+          "job {} chunk {}: the LLM stage wrote no findings for {} of the {} claims it was asked to read ({}); "
+          "first: {}",
+          job_id, chunk_index, next.llm_shortfall_total() - summary.llm_shortfall_total(), chunk_selected, counts,
+          first_shortfall);
     }
     TXSCORE_RETURN_IF_ERROR(out.AppendDurably(text));
     summary = std::move(next);
@@ -739,7 +750,8 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
 
 }  // namespace
 
-Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options) {
+Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db,
+                                      const ClaimsJobOptions& options) {
   if (options.input_path.empty()) return InvalidArgument("an input file is required", "input");
   if (options.output_path.empty()) return InvalidArgument("an output file is required", "output");
   std::error_code ec;

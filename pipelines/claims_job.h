@@ -50,10 +50,10 @@
 namespace txscore::pipelines {
 
 struct ClaimsJobProgress {
-  int64_t done = 0;     // rows finished, including those of earlier runs of the job
-  int64_t total = 0;    // rows in the input
-  int64_t errors = 0;   // rows that became error lines
-  int64_t resumed_at = 0;  // rows already done when this run started
+  int64_t done = 0;            // rows finished, including those of earlier runs of the job
+  int64_t total = 0;           // rows in the input
+  int64_t errors = 0;          // rows that became error lines
+  int64_t resumed_at = 0;      // rows already done when this run started
   int64_t llm_selected = 0;    // claims the LLM stage was asked to read
   int64_t llm_shortfalls = 0;  // of those, claims it wrote no findings for
 };
@@ -85,20 +85,21 @@ struct ClaimsJobOptions {
 
 struct ClaimsJobSummary {
   std::string job_id;
-  std::string state;  // "done"; "cancelled" when stopped by `cancel`; "interrupted" by `interrupt`
+  std::string state;          // "done"; "cancelled" when stopped by `cancel`; "interrupted" by `interrupt`
   bool already_done = false;  // this call found the job finished earlier and scored nothing (not stored)
   int64_t total = 0;
   int64_t done = 0;
   int64_t errors = 0;
-  int64_t analysed = 0;  // claims the LLM wrote findings for
-  int64_t llm_selected = 0;  // claims the LLM stage was asked to read (analysed + shortfalls)
+  int64_t analysed = 0;                           // claims the LLM wrote findings for
+  int64_t llm_selected = 0;                       // claims the LLM stage was asked to read (analysed + shortfalls)
   std::map<std::string, int64_t> llm_shortfalls;  // reason (failed, cut_short, skipped) -> claims
-  std::map<std::string, int64_t> decisions;  // APPROVE/REVIEW/DECLINE -> claims
-  std::map<std::string, int64_t> flags;      // findings flag -> claims
-  std::map<std::string, int64_t> stage_us;   // stage -> microseconds, summed over claims (an LLM stage: over its batches)
+  std::map<std::string, int64_t> decisions;       // APPROVE/REVIEW/DECLINE -> claims
+  std::map<std::string, int64_t> flags;           // findings flag -> claims
+  std::map<std::string, int64_t>
+      stage_us;  // stage -> microseconds, summed over claims (an LLM stage: over its batches)
   std::map<std::string, std::string> devices;  // stage -> device
-  double elapsed_s = 0;  // working time, over every run of the job
-  int runs = 0;          // how many times the job was started before it finished
+  double elapsed_s = 0;                        // working time, over every run of the job
+  int runs = 0;                                // how many times the job was started before it finished
   double claims_per_s() const { return elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0; }
   int64_t llm_shortfall_total() const;
   // Shortfalls over claims the LLM stage was asked to read; 0 when it was asked for none.

@@ -1,6 +1,7 @@
 #include "pipelines/claims_pipeline.h"
 
 #include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -64,7 +65,8 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
                               " pipeline; claims jobs need one whose first stage is of kind claim_features");
   }
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
-  Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
+  Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer =
+      fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
   pipeline->tokenizer_ = std::move(tokenizer).value();
   Result<PlacedStages> placed = PlaceStages(config, runtime.devices);

@@ -44,7 +44,7 @@ struct ClaimOutcome {
   Decision decision = Decision::kApprove;
   std::vector<Reason> reasons;
   std::optional<llm::Findings> findings;
-  std::vector<std::pair<std::string, double>> stage_scores;   // every model stage that ran
+  std::vector<std::pair<std::string, double>> stage_scores;  // every model stage that ran
   std::vector<std::pair<std::string, std::string>> devices;  // model stages that ran: stage -> device
   std::vector<LlmShortfall> llm_shortfalls;  // the LLM stage was asked to read the claim and wrote no findings
   bool llm_selected = false;                 // the LLM stage was asked to read the claim
@@ -57,7 +57,8 @@ class ClaimsPipeline {
  public:
   // Loads the claimant key, the models and the LLM stage named in a claims pipeline file.
   // `runtime.devices` must outlive the pipeline.
-  static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config, const PipelineRuntime& runtime = {});
+  static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config,
+                                                        const PipelineRuntime& runtime = {});
 
   // `provider_claims[i]`: claims of the batch naming claims[i]'s provider (fraud/features.h).
   // Errors: a model failing (kInternal); the LLM stage's failures are per claim (degraded).
@@ -81,7 +82,7 @@ class ClaimsPipeline {
   PipelineConfig config_;
   PipelinePlan plan_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
-  std::vector<PreparedStage> runners_;  // indexed like config_.graph
+  std::vector<PreparedStage> runners_;             // indexed like config_.graph
   std::unique_ptr<ForensicStage> owned_forensic_;  // null when shared (runtime.shared_llm_stage)
   ForensicStage* forensic_ = nullptr;
 };

@@ -1,13 +1,14 @@
 #include "pipelines/config.h"
 
-#include "common/file_io.h"
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+
+#include "common/file_io.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -25,7 +26,8 @@ class Reader {
     return ErrorAtMark(mark.line, mark.column, message);
   }
   Error ErrorAtMark(int line, int column, const std::string& message) const {
-    return InvalidArgument(source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message);
+    return InvalidArgument(source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " +
+                           message);
   }
 
   // The map at `node`, whose keys must all be in `allowed`.
@@ -63,7 +65,8 @@ class Reader {
     if (!map[key]) return Status::Ok();
     TXSCORE_RETURN_IF_ERROR(Read<int64_t>(map, key, "an integer", out));
     if (*out < min || *out > max) {
-      return ErrorAt(map[key], "\"" + key + "\" must be between " + std::to_string(min) + " and " + std::to_string(max));
+      return ErrorAt(map[key],
+                     "\"" + key + "\" must be between " + std::to_string(min) + " and " + std::to_string(max));
     }
     return Status::Ok();
   }
@@ -151,9 +154,9 @@ Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "frame_timeout_ms", 1, 600000, &out->frame_timeout_ms));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "idle_timeout_ms", 1, 86400000, &out->idle_timeout_ms));
   if (const YAML::Node limits = node["limits"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(limits, "server.limits",
-                                        {"max_message_bytes", "max_frame_bytes", "max_string_bytes",
-                                         "max_container_items", "max_recursion_depth"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+        limits, "server.limits",
+        {"max_message_bytes", "max_frame_bytes", "max_string_bytes", "max_container_items", "max_recursion_depth"}));
     ThriftLimits& l = out->limits;
     constexpr int64_t kGiB = 1LL << 30;
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_message_bytes", 1024, kGiB, &l.max_message_bytes));
@@ -176,21 +179,25 @@ Status ReadPlacement(const Reader& r, const YAML::Node& stage, std::string* out)
 }
 
 Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "devices", {"emulated", "backend_library", "backend_kind", "calibration_cache"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "backend_library", false, Reader::PathMustBe::kAnything, &out->backend_library));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ExpectMap(node, "devices", {"emulated", "backend_library", "backend_kind", "calibration_cache"}));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(node, "backend_library", false, Reader::PathMustBe::kAnything, &out->backend_library));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "backend_kind", false, &out->backend_kind));
   if (out->backend_kind != "spyre") {
     return r.ErrorAt(node["backend_kind"], "backend_kind must be spyre (the out-of-tree kind txscore knows), not \"" +
                                                out->backend_kind + "\"");
   }
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "calibration_cache", false, Reader::PathMustBe::kAnything, &out->calibration_cache));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(node, "calibration_cache", false, Reader::PathMustBe::kAnything, &out->calibration_cache));
   if (const YAML::Node e = node["emulated"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(e, "devices.emulated",
                                         {"enabled", "stage_dispatch_us", "op_dispatch_us", "tflops", "memory_gbps",
                                          "copy_gbps", "memory_gib", "alignment"}));
     TXSCORE_RETURN_IF_ERROR(r.Read<bool>(e, "enabled", "true or false", &out->emulated));
     accelerator::EmulatedDeviceOptions& m = out->emulated_model;
-    double tflops = m.flops_per_s / 1e12, memory_gbps = m.memory_bytes_per_s / 1e9, copy_gbps = m.copy_bytes_per_s / 1e9;
+    double tflops = m.flops_per_s / 1e12, memory_gbps = m.memory_bytes_per_s / 1e9,
+           copy_gbps = m.copy_bytes_per_s / 1e9;
     double memory_gib = static_cast<double>(m.memory_bytes) / (1LL << 30);
     TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "stage_dispatch_us", 0, 1e6, &m.stage_dispatch_us));
     TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "op_dispatch_us", 0, 1e6, &m.op_dispatch_us));
@@ -303,8 +310,8 @@ Status ParseBlendStage(const Reader& r, const YAML::Node& stage, const StageDecl
 }
 
 Status ParseDecisionStage(const Reader& r, const YAML::Node& stage, const std::string& name, DecisionStageConfig* d) {
-  TXSCORE_RETURN_IF_ERROR(ExpectStageKeys(r, stage, name,
-                                          {"review_threshold", "decline_threshold", "max_reasons", "escalate_high_risk"}));
+  TXSCORE_RETURN_IF_ERROR(
+      ExpectStageKeys(r, stage, name, {"review_threshold", "decline_threshold", "max_reasons", "escalate_high_risk"}));
   TXSCORE_RETURN_IF_ERROR(r.Read<bool>(stage, "escalate_high_risk", "true or false", &d->escalate_high_risk));
   d->name = name;
   TXSCORE_RETURN_IF_ERROR(r.ReadDouble(stage, "review_threshold", 0.0, 1.0, &d->review_threshold));
@@ -390,8 +397,9 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
     }
     if (decision.empty()) {
       return r.ErrorAt(node[static_cast<size_t>(&d - out->stages.data())],
-                       "stage \"" + d.name + "\" needs a when: (its default, <decision>.decision == REVIEW, needs "
-                       "the decision stage upstream of it), e.g. when: \"model.score >= 0.5\"");
+                       "stage \"" + d.name +
+                           "\" needs a when: (its default, <decision>.decision == REVIEW, needs "
+                           "the decision stage upstream of it), e.g. when: \"model.score >= 0.5\"");
     }
     d.when = decision + ".decision == REVIEW";
     d.when_at = d.at;
@@ -409,8 +417,8 @@ Status ParseStages(const Reader& r, const YAML::Node& node, PipelineConfig* out)
 }
 
 Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std::string& source_path) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file",
-                                      {"pipeline", "server", "admin", "storage", "security", "devices", "jobs", "stages"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+      root, "the pipeline file", {"pipeline", "server", "admin", "storage", "security", "devices", "jobs", "stages"}));
   PipelineConfig config;
   config.source_path = source_path;
   if (const YAML::Node p = root["pipeline"]) {
@@ -439,16 +447,18 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   const YAML::Node security = root["security"];
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, Reader::PathMustBe::kRegularFile, &config.security.card_key_file));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(security, "card_key_file", true, Reader::PathMustBe::kRegularFile, &config.security.card_key_file));
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &config.devices));
   if (const YAML::Node j = root["jobs"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority",
-                                                   "max_llm_shortfall_share"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+        j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority", "max_llm_shortfall_share"}));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &config.jobs.priority));
     if (config.jobs.priority != "idle" && config.jobs.priority != "normal") {
       return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + config.jobs.priority + "\"");
     }
-    TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "claims_pipeline", true, Reader::PathMustBe::kRegularFile, &config.jobs.claims_pipeline));
+    TXSCORE_RETURN_IF_ERROR(
+        r.ReadPath(j, "claims_pipeline", true, Reader::PathMustBe::kRegularFile, &config.jobs.claims_pipeline));
     TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "input_dir", true, Reader::PathMustBe::kAnything, &config.jobs.input_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadPath(j, "output_dir", true, Reader::PathMustBe::kAnything, &config.jobs.output_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &config.jobs.chunk));

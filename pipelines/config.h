@@ -52,7 +52,7 @@ struct AdminConfig {
 };
 
 struct StorageConfig {
-  std::string path;  // required: RocksDB directory, created when missing
+  std::string path;                                             // required: RocksDB directory, created when missing
   storage::Durability durability = storage::Durability::kSync;  // Default: sync (see storage/database.h)
 };
 
@@ -62,11 +62,11 @@ struct SecurityConfig {
 
 // Which devices the process looks for (accelerator/discovery.h). Placement itself is per stage.
 struct DevicesConfig {
-  bool emulated = true;  // Default: the emulated dataflow device is registered
+  bool emulated = true;                               // Default: the emulated dataflow device is registered
   accelerator::EmulatedDeviceOptions emulated_model;  // its latency model; defaults in emulated_device.h
-  std::string backend_library;   // Default: none. An out-of-tree PyTorch backend (.so), e.g. torch-spyre's
+  std::string backend_library;         // Default: none. An out-of-tree PyTorch backend (.so), e.g. torch-spyre's
   std::string backend_kind = "spyre";  // Default: spyre; what that backend is
-  std::string calibration_cache;  // Default: none (calibrate at every start); measured profiles are kept here
+  std::string calibration_cache;       // Default: none (calibrate at every start); measured profiles are kept here
 };
 
 // An xgboost stage. A pipeline may have several: a champion and a shadow (challenger) model
@@ -97,7 +97,7 @@ struct ModelStageConfig {
   // Default: cpu. auto, cpu, cuda, spyre or emulated; the planner checks it at start-up (tree
   // ensembles are branchy and small: only the CPU walks trees, and auto finds that).
   std::string placement = "cpu";
-  int nthread = 1;          // Default: 1 (fastest for single rows)
+  int nthread = 1;  // Default: 1 (fastest for single rows)
   // Score with txscore's tree evaluator when the model allows; false forces XGBoost's C API.
   bool fast_evaluator = true;  // Default: true
   // Default: 0, the pipeline's deadline_ms. Matters only for a stage the decision does not
@@ -127,15 +127,15 @@ struct DecisionStageConfig {
 // transaction and the model's reasons and writes Findings (llm/claim_analysis.h) into the
 // result and the audit record.
 struct FindingsStageConfig {
-  bool enabled = false;     // true when the pipeline file has an llm_findings stage
+  bool enabled = false;  // true when the pipeline file has an llm_findings stage
   std::string name = "forensic";
   // `when:` over the outputs of the stages before it (pipelines/condition.h).
   // Default: "<decision stage>.decision == REVIEW".
   Condition when;
-  std::string model_dir;    // required: a Hugging Face checkpoint directory
+  std::string model_dir;          // required: a Hugging Face checkpoint directory
   std::string dtype = "float32";  // Default: float32; or bfloat16
-  int threads = 1;          // Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring
-  int max_new_tokens = 96;  // Default: 96; the findings schema needs at least 50
+  int threads = 1;                // Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring
+  int max_new_tokens = 96;        // Default: 96; the findings schema needs at least 50
   // Default: 1500 ms from the request's arrival, unless the request asks for less
   // (Transaction.budget_ms). Output still unfinished then is dropped: the stage is reported
   // degraded and the decision stands without findings.
@@ -143,10 +143,10 @@ struct FindingsStageConfig {
   // Default: cpu. auto, cpu, cuda, spyre or emulated; auto picks the device with the least
   // predicted time at the expected batch and tokens below.
   std::string placement = "cpu";
-  int expected_batch = 1;      // Default: 1 request at a time
-  int max_batch = 8;           // Default: the dynamic batcher runs up to 8 requests together
-  int max_wait_us = 2000;      // Default: waiting up to 2 ms after the first for more
-  int expected_tokens = 512;   // Default: 512 tokens per request (prompt and findings)
+  int expected_batch = 1;     // Default: 1 request at a time
+  int max_batch = 8;          // Default: the dynamic batcher runs up to 8 requests together
+  int max_wait_us = 2000;     // Default: waiting up to 2 ms after the first for more
+  int expected_tokens = 512;  // Default: 512 tokens per request (prompt and findings)
   // Set at start-up from the plan, not read from the file: the libtorch device the stage runs
   // on and the op adapters it uses there, then the devices to fall back to, in order.
   struct Target {

@@ -1,8 +1,7 @@
 #include "service/claims_jobs.h"
 
-#include <spdlog/spdlog.h>
-
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -74,7 +73,8 @@ bool IsInlineInput(const std::string& input, const std::string& output_dir) {
 }  // namespace
 
 Result<std::unique_ptr<ClaimsJobManager>> ClaimsJobManager::Create(pipelines::ClaimsPipeline* pipeline,
-                                                                   storage::Database* db, ClaimsJobManagerOptions options) {
+                                                                   storage::Database* db,
+                                                                   ClaimsJobManagerOptions options) {
   std::error_code ec;
   fs::create_directories(options.config.output_dir, ec);
   if (ec) return Internal("cannot create the jobs output directory " + options.config.output_dir + ": " + ec.message());
@@ -91,7 +91,8 @@ txscore::Status ClaimsJobManager::ResumeInterruptedJobs() {
     // Only jobs this server ran: `txscore batch run` against the same database is left alone.
     if (id != JobIdOf(record.input)) continue;
     if (record.state != "queued" && record.state != "running" && record.state != "interrupted") continue;
-    Result<ClaimsJobView> queued = Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), false);
+    Result<ClaimsJobView> queued =
+        Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), false);
     if (!queued.ok()) return queued.error();
     if (record.state == "queued") {
       spdlog::info("claims job {} was queued when the server stopped; queued again", id);
@@ -152,7 +153,9 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::Ra
 }
 
 std::string ClaimsJobManager::OutputOf(const std::string& input) const {
-  return (fs::path(options_.config.output_dir) / (pipelines::ShortDigest(input) + ".out.jsonl")).lexically_normal().string();
+  return (fs::path(options_.config.output_dir) / (pipelines::ShortDigest(input) + ".out.jsonl"))
+      .lexically_normal()
+      .string();
 }
 
 std::string ClaimsJobManager::JobIdOf(const std::string& input) const {
@@ -276,7 +279,8 @@ void ClaimsJobManager::SetFinished(ClaimsJobView* view) const {
                  std::to_string(view->llm_selected) + " claims it was asked to read (" + reasons +
                  "; \"llm_shortfalls\" in the output says why); score them again with txscore batch run "
                  "--retry-llm-shortfalls";
-  if (static_cast<double>(shortfalls) > options_.config.max_llm_shortfall_share * static_cast<double>(view->llm_selected)) {
+  if (static_cast<double>(shortfalls) >
+      options_.config.max_llm_shortfall_share * static_cast<double>(view->llm_selected)) {
     view->state = JobState::kDegraded;
   }
 }
@@ -329,8 +333,9 @@ void ClaimsJobManager::Work() {
       job->view.state = JobState::kFailed;
       job->view.detail = summary.error().message;
       if (summary.error().code == ErrorCode::kFailedPrecondition && summary.error().field == "input") {
-        job->view.detail = "its input file has changed since the job began; to start over on the new file, submit it "
-                           "again with restart (txscore job submit --input NAME --restart)";
+        job->view.detail =
+            "its input file has changed since the job began; to start over on the new file, submit it "
+            "again with restart (txscore job submit --input NAME --restart)";
       }
       // RunClaimsJob recorded the failure in its own words; the record gets the server's.
       std::error_code ec;

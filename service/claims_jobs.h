@@ -35,7 +35,15 @@
 namespace txscore::service {
 
 // As Thrift's JobState.
-enum class JobState { kQueued = 1, kRunning = 2, kDone = 3, kCancelled = 4, kFailed = 5, kInterrupted = 6, kDegraded = 7 };
+enum class JobState {
+  kQueued = 1,
+  kRunning = 2,
+  kDone = 3,
+  kCancelled = 4,
+  kFailed = 5,
+  kInterrupted = 6,
+  kDegraded = 7
+};
 
 struct ClaimsJobView {
   std::string job_id;
@@ -111,7 +119,7 @@ class ClaimsJobManager {
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // every job submitted since start
   bool stopping_ = false;
   std::atomic<bool> interrupt_{false};  // set when stopping: the running job stops, resumably
-  std::thread worker_;  // started last, in Create
+  std::thread worker_;                  // started last, in Create
 };
 
 }  // namespace txscore::service

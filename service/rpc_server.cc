@@ -510,7 +510,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<RpcServer::Shared> shared_;
   std::mutex mutex_;
   tcp::socket socket_;
-  std::atomic<int64_t> deadline_{0};  // steady-clock ticks; 0: no deadline (processing, closed)
+  std::atomic<int64_t> deadline_{0};    // steady-clock ticks; 0: no deadline (processing, closed)
   std::atomic<int64_t> idle_since_{0};  // steady-clock ticks; 0: not idle
   Phase phase_ = Phase::kIdle;
   uint8_t header_[4] = {0, 0, 0, 0};

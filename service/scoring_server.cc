@@ -50,15 +50,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   };
   if (config.findings.enabled) {
     pipelines::ScoringPipeline* const pipeline = server->pipeline_.get();
-    server->registry_.AddCounterFunction("txscore_device_fallbacks_total",
-                                         "Requests of a stage that moved to its next device because one failed.",
-                                         {{"stage", config.findings.name}},
-                                         [pipeline] { return pipeline->forensic_device_fallbacks(); });
+    server->registry_.AddCounterFunction(
+        "txscore_device_fallbacks_total", "Requests of a stage that moved to its next device because one failed.",
+        {{"stage", config.findings.name}}, [pipeline] { return pipeline->forensic_device_fallbacks(); });
   }
   for (const auto& c : kPrepareCounters) {
-    server->registry_.AddCounterFunction(c.name, c.help, {}, [counters, field = c.field] {
-      return counters->RequestPathWork().*field;
-    });
+    server->registry_.AddCounterFunction(c.name, c.help, {},
+                                         [counters, field = c.field] { return counters->RequestPathWork().*field; });
   }
 
   if (!config.jobs.claims_pipeline.empty()) {
@@ -95,8 +93,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   server->registry_.AddGaugeFunction("txscore_rpc_connections_open", "Thrift connections open now.", {},
                                      [rpc_server] { return rpc_server->stats().connections_open; });
   server->registry_.AddGaugeFunction("txscore_rpc_connections_idle",
-                                     "Thrift connections open now and waiting for a frame (evicted first when full).", {},
-                                     [rpc_server] { return rpc_server->stats().connections_idle; });
+                                     "Thrift connections open now and waiting for a frame (evicted first when full).",
+                                     {}, [rpc_server] { return rpc_server->stats().connections_idle; });
   server->registry_.AddGaugeFunction("txscore_rpc_requests_queued", "Complete requests waiting for a worker now.", {},
                                      [rpc_server] { return rpc_server->stats().requests_queued; });
   const struct {
@@ -125,9 +123,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
        &RpcServerStats::protocol_errors},
   };
   for (const auto& c : kRpcCounters) {
-    server->registry_.AddCounterFunction(c.name, c.help, {}, [rpc_server, field = c.field] {
-      return rpc_server->stats().*field;
-    });
+    server->registry_.AddCounterFunction(c.name, c.help, {},
+                                         [rpc_server, field = c.field] { return rpc_server->stats().*field; });
   }
 
   return server;
@@ -137,10 +134,14 @@ ScoringServer::~ScoringServer() { Stop(); }
 
 const char* ScoringServer::PhaseName(Phase phase) {
   switch (phase) {
-    case Phase::kStarting: return "starting";
-    case Phase::kServing: return "serving";
-    case Phase::kDraining: return "draining";
-    case Phase::kStopped: return "stopped";
+    case Phase::kStarting:
+      return "starting";
+    case Phase::kServing:
+      return "serving";
+    case Phase::kDraining:
+      return "draining";
+    case Phase::kStopped:
+      return "stopped";
   }
   return "unknown";
 }

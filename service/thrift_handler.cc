@@ -118,20 +118,23 @@ ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::Pipel
                                                    "Time spent in each pipeline stage.", {{"stage", stage}});
   }
   for (const char* decision : {"APPROVE", "REVIEW", "DECLINE"}) {
-    decisions_[decision] = registry->AddCounter("txscore_decisions_total", "Decisions made, by decision.",
-                                                {{"decision", decision}});
+    decisions_[decision] =
+        registry->AddCounter("txscore_decisions_total", "Decisions made, by decision.", {{"decision", decision}});
   }
   for (const char* method : {"score", "scoreBatch"}) {
     for (const char* outcome : {"ok", "invalid", "error"}) {
-      requests_[{method, outcome}] = registry->AddCounter("txscore_requests_total", "Scoring requests by method and outcome.",
-                                                          {{"method", method}, {"outcome", outcome}});
+      requests_[{method, outcome}] =
+          registry->AddCounter("txscore_requests_total", "Scoring requests by method and outcome.",
+                               {{"method", method}, {"outcome", outcome}});
     }
-    request_seconds_[method] = registry->AddHistogram("txscore_request_duration_seconds", "Time to answer a request, by method.",
-                           {{"method", method}});
+    request_seconds_[method] = registry->AddHistogram("txscore_request_duration_seconds",
+                                                      "Time to answer a request, by method.", {{"method", method}});
   }
   registry->AddInfo("txscore_model_info", "The loaded fraud model.",
-                    {{"model_id", model.model_id()}, {"model_version", model.model_version()},
-                     {"pipeline", config.name}, {"pipeline_version", config.version}});
+                    {{"model_id", model.model_id()},
+                     {"model_version", model.model_version()},
+                     {"pipeline", config.name},
+                     {"pipeline_version", config.version}});
 }
 
 void ScoringMetrics::RecordRequest(const std::string& method, const std::string& outcome, double seconds) {
@@ -145,7 +148,8 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
     if (it != stage_seconds_.end()) it->second->Observe(static_cast<double>(t.elapsed_us) * 1e-6);
   }
   decisions_[pipelines::DecisionName(outcome.decision)]->Increment();
-  for (const auto& [stages, how] : {std::pair{&outcome.degraded_stages, "degraded"}, std::pair{&outcome.skipped_stages, "skipped"}}) {
+  for (const auto& [stages, how] :
+       {std::pair{&outcome.degraded_stages, "degraded"}, std::pair{&outcome.skipped_stages, "skipped"}}) {
     for (const std::string& stage : *stages) {
       auto it = incomplete_.find({stage, how});
       if (it != incomplete_.end()) it->second->Increment();
@@ -172,7 +176,8 @@ void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& tra
   metrics_->RecordRequest("score", "ok", SecondsSince(start));
 }
 
-void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) {
+void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
+                                const std::vector<rpc::Transaction>& transactions) {
   const auto start = std::chrono::steady_clock::now();
   results.clear();
   results.reserve(transactions.size());
@@ -237,8 +242,9 @@ rpc::ClaimsJobStatus JobStatusOrThrow(const Result<ClaimsJobView>& view, const s
 
 ClaimsJobManager& TxScoreHandler::Jobs() const {
   if (jobs_ == nullptr) {
-    throw ToServiceError(FailedPrecondition("this server runs no claims jobs: add a jobs section (claims_pipeline, "
-                                            "input_dir, output_dir) to its pipeline file"));
+    throw ToServiceError(
+        FailedPrecondition("this server runs no claims jobs: add a jobs section (claims_pipeline, "
+                           "input_dir, output_dir) to its pipeline file"));
   }
   return *jobs_;
 }

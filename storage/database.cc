@@ -25,9 +25,12 @@ Error FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 const char* ColumnFamilyName(ColumnFamily cf) {
   switch (cf) {
-    case ColumnFamily::kEntityState: return "entity_state";
-    case ColumnFamily::kAudit: return "audit";
-    case ColumnFamily::kJobs: return "jobs";
+    case ColumnFamily::kEntityState:
+      return "entity_state";
+    case ColumnFamily::kAudit:
+      return "audit";
+    case ColumnFamily::kJobs:
+      return "jobs";
   }
   return "unknown";
 }
@@ -99,7 +102,8 @@ Status Database::CheckHealth() const {
                     "; writes may be refused until it is reopened");
   }
   std::string ignored;
-  rocksdb::Status s = impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(ColumnFamily::kJobs), "readyz-probe", &ignored);
+  rocksdb::Status s =
+      impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(ColumnFamily::kJobs), "readyz-probe", &ignored);
   if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "probe read of " + path_);
   return Status::Ok();
 }
@@ -110,7 +114,8 @@ uint64_t Database::WalSyncs() const {
 
 Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_view key) const {
   std::string value;
-  rocksdb::Status s = impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(cf), rocksdb::Slice(key.data(), key.size()), &value);
+  rocksdb::Status s =
+      impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(cf), rocksdb::Slice(key.data(), key.size()), &value);
   if (s.IsNotFound()) return std::optional<std::string>();
   if (!s.ok()) return FromRocks(s, std::string("read from ") + ColumnFamilyName(cf));
   return std::optional<std::string>(std::move(value));

@@ -88,7 +88,8 @@ int RunBatch(BatchRunOptions& options) {
   Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline = pipelines::ClaimsPipeline::Create(*config, runtime);
   if (!pipeline.ok()) {
     spdlog::error("cannot start: {}", pipeline.error().ToString());
-    if (pipeline.error().code == ErrorCode::kNotFound) spdlog::error("run ./scripts/setup.sh to create the demo key and models");
+    if (pipeline.error().code == ErrorCode::kNotFound)
+      spdlog::error("run ./scripts/setup.sh to create the demo key and models");
     return 1;
   }
   for (const accelerator::Placement& p : (*pipeline)->plan().stages) {
@@ -118,7 +119,9 @@ int RunBatch(BatchRunOptions& options) {
                                            : "");
     }
   };
-  options.job.before_llm = [](int64_t chunk, size_t claims) { spdlog::debug("chunk {}: scoring {} claims", chunk, claims); };
+  options.job.before_llm = [](int64_t chunk, size_t claims) {
+    spdlog::debug("chunk {}: scoring {} claims", chunk, claims);
+  };
   Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(**pipeline, **db, options.job);
   if (!summary.ok()) {
     spdlog::error("the job stopped: {}", summary.error().ToString());
@@ -134,16 +137,19 @@ int RunBatch(BatchRunOptions& options) {
     return 130;
   }
   if (summary->already_done) {
-    std::printf("job %s was already done: %lld of %lld rows, finished earlier; nothing was scored now. Run with "
-                "--restart to score the file again.\n",
-                summary->job_id.c_str(), static_cast<long long>(summary->done), static_cast<long long>(summary->total));
+    std::printf(
+        "job %s was already done: %lld of %lld rows, finished earlier; nothing was scored now. Run with "
+        "--restart to score the file again.\n",
+        summary->job_id.c_str(), static_cast<long long>(summary->done), static_cast<long long>(summary->total));
   } else if (!options.quiet) {
     std::fputs(summary->ToText().c_str(), stdout);
   }
-  std::printf("output   %s\nsummary  %s.summary.json\n", options.job.output_path.c_str(), options.job.output_path.c_str());
+  std::printf("output   %s\nsummary  %s.summary.json\n", options.job.output_path.c_str(),
+              options.job.output_path.c_str());
   if (summary->total > 0 && summary->errors == summary->total) {
-    std::fprintf(stderr, "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "
-                         "format its name says (.csv for CSV, anything else JSON lines)?\n",
+    std::fprintf(stderr,
+                 "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "
+                 "format its name says (.csv for CSV, anything else JSON lines)?\n",
                  static_cast<long long>(summary->total), options.job.output_path.c_str());
     return 3;
   }
@@ -156,13 +162,14 @@ int RunBatch(BatchRunOptions& options) {
     return 3;
   }
   if (summary->llm_shortfall_total() > 0) {
-    std::fprintf(stderr,
-                 "the LLM stage wrote no findings for %lld of the %lld claims it was asked to read (%.1f%%); those rows "
-                 "list why in \"llm_shortfalls\". Once the cause is fixed, score them again on their own with:\n"
-                 "  txscore batch run --config %s --input %s --output RETRY.jsonl --retry-llm-shortfalls %s\n",
-                 static_cast<long long>(summary->llm_shortfall_total()), static_cast<long long>(summary->llm_selected),
-                 100.0 * summary->LlmShortfallShare(), options.config_path.c_str(), options.job.input_path.c_str(),
-                 options.job.output_path.c_str());
+    std::fprintf(
+        stderr,
+        "the LLM stage wrote no findings for %lld of the %lld claims it was asked to read (%.1f%%); those rows "
+        "list why in \"llm_shortfalls\". Once the cause is fixed, score them again on their own with:\n"
+        "  txscore batch run --config %s --input %s --output RETRY.jsonl --retry-llm-shortfalls %s\n",
+        static_cast<long long>(summary->llm_shortfall_total()), static_cast<long long>(summary->llm_selected),
+        100.0 * summary->LlmShortfallShare(), options.config_path.c_str(), options.job.input_path.c_str(),
+        options.job.output_path.c_str());
     if (summary->LlmShortfallShare() > options.max_llm_shortfall_share) {
       std::fprintf(stderr, "that is over --max-llm-shortfall-share %g: exit 4\n", options.max_llm_shortfall_share);
       return 4;
@@ -178,7 +185,8 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   batch->require_subcommand(1);
   auto options = std::make_shared<BatchRunOptions>();
   CLI::App* run = batch->add_subcommand(
-      "run", "Score every claim of a file through the claims pipeline; resumable: run it again after a crash or Ctrl-C");
+      "run",
+      "Score every claim of a file through the claims pipeline; resumable: run it again after a crash or Ctrl-C");
   run->add_option("--config", options->config_path, "Claims pipeline file")->capture_default_str();
   run->add_option("--input", options->job.input_path, "Claims: JSON lines, or CSV with a header (.csv)")->required();
   run->add_option("--output", options->job.output_path, "One JSON line per input row; OUTPUT.summary.json at the end")
@@ -195,8 +203,9 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
                   "Exit 4 when the LLM stage writes no findings for more than this share of the claims it reads")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  run->add_option("--retry-llm-shortfalls", options->retry_llm_shortfalls,
-                  "An earlier run's output: score only its rows the LLM stage wrote no findings for (to a new --output)");
+  run->add_option(
+      "--retry-llm-shortfalls", options->retry_llm_shortfalls,
+      "An earlier run's output: score only its rows the LLM stage wrote no findings for (to a new --output)");
   run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

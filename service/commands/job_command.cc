@@ -19,11 +19,11 @@ namespace {
 
 struct JobOptions {
   std::string server = "127.0.0.1:9090";
-  std::string action;        // submit, status, cancel
-  std::string input_path;    // submit: a file in the server's jobs input directory
-  std::string claims_file;   // submit: local JSON-lines claims, sent inline
-  std::string job_id;        // status, cancel
-  bool restart = false;      // submit: start the job over
+  std::string action;       // submit, status, cancel
+  std::string input_path;   // submit: a file in the server's jobs input directory
+  std::string claims_file;  // submit: local JSON-lines claims, sent inline
+  std::string job_id;       // status, cancel
+  bool restart = false;     // submit: start the job over
 };
 
 void Print(const rpc::ClaimsJobStatus& s) {

@@ -11,13 +11,13 @@
 #include "fraud/card_token.h"
 #include "fraud/claim.h"
 #include "llm/checkpoint_maker.h"
-#include "service/commands/progress.h"
 #include "llm/claim_analysis.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
 #include "pipelines/claims_pipeline.h"
 #include "service/commands/commands.h"
+#include "service/commands/progress.h"
 
 namespace txscore::service {
 namespace {
@@ -120,7 +120,8 @@ Result<llm::ClaimFields> ReadClaimArgument(const std::string& argument) {
   }
   // Only one line for the parser: an object spread over lines is put on one.
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return InvalidArgument("--claim: expected a JSON object with the claim's fields");
+  if (doc.is_discarded() || !doc.is_object())
+    return InvalidArgument("--claim: expected a JSON object with the claim's fields");
   Result<fraud::RawClaim> raw = fraud::ParseClaimJson(doc.dump());
   if (!raw.ok()) return InvalidArgument("--claim: " + raw.error().message);
   // The claimant's token is not part of the LLM's view; any key will do to validate the rest.
@@ -155,8 +156,10 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
     std::fprintf(stderr, "%s\n", findings.error().ToString().c_str());
     return 1;
   }
-  nlohmann::json out = {{"claim_id", claim.claim_id},  {"risk_level", findings->risk_level},
-                        {"flags", findings->flags},    {"summary", findings->summary},
+  nlohmann::json out = {{"claim_id", claim.claim_id},
+                        {"risk_level", findings->risk_level},
+                        {"flags", findings->flags},
+                        {"summary", findings->summary},
                         {"model", findings->model_id}};
   std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
@@ -165,10 +168,13 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
 }  // namespace
 
 void AddLlmCommand(CLI::App& app, int* exit_code) {
-  CLI::App* llm = app.add_subcommand("llm", "LLM tools: tokenize text, analyze a claim, make a random-weight checkpoint (text generation: txscore generate)");
+  CLI::App* llm = app.add_subcommand(
+      "llm",
+      "LLM tools: tokenize text, analyze a claim, make a random-weight checkpoint (text generation: txscore generate)");
   llm->require_subcommand(1);
   auto options = std::make_shared<TokenizeOptions>();
-  CLI::App* tokenize = llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
+  CLI::App* tokenize =
+      llm->add_subcommand("tokenize", "Text on stdin -> JSON array of token ids (or back with --decode)");
   tokenize
       ->add_option("--tokenizer", options->tokenizer_path,
                    "A Hugging Face tokenizer.json, a SentencePiece tokenizer.model, or a directory holding one (and "
@@ -180,15 +186,19 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
                      "Add the tokenizer's special tokens around each text (the BOS of Llama 3 and Gemma), from "
                      "tokenizer.json's post_processor and tokenizer_config.json's add_bos_token, as Hugging Face's "
                      "add_special_tokens=True does");
-  tokenize->add_flag("--lines", options->lines,
-                     "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
+  tokenize->add_flag(
+      "--lines", options->lines,
+      "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
   tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });
 
   auto analyze = std::make_shared<AnalyzeOptions>();
-  CLI::App* claim = llm->add_subcommand("analyze-claim", "Read a claim (the claims format, inline or a file) and print structured findings");
+  CLI::App* claim = llm->add_subcommand(
+      "analyze-claim", "Read a claim (the claims format, inline or a file) and print structured findings");
   claim->add_option("--model", analyze->model_dir, "Checkpoint directory")->required();
-  claim->add_option("--claim", analyze->claim_path, "The claim: a JSON object in the claims format (README, 'A claim'), or a file "
-                    "holding one (of a JSON-lines file, the first line)")
+  claim
+      ->add_option("--claim", analyze->claim_path,
+                   "The claim: a JSON object in the claims format (README, 'A claim'), or a file "
+                   "holding one (of a JSON-lines file, the first line)")
       ->required();
   claim->add_option("--max-new-tokens", analyze->max_new_tokens, "Token budget (at least 50)")->capture_default_str();
   claim->add_option("--dtype", analyze->dtype, "float32 or bfloat16")->capture_default_str();
@@ -197,7 +207,8 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   auto spec = std::make_shared<llm::CheckpointSpec>();
   auto out_dir = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("bfloat16");
-  CLI::App* make = llm->add_subcommand("make-checkpoint", "Write a random-weight checkpoint in the Hugging Face layout");
+  CLI::App* make =
+      llm->add_subcommand("make-checkpoint", "Write a random-weight checkpoint in the Hugging Face layout");
   make->add_option("--family", spec->family, "llama, qwen3, granite, gemma2 or gemma3")->required();
   make->add_option("--size", spec->size, "tiny, small or 0.5b")->capture_default_str();
   make->add_option("--out", *out_dir, "Output directory")->required();
@@ -216,9 +227,8 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
       return;
     }
     std::printf("wrote %s: %s %s, %lld parameters (random weights), tokenizer of %lld tokens, vocab_size %lld\n",
-                out_dir->c_str(), spec->family.c_str(), spec->size.c_str(),
-                static_cast<long long>(summary->parameters), static_cast<long long>(summary->tokenizer_vocab),
-                static_cast<long long>(summary->config_vocab));
+                out_dir->c_str(), spec->family.c_str(), spec->size.c_str(), static_cast<long long>(summary->parameters),
+                static_cast<long long>(summary->tokenizer_vocab), static_cast<long long>(summary->config_vocab));
   });
 }
 

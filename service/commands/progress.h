@@ -19,12 +19,12 @@ class ProgressDisplay {
   // `note`: appended to the line (", 3 failed").
   void Update(long done, long total, long start_done = 0, const std::string& note = "") {
     const int percent = total > 0 ? static_cast<int>(100 * done / total) : 100;
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const long this_run = done - start_done;
     const double eta = this_run > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(this_run) : 0;
     std::string rate;
-    if (!unit_.empty() && elapsed > 0) rate = ", " + std::to_string(static_cast<long>(this_run / elapsed)) + " " + unit_ + "/s";
+    if (!unit_.empty() && elapsed > 0)
+      rate = ", " + std::to_string(static_cast<long>(this_run / elapsed)) + " " + unit_ + "/s";
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = percent * kWidth / 100;

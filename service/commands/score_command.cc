@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "fraud/card_token.h"
 #include "fraud/synthetic.h"
@@ -37,8 +37,8 @@ void PrintTableRow(const rpc::ScoreResult& result) {
     std::snprintf(buf, sizeof buf, "%s%s(%+.2f)", reasons.empty() ? "" : ", ", r.feature.c_str(), r.contribution);
     reasons += buf;
   }
-  std::printf("%-22s %-8s %.4f  %s\n", result.request_id.c_str(),
-              rpc::_Decision_VALUES_TO_NAMES.at(result.decision), result.score, reasons.c_str());
+  std::printf("%-22s %-8s %.4f  %s\n", result.request_id.c_str(), rpc::_Decision_VALUES_TO_NAMES.at(result.decision),
+              result.score, reasons.c_str());
 }
 
 // `pan` with its account digits (after the 6-digit issuer prefix) replaced by digits derived
@@ -91,8 +91,8 @@ int RunScore(const ScoreOptions& options) {
     // so a second run does not send transactions into the past of the first run's cards,
     // whose history the server keeps; and since the story is anchored at midnight, runs on
     // the same day send the same story at the same times and decide the same way.
-    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
+    const int64_t now_s =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const int64_t day_start_s = now_s - now_s % 86400;
     fraud::SyntheticOptions demo;
     demo.seed = options.seed;

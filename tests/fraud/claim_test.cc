@@ -142,21 +142,21 @@ TEST(Csv, QuotedFieldsMayHoldCommasQuotesAndNewlines) {
 }
 
 TEST(Csv, TheHeaderNamesTheColumnsInAnyOrder) {
-  std::vector<std::string> columns = {"narrative", "claim_id", "policy_id", "claimant_id", "incident_date",
-                                      "report_date", "claim_type", "amount_claimed", "policy_limit", "prior_claims",
-                                      "provider_id"};
+  std::vector<std::string> columns = {"narrative",     "claim_id",     "policy_id",  "claimant_id",
+                                      "incident_date", "report_date",  "claim_type", "amount_claimed",
+                                      "policy_limit",  "prior_claims", "provider_id"};
   auto header = ClaimCsvHeader::Parse(columns);
   ASSERT_TRUE(header.ok()) << header.error().ToString();
-  auto claim = header->Read({"text", "CLM-1", "POL-1", "C-1", "2026-01-01", "2026-01-02", "travel", "12.5", "100",
-                             "0", "P-1"});
+  auto claim =
+      header->Read({"text", "CLM-1", "POL-1", "C-1", "2026-01-01", "2026-01-02", "travel", "12.5", "100", "0", "P-1"});
   ASSERT_TRUE(claim.ok()) << claim.error().ToString();
   EXPECT_EQ(claim->narrative, "text");
   EXPECT_EQ(claim->amount_claimed, 12.5);
-  EXPECT_EQ(header->Read({"text", "CLM-1", "POL-1", "C-1", "2026-01-01", "2026-01-02", "travel", "12,5", "100", "0",
-                          "P-1"})
-                .error()
-                .message,
-            "amount_claimed must be a number");
+  EXPECT_EQ(
+      header->Read({"text", "CLM-1", "POL-1", "C-1", "2026-01-01", "2026-01-02", "travel", "12,5", "100", "0", "P-1"})
+          .error()
+          .message,
+      "amount_claimed must be a number");
   EXPECT_EQ(header->Read({"too", "few"}).error().message, "the record has 2 fields; the header has 11");
   columns.pop_back();
   EXPECT_EQ(ClaimCsvHeader::Parse(columns).error().message, "the header has no column \"provider_id\"");
@@ -171,7 +171,7 @@ TEST(ComputeClaimFeatures, FillsTheClaimFeaturesOnly) {
   EXPECT_FLOAT_EQ(at(FeatureId::kClaimLogAmount), static_cast<float>(std::log1p(9500.0)));
   EXPECT_EQ(at(FeatureId::kClaimPriorClaims), 2);
   EXPECT_EQ(at(FeatureId::kClaimProviderClaims), 4);
-  EXPECT_EQ(at(FeatureId::kClaimNarrativeWords), 9);  // a run of spaces separates once
+  EXPECT_EQ(at(FeatureId::kClaimNarrativeWords), 9);   // a run of spaces separates once
   EXPECT_TRUE(std::isnan(at(FeatureId::kLogAmount)));  // a transaction feature
 }
 

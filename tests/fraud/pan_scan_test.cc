@@ -36,11 +36,11 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));  // Mastercard 2-series test number
   // Long numeric ids, which the every-window rule would flag:
   EXPECT_TRUE(ContainsPan("20261201123456788"));
-  EXPECT_FALSE(LooksLikeCardNumber("20261201123456788"));  // Luhn-valid, 17 digits, no network's prefix
-  EXPECT_FALSE(LooksLikeCardNumber("1000001234567895"));   // Luhn-valid, 16 digits, no network's prefix
-  EXPECT_FALSE(LooksLikeCardNumber("4000001234567898"));   // Luhn fails
-  EXPECT_FALSE(LooksLikeCardNumber("40000012345678990"));  // a Visa prefix, but 17 digits
-  EXPECT_FALSE(LooksLikeCardNumber("124000001234567899"));  // glued inside a longer run: not found in ids
+  EXPECT_FALSE(LooksLikeCardNumber("20261201123456788"));      // Luhn-valid, 17 digits, no network's prefix
+  EXPECT_FALSE(LooksLikeCardNumber("1000001234567895"));       // Luhn-valid, 16 digits, no network's prefix
+  EXPECT_FALSE(LooksLikeCardNumber("4000001234567898"));       // Luhn fails
+  EXPECT_FALSE(LooksLikeCardNumber("40000012345678990"));      // a Visa prefix, but 17 digits
+  EXPECT_FALSE(LooksLikeCardNumber("124000001234567899"));     // glued inside a longer run: not found in ids
   EXPECT_TRUE(LooksLikeCardNumber("id 12 4000001234567899"));  // a number of its own
   EXPECT_TRUE(LooksLikeCardNumber("3782-822463-10005"));       // Amex as printed, 4-6-5
   // Separated digits not grouped as cards are printed are separate numbers: a UUID's groups.

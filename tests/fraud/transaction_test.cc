@@ -163,7 +163,8 @@ TEST(ValidateTransaction, IdsAndTraceparentMustNotHoldACardNumber) {
 
 TEST(ValidateTransaction, TraceparentMustFollowW3cTraceContext) {
   const std::string valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-  for (const std::string& good : {valid, std::string("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra")}) {
+  for (const std::string& good :
+       {valid, std::string("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra")}) {
     RawTransaction raw = testing::ValidTransaction();
     raw.traceparent = good;
     EXPECT_TRUE(ValidateTransaction(raw).ok()) << good;
@@ -171,12 +172,13 @@ TEST(ValidateTransaction, TraceparentMustFollowW3cTraceContext) {
   const std::string message =
       "must be a W3C traceparent: version-traceid-parentid-flags in lowercase hex, e.g. "
       "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-  for (const std::string& bad : std::vector<std::string>{"zz", "", valid + "-x",         // version 00 is 55 chars
-                                 "ff" + valid.substr(2),                                       // version ff
-                                 "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace id
-                                 "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero parent id
-                                 "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // uppercase
-                                 "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01"}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"zz", "", valid + "-x",                                     // version 00 is 55 chars
+                                "ff" + valid.substr(2),                                     // version ff
+                                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  // zero trace id
+                                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  // zero parent id
+                                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",  // uppercase
+                                "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01"}) {
     RawTransaction raw = testing::ValidTransaction();
     raw.traceparent = bad;
     ExpectInvalid(raw, "traceparent", message);

@@ -90,8 +90,9 @@ TEST(XGBoostModel, ContributionsSumToTheMargin) {
 TEST(XGBoostModel, RefusesFeatureCountMismatchNamingBothNumbers) {
   testing::TempDir dir;
   std::filesystem::copy_file(SmallModelDir() + "/fraud.json", dir.file("fraud.json"));
-  testing::WriteFile(dir.file("fraud.features.json"),
-                     R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount"}, {"name": "hour_of_day"}]})");
+  testing::WriteFile(
+      dir.file("fraud.features.json"),
+      R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount"}, {"name": "hour_of_day"}]})");
   auto model = XGBoostModel::Load(dir.file("fraud.json"));
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.error().code, ErrorCode::kFailedPrecondition);
@@ -106,7 +107,8 @@ TEST(XGBoostModel, RefusesCorruptModelFile) {
   auto model = XGBoostModel::Load(dir.file("fraud.json"));
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.error().code, ErrorCode::kDataLoss);
-  EXPECT_EQ(model.error().message.rfind("model file " + dir.file("fraud.json") + " is not a valid XGBoost model: ", 0), 0u)
+  EXPECT_EQ(model.error().message.rfind("model file " + dir.file("fraud.json") + " is not a valid XGBoost model: ", 0),
+            0u)
       << model.error().message;
 }
 
@@ -128,10 +130,12 @@ TEST(XGBoostModel, RefusesTruncatedUbjson) {
     // Cut short: "the input ends where a value should start at byte N", "... ends inside a
     // length at byte N", "an object is not closed at byte N", and the like.
     const std::string& message = model.error().message;
-    EXPECT_EQ(message.rfind("model file " + dir.file("fraud.ubj") + " is not a valid XGBoost model: malformed UBJSON: ", 0),
-              0u)
+    EXPECT_EQ(
+        message.rfind("model file " + dir.file("fraud.ubj") + " is not a valid XGBoost model: malformed UBJSON: ", 0),
+        0u)
         << message;
-    EXPECT_TRUE(message.find("the input ends ") != std::string::npos || message.find(" is not closed at byte ") != std::string::npos)
+    EXPECT_TRUE(message.find("the input ends ") != std::string::npos ||
+                message.find(" is not closed at byte ") != std::string::npos)
         << length << ": " << message;
   }
 }
@@ -204,7 +208,8 @@ TEST(XGBoostModel, CorruptModelsAreRefusedOrLoadWithoutCrashing) {
   const std::string json = SmallModelAsJson(dir);
   // TXSCORE_FLIP_SEED explores other corruptions (the suite runs with the fixed seed).
   std::mt19937_64 random(getenv("TXSCORE_FLIP_SEED") ? std::stoull(getenv("TXSCORE_FLIP_SEED")) : 20261201);
-  for (const auto& [extension, original] : {std::pair<std::string, const std::string*>{".ubj", &ubj}, {".json", &json}}) {
+  for (const auto& [extension, original] :
+       {std::pair<std::string, const std::string*>{".ubj", &ubj}, {".json", &json}}) {
     int loaded = 0;
     for (int i = 0; i < 200; ++i) {
       std::string flipped = *original;

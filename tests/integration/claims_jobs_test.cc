@@ -43,7 +43,8 @@ class FailingDecoder : public llm::Decoder {
 
  private:
   struct Cache : llm::DecoderCache {
-    Cache(int batch, int max_tokens) : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
+    Cache(int batch, int max_tokens)
+        : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
     int batch() const override { return batch_; }
     int max_tokens() const override { return max_tokens_; }
     const std::vector<int64_t>& lengths() const override { return lengths_; }
@@ -64,10 +65,12 @@ class ClaimsJobsTest : public ::testing::Test {
                        "stages:\n"
                        "  - {name: features, kind: claim_features}\n"
                        "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                           testing::ClaimsModelDir() + "/claims.ubj}\n"
-                       "  - {name: decision, kind: decision, after: claims_model}\n");
+                           testing::ClaimsModelDir() +
+                           "/claims.ubj}\n"
+                           "  - {name: decision, kind: decision, after: claims_model}\n");
     std::filesystem::create_directories(dir_.file("in"));
-    std::ofstream(pipeline, std::ios::app) << "jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, chunk: 4, priority: normal}\n";
+    std::ofstream(pipeline, std::ios::app)
+        << "jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, chunk: 4, priority: normal}\n";
     // priority normal: on a test machine kept busy by other tests, an idle-class job could wait
     // for minutes. bench/run_job_priority_bench.sh measures the idle class.
     pipeline_ = pipeline;
@@ -147,10 +150,11 @@ class ClaimsJobsTest : public ::testing::Test {
                        "stages:\n"
                        "  - {name: features, kind: claim_features}\n"
                        "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                           testing::ClaimsModelDir() + "/claims.ubj}\n"
-                       "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                       "\"claims_model.score >= 0\"}\n"
-                       "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+                           testing::ClaimsModelDir() +
+                           "/claims.ubj}\n"
+                           "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                           "\"claims_model.score >= 0\"}\n"
+                           "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
     std::string yaml = testing::ReadFile(pipeline_);
     yaml.replace(yaml.find("priority: normal}"), 17,
                  "priority: normal, max_llm_shortfall_share: " + std::to_string(max_llm_shortfall_share) + "}");
@@ -238,7 +242,8 @@ TEST_F(ClaimsJobsTest, InlineClaimsLeaveNoClaimantIdOrCardNumberOnDisk) {
   }
   ASSERT_EQ(inputs.size(), 1u);
   const std::string stored = testing::ReadFile(inputs[0]);
-  EXPECT_NE(stored.find("\"claimant_token\":\"" + fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize("claimant:CLAIMANT-SECRET-4711")),
+  EXPECT_NE(stored.find("\"claimant_token\":\"" +
+                        fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize("claimant:CLAIMANT-SECRET-4711")),
             std::string::npos);
   EXPECT_EQ(stored.find("claimant_id"), std::string::npos);
   EXPECT_NE(stored.find("They charged my card [card number redacted]."), std::string::npos);
@@ -248,7 +253,7 @@ TEST_F(ClaimsJobsTest, InlineClaimsLeaveNoClaimantIdOrCardNumberOnDisk) {
   EXPECT_EQ(done.state, rpc::JobState::DONE);
   EXPECT_EQ(done.errors, 0);
   EXPECT_FALSE(std::filesystem::exists(inputs[0]));  // the job is done: its inline input is gone
-  server_->Stop();  // every byte on disk
+  server_->Stop();                                   // every byte on disk
   for (const std::string& secret : {std::string("CLAIMANT-SECRET-4711"), std::string("4000001234567899"),
                                     std::string("4000 0012 3456 7899"), std::string("4000-0012-3456-7899")}) {
     EXPECT_EQ(FilesHolding(dir_.path(), secret), std::vector<std::string>{}) << secret;
@@ -392,8 +397,9 @@ TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOver
   EXPECT_EQ(again.job_id, first.job_id);
   const rpc::ClaimsJobStatus failed = WaitForEnd(first.job_id);
   EXPECT_EQ(failed.state, rpc::JobState::FAILED);
-  EXPECT_EQ(failed.detail, "its input file has changed since the job began; to start over on the new file, submit it "
-                           "again with restart (txscore job submit --input NAME --restart)");
+  EXPECT_EQ(failed.detail,
+            "its input file has changed since the job began; to start over on the new file, submit it "
+            "again with restart (txscore job submit --input NAME --restart)");
   // Not run again when the server starts (jobs run in order: had it been queued at start, it
   // would have run before the next one); its record says the same.
   transport_->close();
@@ -432,8 +438,9 @@ TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {
     client.claimsJobStatus(status, "x");
     ADD_FAILURE() << "no ServiceError";
   } catch (const rpc::ServiceError& e) {
-    EXPECT_EQ(e.reason, "failed precondition: this server runs no claims jobs: add a jobs section (claims_pipeline, "
-                        "input_dir, output_dir) to its pipeline file");
+    EXPECT_EQ(e.reason,
+              "failed precondition: this server runs no claims jobs: add a jobs section (claims_pipeline, "
+              "input_dir, output_dir) to its pipeline file");
   }
   (*server)->Stop();
 }

@@ -39,8 +39,9 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
   std::string yaml = testing::ReadFile(testing::WriteTestPipeline(dir));
   yaml = Replaced(Replaced(yaml, "review_threshold: 0.5", "review_threshold: 0.0"), "decline_threshold: 0.9",
                   "decline_threshold: 1.0");
-  yaml += "  - {name: forensic, kind: llm_findings, after: decision, model: llm, placement: emulated, "
-          "budget_ms: 600000}\n";
+  yaml +=
+      "  - {name: forensic, kind: llm_findings, after: decision, model: llm, placement: emulated, "
+      "budget_ms: 600000}\n";
   testing::WriteFile(dir.file("pipeline.yaml"), yaml);
   auto config = pipelines::LoadPipelineConfig(dir.file("pipeline.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();

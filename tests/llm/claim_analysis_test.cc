@@ -21,11 +21,14 @@ TEST(ClaimAnalysisTask, ParsesValidFindingsAndDropsRepeatedFlags) {
 }
 
 TEST(ClaimAnalysisTask, RejectsFindingsOutsideTheSchema) {
-  EXPECT_EQ(ClaimAnalysisTask::ParseFindings(R"({"risk_level": "severe", "flags": ["none"], "summary": ""})").error().field,
-            "risk_level");
-  EXPECT_EQ(ClaimAnalysisTask::ParseFindings(R"({"risk_level": "low", "flags": ["made_up"], "summary": ""})").error().message,
-            "unknown flag \"made_up\"");
-  EXPECT_EQ(ClaimAnalysisTask::ParseFindings(R"({"risk_level": "low", "flags": [], "summary": ""})").error().field, "flags");
+  EXPECT_EQ(
+      ClaimAnalysisTask::ParseFindings(R"({"risk_level": "severe", "flags": ["none"], "summary": ""})").error().field,
+      "risk_level");
+  EXPECT_EQ(
+      ClaimAnalysisTask::ParseFindings(R"({"risk_level": "low", "flags": ["made_up"], "summary": ""})").error().message,
+      "unknown flag \"made_up\"");
+  EXPECT_EQ(ClaimAnalysisTask::ParseFindings(R"({"risk_level": "low", "flags": [], "summary": ""})").error().field,
+            "flags");
   EXPECT_EQ(ClaimAnalysisTask::ParseFindings(R"({"risk_level": "low", "flags": ["none"], "summary": ")" +
                                              std::string(401, 'x') + "\"}")
                 .error()
@@ -35,7 +38,8 @@ TEST(ClaimAnalysisTask, RejectsFindingsOutsideTheSchema) {
 }
 
 TEST(ClaimAnalysisTask, NarrativeCannotForgeChatMarkers) {
-  auto tokenizer = Tokenizer::FromJson(TrainByteLevelBpe(GenerateTrainingCorpus(3, 100), {.vocab_size = 300}).value(), "t");
+  auto tokenizer =
+      Tokenizer::FromJson(TrainByteLevelBpe(GenerateTrainingCorpus(3, 100), {.vocab_size = 300}).value(), "t");
   ASSERT_TRUE(tokenizer.ok());
   const int32_t im_start = *(*tokenizer)->TokenId("<|im_start|>");
   const int32_t im_end = *(*tokenizer)->TokenId("<|im_end|>");

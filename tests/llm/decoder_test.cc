@@ -2,18 +2,15 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
-
-#include "accelerator/emulated_device.h"
-#include "llm/conformance.h"
-
 #include <cmath>
-
+#include <functional>
 #include <nlohmann/json.hpp>
 
+#include "accelerator/emulated_device.h"
+#include "accelerator/op_adapters_torch.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
-#include "accelerator/op_adapters_torch.h"
+#include "llm/conformance.h"
 #include "llm/generator.h"
 #include "llm/rope.h"
 #include "llm/tokenizer.h"
@@ -59,9 +56,8 @@ class DecoderTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(DecoderTest, BatchOfDifferentLengthsEqualsEachSequenceAlone) {
   // Equal within 1e-4: batched and single-row matrix products round differently (measured up
-  // to 1.3e-5 on logits of magnitude ~10). Three sequences: prefill of 5, 12 and 1 tokens, then decode steps in which the third
-  // sequence sits one step out. Sliding-window families have a window of 8, so the longer
-  // sequences cross it.
+  // to 1.3e-5 on logits of magnitude ~10). Three sequences: prefill of 5, 12 and 1 tokens, then decode steps in which
+  // the third sequence sits one step out. Sliding-window families have a window of 8, so the longer sequences cross it.
   const std::vector<std::vector<int32_t>> a = {{1, 2, 3, 4, 5}, {6}, {7}};
   const std::vector<std::vector<int32_t>> b = {{10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120}, {130}, {140}};
   const std::vector<std::vector<int32_t>> c = {{200}, {}, {201}};
@@ -140,14 +136,14 @@ TEST_P(DecoderTest, RunsOnTheEmulatedDeviceCloseToTheCpu) {
   const accelerator::EmulatedDeviceStats stats = accelerator::EmulatedDeviceStatsSnapshot();
   EXPECT_GT(stats.native_ops, 0);
   EXPECT_EQ(stats.fallback_by_op.count("aten::index_select"), 1u);  // the embedding lookup ran on the host
-  EXPECT_GT(stats.bytes_to_host, 0);  // the logits of every step came back
+  EXPECT_GT(stats.bytes_to_host, 0);                                // the logits of every step came back
   EXPECT_GT(stats.modeled_us, 0);
 }
 
 TEST_P(DecoderTest, OpAdaptersGiveTheSameLogits) {
   accelerator::OpAdapters all;
   all.rope_as_matmul = all.rms_norm_by_matmul = all.embedding_on_host = true;
-  all.vocab_alignment = 100;  // no checkpoint here has a multiple of 100 rows
+  all.vocab_alignment = 100;    // no checkpoint here has a multiple of 100 rows
   all.head_dim_alignment = 24;  // nor a head_dim that is a multiple of 24
   ASSERT_NE(decoder_->config().head_dim % 24, 0);
   auto adapted = Decoder::Load(dir_.path(), {.adapters = all});
@@ -173,7 +169,8 @@ TEST_P(DecoderTest, PaddedHeadDimGivesTheSameLogitsOverSeveralSteps) {
   for (int t = 0; t < 4; ++t) {
     const auto native = decoder_->Forward(native_cache.get(), step).value();
     const auto with_padding = (*adapted)->Forward(adapted_cache.get(), step).value();
-    for (size_t i = 0; i < native.size(); ++i) EXPECT_LE(MaxDifference(native[i], with_padding[i]), 1e-5) << "step " << t;
+    for (size_t i = 0; i < native.size(); ++i)
+      EXPECT_LE(MaxDifference(native[i], with_padding[i]), 1e-5) << "step " << t;
     step = {{static_cast<int32_t>(t + 3)}, {static_cast<int32_t>(t + 9)}};
   }
 }
@@ -336,7 +333,8 @@ TEST_F(GeneratorTest, GreedyIsRepeatableAndStopsAtTheBudgetOrAStopString) {
   EXPECT_EQ(first->generated_ids.size(), 12u);
   EXPECT_EQ(first->finish_reason, "max_new_tokens");
   // Stop on the text of the third generated token: generation ends there, the stop text is cut.
-  const std::string third = tokenizer_->Decode({first->generated_ids[0], first->generated_ids[1], first->generated_ids[2]});
+  const std::string third =
+      tokenizer_->Decode({first->generated_ids[0], first->generated_ids[1], first->generated_ids[2]});
   options.stop = {third.substr(third.size() - 1)};
   auto stopped = generator.Generate(prompt, options);
   ASSERT_TRUE(stopped.ok());
@@ -362,7 +360,15 @@ namespace {
 
 TEST_F(GeneratorTest, ClaimAnalysisGivesWellFormedFindings) {
   Generator generator(decoder_.get(), tokenizer_.get());
-  ClaimFields claim{"C-1", "P-9", "water damage", "2026-03-03", "2026-04-20", "4200.50 EUR", "5000 EUR", 3, "R-17",
+  ClaimFields claim{"C-1",
+                    "P-9",
+                    "water damage",
+                    "2026-03-03",
+                    "2026-04-20",
+                    "4200.50 EUR",
+                    "5000 EUR",
+                    3,
+                    "R-17",
                     "Water came through the ceiling; the plumber's invoice is dated before the leak.",
                     "Claimant pressed for a quick settlement."};
   GenerationOptions options;
@@ -380,8 +386,9 @@ TEST_F(GeneratorTest, ClaimAnalysisGivesWellFormedFindings) {
 
 TEST_F(GeneratorTest, TransactionReviewGivesWellFormedFindingsOrStopsAtTheDeadline) {
   Generator generator(decoder_.get(), tokenizer_.get());
-  TransactionCase tx{"r-1", "2026-01-01T10:00:00Z", "4250.00 USD", "m-7", "5967", "RO", "US", "ECOMMERCE",
-                     "MANUAL_KEYED", 0.71, {"amount_zscore = 6.1 (+2.30)"}};
+  TransactionCase tx{
+      "r-1", "2026-01-01T10:00:00Z",         "4250.00 USD", "m-7", "5967", "RO", "US", "ECOMMERCE", "MANUAL_KEYED",
+      0.71,  {"amount_zscore = 6.1 (+2.30)"}};
   GenerationOptions options;
   options.max_new_tokens = 120;
   auto findings = TransactionReviewTask::Analyze(generator, *tokenizer_, tx, options, "tiny-qwen3");
@@ -454,11 +461,13 @@ TEST(Rope, OneRotationMatchesTheValuesWorkedOutByHand) {
   const torch::Tensor cos = tables[0], sin = tables[1];
   const torch::Tensor x = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({1, 1, 1, 4});
   const double x0 = 1, x1 = 2, x2 = 3, x3 = 4;
-  const std::vector<double> expected = {x0 * std::cos(3.0) - x2 * std::sin(3.0), x1 * std::cos(0.03) - x3 * std::sin(0.03),
-                                        x2 * std::cos(3.0) + x0 * std::sin(3.0), x3 * std::cos(0.03) + x1 * std::sin(0.03)};
+  const std::vector<double> expected = {
+      x0 * std::cos(3.0) - x2 * std::sin(3.0), x1 * std::cos(0.03) - x3 * std::sin(0.03),
+      x2 * std::cos(3.0) + x0 * std::sin(3.0), x3 * std::cos(0.03) + x1 * std::sin(0.03)};
   // The decoder's two ways of rotating half a head (accelerator/op_adapters.h) give the same.
   for (const torch::Tensor& rotated :
-       {accelerator::RotateHalfBySlicing(x), accelerator::RotateHalfByMatmul(x, accelerator::RotateHalfMatrix(4, torch::kFloat32))}) {
+       {accelerator::RotateHalfBySlicing(x),
+        accelerator::RotateHalfByMatmul(x, accelerator::RotateHalfMatrix(4, torch::kFloat32))}) {
     const torch::Tensor out = ApplyRope(x, cos, sin, rotated).flatten();
     for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i].item<float>(), expected[static_cast<size_t>(i)], 1e-5) << i;
   }

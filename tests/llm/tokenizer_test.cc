@@ -8,14 +8,16 @@ namespace txscore::llm {
 namespace {
 
 // A tiny byte-level BPE: vocabulary of the bytes it needs plus a few merges, in both forms.
-std::string ByteLevelTokenizer(const std::string& merges, const std::string& added = "[]",
-                               const std::string& pre_tokenizer =
-                                   R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})") {
+std::string ByteLevelTokenizer(
+    const std::string& merges, const std::string& added = "[]",
+    const std::string& pre_tokenizer = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})") {
   return R"({"version": "1.0", "added_tokens": )" + added + R"(, "normalizer": {"type": "NFC"},
-    "pre_tokenizer": )" + pre_tokenizer + R"(, "decoder": {"type": "ByteLevel"},
+    "pre_tokenizer": )" +
+         pre_tokenizer + R"(, "decoder": {"type": "ByteLevel"},
     "model": {"type": "BPE", "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "Ġ": 4, "w": 5, "r": 6, "d": 7,
       "he": 8, "ll": 9, "hell": 10, "hello": 11, "Ġw": 12, "or": 13, "Ġwor": 14, "Ġworld": 15, "!": 16},
-      "merges": )" + merges + "}}";
+      "merges": )" +
+         merges + "}}";
 }
 constexpr char kStringMerges[] = R"(["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or"])";
 constexpr char kPairMerges[] =
@@ -47,10 +49,9 @@ TEST(Tokenizer, PairFormMergesEncodeAndDecode) {
 }
 
 TEST(Tokenizer, AddedTokensAreSplitOutFirstAndCanBeRefused) {
-  auto t = Tokenizer::FromJson(
-      ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<|end|>", "special": true},
+  auto t = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<|end|>", "special": true},
                                           {"id": 18, "content": "<|end|>x", "special": true}])"),
-      "t.json");
+                               "t.json");
   ASSERT_TRUE(t.ok()) << t.error().ToString();
   EXPECT_EQ((*t)->Encode("hello<|end|>"), (std::vector<int32_t>{11, 17}));
   EXPECT_EQ((*t)->Encode("hello<|end|>x"), (std::vector<int32_t>{11, 18}));  // longest match wins
@@ -64,7 +65,8 @@ TEST(Tokenizer, AddedTokensAreSplitOutFirstAndCanBeRefused) {
 
 TEST(Tokenizer, LstripAndRstripAbsorbWhitespace) {
   auto t = Tokenizer::FromJson(
-      ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<m>", "special": true, "lstrip": true, "rstrip": true}])"),
+      ByteLevelTokenizer(kPairMerges,
+                         R"([{"id": 17, "content": "<m>", "special": true, "lstrip": true, "rstrip": true}])"),
       "t.json");
   ASSERT_TRUE(t.ok()) << t.error().ToString();
   EXPECT_EQ((*t)->Encode("hello  <m>  hello"), (std::vector<int32_t>{11, 17, 11}));
@@ -82,7 +84,8 @@ TEST(Tokenizer, ByteFallbackSpellsUnknownCharactersAsBytes) {
     "pre_tokenizer": null,
     "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
                 {"type": "ByteFallback"}, {"type": "Fuse"}]},
-    "model": {"type": "BPE", "byte_fallback": true, "vocab": )" + vocab + R"(, "merges": []}})";
+    "model": {"type": "BPE", "byte_fallback": true, "vocab": )" +
+                           vocab + R"(, "merges": []}})";
   auto t = Tokenizer::FromJson(json, "t.json");
   ASSERT_TRUE(t.ok()) << t.error().ToString();
   // "é" is not in the vocabulary: its two UTF-8 bytes 0xC3 0xA9 become <0xC3> <0xA9>.
@@ -94,7 +97,8 @@ TEST(Tokenizer, SplitBehaviours) {
   auto with_split = [](const std::string& behavior) {
     return ByteLevelTokenizer(kPairMerges, "[]",
                               R"({"type": "Sequence", "pretokenizers": [
-                                   {"type": "Split", "pattern": {"String": "l"}, "behavior": ")" + behavior + R"(", "invert": false},
+                                   {"type": "Split", "pattern": {"String": "l"}, "behavior": ")" +
+                                  behavior + R"(", "invert": false},
                                    {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})");
   };
   // "hello" split on "l", as Hugging Face's tokenizers define the behaviours: Isolated
@@ -102,11 +106,8 @@ TEST(Tokenizer, SplitBehaviours) {
   // unless that was a match), MergedWithNext he|llo (whatever follows a match joins it),
   // Contiguous he|ll|o.
   const std::map<std::string, std::vector<int32_t>> expected = {
-      {"Isolated", {8, 2, 2, 3}},
-      {"Removed", {8, 3}},
-      {"MergedWithPrevious", {8, 2, 2, 3}},
-      {"MergedWithNext", {8, 9, 3}},
-      {"Contiguous", {8, 9, 3}},
+      {"Isolated", {8, 2, 2, 3}},    {"Removed", {8, 3}},       {"MergedWithPrevious", {8, 2, 2, 3}},
+      {"MergedWithNext", {8, 9, 3}}, {"Contiguous", {8, 9, 3}},
   };
   for (const auto& [behavior, ids] : expected) {
     auto t = Tokenizer::FromJson(with_split(behavior), "t.json");
@@ -116,8 +117,7 @@ TEST(Tokenizer, SplitBehaviours) {
 }
 
 TEST(Tokenizer, UnsupportedPartsAreNamed) {
-  auto t = Tokenizer::FromJson(
-      ByteLevelTokenizer(kPairMerges, "[]", R"({"type": "Whitespace"})"), "t.json");
+  auto t = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges, "[]", R"({"type": "Whitespace"})"), "t.json");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.error().message, "t.json: pre_tokenizer: pre_tokenizer type \"Whitespace\" is not supported");
   auto wordpiece = Tokenizer::FromJson(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})", "t.json");
@@ -127,10 +127,12 @@ TEST(Tokenizer, UnsupportedPartsAreNamed) {
 
 TEST(Tokenizer, BadRegexIsReportedWithItsOffset) {
   auto t = Tokenizer::FromJson(
-      ByteLevelTokenizer(kPairMerges, "[]", R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"),
+      ByteLevelTokenizer(kPairMerges, "[]",
+                         R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"),
       "t.json");
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.error().message.find("t.json: pre_tokenizer.pattern: regex does not compile at offset 9"), std::string::npos)
+  EXPECT_NE(t.error().message.find("t.json: pre_tokenizer.pattern: regex does not compile at offset 9"),
+            std::string::npos)
       << t.error().message;
 }
 
@@ -153,8 +155,8 @@ TEST(Tokenizer, FromDirectoryPrefersTokenizerJson) {
 }
 
 TEST(Tokenizer, SpecialTokensHaveNoBytes) {
-  auto t = Tokenizer::FromJson(ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<|end|>", "special": true}])"),
-                               "t.json");
+  auto t = Tokenizer::FromJson(
+      ByteLevelTokenizer(kPairMerges, R"([{"id": 17, "content": "<|end|>", "special": true}])"), "t.json");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ((*t)->TokenBytes(17), "");
   EXPECT_EQ((*t)->TokenBytes(11), "hello");

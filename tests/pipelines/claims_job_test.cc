@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "fraud/claims_synthetic.h"
 #include "tests/test_support.h"
@@ -26,8 +26,9 @@ class ClaimsJobTest : public ::testing::Test {
                        "stages:\n"
                        "  - {name: features, kind: claim_features}\n"
                        "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                           testing::ClaimsModelDir() + "/claims.ubj}\n"
-                       "  - {name: decision, kind: decision, after: claims_model, review_threshold: 0.3}\n");
+                           testing::ClaimsModelDir() +
+                           "/claims.ubj}\n"
+                           "  - {name: decision, kind: decision, after: claims_model, review_threshold: 0.3}\n");
     auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
     ASSERT_TRUE(config.ok()) << config.error().ToString();
     auto pipeline = ClaimsPipeline::Create(*config);
@@ -101,7 +102,8 @@ TEST_F(ClaimsJobTest, ScoresEveryRowInInputOrderAndWritesASummary) {
 }
 
 TEST_F(ClaimsJobTest, BadRowsBecomeErrorLinesAndTheJobGoesOn) {
-  const std::string good = testing::ReadFile(dir_.file("claims.jsonl")).substr(0, testing::ReadFile(dir_.file("claims.jsonl")).find('\n'));
+  const std::string good =
+      testing::ReadFile(dir_.file("claims.jsonl")).substr(0, testing::ReadFile(dir_.file("claims.jsonl")).find('\n'));
   auto with = [&](const std::string& key, const std::string& value) {
     nlohmann::json doc = nlohmann::json::parse(good);
     doc[key] = nlohmann::json::parse(value);
@@ -321,7 +323,8 @@ TEST_F(ClaimsJobTest, ACsvRecordOverTheRowLimitIsAnErrorRowAndTheNextRowIsScored
   std::string first, second;
   std::getline(out, first);
   std::getline(out, second);
-  EXPECT_EQ(nlohmann::json::parse(first).at("error"), "the row is longer than 1048576 bytes (in a CSV file: is a quote left open?)");
+  EXPECT_EQ(nlohmann::json::parse(first).at("error"),
+            "the row is longer than 1048576 bytes (in a CSV file: is a quote left open?)");
   EXPECT_EQ(nlohmann::json::parse(first).at("line"), 2);
   EXPECT_EQ(nlohmann::json::parse(second).at("claim_id"), "CLM-9");
   EXPECT_EQ(nlohmann::json::parse(second).at("line"), 1100003);
@@ -400,8 +403,8 @@ TEST_F(ClaimsJobTest, OnlyLinesScoresThoseRowsExactlyAsAWholeRunDoes) {
     ASSERT_TRUE(summary.ok()) << summary.error().ToString();
     EXPECT_EQ(summary->total, 2);
     EXPECT_EQ(summary->done, 2);
-    EXPECT_EQ(LinesWithoutTimings(output), (std::vector<std::string>{whole[static_cast<size_t>(first - 1)],
-                                                                       whole[static_cast<size_t>(first)]}));
+    EXPECT_EQ(LinesWithoutTimings(output),
+              (std::vector<std::string>{whole[static_cast<size_t>(first - 1)], whole[static_cast<size_t>(first)]}));
   }
   ClaimsJobOptions options = Options("some.jsonl");
   options.only_lines = {3};

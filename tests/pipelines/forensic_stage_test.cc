@@ -12,10 +12,10 @@
 
 #include "accelerator/emulated_device.h"
 #include "common/prepare_counters.h"
+#include "fraud/claims_synthetic.h"
 #include "fraud/entity_state.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/model_config.h"
-#include "fraud/claims_synthetic.h"
 #include "pipelines/claims_job.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/scoring_pipeline.h"
@@ -81,7 +81,8 @@ class FlatLogitsDecoder : public llm::Decoder {
  private:
   class Cache : public llm::DecoderCache {
    public:
-    Cache(int batch, int max_tokens) : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
+    Cache(int batch, int max_tokens)
+        : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
     int batch() const override { return batch_; }
     int max_tokens() const override { return max_tokens_; }
     const std::vector<int64_t>& lengths() const override { return lengths_; }
@@ -128,8 +129,8 @@ class ForensicPipelineTest : public ::testing::Test {
     runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions& options) {
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
-      return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FlatLogitsDecoder>(
-          *model_config, &control_, options.device == control_.failing_device));
+      return Result<std::unique_ptr<llm::Decoder>>(
+          std::make_unique<FlatLogitsDecoder>(*model_config, &control_, options.device == control_.failing_device));
     };
     auto pipeline = ScoringPipeline::Create(*config, db_.get(), runtime);
     ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
@@ -190,10 +191,11 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
                      "stages:\n"
                      "  - {name: features, kind: claim_features}\n"
                      "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                         testing::ClaimsModelDir() + "/claims.ubj}\n"
-                     "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                     "\"claims_model.score >= 0\"}\n"
-                     "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+                         testing::ClaimsModelDir() +
+                         "/claims.ubj}\n"
+                         "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                         "\"claims_model.score >= 0\"}\n"
+                         "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
   auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   PipelineRuntime runtime;
@@ -221,7 +223,7 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
 }
 
 TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNoFindingsFor) {
-  control_.failing_device = "cpu";  // the LLM stage's only device fails every forward pass
+  control_.failing_device = "cpu";   // the LLM stage's only device fails every forward pass
   testing::WriteTestPipeline(dir_);  // the card key
   testing::WriteFile(dir_.file("claims.yaml"),
                      "storage: {path: unused}\n"
@@ -229,10 +231,11 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
                      "stages:\n"
                      "  - {name: features, kind: claim_features}\n"
                      "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                         testing::ClaimsModelDir() + "/claims.ubj}\n"
-                     "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                     "\"claims_model.score >= 0.5\"}\n"
-                     "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+                         testing::ClaimsModelDir() +
+                         "/claims.ubj}\n"
+                         "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                         "\"claims_model.score >= 0.5\"}\n"
+                         "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
   auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   PipelineRuntime runtime;
@@ -284,8 +287,9 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
       continue;
     }
     ++listed;
-    EXPECT_EQ(shortfalls, nlohmann::json::parse(
-                              R"([{"stage": "analysis", "reason": "failed", "detail": "the device stopped responding"}])"))
+    EXPECT_EQ(shortfalls,
+              nlohmann::json::parse(
+                  R"([{"stage": "analysis", "reason": "failed", "detail": "the device stopped responding"}])"))
         << text;
     EXPECT_TRUE(line.at("findings").is_null());
   }
@@ -349,7 +353,8 @@ TEST_F(ForensicPipelineTest, ConcurrentRequestsShareABatch) {
   control_.block_first_call = true;
   std::future<void> entered = control_.entered.get_future();
   std::vector<std::thread> requests;
-  requests.emplace_back([&] { EXPECT_TRUE(pipeline_->Score(testing::ValidTransaction("first"))->findings.has_value()); });
+  requests.emplace_back(
+      [&] { EXPECT_TRUE(pipeline_->Score(testing::ValidTransaction("first"))->findings.has_value()); });
   entered.wait();  // the first request's batch holds the decoder
   for (int i = 0; i < 3; ++i) {
     requests.emplace_back([&, i] {

@@ -39,7 +39,8 @@ class FakeHandler : public rpc::TxScoreIf {
   void scoreBatch(std::vector<rpc::BatchItem>& out, const std::vector<rpc::Transaction>& transactions) override {
     out.resize(transactions.size());
     if (reply_id_bytes > 0) {
-      for (rpc::BatchItem& item : out) item.result.request_id = std::string(reply_id_bytes, 'r'), item.__isset.result = true;
+      for (rpc::BatchItem& item : out)
+        item.result.request_id = std::string(reply_id_bytes, 'r'), item.__isset.result = true;
     }
   }
   size_t reply_id_bytes = 0;  // > 0: every batch item carries a result with an id this long (large replies)
@@ -258,8 +259,8 @@ TEST_F(RpcServerUnitTest, RefusesConnectionsOverTheLimitWhenNoneIsIdle) {
     mid_frame.push_back(RawConnect());
     ASSERT_EQ(::send(mid_frame.back(), "\0\0", 2, MSG_NOSIGNAL), 2);
   }
-  ASSERT_TRUE(Eventually(
-      [&] { return server_->stats().connections_open == 3 && server_->stats().connections_idle == 0; }));
+  ASSERT_TRUE(
+      Eventually([&] { return server_->stats().connections_open == 3 && server_->stats().connections_idle == 0; }));
   EXPECT_TRUE(ClosedWithoutReply(HealthCallWithNesting(0)));
   EXPECT_EQ(server_->stats().connections_refused, 1u);
   EXPECT_EQ(server_->stats().idle_evictions, 0u);

@@ -149,7 +149,8 @@ TEST(Database, SyncDurabilitySyncsTheLogOnEveryWriteAndWalNever) {
       batch.Put(ColumnFamily::kEntityState, "card" + std::to_string(i), "state");
       ASSERT_TRUE((*db)->Write(batch).ok());
     }
-    EXPECT_EQ((*db)->WalSyncs() - before, durability == Durability::kSync ? 3u : 0u) << (durability == Durability::kSync ? "sync" : "wal");
+    EXPECT_EQ((*db)->WalSyncs() - before, durability == Durability::kSync ? 3u : 0u)
+        << (durability == Durability::kSync ? "sync" : "wal");
   }
 }
 
@@ -159,7 +160,8 @@ TEST(Database, KeepsAtMostMaxOpenFilesTableFilesOpen) {
   // RocksDB writes the options it runs with to OPTIONS-NNNNNN in the database directory.
   std::string options_text;
   for (const auto& entry : std::filesystem::directory_iterator(dir.file("db"))) {
-    if (entry.path().filename().string().rfind("OPTIONS-", 0) == 0) options_text = testing::ReadFile(entry.path().string());
+    if (entry.path().filename().string().rfind("OPTIONS-", 0) == 0)
+      options_text = testing::ReadFile(entry.path().string());
   }
   EXPECT_NE(options_text.find("\n  max_open_files=128\n"), std::string::npos) << options_text.substr(0, 2000);
 }
