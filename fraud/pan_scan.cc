@@ -105,26 +105,30 @@ bool LooksLikeCardNumber(std::string_view text) {
         break;
       }
     }
-    // Joined only as cards are printed (4-4-4-4, 4-4-4-4-3, Amex 4-6-5) and standing apart
-    // from letters: other separated digits, such as a UUID's groups, are separate numbers.
+    // A number stands apart: no letter or digit right before or after it. Digits glued to
+    // letters are part of a word, as in hex ids (UUIDs, trace ids, object ids), whose digit
+    // runs would otherwise look like cards now and then. Groups joined by separators are one
+    // number only as cards are printed (4-4-4-4, 4-4-4-4-3, Amex 4-6-5); otherwise, as a
+    // date or a UUID's groups, each group is a number of its own.
     auto alnum = [&text](size_t at) { return std::isalnum(static_cast<unsigned char>(text[at])) != 0; };
-    const bool apart = (i == 0 || !alnum(i - 1)) && (end == text.size() || !alnum(end));
-    bool printed_like_a_card =
-        apart && groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 && groups[2].size() == 5;
-    if (apart && groups.size() > 1 && !printed_like_a_card) {
+    const bool apart_before = i == 0 || !alnum(i - 1);
+    const bool apart_after = end == text.size() || !alnum(end);
+    bool printed_like_a_card = groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 && groups[2].size() == 5;
+    if (groups.size() > 1 && !printed_like_a_card) {
       printed_like_a_card = true;
       for (size_t g = 0; g < groups.size(); ++g) {
         const bool last = g + 1 == groups.size();
         if (last ? groups[g].empty() || groups[g].size() > 4 : groups[g].size() != 4) printed_like_a_card = false;
       }
     }
-    if (printed_like_a_card) {
+    if (printed_like_a_card && apart_before && apart_after) {
       std::string joined;
       for (const std::string& group : groups) joined += group;
       if (card_shaped(joined)) return true;
     }
-    for (const std::string& group : groups) {
-      if (card_shaped(group)) return true;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const bool apart = (g > 0 || apart_before) && (g + 1 < groups.size() || apart_after);
+      if (apart && card_shaped(groups[g])) return true;
     }
     i = end;
   }

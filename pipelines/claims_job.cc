@@ -194,7 +194,8 @@ struct JobState {
   std::string input, output, input_sha256;
   int chunk_size = 0;
   int64_t total = 0, rows_done = 0, output_bytes = 0;
-  std::string error;  // state "failed": why
+  std::string error;     // state "failed": why
+  bool restart = false;  // state "queued": to start over
   ClaimsJobSummary summary;
 
   bool begun() const { return !input_sha256.empty(); }
@@ -210,6 +211,7 @@ struct JobState {
                 {"output_bytes", output_bytes},
                 {"state", s.state},
                 {"error", error},
+                {"restart", restart},
                 {"errors", s.errors},
                 {"analysed", s.analysed},
                 {"llm_selected", s.llm_selected},
@@ -232,6 +234,7 @@ struct JobState {
       ClaimsJobSummary& s = state.summary;
       s.state = doc.at("state").get<std::string>();
       state.error = doc.value("error", std::string());
+      state.restart = doc.value("restart", false);
       // Records of jobs that have not begun (and of earlier versions) lack what follows.
       state.input_sha256 = doc.value("input_sha256", std::string());
       state.chunk_size = doc.value("chunk_size", 0);
@@ -374,6 +377,7 @@ Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
   record.output = state->output;
   record.state = state->summary.state;
   record.error = state->error;
+  record.restart = state->restart;
   record.total = state->total;
   record.done = state->rows_done;
   record.errors = state->summary.errors;
@@ -430,7 +434,7 @@ std::string ClaimsJobId(const std::string& input_path, const std::string& output
 }
 
 Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
-                         const std::string& state, const std::string& error) {
+                         const std::string& state, const std::string& error, bool restart) {
   const std::string key = kJobKeyPrefix + ClaimsJobId(input, output);
   Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
   if (!stored.ok()) return stored.error();
@@ -445,7 +449,15 @@ Status SetClaimsJobState(storage::Database& db, const std::string& input, const 
   }
   job.summary.state = state;
   job.error = error;
+  job.restart = restart;
   return SaveState(db, key, job);
+}
+
+int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share) {
+  if (summary.total > 0 && summary.errors == summary.total) return 3;
+  if (static_cast<double>(summary.errors) > max_error_share * static_cast<double>(summary.total)) return 3;
+  if (summary.LlmShortfallShare() > max_llm_shortfall_share) return 4;
+  return 0;
 }
 
 int64_t ClaimsJobSummary::llm_shortfall_total() const {
@@ -609,6 +621,13 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     while (reader->Next(&row)) {
       if (options.only_lines.empty() || options.only_lines.count(row.line) > 0) ++total;
       if (!row.claim.ok()) continue;
+      if (auto expected = options.expected_claim_ids.find(row.line);
+          expected != options.expected_claim_ids.end() && row.claim->claim_id != expected->second) {
+        return FailedPrecondition("line " + std::to_string(row.line) + " of " + input + " holds claim " +
+                                      row.claim->claim_id + ", where the earlier output names " + expected->second +
+                                      ": that output was not written from this input",
+                                  "input");
+      }
       Result<fraud::Claim> claim = fraud::ValidateClaim(*row.claim, pipeline.tokenizer());
       if (claim.ok()) ++provider_counts[claim->provider_id];
     }
@@ -640,7 +659,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   for (int64_t skipped = 0; skipped < state.rows_done && next_row(*reader, &row); ++skipped) {
   }
   ClaimsJobProgress progress{
-      state.rows_done, total, summary.errors, state.rows_done, summary.llm_selected, summary.llm_shortfall_total()};
+      state.rows_done, total, summary.errors, state.rows_done, summary.llm_selected, summary.llm_shortfalls};
   if (options.progress) options.progress(progress);
 
   std::set<std::string> llm_stages;
@@ -737,7 +756,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     progress.done = state.rows_done;
     progress.errors = summary.errors;
     progress.llm_selected = summary.llm_selected;
-    progress.llm_shortfalls = summary.llm_shortfall_total();
+    progress.llm_shortfalls = summary.llm_shortfalls;
     if (options.progress) options.progress(progress);
   }
   summary.state = "done";

@@ -54,8 +54,8 @@ struct ClaimsJobProgress {
   int64_t total = 0;           // rows in the input
   int64_t errors = 0;          // rows that became error lines
   int64_t resumed_at = 0;      // rows already done when this run started
-  int64_t llm_selected = 0;    // claims the LLM stage was asked to read
-  int64_t llm_shortfalls = 0;  // of those, claims it wrote no findings for
+  int64_t llm_selected = 0;                       // claims the LLM stage was asked to read
+  std::map<std::string, int64_t> llm_shortfalls;  // of those without findings: reason -> claims
 };
 
 struct ClaimsJobOptions {
@@ -71,6 +71,10 @@ struct ClaimsJobOptions {
   // scored and written; features counted over the batch (claims per provider) still count
   // every row, so a row scores as it did in a run over the whole file. Part of the job's id.
   std::set<int64_t> only_lines;
+  // Default: empty. The claim_id that rows of only_lines must hold (a retry takes them from the
+  // earlier output): a row holding another fails the job before anything is written, since the
+  // earlier output was then not written from this input.
+  std::map<int64_t, std::string> expected_claim_ids;
   // Called once before the first chunk and after each chunk is durable.
   std::function<void(const ClaimsJobProgress&)> progress;
   // When set to true (from another thread or a signal handler), the job stops after the chunk
@@ -108,6 +112,11 @@ struct ClaimsJobSummary {
   std::string ToText() const;  // what `txscore batch run` prints
 };
 
+// The exit code of `txscore batch run` for a run that finished: 3 when no row was scored or
+// more than `max_error_share` of the rows are errors; otherwise 4 when the LLM stage wrote no
+// findings for more than `max_llm_shortfall_share` of the claims it was asked to read; else 0.
+int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share);
+
 // Runs (or resumes) the job. `db` holds its progress. Errors: the input missing or changed
 // since the job began (kFailedPrecondition), an output file that this job did not write
 // (kFailedPrecondition), storage or model failures (kInternal, kDataLoss); the output then ends
@@ -119,6 +128,7 @@ struct ClaimsJobRecord {
   std::string input, output;
   std::string state;  // queued, running (also: stopped by a crash), interrupted, cancelled, failed, done
   std::string error;  // failed: why
+  bool restart = false;  // queued: to start over (ClaimsJobOptions::restart)
   int64_t total = 0, done = 0, errors = 0;
   int64_t llm_selected = 0;
   std::map<std::string, int64_t> llm_shortfalls;
@@ -130,8 +140,9 @@ Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, cons
 Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db);
 // Sets the state (and error) of the job with these absolute paths, keeping its progress; a
 // job with no record gets one without progress (a server records "queued" this way).
+// `restart`: the job was queued to start over (a server queueing it again after a stop keeps that).
 Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
-                         const std::string& state, const std::string& error = "");
+                         const std::string& state, const std::string& error = "", bool restart = false);
 
 // The first 16 hex characters of the SHA-256 of `text`: names derived from content.
 std::string ShortDigest(const std::string& text);

@@ -92,7 +92,7 @@ txscore::Status ClaimsJobManager::ResumeInterruptedJobs() {
     if (id != JobIdOf(record.input)) continue;
     if (record.state != "queued" && record.state != "running" && record.state != "interrupted") continue;
     Result<ClaimsJobView> queued =
-        Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), false);
+        Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), record.restart);
     if (!queued.ok()) return queued.error();
     if (record.state == "queued") {
       spdlog::info("claims job {} was queued when the server stopped; queued again", id);
@@ -175,7 +175,13 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool i
   }
   if (known != jobs_.end() &&
       (known->second->view.state == JobState::kQueued || known->second->view.state == JobState::kRunning)) {
-    known->second->restart = known->second->restart || restart;
+    if (restart && !known->second->restart) {
+      // Kept in the record too, for a server stop before the job starts.
+      std::error_code ec;
+      TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(
+          *db_, input, fs::absolute(output, ec).lexically_normal().string(), "queued", "", true));
+      known->second->restart = true;
+    }
     return known->second->view;  // already on its way
   }
   // The record says "queued" (a finished job's stays done: it only reports its result), so
@@ -185,7 +191,7 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool i
   Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, id);
   if (!record.ok()) return record.error();
   if (restart || !record->has_value() || (*record)->state != "done") {
-    TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(*db_, input, absolute_output, "queued"));
+    TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(*db_, input, absolute_output, "queued", "", restart));
   }
   auto job = std::make_shared<Job>();
   job->input = input;
@@ -316,6 +322,7 @@ void ClaimsJobManager::Work() {
       job->view.total = p.total;
       job->view.errors = p.errors;
       job->view.llm_selected = p.llm_selected;
+      job->view.llm_shortfalls = p.llm_shortfalls;
     };
     spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
@@ -344,6 +351,13 @@ void ClaimsJobManager::Work() {
               job->view.detail);
           !saved.ok()) {
         spdlog::error("claims job {}: cannot record its failure: {}", job->view.job_id, saved.error().ToString());
+      }
+      // The progress it keeps for a resume (this run may have failed before reporting any).
+      if (Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, job->view.job_id);
+          record.ok() && record->has_value()) {
+        job->view.done = (*record)->done;
+        job->view.total = (*record)->total;
+        job->view.errors = (*record)->errors;
       }
       spdlog::warn("claims job {} failed: {}", job->view.job_id, summary.error().ToString());
       continue;

@@ -154,6 +154,9 @@ struct RpcServer::Shared {
   std::mutex connections_mutex;
   std::condition_variable connections_closed;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
+  // Connections picked to make room whose close has not run yet: they no longer count
+  // against max_connections, and are not picked again.
+  std::atomic<int64_t> evictions_pending{0};
 
   struct {
     std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
@@ -213,13 +216,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // 0 when it is not idle.
   int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
 
-  // The server is full and a new client waits: close if still idle (a frame may have begun).
+  // The acceptor picks this connection to make room: true when it was still idle (and is
+  // now no longer a candidate, so that one connection is not picked twice).
+  bool TakeForEviction(int64_t idle_since) { return idle_since_.compare_exchange_strong(idle_since, 0); }
+
+  // The server is full and a new client waits: close if still idle, with no bytes of a
+  // request waiting unread (a frame may have begun since TakeForEviction).
   void EvictIfIdle() {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      std::lock_guard<std::mutex> lock(self->mutex_);
-      if (self->phase_ != Phase::kIdle) return;
-      self->shared_->counters.idle_evictions.fetch_add(1);
-      self->Close();
+      {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        boost::system::error_code ec;
+        if (self->phase_ == Phase::kIdle && self->socket_.available(ec) == 0 && !ec) {
+          self->shared_->counters.idle_evictions.fetch_add(1);
+          self->Close();
+        }
+      }
+      self->shared_->evictions_pending.fetch_sub(1);
     });
   }
 
@@ -612,7 +625,8 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     std::shared_ptr<Connection> longest_idle;
     {
       std::lock_guard<std::mutex> lock(shared->connections_mutex);
-      open = shared->connections.size();
+      const int64_t leaving = shared->evictions_pending.load();
+      open = shared->connections.size() > static_cast<size_t>(leaving) ? shared->connections.size() - static_cast<size_t>(leaving) : 0;
       if (open >= static_cast<size_t>(shared->max_connections)) {
         // Full: the connection idle the longest makes room, so that idle connections (a
         // caller's spare pool, or someone holding sockets open) cannot lock out a client
@@ -626,11 +640,13 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
             oldest = since;
           }
         }
+        if (longest_idle != nullptr && !longest_idle->TakeForEviction(oldest)) longest_idle = nullptr;
       }
     }
     if (longest_idle != nullptr && !shared->stopping.load()) {
+      shared->evictions_pending.fetch_add(1);
       longest_idle->EvictIfIdle();
-      open = 0;  // the new client takes its place (one over the limit until it has closed)
+      open = 0;  // the new client takes its place (the evicted one closes on its own thread)
     }
     if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
       shared->counters.refused.fetch_add(1);

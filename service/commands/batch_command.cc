@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -40,11 +41,11 @@ struct BatchRunOptions {
 std::atomic<bool> stop_requested{false};
 extern "C" void RequestStop(int) { stop_requested.store(true); }
 
-// The line numbers of an earlier output's rows that list LLM shortfalls.
-Result<std::set<int64_t>> ShortfallLines(const std::string& earlier_output) {
+// The rows of an earlier output that list LLM shortfalls: line number -> claim_id.
+Result<std::map<int64_t, std::string>> ShortfallLines(const std::string& earlier_output) {
   std::ifstream in(earlier_output);
   if (!in) return NotFound("cannot read " + earlier_output);
-  std::set<int64_t> lines;
+  std::map<int64_t, std::string> lines;
   int64_t number = 0;
   for (std::string text; std::getline(in, text);) {
     ++number;
@@ -55,7 +56,11 @@ Result<std::set<int64_t>> ShortfallLines(const std::string& earlier_output) {
     }
     const auto shortfalls = row.find("llm_shortfalls");
     if (shortfalls != row.end() && shortfalls->is_array() && !shortfalls->empty()) {
-      lines.insert(row["line"].get<int64_t>());
+      const auto claim_id = row.find("claim_id");
+      if (claim_id == row.end() || !claim_id->is_string()) {
+        return InvalidArgument(earlier_output + ":" + std::to_string(number) + ": a row with llm_shortfalls has no claim_id");
+      }
+      lines[row["line"].get<int64_t>()] = claim_id->get<std::string>();
     }
   }
   return lines;
@@ -64,7 +69,7 @@ Result<std::set<int64_t>> ShortfallLines(const std::string& earlier_output) {
 int RunBatch(BatchRunOptions& options) {
   ConfigureLogging(options.quiet ? "warn" : options.log_level);
   if (!options.retry_llm_shortfalls.empty()) {
-    Result<std::set<int64_t>> lines = ShortfallLines(options.retry_llm_shortfalls);
+    Result<std::map<int64_t, std::string>> lines = ShortfallLines(options.retry_llm_shortfalls);
     if (!lines.ok()) {
       spdlog::error("--retry-llm-shortfalls: {}", lines.error().message);
       return 2;
@@ -74,7 +79,8 @@ int RunBatch(BatchRunOptions& options) {
                   options.retry_llm_shortfalls.c_str());
       return 0;
     }
-    options.job.only_lines = std::move(lines).value();
+    for (const auto& [line, claim_id] : *lines) options.job.only_lines.insert(line);
+    options.job.expected_claim_ids = std::move(lines).value();
     spdlog::info("scoring again the {} rows of {} whose LLM stage fell short", options.job.only_lines.size(),
                  options.retry_llm_shortfalls);
   }
@@ -113,10 +119,12 @@ int RunBatch(BatchRunOptions& options) {
       spdlog::info("resuming job at row {} of {}", p.resumed_at, p.total);
     }
     if (display) {
-      display->Update(p.done, p.total, p.resumed_at,
-                      p.llm_shortfalls > 0 ? ", " + std::to_string(p.llm_shortfalls) + " of " +
-                                                 std::to_string(p.llm_selected) + " LLM claims without findings"
-                                           : "");
+      std::string note;
+      for (const auto& [reason, claims] : p.llm_shortfalls) {
+        note += (note.empty() ? "" : ", ") + reason + " " + std::to_string(claims);
+      }
+      if (!note.empty()) note = "; LLM claims without findings: " + note + " of " + std::to_string(p.llm_selected);
+      display->Update(p.done, p.total, p.resumed_at, note);
     }
   };
   options.job.before_llm = [](int64_t chunk, size_t claims) {
@@ -146,21 +154,6 @@ int RunBatch(BatchRunOptions& options) {
   }
   std::printf("output   %s\nsummary  %s.summary.json\n", options.job.output_path.c_str(),
               options.job.output_path.c_str());
-  if (summary->total > 0 && summary->errors == summary->total) {
-    std::fprintf(stderr,
-                 "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "
-                 "format its name says (.csv for CSV, anything else JSON lines)?\n",
-                 static_cast<long long>(summary->total), options.job.output_path.c_str());
-    return 3;
-  }
-  if (summary->total > 0 &&
-      static_cast<double>(summary->errors) > options.max_error_share * static_cast<double>(summary->total)) {
-    std::fprintf(stderr, "%lld of %lld rows (%.1f%%) are errors, over --max-error-share %g; their reasons are in %s\n",
-                 static_cast<long long>(summary->errors), static_cast<long long>(summary->total),
-                 100.0 * static_cast<double>(summary->errors) / static_cast<double>(summary->total),
-                 options.max_error_share, options.job.output_path.c_str());
-    return 3;
-  }
   if (summary->llm_shortfall_total() > 0) {
     std::fprintf(
         stderr,
@@ -170,12 +163,23 @@ int RunBatch(BatchRunOptions& options) {
         static_cast<long long>(summary->llm_shortfall_total()), static_cast<long long>(summary->llm_selected),
         100.0 * summary->LlmShortfallShare(), options.config_path.c_str(), options.job.input_path.c_str(),
         options.job.output_path.c_str());
-    if (summary->LlmShortfallShare() > options.max_llm_shortfall_share) {
-      std::fprintf(stderr, "that is over --max-llm-shortfall-share %g: exit 4\n", options.max_llm_shortfall_share);
-      return 4;
-    }
   }
-  return 0;
+  const int exit_code =
+      pipelines::BatchRunExitCode(*summary, options.max_error_share, options.max_llm_shortfall_share);
+  if (exit_code == 3 && summary->errors == summary->total) {
+    std::fprintf(stderr,
+                 "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "
+                 "format its name says (.csv for CSV, anything else JSON lines)?\n",
+                 static_cast<long long>(summary->total), options.job.output_path.c_str());
+  } else if (exit_code == 3) {
+    std::fprintf(stderr, "%lld of %lld rows (%.1f%%) are errors, over --max-error-share %g; their reasons are in %s\n",
+                 static_cast<long long>(summary->errors), static_cast<long long>(summary->total),
+                 100.0 * static_cast<double>(summary->errors) / static_cast<double>(summary->total),
+                 options.max_error_share, options.job.output_path.c_str());
+  } else if (exit_code == 4) {
+    std::fprintf(stderr, "that is over --max-llm-shortfall-share %g: exit 4\n", options.max_llm_shortfall_share);
+  }
+  return exit_code;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // txscore generate --model DIR --prompt TEXT [--schema FILE] [--max-new-tokens N] [--json]:
 // try a model. Greedy unless sampling options are given.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -48,10 +49,12 @@ int RunGenerate(GenerateOptions& options) {
       prompt.push_back(id.get<int32_t>());
     }
   } else {
-    // With the BOS the model always saw first, as Hugging Face's tokenizer(prompt) gives; not
-    // with an EOS an add_eos_token would append, which would end the text before generation.
-    prompt = (*tokenizer)->SpecialPrefix();
+    // With the BOS the model always saw first, as Hugging Face's tokenizer(prompt) gives, but
+    // once: not again when the prompt writes it itself (where Hugging Face would double it);
+    // not with an EOS an add_eos_token would append, which would end the text before generation.
     const std::vector<int32_t> text = (*tokenizer)->Encode(options.prompt);
+    prompt = (*tokenizer)->SpecialPrefix();
+    if (text.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), text.begin())) prompt.clear();
     prompt.insert(prompt.end(), text.begin(), text.end());
   }
   if (!options.schema_path.empty()) {

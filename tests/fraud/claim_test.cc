@@ -76,6 +76,21 @@ TEST(ClaimForStorage, KeepsTheClaimantTokenNotTheIdAndValidatesTheSame) {
   EXPECT_EQ(ClaimForStorage(raw, *Tokenizer()).error().field, "claimant_id");
 }
 
+TEST(ClaimForStorage, RefusesACardNumberInAnId) {
+  for (const char* field : {"claim_id", "policy_id", "provider_id"}) {
+    RawClaim raw = ValidRawClaim();
+    (std::string(field) == "claim_id"    ? raw.claim_id
+     : std::string(field) == "policy_id" ? raw.policy_id
+                                         : raw.provider_id) = "4000 0012 3456 7899";
+    auto stored = ClaimForStorage(raw, *Tokenizer());
+    ASSERT_FALSE(stored.ok()) << field;
+    EXPECT_EQ(stored.error().field, field);
+    EXPECT_EQ(stored.error().message, std::string(field) +
+                                          " holds what looks like a card number (a Luhn-valid run of digits with a "
+                                          "card network's prefix and length); card numbers belong in card_number only");
+  }
+}
+
 TEST(ParseClaimJson, TakesExactlyOneOfClaimantIdAndToken) {
   RawClaim raw = ValidRawClaim();
   raw.claimant_token = std::string(64, 'a');
@@ -109,7 +124,7 @@ TEST(ValidateClaim, NamesTheFieldAtFault) {
   EXPECT_EQ(e.field, "narrative");
   for (void (*change)(RawClaim*) : {+[](RawClaim* c) { c->claim_id = "CLM-4000001234567899"; },
                                     +[](RawClaim* c) { c->policy_id = "4000 0012 3456 7899"; },
-                                    +[](RawClaim* c) { c->provider_id = "P4000001234567899"; }}) {
+                                    +[](RawClaim* c) { c->provider_id = "P-4000001234567899"; }}) {
     e = error(change);
     EXPECT_EQ(e.message, e.field +
                              " holds what looks like a card number (a Luhn-valid run of digits with a card network's "

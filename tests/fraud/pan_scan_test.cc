@@ -30,7 +30,8 @@ TEST(PanScan, LeavesOtherNumbersAlone) {
 TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_TRUE(LooksLikeCardNumber("4000001234567899"));
   EXPECT_TRUE(LooksLikeCardNumber("REQ-4000-0012-3456-7899"));
-  EXPECT_TRUE(LooksLikeCardNumber("x4000001234567899"));
+  EXPECT_TRUE(LooksLikeCardNumber("x-4000001234567899"));
+  EXPECT_FALSE(LooksLikeCardNumber("x4000001234567899"));  // glued to a letter: part of a word
   EXPECT_TRUE(LooksLikeCardNumber("378282246310005"));   // Amex, 15
   EXPECT_TRUE(LooksLikeCardNumber("5555555555554444"));  // Mastercard test number
   EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));  // Mastercard 2-series test number
@@ -61,18 +62,25 @@ std::string RandomOf(std::mt19937_64& random, const char* alphabet, size_t alpha
 TEST(PanScan, HowOftenRandomIdsAndTokensLookLikeCards) {
   std::mt19937_64 random(1);
   constexpr int kSamples = 100000;
-  int uuids = 0, numeric = 0, hex_tokens = 0;
+  int uuids = 0, hex_ids = 0, object_ids = 0, traceparents = 0, numeric = 0, hex_tokens = 0;
   for (int i = 0; i < kSamples; ++i) {
     const std::string hex = RandomOf(random, "0123456789abcdef", 16, 32);
     const std::string uuid = hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
                              hex.substr(16, 4) + "-" + hex.substr(20, 12);
     uuids += LooksLikeCardNumber(uuid) ? 1 : 0;
+    hex_ids += LooksLikeCardNumber(hex) ? 1 : 0;  // uuid4().hex
+    object_ids += LooksLikeCardNumber(hex.substr(0, 24)) ? 1 : 0;
+    traceparents +=
+        LooksLikeCardNumber("00-" + hex + "-" + RandomOf(random, "0123456789abcdef", 16, 16) + "-01") ? 1 : 0;
     numeric += LooksLikeCardNumber(RandomOf(random, "0123456789", 10, 16)) ? 1 : 0;
     hex_tokens += ContainsPan(RandomOf(random, "0123456789abcdef", 16, 64)) ? 1 : 0;
   }
-  EXPECT_EQ(uuids, 0);          // a UUID's digit groups are never card-shaped
-  EXPECT_EQ(numeric, 3995);     // a 16-digit numeric id: card-shaped 4.0 % of the time
-  EXPECT_EQ(hex_tokens, 2536);  // txscore's own 64-hex token form, under the free-text rule: 2.5 %
+  EXPECT_EQ(uuids, 0);  // a UUID's digit groups are never card-shaped
+  EXPECT_EQ(hex_ids, 0);
+  EXPECT_EQ(object_ids, 0);
+  EXPECT_EQ(traceparents, 4);   // a parent id or a trace id's edge, all digits and card-shaped
+  EXPECT_EQ(numeric, 3989);     // a 16-digit numeric id: card-shaped 4.0 % of the time
+  EXPECT_EQ(hex_tokens, 2534);  // txscore's own 64-hex token form, under the free-text rule: 2.5 %
 }
 
 TEST(PanScan, RedactsEachRunWithItsSeparators) {

@@ -152,13 +152,23 @@ TEST(ValidateTransaction, IdsAndTraceparentMustNotHoldACardNumber) {
   raw = ValidTransaction();
   raw.merchant_id = "4000 0012 3456 7899";
   ExpectInvalid(raw, "merchant_id", message);
-  raw = ValidTransaction();
-  raw.traceparent = "00-abcd4000001234567899abcdefabcdef-00f067aa0ba902b7-01";  // W3C-valid
-  ExpectInvalid(raw, "traceparent", message);
   // A long numeric request id without a network's prefix is an id, not a card.
   raw = ValidTransaction();
   raw.request_id = "20261201123456788";
   EXPECT_TRUE(ValidateTransaction(raw).ok());
+}
+
+TEST(ValidateTransaction, ATraceparentKeepsItsFourFieldsAndIsDroppedWhenItHoldsACardNumber) {
+  RawTransaction raw = ValidTransaction();
+  raw.traceparent = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-card=4000/0012/3456/7899";
+  Result<Transaction> later_version = ValidateTransaction(raw);
+  ASSERT_TRUE(later_version.ok()) << later_version.error().ToString();
+  EXPECT_EQ(later_version->traceparent, "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  // W3C-valid, with a Visa-shaped parent id: scored, but the trace context is not kept.
+  raw.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-4000001234567899-01";
+  Result<Transaction> card_shaped = ValidateTransaction(raw);
+  ASSERT_TRUE(card_shaped.ok()) << card_shaped.error().ToString();
+  EXPECT_EQ(card_shaped->traceparent, "");
 }
 
 TEST(ValidateTransaction, TraceparentMustFollowW3cTraceContext) {

@@ -397,6 +397,8 @@ TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOver
   EXPECT_EQ(again.job_id, first.job_id);
   const rpc::ClaimsJobStatus failed = WaitForEnd(first.job_id);
   EXPECT_EQ(failed.state, rpc::JobState::FAILED);
+  EXPECT_EQ(failed.done, 8);  // the progress kept from the run over the old file
+  EXPECT_EQ(failed.total, 8);
   EXPECT_EQ(failed.detail,
             "its input file has changed since the job began; to start over on the new file, submit it "
             "again with restart (txscore job submit --input NAME --restart)");
@@ -420,6 +422,33 @@ TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOver
   EXPECT_EQ(restarted.state, rpc::JobState::DONE);
   EXPECT_EQ(restarted.done, 12);
   EXPECT_EQ(restarted.total, 12);
+}
+
+TEST_F(ClaimsJobsTest, ARestartAskedForAQueuedJobSurvivesAServerStop) {
+  WriteInputFile("claims.jsonl", 6, 41);
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("claims.jsonl");
+  rpc::ClaimsJobStatus first;
+  client_->submitClaimsJob(first, request);
+  ASSERT_EQ(WaitForEnd(first.job_id).state, rpc::JobState::DONE);
+  WriteInputFile("claims.jsonl", 9, 42);  // changed: only a restart can run it
+  // Held behind another job, the restart is queued when the server stops...
+  hold_first_job_ = true;
+  release_held_job_on_stop_ = true;
+  rpc::ClaimsJobStatus blocker, queued;
+  client_->submitClaimsJob(blocker, Inline(4, 43));
+  EXPECT_EQ(job_held_.get_future().get(), blocker.job_id);
+  request.__set_restart(true);
+  client_->submitClaimsJob(queued, request);
+  EXPECT_EQ(queued.state, rpc::JobState::QUEUED);
+  transport_->close();
+  server_->Stop();
+  server_.reset();
+  // ...and the server started again runs it as a restart, to the end of the new file.
+  StartServer();
+  const rpc::ClaimsJobStatus restarted = WaitForEnd(first.job_id);
+  EXPECT_EQ(restarted.state, rpc::JobState::DONE) << restarted.detail;
+  EXPECT_EQ(restarted.done, 9);
 }
 
 TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {

@@ -185,6 +185,20 @@ def check_make_checkpoint_shows_its_progress(txscore):
         assert os.path.exists(os.path.join(work, "model.safetensors"))
 
 
+def check_generate_starts_the_prompt_with_one_bos_even_when_the_prompt_writes_it(txscore):
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        assert run(txscore, "llm", "make-checkpoint", "--family", "llama", "--size", "tiny", "--out", work).returncode == 0
+        with open(f"{work}/config.json") as f:
+            bos = json.load(f)["bos_token_id"]
+        for prompt in ("hello", "<|begin_of_text|>hello"):
+            r = run(txscore, "generate", "--model", work, "--prompt", prompt, "--max-new-tokens", "2", "--json")
+            assert r.returncode == 0, r
+            ids = json.loads(r.stdout)["prompt_ids"]
+            assert ids[0] == bos and ids.count(bos) == 1, (prompt, ids)
+
+
 def check_audit_last_zero_is_refused(txscore):
     r = run(txscore, "audit", "--last", "0", "--db", "/nonexistent")
     assert r.returncode != 0, r
@@ -245,6 +259,7 @@ CHECKS = [
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,
     check_make_checkpoint_shows_its_progress,
+    check_generate_starts_the_prompt_with_one_bos_even_when_the_prompt_writes_it,
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
     check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,

@@ -414,6 +414,49 @@ TEST_F(ClaimsJobTest, OnlyLinesScoresThoseRowsExactlyAsAWholeRunDoes) {
   EXPECT_NE(summary->job_id, ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("some.jsonl")));
 }
 
+TEST_F(ClaimsJobTest, ARetryRefusesAnInputWhoseRowsAreNotTheClaimsTheEarlierOutputNamed) {
+  ClaimsJobOptions options = Options("retry.jsonl");
+  options.only_lines = {2};
+  options.expected_claim_ids = {{2, "CLM-not-this-one"}};
+  auto refused = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kFailedPrecondition);
+  std::string second_line;
+  {
+    std::ifstream in(dir_.file("claims.jsonl"));
+    std::getline(in, second_line);
+    std::getline(in, second_line);
+  }
+  const std::string second_claim = nlohmann::json::parse(second_line).at("claim_id");
+  EXPECT_EQ(refused.error().message, "line 2 of " + dir_.file("claims.jsonl") + " holds claim " + second_claim +
+                                         ", where the earlier output names CLM-not-this-one: that output was not "
+                                         "written from this input");
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("retry.jsonl")));  // nothing written
+  options.expected_claim_ids = {{2, second_claim}};
+  EXPECT_EQ(RunClaimsJob(*pipeline_, *db_, options)->done, 1);
+}
+
+TEST(BatchRunExitCode, ThreeForErrorRowsFirstThenFourForLlmShortfallsOverTheirShares) {
+  ClaimsJobSummary s;
+  s.total = 100;
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 0);
+  s.errors = 10;  // 10 % of the rows: not over 0.1
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 0);
+  s.errors = 11;
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 3);
+  s.errors = 0;
+  s.llm_selected = 20;
+  s.llm_shortfalls = {{"failed", 1}, {"cut_short", 1}};  // 10 % of what the LLM read
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 0);
+  s.llm_shortfalls["skipped"] = 1;
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 4);
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.2), 0);
+  s.errors = 11;  // both: the error rows decide
+  EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 3);
+  s.errors = 100;  // every row an error
+  EXPECT_EQ(BatchRunExitCode(s, 1.0, 1.0), 3);
+}
+
 TEST_F(ClaimsJobTest, AStopAskedWhileCountingRowsEndsTheJobAtOnce) {
   std::atomic<bool> cancel{true};
   ClaimsJobOptions options = Options("stopped.jsonl");

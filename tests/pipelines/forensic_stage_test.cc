@@ -273,7 +273,7 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
                                    std::to_string(summary->llm_selected)),
             std::string::npos)
       << summary->ToText();
-  EXPECT_EQ(progress.back().llm_shortfalls, summary->llm_selected);
+  EXPECT_EQ(progress.back().llm_shortfalls, summary->llm_shortfalls);
   EXPECT_EQ(progress.back().llm_selected, summary->llm_selected);
 
   // Each line the LLM stage was asked for says so, and why; the others list nothing.

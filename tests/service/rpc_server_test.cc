@@ -285,13 +285,27 @@ TEST_F(RpcServerUnitTest, AFullServerClosesTheConnectionIdleTheLongestForANewCli
   }
   ExpectStillServing();  // a fourth client is served...
   EXPECT_EQ(server_->stats().connections_refused, 0u);
-  EXPECT_EQ(server_->stats().idle_evictions, 1u);
+  ASSERT_TRUE(Eventually([&] { return server_->stats().idle_evictions == 1; }));  // the close runs on its own thread
   // ...and the first was closed to make room; the others still work.
   rpc::HealthStatus health;
   EXPECT_THROW(held[0]->client->health(health), apache::thrift::TException);
   held[1]->client->health(health);
   held[2]->client->health(health);
   EXPECT_TRUE(health.live);
+}
+
+TEST_F(RpcServerUnitTest, ABurstOfConnectionsToAFullServerStaysWithinTheLimit) {
+  Start({.max_connections = 5});
+  std::vector<int> sockets;
+  for (int i = 0; i < 5; ++i) sockets.push_back(RawConnect());
+  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_idle == 5; }));
+  for (int i = 0; i < 50; ++i) sockets.push_back(RawConnect());  // as fast as they connect
+  // Each newcomer took an idle connection's place or was refused: never more than the limit.
+  ASSERT_TRUE(Eventually([&] {
+    const RpcServerStats stats = server_->stats();
+    return stats.idle_evictions + stats.connections_refused == 50 && stats.connections_open == 5;
+  })) << server_->stats().connections_open << " open, " << server_->stats().idle_evictions << " evicted";
+  for (int fd : sockets) ::close(fd);
 }
 
 TEST_F(RpcServerUnitTest, ShedsRequestsWhenTheQueueIsFullAndKeepsTheConnection) {
