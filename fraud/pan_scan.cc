@@ -113,7 +113,8 @@ bool LooksLikeCardNumber(std::string_view text) {
     auto alnum = [&text](size_t at) { return std::isalnum(static_cast<unsigned char>(text[at])) != 0; };
     const bool apart_before = i == 0 || !alnum(i - 1);
     const bool apart_after = end == text.size() || !alnum(end);
-    bool printed_like_a_card = groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 && groups[2].size() == 5;
+    bool printed_like_a_card =
+        groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 && groups[2].size() == 5;
     if (groups.size() > 1 && !printed_like_a_card) {
       printed_like_a_card = true;
       for (size_t g = 0; g < groups.size(); ++g) {

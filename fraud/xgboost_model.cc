@@ -68,7 +68,11 @@ namespace {
 Status LoadCheckedBytes(BoosterHandle booster, const std::string& bytes, const std::string& extension) {
   std::string path = (std::filesystem::temp_directory_path() / ("txscore-model-XXXXXX" + extension)).string();
   const int fd = ::mkstemps(path.data(), static_cast<int>(extension.size()));  // mode 0600
-  if (fd < 0) return Internal("cannot create a temporary file for the model: " + std::string(std::strerror(errno)));
+  if (fd < 0) {
+    return Internal("cannot create a temporary copy of the model in " +
+                    std::filesystem::temp_directory_path().string() +
+                    " (set TMPDIR to choose another directory): " + std::strerror(errno));
+  }
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);

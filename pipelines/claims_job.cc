@@ -658,8 +658,8 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   Row row;
   for (int64_t skipped = 0; skipped < state.rows_done && next_row(*reader, &row); ++skipped) {
   }
-  ClaimsJobProgress progress{
-      state.rows_done, total, summary.errors, state.rows_done, summary.llm_selected, summary.llm_shortfalls};
+  ClaimsJobProgress progress{state.rows_done,       total, summary.errors, state.rows_done, summary.llm_selected,
+                             summary.llm_shortfalls};
   if (options.progress) options.progress(progress);
 
   std::set<std::string> llm_stages;

@@ -50,10 +50,10 @@
 namespace txscore::pipelines {
 
 struct ClaimsJobProgress {
-  int64_t done = 0;            // rows finished, including those of earlier runs of the job
-  int64_t total = 0;           // rows in the input
-  int64_t errors = 0;          // rows that became error lines
-  int64_t resumed_at = 0;      // rows already done when this run started
+  int64_t done = 0;                               // rows finished, including those of earlier runs of the job
+  int64_t total = 0;                              // rows in the input
+  int64_t errors = 0;                             // rows that became error lines
+  int64_t resumed_at = 0;                         // rows already done when this run started
   int64_t llm_selected = 0;                       // claims the LLM stage was asked to read
   std::map<std::string, int64_t> llm_shortfalls;  // of those without findings: reason -> claims
 };
@@ -126,8 +126,8 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
 // What the database holds about a job: its state and last recorded progress.
 struct ClaimsJobRecord {
   std::string input, output;
-  std::string state;  // queued, running (also: stopped by a crash), interrupted, cancelled, failed, done
-  std::string error;  // failed: why
+  std::string state;     // queued, running (also: stopped by a crash), interrupted, cancelled, failed, done
+  std::string error;     // failed: why
   bool restart = false;  // queued: to start over (ClaimsJobOptions::restart)
   int64_t total = 0, done = 0, errors = 0;
   int64_t llm_selected = 0;

@@ -1,7 +1,11 @@
 #include "pipelines/config.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -125,6 +129,14 @@ class Reader {
     if (ec || size > kMaxFileBytes) {
       return ErrorAt(map[key], "\"" + key + "\": " + *out + " is larger than 16 GiB");
     }
+    // Readable: not only permissions, but files that look regular and cannot be read from the
+    // start, such as /proc/self/mem.
+    const int fd = ::open(out->c_str(), O_RDONLY | O_CLOEXEC);
+    char first = 0;
+    const ssize_t read = fd < 0 ? -1 : ::read(fd, &first, 1);
+    const std::string why = read < 0 ? std::strerror(errno) : "";
+    if (fd >= 0) ::close(fd);
+    if (read < 0) return ErrorAt(map[key], "\"" + key + "\": " + *out + " cannot be read: " + why);
     return Status::Ok();
   }
 

@@ -626,7 +626,9 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     {
       std::lock_guard<std::mutex> lock(shared->connections_mutex);
       const int64_t leaving = shared->evictions_pending.load();
-      open = shared->connections.size() > static_cast<size_t>(leaving) ? shared->connections.size() - static_cast<size_t>(leaving) : 0;
+      open = shared->connections.size() > static_cast<size_t>(leaving)
+                 ? shared->connections.size() - static_cast<size_t>(leaving)
+                 : 0;
       if (open >= static_cast<size_t>(shared->max_connections)) {
         // Full: the connection idle the longest makes room, so that idle connections (a
         // caller's spare pool, or someone holding sockets open) cannot lock out a client

@@ -58,7 +58,8 @@ Result<std::map<int64_t, std::string>> ShortfallLines(const std::string& earlier
     if (shortfalls != row.end() && shortfalls->is_array() && !shortfalls->empty()) {
       const auto claim_id = row.find("claim_id");
       if (claim_id == row.end() || !claim_id->is_string()) {
-        return InvalidArgument(earlier_output + ":" + std::to_string(number) + ": a row with llm_shortfalls has no claim_id");
+        return InvalidArgument(earlier_output + ":" + std::to_string(number) +
+                               ": a row with llm_shortfalls has no claim_id");
       }
       lines[row["line"].get<int64_t>()] = claim_id->get<std::string>();
     }
@@ -164,8 +165,7 @@ int RunBatch(BatchRunOptions& options) {
         100.0 * summary->LlmShortfallShare(), options.config_path.c_str(), options.job.input_path.c_str(),
         options.job.output_path.c_str());
   }
-  const int exit_code =
-      pipelines::BatchRunExitCode(*summary, options.max_error_share, options.max_llm_shortfall_share);
+  const int exit_code = pipelines::BatchRunExitCode(*summary, options.max_error_share, options.max_llm_shortfall_share);
   if (exit_code == 3 && summary->errors == summary->total) {
     std::fprintf(stderr,
                  "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "

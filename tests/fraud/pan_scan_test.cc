@@ -32,9 +32,9 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_TRUE(LooksLikeCardNumber("REQ-4000-0012-3456-7899"));
   EXPECT_TRUE(LooksLikeCardNumber("x-4000001234567899"));
   EXPECT_FALSE(LooksLikeCardNumber("x4000001234567899"));  // glued to a letter: part of a word
-  EXPECT_TRUE(LooksLikeCardNumber("378282246310005"));   // Amex, 15
-  EXPECT_TRUE(LooksLikeCardNumber("5555555555554444"));  // Mastercard test number
-  EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));  // Mastercard 2-series test number
+  EXPECT_TRUE(LooksLikeCardNumber("378282246310005"));     // Amex, 15
+  EXPECT_TRUE(LooksLikeCardNumber("5555555555554444"));    // Mastercard test number
+  EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));    // Mastercard 2-series test number
   // Long numeric ids, which the every-window rule would flag:
   EXPECT_TRUE(ContainsPan("20261201123456788"));
   EXPECT_FALSE(LooksLikeCardNumber("20261201123456788"));      // Luhn-valid, 17 digits, no network's prefix

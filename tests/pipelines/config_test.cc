@@ -99,8 +99,9 @@ TEST_F(ConfigTest, UnknownKeyIsRejectedWithLineAndColumn) {
   auto config = Parse(std::string("server:\n  prot: 9090\n") + kValid);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.error().message,
-            Where(2, 3) + "unknown key \"prot\" in server (expected one of: frame_timeout_ms, host, idle_timeout_ms, io_threads, "
-                              "limits, max_connections, max_queued_requests, port, workers)");
+            Where(2, 3) +
+                "unknown key \"prot\" in server (expected one of: frame_timeout_ms, host, idle_timeout_ms, io_threads, "
+                "limits, max_connections, max_queued_requests, port, workers)");
 }
 
 TEST_F(ConfigTest, ServerTransportSettingsAreReadAndBounded) {
@@ -126,8 +127,13 @@ TEST_F(ConfigTest, AModelPathMustNameARegularFileAndACheckpointADirectory) {
   ASSERT_FALSE(directory.ok());
   EXPECT_EQ(directory.error().message,
             Where(7, 58) + "\"model\": " + dir_.file("adir") + " is not a regular file (it is a directory)");
-  auto checkpoint = Parse(std::string(kValid) +
-                          "  - {name: forensic, kind: llm_findings, after: decision, model: model.ubj}\n");
+  yaml = kValid;
+  yaml.replace(yaml.find("model: model.ubj"), 16, "model: /proc/self/mem");  // "regular", unreadable at 0
+  auto special = Parse(yaml);
+  ASSERT_FALSE(special.ok());
+  EXPECT_EQ(special.error().message, Where(7, 58) + "\"model\": /proc/self/mem cannot be read: Input/output error");
+  auto checkpoint =
+      Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, model: model.ubj}\n");
   ASSERT_FALSE(checkpoint.ok());
   EXPECT_EQ(checkpoint.error().message.substr(checkpoint.error().message.find('"')),
             "\"model\": " + dir_.file("model.ubj") + " is not a directory");
@@ -156,8 +162,7 @@ TEST_F(ConfigTest, MissingModelFileIsRejectedWithItsPath) {
   yaml.replace(yaml.find("model.ubj"), 9, "absent.ubj");
   auto config = Parse(yaml);
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.error().message,
-            Where(7, 58) + "\"model\": file " + dir_.file("absent.ubj") + " does not exist");
+  EXPECT_EQ(config.error().message, Where(7, 58) + "\"model\": file " + dir_.file("absent.ubj") + " does not exist");
 }
 
 TEST_F(ConfigTest, ThresholdsMustBeOrdered) {
@@ -241,12 +246,14 @@ TEST_F(ConfigTest, FindingsStageIsOptionalAndGetsDefaults) {
 
 TEST_F(ConfigTest, FindingsStageConditionIsCheckedAgainstEarlierStagesOutputs) {
   std::filesystem::create_directory(dir_.file("llm"));
-  auto config = Parse(std::string(kValid) +
-                      "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score >= 0.6\"}\n");
+  auto config =
+      Parse(std::string(kValid) +
+            "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score >= 0.6\"}\n");
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->findings.when.text(), "fraud.score >= 0.6");
-  auto bad = Parse(std::string(kValid) +
-                   "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score == REVIEW\"}\n");
+  auto bad =
+      Parse(std::string(kValid) +
+            "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score == REVIEW\"}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message, Where(9, 77) + "when: fraud.score is a number; \"REVIEW\" is not");
 }
@@ -263,8 +270,9 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: fraud, model: llm}\n")
                 .error()
                 .message,
-            Where(9, 5) + "stage \"forensic\" needs a when: (its default, <decision>.decision == REVIEW, needs the "
-                          "decision stage upstream of it), e.g. when: \"model.score >= 0.5\"");
+            Where(9, 5) +
+                "stage \"forensic\" needs a when: (its default, <decision>.decision == REVIEW, needs the "
+                "decision stage upstream of it), e.g. when: \"model.score >= 0.5\"");
   EXPECT_TRUE(Parse(std::string(kValid) +
                     "  - {name: forensic, kind: llm_findings, after: fraud, model: llm, when: \"fraud.score > 0.5\"}\n")
                   .ok());

@@ -1,6 +1,8 @@
 #include "pipelines/forensic_stage.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "accelerator/emulated_device.h"
@@ -261,7 +264,12 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
   options.chunk_size = 16;
   std::vector<ClaimsJobProgress> progress;
   options.progress = [&](const ClaimsJobProgress& p) { progress.push_back(p); };
+  std::ostringstream log;  // what the job logs, captured
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("job", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
   auto summary = RunClaimsJob(**claims, *db_, options);
+  spdlog::set_default_logger(previous);
   ASSERT_TRUE(summary.ok()) << summary.error().ToString();
   EXPECT_EQ(summary->state, "done");
   ASSERT_GT(summary->llm_selected, 0);
@@ -274,6 +282,13 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
             std::string::npos)
       << summary->ToText();
   EXPECT_EQ(progress.back().llm_shortfalls, summary->llm_shortfalls);
+  // Each chunk with a shortfall is logged, with the counts and the first claim's reason.
+  const std::string logged = log.str();
+  EXPECT_NE(logged.find("[warning] job " + summary->job_id + " chunk 0: the LLM stage wrote no findings for "),
+            std::string::npos)
+      << logged;
+  EXPECT_NE(logged.find("(failed "), std::string::npos) << logged;
+  EXPECT_NE(logged.find(": failed: the device stopped responding"), std::string::npos) << logged;
   EXPECT_EQ(progress.back().llm_selected, summary->llm_selected);
 
   // Each line the LLM stage was asked for says so, and why; the others list nothing.

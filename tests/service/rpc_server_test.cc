@@ -304,7 +304,8 @@ TEST_F(RpcServerUnitTest, ABurstOfConnectionsToAFullServerStaysWithinTheLimit) {
   ASSERT_TRUE(Eventually([&] {
     const RpcServerStats stats = server_->stats();
     return stats.idle_evictions + stats.connections_refused == 50 && stats.connections_open == 5;
-  })) << server_->stats().connections_open << " open, " << server_->stats().idle_evictions << " evicted";
+  })) << server_->stats().connections_open
+      << " open, " << server_->stats().idle_evictions << " evicted";
   for (int fd : sockets) ::close(fd);
 }
 
