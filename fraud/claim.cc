@@ -146,12 +146,11 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
 
 Result<RawClaim> ClaimForStorage(const RawClaim& raw, const CardTokenizer& tokenizer, const ClaimLimits& limits) {
   RawClaim stored = raw;
-  // The ids are stored as they are: the same checks as ValidateClaim's, card numbers included.
-  TXSCORE_RETURN_IF_ERROR(CheckId(raw.claim_id, "claim_id", limits));
-  TXSCORE_RETURN_IF_ERROR(CheckId(raw.policy_id, "policy_id", limits));
-  TXSCORE_RETURN_IF_ERROR(CheckId(raw.provider_id, "provider_id", limits));
+  // Stored fields are stored as they are: the claim must pass every check ValidateClaim makes
+  // (card numbers in ids, claim type, dates), so nothing unchecked reaches the disk.
+  Result<Claim> valid = ValidateClaim(raw, tokenizer, limits);
+  if (!valid.ok()) return valid.error();
   if (raw.claimant_token.empty()) {
-    TXSCORE_RETURN_IF_ERROR(CheckId(raw.claimant_id, "claimant_id", limits));
     stored.claimant_token = tokenizer.Tokenize("claimant:" + raw.claimant_id);
     stored.claimant_id.clear();
   }

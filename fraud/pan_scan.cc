@@ -109,23 +109,31 @@ bool LooksLikeCardNumber(std::string_view text) {
     // letters are part of a word, as in hex ids (UUIDs, trace ids, object ids), whose digit
     // runs would otherwise look like cards now and then. Groups joined by separators are one
     // number only as cards are printed (4-4-4-4, 4-4-4-4-3, Amex 4-6-5); otherwise, as a
-    // date or a UUID's groups, each group is a number of its own.
+    // date's or a UUID's groups, each group is a number of its own.
     auto alnum = [&text](size_t at) { return std::isalnum(static_cast<unsigned char>(text[at])) != 0; };
     const bool apart_before = i == 0 || !alnum(i - 1);
     const bool apart_after = end == text.size() || !alnum(end);
-    bool printed_like_a_card =
-        groups.size() == 3 && groups[0].size() == 4 && groups[1].size() == 6 && groups[2].size() == 5;
-    if (groups.size() > 1 && !printed_like_a_card) {
-      printed_like_a_card = true;
-      for (size_t g = 0; g < groups.size(); ++g) {
-        const bool last = g + 1 == groups.size();
-        if (last ? groups[g].empty() || groups[g].size() > 4 : groups[g].size() != 4) printed_like_a_card = false;
+    // Every stretch of groups printed as a card is tried, joined (a card number may stand
+    // between other numbers of the same id: "ORD-2026-4000-0012-3456-7899").
+    auto joined_from = [&groups](size_t first, size_t count) {
+      std::string digits;
+      for (size_t g = first; g < first + count; ++g) digits += groups[g];
+      return digits;
+    };
+    for (size_t first = 0; first < groups.size(); ++first) {
+      if (first == 0 && !apart_before) continue;
+      const size_t left = groups.size() - first;
+      auto apart_at_end = [&](size_t count) { return first + count < groups.size() || apart_after; };
+      const bool amex =
+          left >= 3 && groups[first].size() == 4 && groups[first + 1].size() == 6 && groups[first + 2].size() == 5;
+      if (amex && apart_at_end(3) && card_shaped(joined_from(first, 3))) return true;
+      bool fours = left >= 4;
+      for (size_t g = first; fours && g < first + 4; ++g) fours = groups[g].size() == 4;
+      if (!fours) continue;
+      if (apart_at_end(4) && card_shaped(joined_from(first, 4))) return true;
+      if (left >= 5 && groups[first + 4].size() <= 3 && apart_at_end(5) && card_shaped(joined_from(first, 5))) {
+        return true;  // 19 digits, printed 4-4-4-4-3
       }
-    }
-    if (printed_like_a_card && apart_before && apart_after) {
-      std::string joined;
-      for (const std::string& group : groups) joined += group;
-      if (card_shaped(joined)) return true;
     }
     for (size_t g = 0; g < groups.size(); ++g) {
       const bool apart = (g > 0 || apart_before) && (g + 1 < groups.size() || apart_after);

@@ -18,6 +18,8 @@
 #include <optional>
 #include <set>
 
+#include "fraud/pan_scan.h"
+
 namespace txscore::pipelines {
 namespace {
 
@@ -347,7 +349,8 @@ std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
 }
 
 std::string ErrorLine(int64_t line, const Error& error) {
-  json doc = {{"line", line}, {"error", error.message}};
+  // Messages may quote a row's own values: card numbers in them are redacted, as in free text.
+  json doc = {{"line", line}, {"error", fraud::RedactPans(error.message)}};
   if (!error.field.empty()) doc["field"] = error.field;
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -454,7 +457,7 @@ Status SetClaimsJobState(storage::Database& db, const std::string& input, const 
 }
 
 int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share) {
-  if (summary.total > 0 && summary.errors == summary.total) return 3;
+  if (summary.errors == summary.total) return 3;  // no row scored, an empty input included
   if (static_cast<double>(summary.errors) > max_error_share * static_cast<double>(summary.total)) return 3;
   if (summary.LlmShortfallShare() > max_llm_shortfall_share) return 4;
   return 0;
@@ -618,18 +621,34 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
         RowReader::Open(input, [cancel, interrupt] { return cancel->load() || interrupt->load(); });
     if (!reader.ok()) return reader.error();
     Row row;
+    size_t expected_found = 0;
+    auto not_from_this_input = [&](const std::string& what) {
+      return FailedPrecondition(fraud::RedactPans(what + ": the earlier output was not written from " + input),
+                                "input");
+    };
     while (reader->Next(&row)) {
       if (options.only_lines.empty() || options.only_lines.count(row.line) > 0) ++total;
-      if (!row.claim.ok()) continue;
-      if (auto expected = options.expected_claim_ids.find(row.line);
-          expected != options.expected_claim_ids.end() && row.claim->claim_id != expected->second) {
-        return FailedPrecondition("line " + std::to_string(row.line) + " of " + input + " holds claim " +
-                                      row.claim->claim_id + ", where the earlier output names " + expected->second +
-                                      ": that output was not written from this input",
-                                  "input");
+      if (auto expected = options.expected_claim_ids.find(row.line); expected != options.expected_claim_ids.end()) {
+        ++expected_found;
+        if (!row.claim.ok()) {
+          return not_from_this_input("line " + std::to_string(row.line) +
+                                     " is not a claim, where the earlier output "
+                                     "names " +
+                                     expected->second);
+        }
+        if (row.claim->claim_id != expected->second) {
+          return not_from_this_input("line " + std::to_string(row.line) + " holds claim " + row.claim->claim_id +
+                                     ", where the earlier output names " + expected->second);
+        }
       }
+      if (!row.claim.ok()) continue;
       Result<fraud::Claim> claim = fraud::ValidateClaim(*row.claim, pipeline.tokenizer());
       if (claim.ok()) ++provider_counts[claim->provider_id];
+    }
+    if (!reader->stopped() && expected_found < options.expected_claim_ids.size()) {
+      return not_from_this_input(std::to_string(options.expected_claim_ids.size() - expected_found) + " of the " +
+                                 std::to_string(options.expected_claim_ids.size()) +
+                                 " lines it names are not in this input");
     }
     if (reader->stopped() || cancel->load() || interrupt->load()) {
       if (!*recorded && cancel->load()) {  // nothing of this job was written: leave nothing behind
@@ -785,7 +804,7 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   if (!summary.ok() && recorded) {
     // The record says why the job stopped; its progress stays, so that it can resume.
     state.summary.state = "failed";
-    state.error = summary.error().message;
+    state.error = fraud::RedactPans(summary.error().message);
     if (state.input.empty()) {
       state.input = input;
       state.output = output;

@@ -112,7 +112,8 @@ struct ClaimsJobSummary {
   std::string ToText() const;  // what `txscore batch run` prints
 };
 
-// The exit code of `txscore batch run` for a run that finished: 3 when no row was scored or
+// The exit code of `txscore batch run` for a run that finished: 3 when no row was scored (an
+// empty input too) or
 // more than `max_error_share` of the rows are errors; otherwise 4 when the LLM stage wrote no
 // findings for more than `max_llm_shortfall_share` of the claims it was asked to read; else 0.
 int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share);

@@ -129,14 +129,17 @@ class Reader {
     if (ec || size > kMaxFileBytes) {
       return ErrorAt(map[key], "\"" + key + "\": " + *out + " is larger than 16 GiB");
     }
-    // Readable: not only permissions, but files that look regular and cannot be read from the
-    // start, such as /proc/self/mem.
+    // Readable from the start: files that look regular and are not, such as /proc/self/mem,
+    // are refused here with the line. Permissions are left to the command that opens the
+    // file (`txscore plan` or `audit` may run under an account that cannot read the card key).
     const int fd = ::open(out->c_str(), O_RDONLY | O_CLOEXEC);
-    char first = 0;
-    const ssize_t read = fd < 0 ? -1 : ::read(fd, &first, 1);
-    const std::string why = read < 0 ? std::strerror(errno) : "";
+    char first[1] = {0};
+    const ssize_t read = fd < 0 ? 0 : ::read(fd, first, sizeof first);
+    const int read_errno = errno;
+    explicit_bzero(first, sizeof first);  // a key's first byte, maybe
     if (fd >= 0) ::close(fd);
-    if (read < 0) return ErrorAt(map[key], "\"" + key + "\": " + *out + " cannot be read: " + why);
+    if (read < 0)
+      return ErrorAt(map[key], "\"" + key + "\": " + *out + " cannot be read: " + std::strerror(read_errno));
     return Status::Ok();
   }
 

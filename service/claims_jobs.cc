@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/thread_priority.h"
+#include "fraud/pan_scan.h"
 #include "pipelines/claims_job.h"
 
 namespace txscore::service {
@@ -338,7 +339,7 @@ void ClaimsJobManager::Work() {
     job->restart = false;
     if (!summary.ok()) {
       job->view.state = JobState::kFailed;
-      job->view.detail = summary.error().message;
+      job->view.detail = fraud::RedactPans(summary.error().message);  // may quote the input's values
       if (summary.error().code == ErrorCode::kFailedPrecondition && summary.error().field == "input") {
         job->view.detail =
             "its input file has changed since the job began; to start over on the new file, submit it "

@@ -622,8 +622,11 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     }
     shared->counters.accepted.fetch_add(1);
     size_t open = 0;
-    std::shared_ptr<Connection> longest_idle;
+    std::weak_ptr<Connection> longest_idle_weak;
+    int64_t oldest = 0;
     {
+      // No shared_ptr to a connection may be released under this lock: the last one runs
+      // ~Connection, which takes it too. Only weak pointers are copied here.
       std::lock_guard<std::mutex> lock(shared->connections_mutex);
       const int64_t leaving = shared->evictions_pending.load();
       open = shared->connections.size() > static_cast<size_t>(leaving)
@@ -633,18 +636,16 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
         // Full: the connection idle the longest makes room, so that idle connections (a
         // caller's spare pool, or someone holding sockets open) cannot lock out a client
         // with a request to send. Connections mid-frame or mid-request are never evicted.
-        int64_t oldest = 0;
         for (const auto& [raw, weak] : shared->connections) {
           const int64_t since = raw->idle_since();
           if (since == 0 || (oldest != 0 && since >= oldest)) continue;
-          if (std::shared_ptr<Connection> candidate = weak.lock()) {
-            longest_idle = std::move(candidate);
-            oldest = since;
-          }
+          longest_idle_weak = weak;
+          oldest = since;
         }
-        if (longest_idle != nullptr && !longest_idle->TakeForEviction(oldest)) longest_idle = nullptr;
       }
     }
+    std::shared_ptr<Connection> longest_idle = longest_idle_weak.lock();
+    if (longest_idle != nullptr && !longest_idle->TakeForEviction(oldest)) longest_idle = nullptr;
     if (longest_idle != nullptr && !shared->stopping.load()) {
       shared->evictions_pending.fetch_add(1);
       longest_idle->EvictIfIdle();

@@ -166,7 +166,10 @@ int RunBatch(BatchRunOptions& options) {
         options.job.output_path.c_str());
   }
   const int exit_code = pipelines::BatchRunExitCode(*summary, options.max_error_share, options.max_llm_shortfall_share);
-  if (exit_code == 3 && summary->errors == summary->total) {
+  if (exit_code == 3 && summary->total == 0) {
+    std::fprintf(stderr, "no row was scored: %s has no rows (blank lines are skipped)\n",
+                 options.job.input_path.c_str());
+  } else if (exit_code == 3 && summary->errors == summary->total) {
     std::fprintf(stderr,
                  "no row was scored: all %lld rows are errors (their reasons are in %s); is the file in the "
                  "format its name says (.csv for CSV, anything else JSON lines)?\n",

@@ -91,6 +91,16 @@ TEST(ClaimForStorage, RefusesACardNumberInAnId) {
   }
 }
 
+TEST(ClaimForStorage, StoresOnlyAClaimThatPassesEveryCheck) {
+  // A claim type or date that is not one is refused before it could be stored.
+  RawClaim raw = ValidRawClaim();
+  raw.claim_type = "card 4000 0012 3456 7899";
+  EXPECT_EQ(ClaimForStorage(raw, *Tokenizer()).error().field, "claim_type");
+  raw = ValidRawClaim();
+  raw.incident_date = "4000001234567899";
+  EXPECT_EQ(ClaimForStorage(raw, *Tokenizer()).error().field, "incident_date");
+}
+
 TEST(ParseClaimJson, TakesExactlyOneOfClaimantIdAndToken) {
   RawClaim raw = ValidRawClaim();
   raw.claimant_token = std::string(64, 'a');

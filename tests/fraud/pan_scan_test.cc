@@ -44,6 +44,14 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_FALSE(LooksLikeCardNumber("124000001234567899"));     // glued inside a longer run: not found in ids
   EXPECT_TRUE(LooksLikeCardNumber("id 12 4000001234567899"));  // a number of its own
   EXPECT_TRUE(LooksLikeCardNumber("3782-822463-10005"));       // Amex as printed, 4-6-5
+  // A printed card between other numbers of the same id.
+  EXPECT_TRUE(LooksLikeCardNumber("ORD-2026-4000-0012-3456-7899"));
+  EXPECT_TRUE(LooksLikeCardNumber("4000-0012-3456-7899-01"));
+  EXPECT_TRUE(LooksLikeCardNumber("4000 0012 3456 7899 1"));
+  EXPECT_TRUE(LooksLikeCardNumber("2026-3782-822463-10005"));
+  EXPECT_FALSE(LooksLikeCardNumber("ORD-2026-000123"));
+  EXPECT_FALSE(LooksLikeCardNumber("TXN_20261201_000001"));
+  EXPECT_FALSE(LooksLikeCardNumber("2026-12-01T10:00:00Z"));
   // Separated digits not grouped as cards are printed are separate numbers: a UUID's groups.
   EXPECT_FALSE(LooksLikeCardNumber("400000-1234567899"));
   EXPECT_FALSE(LooksLikeCardNumber("40000012-3456-7899-abcd-0123456789ab"));

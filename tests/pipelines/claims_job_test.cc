@@ -428,12 +428,35 @@ TEST_F(ClaimsJobTest, ARetryRefusesAnInputWhoseRowsAreNotTheClaimsTheEarlierOutp
     std::getline(in, second_line);
   }
   const std::string second_claim = nlohmann::json::parse(second_line).at("claim_id");
-  EXPECT_EQ(refused.error().message, "line 2 of " + dir_.file("claims.jsonl") + " holds claim " + second_claim +
-                                         ", where the earlier output names CLM-not-this-one: that output was not "
-                                         "written from this input");
+  EXPECT_EQ(refused.error().message, "line 2 holds claim " + second_claim +
+                                         ", where the earlier output names CLM-not-this-one: the earlier output was "
+                                         "not written from " +
+                                         dir_.file("claims.jsonl"));
   EXPECT_FALSE(std::filesystem::exists(dir_.file("retry.jsonl")));  // nothing written
+  // A line the earlier output names that this input does not have.
+  options.only_lines = {2, 51};
+  options.expected_claim_ids = {{2, second_claim}, {51, "CLM-beyond-the-end"}};
+  auto shorter = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_FALSE(shorter.ok());
+  EXPECT_EQ(shorter.error().message,
+            "1 of the 2 lines it names are not in this input: the earlier output was not "
+            "written from " +
+                dir_.file("claims.jsonl"));
+  options.only_lines = {2};
   options.expected_claim_ids = {{2, second_claim}};
   EXPECT_EQ(RunClaimsJob(*pipeline_, *db_, options)->done, 1);
+}
+
+TEST_F(ClaimsJobTest, AnErrorLineRedactsACardNumberTheRowsValueHeld) {
+  nlohmann::json claim = nlohmann::json::parse(
+      testing::ReadFile(dir_.file("claims.jsonl")).substr(0, testing::ReadFile(dir_.file("claims.jsonl")).find('\n')));
+  claim["claim_type"] = "card 4000 0012 3456 7899";
+  testing::WriteFile(dir_.file("claims.jsonl"), claim.dump() + "\n");
+  auto summary = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  const std::string output = testing::ReadFile(dir_.file("out.jsonl"));
+  EXPECT_EQ(output.find("4000"), std::string::npos) << output;
+  EXPECT_NE(output.find("[card number redacted]"), std::string::npos) << output;
 }
 
 TEST(BatchRunExitCode, ThreeForErrorRowsFirstThenFourForLlmShortfallsOverTheirShares) {
@@ -455,6 +478,7 @@ TEST(BatchRunExitCode, ThreeForErrorRowsFirstThenFourForLlmShortfallsOverTheirSh
   EXPECT_EQ(BatchRunExitCode(s, 0.1, 0.1), 3);
   s.errors = 100;  // every row an error
   EXPECT_EQ(BatchRunExitCode(s, 1.0, 1.0), 3);
+  EXPECT_EQ(BatchRunExitCode(ClaimsJobSummary{}, 1.0, 1.0), 3);  // no row at all
 }
 
 TEST_F(ClaimsJobTest, AStopAskedWhileCountingRowsEndsTheJobAtOnce) {
