@@ -38,6 +38,10 @@ const std::string& ChallengerModelDir();
 const std::string& ClaimsModelDir();
 // The test pipeline's file with `stages_yaml` (the lines after "stages:") as its stages.
 std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& stages_yaml);
+// DIR/claims.yaml: claim features, the test claims model, an LLM stage "analysis" on the
+// checkpoint DIR/llm reading the claims where `when` holds, and a decision after both. Uses
+// DIR/card.key (WriteTestPipeline writes it). Returns the path.
+std::string WriteClaimsPipelineWithLlmStage(const TempDir& dir, const std::string& when);
 
 // A valid transaction with a Luhn-valid test PAN (4000001234567899).
 fraud::RawTransaction ValidTransaction(const std::string& request_id = "req-1");

@@ -144,17 +144,7 @@ class ClaimsJobsTest : public ::testing::Test {
     spec.family = "qwen3";
     spec.size = "tiny";
     ASSERT_TRUE(llm::MakeCheckpoint(spec, dir_.file("llm")).ok());
-    testing::WriteFile(dir_.file("claims.yaml"),
-                       "storage: {path: unused}\n"
-                       "security: {card_key_file: card.key}\n"
-                       "stages:\n"
-                       "  - {name: features, kind: claim_features}\n"
-                       "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                           testing::ClaimsModelDir() +
-                           "/claims.ubj}\n"
-                           "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                           "\"claims_model.score >= 0\"}\n"
-                           "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+    testing::WriteClaimsPipelineWithLlmStage(dir_, "claims_model.score >= 0");
     std::string yaml = testing::ReadFile(pipeline_);
     yaml.replace(yaml.find("priority: normal}"), 17,
                  "priority: normal, max_llm_shortfall_share: " + std::to_string(max_llm_shortfall_share) + "}");

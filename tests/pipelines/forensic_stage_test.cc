@@ -188,17 +188,7 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
 
 TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmStage) {
   CreatePipeline(0.5);
-  testing::WriteFile(dir_.file("claims.yaml"),
-                     "storage: {path: unused}\n"
-                     "security: {card_key_file: card.key}\n"
-                     "stages:\n"
-                     "  - {name: features, kind: claim_features}\n"
-                     "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                         testing::ClaimsModelDir() +
-                         "/claims.ubj}\n"
-                         "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                         "\"claims_model.score >= 0\"}\n"
-                         "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+  testing::WriteClaimsPipelineWithLlmStage(dir_, "claims_model.score >= 0");
   auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   PipelineRuntime runtime;
@@ -228,17 +218,7 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
 TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNoFindingsFor) {
   control_.failing_device = "cpu";   // the LLM stage's only device fails every forward pass
   testing::WriteTestPipeline(dir_);  // the card key
-  testing::WriteFile(dir_.file("claims.yaml"),
-                     "storage: {path: unused}\n"
-                     "security: {card_key_file: card.key}\n"
-                     "stages:\n"
-                     "  - {name: features, kind: claim_features}\n"
-                     "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                         testing::ClaimsModelDir() +
-                         "/claims.ubj}\n"
-                         "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                         "\"claims_model.score >= 0.5\"}\n"
-                         "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+  testing::WriteClaimsPipelineWithLlmStage(dir_, "claims_model.score >= 0.5");
   auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   PipelineRuntime runtime;
