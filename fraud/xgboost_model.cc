@@ -1,6 +1,5 @@
 #include "fraud/xgboost_model.h"
 
-#include <openssl/evp.h>
 #include <unistd.h>
 #include <xgboost/c_api.h>
 
@@ -17,24 +16,12 @@
 
 #include "common/file_io.h"
 #include "common/prepare_counters.h"
+#include "common/sha256.h"
 #include "fraud/ubjson_check.h"
 #include "fraud/xgboost_tree_check.h"
 
 namespace txscore::fraud {
 namespace {
-
-std::string Sha256Hex(const std::string& bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 0xf]);
-  }
-  return out;
-}
 
 // "<f4" on little-endian hosts, ">f4" on big-endian ones (IBM Z): the array-interface
 // description of a host float buffer.
@@ -107,7 +94,9 @@ Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& mode
   std::unique_ptr<XGBoostModel> model(new XGBoostModel());
   model->schema_ = std::move(schema).value();
   model->model_id_ = std::filesystem::path(model_path).stem().string();
-  model->model_version_ = Sha256Hex(bytes).substr(0, 12);
+  Result<std::string> digest = Sha256Hex(bytes);
+  if (!digest.ok()) return digest.error();
+  model->model_version_ = digest->substr(0, 12);
   model->predict_config_ = PredictConfig(0);
   model->contributions_config_ = PredictConfig(3);
 

@@ -1,7 +1,6 @@
 #include "pipelines/claims_job.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 #include <optional>
 #include <set>
 
+#include "common/sha256.h"
 #include "fraud/pan_scan.h"
 
 namespace txscore::pipelines {
@@ -32,45 +32,6 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr int kMinChunk = 64;
 constexpr int kChunkBatches = 8;
 constexpr char kJobKeyPrefix[] = "claims-job/";
-
-std::string Hex(const unsigned char* bytes, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (size_t i = 0; i < n; ++i) {
-    hex += kDigits[bytes[i] >> 4];
-    hex += kDigits[bytes[i] & 15];
-  }
-  return hex;
-}
-
-// SHA-256 of `text`, or of the file at `path` when `is_path`.
-Result<std::string> Sha256(const std::string& text_or_path, bool is_path) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  if (ctx == nullptr || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) {
-    EVP_MD_CTX_free(ctx);
-    return Internal("OpenSSL could not start a SHA-256 digest");
-  }
-  bool ok = true;
-  if (is_path) {
-    std::ifstream in(text_or_path, std::ios::binary);
-    if (!in) {
-      EVP_MD_CTX_free(ctx);
-      return NotFound("input file " + text_or_path + " does not exist or cannot be read");
-    }
-    std::vector<char> block(1 << 16);
-    while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
-      ok = ok && EVP_DigestUpdate(ctx, block.data(), static_cast<size_t>(in.gcount())) == 1;
-    }
-  } else {
-    ok = EVP_DigestUpdate(ctx, text_or_path.data(), text_or_path.size()) == 1;
-  }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  ok = ok && EVP_DigestFinal_ex(ctx, digest, &length) == 1;
-  EVP_MD_CTX_free(ctx);
-  if (!ok) return Internal("OpenSSL failed computing a SHA-256 digest");
-  return Hex(digest, length);
-}
 
 // One input row: where it starts, and the claim or why there is none.
 struct Row {
@@ -416,7 +377,7 @@ Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database&
 }
 
 std::string ShortDigest(const std::string& text) {
-  Result<std::string> digest = Sha256(text, /*is_path=*/false);
+  Result<std::string> digest = Sha256Hex(text);
   if (!digest.ok()) {
     // Only an allocation failure inside OpenSSL gets here. A made-up digest would give two
     // jobs one id (and one output file): stop instead.
@@ -553,7 +514,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     state.error.clear();
   }
 
-  Result<std::string> digest = Sha256(input, /*is_path=*/true);
+  Result<std::string> digest = Sha256HexOfFile(input);
   if (!digest.ok()) return digest.error();
   if (state.begun()) {
     if (state.input_sha256 != *digest) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 
+#include "common/host_port.h"
 #include "fraud/claim.h"
 #include "gen-cpp/TxScore.h"
 #include "service/commands/commands.h"
@@ -55,9 +56,9 @@ size_t SerializedBytes(const rpc::ClaimsJobRequest& request) {
 }
 
 int RunJob(const JobOptions& options) {
-  const size_t colon = options.server.rfind(':');
-  if (colon == std::string::npos) {
-    std::fprintf(stderr, "--server must be HOST:PORT, e.g. 127.0.0.1:9090\n");
+  Result<HostPort> server = ParseHostPort(options.server);
+  if (!server.ok()) {
+    std::fprintf(stderr, "--server: %s\n", server.error().message.c_str());
     return 2;
   }
   rpc::ClaimsJobRequest request;
@@ -92,8 +93,7 @@ int RunJob(const JobOptions& options) {
     std::fprintf(stderr, "%s needs --id JOB_ID\n", options.action.c_str());
     return 2;
   }
-  auto socket = std::make_shared<apache::thrift::transport::TSocket>(options.server.substr(0, colon),
-                                                                     std::atoi(options.server.c_str() + colon + 1));
+  auto socket = std::make_shared<apache::thrift::transport::TSocket>(server->host, server->port);
   socket->setConnTimeout(3000);
   socket->setRecvTimeout(60000);
   auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);

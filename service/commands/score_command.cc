@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/host_port.h"
 #include "fraud/card_token.h"
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
@@ -56,13 +57,11 @@ std::string CardOfThisRun(const std::string& pan, uint64_t run) {
 }
 
 int RunScore(const ScoreOptions& options) {
-  const size_t colon = options.server.rfind(':');
-  if (colon == std::string::npos) {
-    std::fprintf(stderr, "--server must be HOST:PORT, e.g. 127.0.0.1:9090\n");
+  Result<HostPort> server = ParseHostPort(options.server);
+  if (!server.ok()) {
+    std::fprintf(stderr, "--server: %s\n", server.error().message.c_str());
     return 2;
   }
-  const std::string host = options.server.substr(0, colon);
-  const int port = std::atoi(options.server.c_str() + colon + 1);
 
   std::vector<rpc::Transaction> transactions;
   std::vector<std::string> input_errors;  // per input line, "" when the line parsed
@@ -113,7 +112,7 @@ int RunScore(const ScoreOptions& options) {
   }
   if (options.count > 0 && static_cast<int>(transactions.size()) > options.count) transactions.resize(options.count);
 
-  auto socket = std::make_shared<apache::thrift::transport::TSocket>(host, port);
+  auto socket = std::make_shared<apache::thrift::transport::TSocket>(server->host, server->port);
   socket->setConnTimeout(3000);
   socket->setRecvTimeout(10000);
   auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);

@@ -199,6 +199,14 @@ def check_generate_starts_the_prompt_with_one_bos_even_when_the_prompt_writes_it
             assert ids[0] == bos and ids.count(bos) == 1, (prompt, ids)
 
 
+def check_a_server_address_that_is_not_host_port_is_refused(txscore):
+    for command in (["score"], ["job", "status", "--id", "x"]):
+        r = run(txscore, *command, "--server", "127.0.0.1:90x0")
+        assert r.returncode == 2, (command, r)
+        assert r.stderr == ('--server: "90x0" in "127.0.0.1:90x0" is not a port from 1 to 65535 '
+                            '(HOST:PORT, e.g. 127.0.0.1:9090)\n'), r.stderr
+
+
 def check_audit_last_zero_is_refused(txscore):
     r = run(txscore, "audit", "--last", "0", "--db", "/nonexistent")
     assert r.returncode != 0, r
@@ -259,6 +267,7 @@ CHECKS = [
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,
     check_make_checkpoint_shows_its_progress,
+    check_a_server_address_that_is_not_host_port_is_refused,
     check_generate_starts_the_prompt_with_one_bos_even_when_the_prompt_writes_it,
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
