@@ -14,6 +14,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/durable_file.h"
 #include "common/file_io.h"
 #include "common/prepare_counters.h"
 #include "common/sha256.h"
@@ -60,20 +61,9 @@ Status LoadCheckedBytes(BoosterHandle booster, const std::string& bytes, const s
                     std::filesystem::temp_directory_path().string() +
                     " (set TMPDIR to choose another directory): " + std::strerror(errno));
   }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
+  Status status = WriteAll(fd, bytes, path);
   ::close(fd);
-  Status status = Status::Ok();
-  if (written != bytes.size()) {
-    status = Internal("cannot write the model to " + path + ": " + std::strerror(errno));
-  } else if (XGBoosterLoadModel(booster, path.c_str()) != 0) {
-    status = Internal(LastXGBoostError());
-  }
+  if (status.ok() && XGBoosterLoadModel(booster, path.c_str()) != 0) status = Internal(LastXGBoostError());
   ::unlink(path.c_str());
   return status;
 }

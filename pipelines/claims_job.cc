@@ -1,12 +1,8 @@
 #include "pipelines/claims_job.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "common/durable_file.h"
 #include "common/sha256.h"
 #include "fraud/pan_scan.h"
 
@@ -226,49 +223,6 @@ Status SaveState(storage::Database& db, const std::string& key, const JobState& 
   batch.Put(storage::ColumnFamily::kJobs, key, state.Encode());
   return db.Write(batch);
 }
-
-// The output file, appended to a chunk at a time and fsynced before progress is recorded.
-class OutputFile {
- public:
-  ~OutputFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  // Opens `path` and cuts it back to `length` bytes (what the recorded progress covers).
-  Status Open(const std::string& path, int64_t length) {
-    path_ = path;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Internal("cannot open " + path + ": " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) return Internal("cannot stat " + path + ": " + std::strerror(errno));
-    if (st.st_size < length) {
-      return DataLoss(path + " is shorter (" + std::to_string(st.st_size) +
-                      " bytes) than the job's recorded progress (" + std::to_string(length) +
-                      " bytes): it was changed outside the job; start over with --restart");
-    }
-    if (::ftruncate(fd_, length) != 0) return Internal("cannot truncate " + path + ": " + std::strerror(errno));
-    length_ = length;
-    return Status::Ok();
-  }
-  Status AppendDurably(const std::string& text) {
-    size_t written = 0;
-    while (written < text.size()) {
-      const ssize_t n =
-          ::pwrite(fd_, text.data() + written, text.size() - written, length_ + static_cast<off_t>(written));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return Internal("cannot write " + path_ + ": " + std::strerror(errno));
-      written += static_cast<size_t>(n);
-    }
-    if (::fdatasync(fd_) != 0) return Internal("cannot sync " + path_ + ": " + std::strerror(errno));
-    length_ += static_cast<int64_t>(written);
-    return Status::Ok();
-  }
-  int64_t length() const { return length_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  int64_t length_ = 0;
-};
 
 json ReasonsJson(const std::vector<Reason>& reasons) {
   json out = json::array();
@@ -628,8 +582,13 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     if (const accelerator::Placement* p = pipeline.plan().Find(stage.name)) summary.devices[stage.name] = p->device;
   }
 
-  OutputFile out;  // a new (or restarted) job's state says 0 bytes: the file is emptied
-  TXSCORE_RETURN_IF_ERROR(out.Open(output, state.output_bytes));
+  AppendOnlyFile out;  // a new (or restarted) job's state says 0 bytes: the file is emptied
+  if (Status opened = out.Open(output, state.output_bytes); !opened.ok()) {
+    if (opened.error().code != ErrorCode::kDataLoss) return opened.error();
+    return DataLoss(opened.error().message +
+                    " by the job's progress: it was changed outside the job; start over "
+                    "with --restart");
+  }
   TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
   *recorded = true;
 

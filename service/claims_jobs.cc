@@ -1,54 +1,17 @@
 #include "service/claims_jobs.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "common/durable_file.h"
 #include "common/thread_priority.h"
 #include "fraud/pan_scan.h"
 #include "pipelines/claims_job.h"
 
 namespace txscore::service {
-namespace {
-
-// Writes `text` to `path` and fsyncs it.
-txscore::Status WriteFileDurably(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Internal("cannot write " + path + ": " + std::strerror(errno));
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      return Internal("cannot write " + path + ": " + why);
-    }
-    written += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const std::string why = synced ? "" : std::strerror(errno);
-  if (::close(fd) != 0 || !synced) return Internal("cannot sync " + path + ": " + why);
-  return txscore::Status::Ok();
-}
-
-// Makes a rename or a new file in `dir` durable.
-txscore::Status SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Internal("cannot open directory " + dir + ": " + std::strerror(errno));
-  const bool synced = ::fsync(fd) == 0;
-  const std::string why = synced ? "" : std::strerror(errno);
-  ::close(fd);
-  if (!synced) return Internal("cannot sync directory " + dir + ": " + why);
-  return txscore::Status::Ok();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 namespace {
 

@@ -1,0 +1,48 @@
+#include "common/durable_file.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "tests/test_support.h"
+
+namespace txscore {
+namespace {
+
+TEST(AppendOnlyFile, KeepsWhatWasRecordedCutsTheRestAndAppends) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("out"), "kept|stale tail");
+  AppendOnlyFile file;
+  ASSERT_TRUE(file.Open(dir.file("out"), 5).ok());
+  EXPECT_EQ(testing::ReadFile(dir.file("out")), "kept|");
+  ASSERT_TRUE(file.AppendDurably("new").ok());
+  EXPECT_EQ(file.length(), 8);
+  EXPECT_EQ(testing::ReadFile(dir.file("out")), "kept|new");
+}
+
+TEST(AppendOnlyFile, RefusesAFileShorterThanWhatWasRecorded) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("out"), "abc");
+  AppendOnlyFile file;
+  Status opened = file.Open(dir.file("out"), 10);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.error().code, ErrorCode::kDataLoss);
+  EXPECT_EQ(opened.error().message, dir.file("out") + " is shorter (3 bytes) than the 10 bytes recorded as written");
+  EXPECT_EQ(testing::ReadFile(dir.file("out")), "abc");  // left as it was
+}
+
+TEST(WriteFileDurably, ReplacesTheContentWithTheModeAsked) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("f"), "a longer old content");
+  ASSERT_TRUE(WriteFileDurably(dir.file("f"), "new").ok());  // an existing file keeps its mode
+  EXPECT_EQ(testing::ReadFile(dir.file("f")), "new");
+  ASSERT_TRUE(WriteFileDurably(dir.file("g"), "secret").ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("g").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(WriteFileDurably(dir.file("no/such/dir/f"), "x").ok());
+  EXPECT_TRUE(SyncDirectory(dir.path()).ok());
+  EXPECT_FALSE(SyncDirectory(dir.file("f")).ok());  // not a directory
+}
+
+}  // namespace
+}  // namespace txscore
