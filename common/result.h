@@ -103,3 +103,14 @@ class [[nodiscard]] Status {
     auto&& txscore_status_ = (expr);                           \
     if (!txscore_status_.ok()) return txscore_status_.error(); \
   } while (0)
+
+// TXSCORE_ASSIGN_OR_RETURN(auto value, ReturnsResult()): declares (or assigns) `lhs` from the
+// value of a Result, or returns its error from the enclosing function. One per line.
+#define TXSCORE_ASSIGN_OR_RETURN(lhs, expr) \
+  TXSCORE_ASSIGN_OR_RETURN_IMPL_(TXSCORE_CONCAT_(txscore_result_, __LINE__), lhs, expr)
+#define TXSCORE_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                                   \
+  if (!result.ok()) return result.error();                \
+  lhs = std::move(result).value()
+#define TXSCORE_CONCAT_(a, b) TXSCORE_CONCAT_INNER_(a, b)
+#define TXSCORE_CONCAT_INNER_(a, b) a##b

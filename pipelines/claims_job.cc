@@ -288,44 +288,40 @@ Status WriteSummaryFile(const std::string& output_path, const ClaimsJobSummary& 
 namespace {
 
 Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
-  Result<JobState> state = JobState::Decode(stored);
-  if (!state.ok()) return state.error();
+  TXSCORE_ASSIGN_OR_RETURN(const JobState state, JobState::Decode(stored));
   ClaimsJobRecord record;
-  record.input = state->input;
-  record.output = state->output;
-  record.state = state->summary.state;
-  record.error = state->error;
-  record.restart = state->restart;
-  record.total = state->total;
-  record.done = state->rows_done;
-  record.errors = state->summary.errors;
-  record.llm_selected = state->summary.llm_selected;
-  record.llm_shortfalls = state->summary.llm_shortfalls;
-  record.elapsed_s = state->summary.elapsed_s;
+  record.input = state.input;
+  record.output = state.output;
+  record.state = state.summary.state;
+  record.error = state.error;
+  record.restart = state.restart;
+  record.total = state.total;
+  record.done = state.rows_done;
+  record.errors = state.summary.errors;
+  record.llm_selected = state.summary.llm_selected;
+  record.llm_shortfalls = state.summary.llm_shortfalls;
+  record.elapsed_s = state.summary.elapsed_s;
   return record;
 }
 
 }  // namespace
 
 Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
-  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, kJobKeyPrefix + job_id);
-  if (!stored.ok()) return stored.error();
-  if (!stored->has_value()) return std::optional<ClaimsJobRecord>();
-  Result<ClaimsJobRecord> record = DecodeRecord(**stored);
-  if (!record.ok()) return record.error();
-  return std::optional<ClaimsJobRecord>(std::move(record).value());
+  TXSCORE_ASSIGN_OR_RETURN(const std::optional<std::string> stored,
+                           db.Get(storage::ColumnFamily::kJobs, kJobKeyPrefix + job_id));
+  if (!stored.has_value()) return std::optional<ClaimsJobRecord>();
+  TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(*stored));
+  return std::optional<ClaimsJobRecord>(std::move(record));
 }
 
 Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db) {
-  Result<std::vector<std::pair<std::string, std::string>>> stored = db.ReadAll(storage::ColumnFamily::kJobs);
-  if (!stored.ok()) return stored.error();
+  TXSCORE_ASSIGN_OR_RETURN(const auto stored, db.ReadAll(storage::ColumnFamily::kJobs));
   const std::string_view prefix = kJobKeyPrefix;
   std::map<std::string, ClaimsJobRecord> jobs;
-  for (const auto& [key, value] : *stored) {
+  for (const auto& [key, value] : stored) {
     if (key.compare(0, prefix.size(), prefix) != 0) continue;
-    Result<ClaimsJobRecord> record = DecodeRecord(value);
-    if (!record.ok()) return record.error();
-    jobs.emplace(key.substr(prefix.size()), std::move(record).value());
+    TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(value));
+    jobs.emplace(key.substr(prefix.size()), std::move(record));
   }
   return jobs;
 }

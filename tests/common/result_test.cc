@@ -1,0 +1,32 @@
+#include "common/result.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+namespace txscore {
+namespace {
+
+Result<std::unique_ptr<int>> Boxed(int value) {
+  if (value < 0) return InvalidArgument("negative", "value");
+  return std::make_unique<int>(value);
+}
+
+// Two uses on separate lines in one function, a move-only value, an early return.
+Result<int> SumOfBoxes(int a, int b) {
+  TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<int> first, Boxed(a));
+  TXSCORE_ASSIGN_OR_RETURN(const std::unique_ptr<int> second, Boxed(b));
+  return *first + *second;
+}
+
+TEST(AssignOrReturn, AssignsTheValueOrReturnsTheErrorAsItIs) {
+  EXPECT_EQ(SumOfBoxes(2, 3).value(), 5);
+  Result<int> failed = SumOfBoxes(2, -1);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(failed.error().message, "negative");
+  EXPECT_EQ(failed.error().field, "value");
+}
+
+}  // namespace
+}  // namespace txscore
