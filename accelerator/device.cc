@@ -6,10 +6,14 @@ namespace txscore::accelerator {
 
 const char* DeviceKindName(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kCuda: return "cuda";
-    case DeviceKind::kSpyre: return "spyre";
-    case DeviceKind::kEmulated: return "emulated";
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return "cuda";
+    case DeviceKind::kSpyre:
+      return "spyre";
+    case DeviceKind::kEmulated:
+      return "emulated";
   }
   return "?";
 }
@@ -34,8 +38,8 @@ Device HostCpuDevice(const CostProfile& cost, int64_t memory_bytes) {
   cpu.torch_device = "cpu";
   cpu.memory_bytes = memory_bytes;
   cpu.dtypes = {"float32", "bfloat16"};
-  cpu.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation,
-                    ops::kTreeWalk};
+  cpu.native_ops = {ops::kMatmul,    ops::kSoftmax,    ops::kRmsNorm, ops::kRope,
+                    ops::kEmbedding, ops::kActivation, ops::kTreeWalk};
   cpu.cost = cost;
   cpu.description = "host CPU";
   return cpu;

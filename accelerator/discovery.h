@@ -19,9 +19,9 @@
 namespace txscore::accelerator {
 
 struct DiscoveryOptions {
-  bool emulated = true;                 // Default: register the emulated device
-  EmulatedDeviceOptions emulated_model;  // its latency model
-  std::string backend_library;          // Default: none. An out-of-tree backend's shared library
+  bool emulated = true;                          // Default: register the emulated device
+  EmulatedDeviceOptions emulated_model;          // its latency model
+  std::string backend_library;                   // Default: none. An out-of-tree backend's shared library
   DeviceKind backend_kind = DeviceKind::kSpyre;  // what that backend is
   // Profiles measured before are read from here (keyed by device and thread count) and new
   // measurements written back. Default: none, calibrate at every start.

@@ -171,7 +171,8 @@ double Bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.el
 
 at::Tensor Mm(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor host = at::mm(Float32OnHost(a), Float32OnHost(b));
-  RecordNativeOp(NativeOpMicros(2.0 * a.size(0) * a.size(1) * b.size(1), Bytes(a) + Bytes(b) + host.numel() * a.element_size()));
+  RecordNativeOp(
+      NativeOpMicros(2.0 * a.size(0) * a.size(1) * b.size(1), Bytes(a) + Bytes(b) + host.numel() * a.element_size()));
   return ReducedPrecisionProduct(host, a);
 }
 
@@ -206,8 +207,7 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool native = EmulatedNativeOps().count(op.schema().name()) > 0;  // any overload
   const auto start = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack);
-  const double host_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   double out_bytes = 0;
   for (const c10::IValue& v : *stack) {
     if (v.isTensor() && v.toTensor().defined()) out_bytes += Bytes(v.toTensor());
@@ -216,8 +216,9 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (native) {
     ++s.stats.native_ops;
-    s.stats.modeled_us += s.options.op_dispatch_us +
-                          std::max(elements / s.options.flops_per_s, (bytes + out_bytes) / s.options.memory_bytes_per_s) * 1e6;
+    s.stats.modeled_us +=
+        s.options.op_dispatch_us +
+        std::max(elements / s.options.flops_per_s, (bytes + out_bytes) / s.options.memory_bytes_per_s) * 1e6;
   } else {
     ++s.stats.fallback_ops;
     ++s.stats.fallback_by_op[name];
@@ -270,10 +271,9 @@ const std::set<std::string>& EmulatedNativeOps() {
   // RMSNorm decomposes into. Not native: gather/index ops (embedding lookup), rotary slicing
   // and concatenation, comparisons, sorting: those go to the host, as on a real dataflow card.
   static const std::set<std::string> kOps = {
-      "aten::mm",    "aten::bmm",  "aten::addmm", "aten::_softmax", "aten::add",   "aten::sub",
-      "aten::mul",   "aten::div",  "aten::exp",   "aten::silu",     "aten::gelu",  "aten::tanh",
-      "aten::rsqrt", "aten::pow",  "aten::mean",  "aten::sum",      "aten::neg",   "aten::fill_",
-      "aten::zero_", "aten::clone", "aten::copy_"};
+      "aten::mm",   "aten::bmm", "aten::addmm", "aten::_softmax", "aten::add",   "aten::sub",   "aten::mul",
+      "aten::div",  "aten::exp", "aten::silu",  "aten::gelu",     "aten::tanh",  "aten::rsqrt", "aten::pow",
+      "aten::mean", "aten::sum", "aten::neg",   "aten::fill_",    "aten::zero_", "aten::clone", "aten::copy_"};
   return kOps;
 }
 

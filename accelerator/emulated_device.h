@@ -40,11 +40,11 @@ struct EmulatedDeviceOptions {
 };
 
 struct EmulatedDeviceStats {
-  int64_t native_ops = 0;    // ops the emulated device ran itself
-  int64_t fallback_ops = 0;  // ops sent to the host through the CPU fallback
+  int64_t native_ops = 0;                         // ops the emulated device ran itself
+  int64_t fallback_ops = 0;                       // ops sent to the host through the CPU fallback
   std::map<std::string, int64_t> fallback_by_op;  // with overload, e.g. "aten::index_select" -> 3
-  double modeled_us = 0;     // what the latency model says the work took
-  int64_t bytes_in_use = 0;  // device memory held by live tensors
+  double modeled_us = 0;                          // what the latency model says the work took
+  int64_t bytes_in_use = 0;                       // device memory held by live tensors
   int64_t bytes_to_device = 0;
   int64_t bytes_to_host = 0;
 };

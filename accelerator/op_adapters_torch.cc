@@ -26,7 +26,8 @@ torch::Tensor SumOfSquaresByMatmul(const torch::Tensor& x32) {
   return torch::matmul(x32 * x32, ones);
 }
 
-torch::Tensor EmbeddingOnHost(const torch::Tensor& host_table, const torch::Tensor& host_ids, const torch::Device& device) {
+torch::Tensor EmbeddingOnHost(const torch::Tensor& host_table, const torch::Tensor& host_ids,
+                              const torch::Device& device) {
   return torch::embedding(host_table, host_ids).to(device);
 }
 

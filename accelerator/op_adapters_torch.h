@@ -16,6 +16,7 @@ torch::Tensor RotateHalfBySlicing(const torch::Tensor& x);
 torch::Tensor SumOfSquaresByMatmul(const torch::Tensor& x32);
 
 // table[ids] computed on the host (table and ids in host memory), then moved to `device`.
-torch::Tensor EmbeddingOnHost(const torch::Tensor& host_table, const torch::Tensor& host_ids, const torch::Device& device);
+torch::Tensor EmbeddingOnHost(const torch::Tensor& host_table, const torch::Tensor& host_ids,
+                              const torch::Device& device);
 
 }  // namespace txscore::accelerator

@@ -84,7 +84,7 @@ StageWorkload TreeEnsembleWorkload(const std::string& stage, int trees, int max_
 }
 
 double DecoderParameters(const DecoderShape& s) {
-  const double attention = static_cast<double>(s.hidden) * s.heads * s.head_dim * 2 +   // q, o
+  const double attention = static_cast<double>(s.hidden) * s.heads * s.head_dim * 2 +    // q, o
                            static_cast<double>(s.hidden) * s.kv_heads * s.head_dim * 2;  // k, v
   const double mlp = 3.0 * static_cast<double>(s.hidden) * s.intermediate;
   const double embeddings = static_cast<double>(s.vocab) * s.hidden * (s.tied_embeddings ? 1 : 2);

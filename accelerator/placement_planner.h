@@ -83,14 +83,13 @@ struct Placement {
   OpAdapters adapters;  // what the stage must use on the chosen device
   bool emulated = false;
   std::string reason;
-  std::vector<Candidate> candidates;  // present devices in registry order, then absent kinds
-  std::vector<std::string> fallback;  // other able devices, fastest first
+  std::vector<Candidate> candidates;           // present devices in registry order, then absent kinds
+  std::vector<std::string> fallback;           // other able devices, fastest first
   std::vector<Candidate> fallback_candidates;  // the same, with dtype and adapters
 };
 
 // `requested` is "auto" or a device kind name. Errors (kFailedPrecondition) name the stage, the
 // requested device and why it cannot be used; kInvalidArgument for an unknown kind.
 Result<Placement> PlaceStage(const StageWorkload& work, std::string_view requested, const DeviceRegistry& devices);
-
 
 }  // namespace txscore::accelerator

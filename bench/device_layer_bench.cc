@@ -71,7 +71,8 @@ struct HandWritten {
                    Load(*ckpt, p + "mlp.gate_proj.weight"), Load(*ckpt, p + "mlp.up_proj.weight"),
                    Load(*ckpt, p + "mlp.down_proj.weight")});
     }
-    inv_freq = 1.0 / torch::pow(theta, torch::arange(0, hd, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(hd));
+    inv_freq =
+        1.0 / torch::pow(theta, torch::arange(0, hd, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(hd));
   }
 
   void Reset(int64_t max_tokens) {
@@ -121,10 +122,13 @@ struct HandWritten {
       const torch::Tensor all_k = keys[static_cast<size_t>(i)].narrow(2, 0, total);
       const torch::Tensor all_v = values[static_cast<size_t>(i)].narrow(2, 0, total);
       const int64_t groups = heads / kv;
-      torch::Tensor scores = torch::matmul(q.reshape({1, kv, groups * n, hd}), all_k.transpose(2, 3)) / std::sqrt(static_cast<double>(hd));
+      torch::Tensor scores =
+          torch::matmul(q.reshape({1, kv, groups * n, hd}), all_k.transpose(2, 3)) / std::sqrt(static_cast<double>(hd));
       if (mask.defined()) scores = scores + mask.repeat({groups, 1});
       const torch::Tensor attn = torch::matmul(torch::softmax(scores, -1), all_v)
-                                     .view({1, heads, n, hd}).transpose(1, 2).reshape({1, n, hidden});
+                                     .view({1, heads, n, hd})
+                                     .transpose(1, 2)
+                                     .reshape({1, n, hidden});
       x = x + F::linear(attn, w.o);
       h = Norm(x, w.post_norm);
       x = x + F::linear(F::silu(F::linear(h, w.gate)) * F::linear(h, w.up), w.down);
@@ -160,12 +164,14 @@ void BM_DecodeSteps_Txscore(benchmark::State& state) {
     auto logits = model.Forward(cache.get(), {prompt}).value();
     state.ResumeTiming();
     for (int t = 0; t < kSteps; ++t) {
-      const int32_t next = static_cast<int32_t>(std::max_element(logits[0].begin(), logits[0].end()) - logits[0].begin());
+      const int32_t next =
+          static_cast<int32_t>(std::max_element(logits[0].begin(), logits[0].end()) - logits[0].begin());
       logits = model.Forward(cache.get(), {{next}}).value();
     }
     benchmark::DoNotOptimize(logits);
   }
-  state.counters["ms_per_step"] = benchmark::Counter(kSteps * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ms_per_step"] =
+      benchmark::Counter(kSteps * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_DecodeSteps_Libtorch(benchmark::State& state) {
@@ -182,7 +188,8 @@ void BM_DecodeSteps_Libtorch(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(logits);
   }
-  state.counters["ms_per_step"] = benchmark::Counter(kSteps * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ms_per_step"] =
+      benchmark::Counter(kSteps * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 BENCHMARK(BM_DecodeSteps_Txscore)->Unit(benchmark::kMillisecond);

@@ -87,10 +87,21 @@ void BM_GenerateBatch(benchmark::State& state, const char* device, const char* d
   }
 }
 
-BENCHMARK_CAPTURE(BM_GenerateBatch, cpu_float32, "cpu", "float32")->Arg(1)->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GenerateBatch, cpu_bfloat16, "cpu", "bfloat16")->Arg(1)->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GenerateBatch, cpu_float32, "cpu", "float32")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GenerateBatch, cpu_bfloat16, "cpu", "bfloat16")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GenerateBatch, emulated_bfloat16, "privateuseone:0", "bfloat16")
-    ->Arg(1)->Arg(4)->Arg(16)->Unit(benchmark::kMillisecond);
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -6,12 +6,12 @@
 // Google Benchmark's mean. Transactions come from the synthetic generator, replayed in time
 // order so card state builds up as it would in production.
 #include <benchmark/benchmark.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <sys/stat.h>
 
 #include "fraud/features.h"
 #include "fraud/synthetic.h"
@@ -43,8 +43,8 @@ class LatencyRecorder {
 };
 
 const std::vector<fraud::LabeledTransaction>& Transactions() {
-  static const auto* all = new std::vector<fraud::LabeledTransaction>(
-      fraud::GenerateTransactions({.seed = 99, .cards = 500, .days = 10}));
+  static const auto* all =
+      new std::vector<fraud::LabeledTransaction>(fraud::GenerateTransactions({.seed = 99, .cards = 500, .days = 10}));
   return *all;
 }
 
@@ -57,7 +57,8 @@ const fraud::XGBoostModel& Model() {
   static const auto* model = [] {
     auto loaded = fraud::XGBoostModel::Load(g_model_path);
     if (!loaded.ok()) {
-      std::fprintf(stderr, "%s\nrun ./scripts/setup.sh first, or pass --model FILE\n", loaded.error().ToString().c_str());
+      std::fprintf(stderr, "%s\nrun ./scripts/setup.sh first, or pass --model FILE\n",
+                   loaded.error().ToString().c_str());
       std::exit(1);
     }
     return std::move(loaded).value().release();
@@ -100,14 +101,16 @@ void TimeOneRowCalls(benchmark::State& state, Call call) {
 
 void BM_PredictOneRow(benchmark::State& state, bool fast) {
   const auto& model = Model();
-  TimeOneRowCalls(state, [&](const float* row) { return fast ? model.Predict(row, 1) : model.PredictWithXGBoost(row, 1); });
+  TimeOneRowCalls(state,
+                  [&](const float* row) { return fast ? model.Predict(row, 1) : model.PredictWithXGBoost(row, 1); });
 }
 BENCHMARK_CAPTURE(BM_PredictOneRow, tree_ensemble, true);
 BENCHMARK_CAPTURE(BM_PredictOneRow, xgboost_c_api, false);
 
 void BM_ContributionsOneRow(benchmark::State& state, bool fast) {
   const auto& model = Model();
-  TimeOneRowCalls(state, [&](const float* row) { return fast ? model.Contributions(row) : model.ContributionsWithXGBoost(row); });
+  TimeOneRowCalls(
+      state, [&](const float* row) { return fast ? model.Contributions(row) : model.ContributionsWithXGBoost(row); });
 }
 BENCHMARK_CAPTURE(BM_ContributionsOneRow, tree_ensemble, true);
 BENCHMARK_CAPTURE(BM_ContributionsOneRow, xgboost_c_api, false);
@@ -123,7 +126,9 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
   testing::WriteFile(yaml, std::string("storage: {path: db, durability: ") + durability +
                                "}\nsecurity: {card_key_file: card.key}\nstages:\n"
                                "  - {name: features, kind: features}\n"
-                               "  - {name: fraud, kind: xgboost, after: features, model: " + g_model_path + "}\n"
+                               "  - {name: fraud, kind: xgboost, after: features, model: " +
+                               g_model_path +
+                               "}\n"
                                "  - {name: decision, kind: decision, after: fraud}\n");
   auto config = pipelines::LoadPipelineConfig(yaml);
   if (!config.ok()) {
@@ -152,10 +157,10 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
   }
   latency.Report(state);
 }
-BENCHMARK_CAPTURE(BM_PipelineScore, wal/tree_ensemble, "wal", true);
-BENCHMARK_CAPTURE(BM_PipelineScore, wal/xgboost_c_api, "wal", false);
-BENCHMARK_CAPTURE(BM_PipelineScore, sync/tree_ensemble, "sync", true);
-BENCHMARK_CAPTURE(BM_PipelineScore, sync/xgboost_c_api, "sync", false);
+BENCHMARK_CAPTURE(BM_PipelineScore, wal / tree_ensemble, "wal", true);
+BENCHMARK_CAPTURE(BM_PipelineScore, wal / xgboost_c_api, "wal", false);
+BENCHMARK_CAPTURE(BM_PipelineScore, sync / tree_ensemble, "sync", true);
+BENCHMARK_CAPTURE(BM_PipelineScore, sync / xgboost_c_api, "sync", false);
 
 }  // namespace
 }  // namespace txscore

@@ -4,12 +4,18 @@ namespace txscore {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kFailedPrecondition: return "failed precondition";
-    case ErrorCode::kDataLoss: return "data loss";
-    case ErrorCode::kInternal: return "internal";
-    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kFailedPrecondition:
+      return "failed precondition";
+    case ErrorCode::kDataLoss:
+      return "data loss";
+    case ErrorCode::kInternal:
+      return "internal";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
   }
   return "unknown";
 }

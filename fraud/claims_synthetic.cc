@@ -18,7 +18,9 @@ class Random {
     return z ^ (z >> 31);
   }
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  int64_t Between(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int64_t Between(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
+  }
   bool Chance(double p) { return Uniform() < p; }
   double Exponential(double mean) { return -mean * std::log(1.0 - Uniform()); }
   int Poisson(double mean) {  // Knuth; small means only
@@ -84,7 +86,8 @@ const std::vector<TypeProfile>& Profiles() {
        {"Our flat at {place} was broken into on {date} while we were away for the weekend; the door lock was forced. "
         "A laptop, a camera and jewellery were taken. Police report and receipts attached.",
         "On {date} someone broke a window at {place} and took two bicycles from the hallway. Police report attached."},
-       {"Things were stolen from the house. Expensive items.", "Someone came in and took stuff, a lot of valuable things."}},
+       {"Things were stolen from the house. Expensive items.",
+        "Someone came in and took stuff, a lot of valuable things."}},
       {"health",
        {5000, 10000, 25000},
        {"On {date} I fell on the stairs at {place} and broke my wrist; treated at {provider}, cast and two follow-up "
@@ -109,16 +112,15 @@ const std::vector<std::string> kPressure = {
     " Please pay in cash as soon as possible, I cannot wait for an inspection.",
     " If this is not settled quickly my lawyer will be in touch.",
 };
-const std::vector<std::string> kLegitNotes = {"Photos consistent with the description.", "Estimate within normal range.",
-                                              "Police report number verified.", ""};
+const std::vector<std::string> kLegitNotes = {"Photos consistent with the description.",
+                                              "Estimate within normal range.", "Police report number verified.", ""};
 const std::vector<std::string> kSuspiciousNotes = {"Claimant could not provide receipts.",
                                                    "Claimant reluctant to allow an inspection.",
                                                    "Damage appears older than the stated date.", ""};
 
 std::string Fill(std::string text, const std::string& date, const std::string& provider, const std::string& place) {
-  for (auto [key, value] : {std::pair<std::string, const std::string*>{"{date}", &date},
-                            {"{provider}", &provider},
-                            {"{place}", &place}}) {
+  for (auto [key, value] :
+       {std::pair<std::string, const std::string*>{"{date}", &date}, {"{provider}", &provider}, {"{place}", &place}}) {
     for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value->size())) {
       text.replace(at, key.size(), *value);
     }
@@ -173,7 +175,8 @@ std::vector<LabeledClaim> GenerateClaims(const SyntheticClaimsOptions& options) 
     int64_t delay = static_cast<int64_t>(random.Exponential(2.5));
     if (profile.type == "travel" && random.Chance(0.4)) delay += random.Between(10, 40);  // reported on return
     double share = std::min(0.95, 0.05 + random.Exponential(0.18));
-    if ((profile.type == "auto_theft" || profile.type == "property_fire") && random.Chance(0.25)) share = 1.0;  // total loss
+    if ((profile.type == "auto_theft" || profile.type == "property_fire") && random.Chance(0.25))
+      share = 1.0;  // total loss
     int64_t prior = random.Poisson(0.6);
     if (random.Chance(0.05)) prior += random.Between(3, 6);  // honest but unlucky
     int64_t provider = random.Between(mills + 1, options.providers);

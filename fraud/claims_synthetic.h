@@ -22,12 +22,12 @@
 namespace txscore::fraud {
 
 struct SyntheticClaimsOptions {
-  uint64_t seed = 42;             // Default: 42
-  int claims = 4000;              // Default: 4000 claims
-  double fraud_rate = 0.12;       // Default: 12 % fraudulent
-  int64_t start_day = 20454;      // Default: 2026-01-01 (days since 1970-01-01)
-  int days = 365;                 // Default: incidents over one year
-  int providers = 300;            // Default: 300 providers, 6 of them mills
+  uint64_t seed = 42;         // Default: 42
+  int claims = 4000;          // Default: 4000 claims
+  double fraud_rate = 0.12;   // Default: 12 % fraudulent
+  int64_t start_day = 20454;  // Default: 2026-01-01 (days since 1970-01-01)
+  int days = 365;             // Default: incidents over one year
+  int providers = 300;        // Default: 300 providers, 6 of them mills
 };
 
 struct LabeledClaim {

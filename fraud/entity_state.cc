@@ -21,8 +21,9 @@ void UpdateCardState(const Transaction& tx, CardState* state) {
   const int64_t newest = std::max(state->last_timestamp_ms, tx.timestamp_ms);
   // Keep events ordered by time even when a transaction arrives late.
   RecentEvent event{tx.timestamp_ms, amount, Fnv1a64(tx.merchant_id)};
-  auto pos = std::upper_bound(state->recent.begin(), state->recent.end(), event,
-                              [](const RecentEvent& a, const RecentEvent& b) { return a.timestamp_ms < b.timestamp_ms; });
+  auto pos =
+      std::upper_bound(state->recent.begin(), state->recent.end(), event,
+                       [](const RecentEvent& a, const RecentEvent& b) { return a.timestamp_ms < b.timestamp_ms; });
   state->recent.insert(pos, event);
   auto first_kept = std::find_if(state->recent.begin(), state->recent.end(),
                                  [&](const RecentEvent& e) { return e.timestamp_ms > newest - kStateWindowMs; });

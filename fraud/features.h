@@ -16,15 +16,15 @@
 namespace txscore::fraud {
 
 enum class FeatureId : int {
-  kLogAmount,             // ln(1 + amount in major units)
-  kHourOfDay,             // 0-23, UTC
-  kDayOfWeek,             // 0 = Monday ... 6 = Sunday, UTC
-  kMccRiskGroup,          // 0 low, 1 medium, 2 high (see MccRiskGroup)
-  kCrossBorder,           // 1 when merchant country differs from the card's country
-  kChannel,               // Channel enum value
-  kEntryMode,             // EntryMode enum value
-  kVelocityCount1m,       // earlier transactions of the card in (t - 1 min, t]
-  kVelocitySum1m,         // their amounts, major units
+  kLogAmount,        // ln(1 + amount in major units)
+  kHourOfDay,        // 0-23, UTC
+  kDayOfWeek,        // 0 = Monday ... 6 = Sunday, UTC
+  kMccRiskGroup,     // 0 low, 1 medium, 2 high (see MccRiskGroup)
+  kCrossBorder,      // 1 when merchant country differs from the card's country
+  kChannel,          // Channel enum value
+  kEntryMode,        // EntryMode enum value
+  kVelocityCount1m,  // earlier transactions of the card in (t - 1 min, t]
+  kVelocitySum1m,    // their amounts, major units
   kVelocityCount1h,
   kVelocitySum1h,
   kVelocityCount24h,
@@ -36,13 +36,13 @@ enum class FeatureId : int {
   kDistanceKm,            // great-circle distance from the previous transaction; NaN without both coordinates
   kSpeedKmh,              // distance / max(elapsed, 1 min); NaN without both coordinates
   // Claims (ComputeClaimFeatures); NaN in a transaction's vector, as the above are in a claim's.
-  kClaimDaysToReport,     // report date - incident date, days
-  kClaimAmountToLimit,    // amount claimed / policy limit
-  kClaimLogAmount,        // ln(1 + amount claimed)
-  kClaimPriorClaims,      // the claimant's earlier claims
-  kClaimProviderClaims,   // claims naming the same provider in the same batch, this one included
-  kClaimType,             // index into ClaimTypes()
-  kClaimNarrativeWords,   // words in the narrative
+  kClaimDaysToReport,    // report date - incident date, days
+  kClaimAmountToLimit,   // amount claimed / policy limit
+  kClaimLogAmount,       // ln(1 + amount claimed)
+  kClaimPriorClaims,     // the claimant's earlier claims
+  kClaimProviderClaims,  // claims naming the same provider in the same batch, this one included
+  kClaimType,            // index into ClaimTypes()
+  kClaimNarrativeWords,  // words in the narrative
   kCount,
 };
 inline constexpr FeatureId kFirstClaimFeature = FeatureId::kClaimDaysToReport;

@@ -59,8 +59,8 @@ struct Country {
 };
 
 constexpr Country kCountries[] = {
-    {"US", "USD", 2, 40.71, -74.01, -5}, {"GB", "GBP", 2, 51.51, -0.13, 0},  {"DE", "EUR", 2, 52.52, 13.40, 1},
-    {"FR", "EUR", 2, 48.86, 2.35, 1},    {"CA", "CAD", 2, 43.65, -79.38, -5}, {"JP", "JPY", 0, 35.68, 139.69, 9},
+    {"US", "USD", 2, 40.71, -74.01, -5},  {"GB", "GBP", 2, 51.51, -0.13, 0},    {"DE", "EUR", 2, 52.52, 13.40, 1},
+    {"FR", "EUR", 2, 48.86, 2.35, 1},     {"CA", "CAD", 2, 43.65, -79.38, -5},  {"JP", "JPY", 0, 35.68, 139.69, 9},
     {"BR", "BRL", 2, -23.55, -46.63, -3}, {"AU", "AUD", 2, -33.87, 151.21, 10}, {"IN", "INR", 2, 19.08, 72.88, 5},
     {"MX", "MXN", 2, 19.43, -99.13, -6},
 };
@@ -137,7 +137,9 @@ class Generator {
     return std::string(width - s.size(), '0') + s;
   }
   static std::string DeviceId(int card, int k) { return "dev-" + std::to_string(card) + "-" + std::to_string(k); }
-  static std::string MerchantId(const Country& c, int m) { return "m-" + std::string(c.code) + "-" + std::to_string(m); }
+  static std::string MerchantId(const Country& c, int m) {
+    return "m-" + std::string(c.code) + "-" + std::to_string(m);
+  }
 
   // A local daytime moment: hours 7-23 local, skewed to the afternoon.
   int64_t DaytimeMs(const Card& card, int day) {
@@ -168,7 +170,7 @@ class Generator {
   void CardPresent(RawTransaction* tx, double lat, double lon) {
     tx->channel = static_cast<int>(rng_.Chance(0.5) ? Channel::kContactless : Channel::kCardPresent);
     tx->entry_mode = static_cast<int>(tx->channel == static_cast<int>(Channel::kContactless) ? EntryMode::kContactless
-                                                                                            : EntryMode::kChip);
+                                                                                             : EntryMode::kChip);
     tx->latitude = lat + rng_.Uniform(-0.05, 0.05);
     tx->longitude = lon + rng_.Uniform(-0.05, 0.05);
   }
@@ -210,7 +212,9 @@ class Generator {
           const EverydayMcc& mcc = kEverydayMccs[rng_.Int(0, 9)];
           const bool app_store = rng_.Chance(0.15);
           tx.mcc = app_store ? "5817" : std::string(mcc.mcc);
-          tx.merchant_id = app_store ? "m-appstore" : MerchantId(where, card.merchants[rng_.Int(0, static_cast<int>(card.merchants.size()) - 1)]);
+          tx.merchant_id =
+              app_store ? "m-appstore"
+                        : MerchantId(where, card.merchants[rng_.Int(0, static_cast<int>(card.merchants.size()) - 1)]);
           Online(&tx, card.devices[rng_.Int(0, static_cast<int>(card.devices.size()) - 1)]);
           tx.amount_minor = ToMinor(app_store ? rng_.Uniform(0.99, 4.99) : Amount(card, mcc.amount_factor),
                                     card.home->currency_exponent);
@@ -219,8 +223,9 @@ class Generator {
           tx.mcc = std::string(mcc.mcc);
           const double lat = travelling ? where.latitude : card.latitude;
           const double lon = travelling ? where.longitude : card.longitude;
-          tx.merchant_id = travelling ? MerchantId(where, rng_.Int(0, 399))
-                                      : MerchantId(where, card.merchants[rng_.Int(0, static_cast<int>(card.merchants.size()) - 1)]);
+          tx.merchant_id =
+              travelling ? MerchantId(where, rng_.Int(0, 399))
+                         : MerchantId(where, card.merchants[rng_.Int(0, static_cast<int>(card.merchants.size()) - 1)]);
           CardPresent(&tx, lat, lon);
           tx.amount_minor = ToMinor(Amount(card, mcc.amount_factor), card.home->currency_exponent);
         }
@@ -239,8 +244,7 @@ class Generator {
 
   int64_t NightMs(const Card& card, int day) {
     const double local_hour = rng_.Uniform(1.0, 4.0);
-    return options_.start_ms +
-           static_cast<int64_t>((day * 24.0 + local_hour - card.home->utc_offset_hours) * 3600e3);
+    return options_.start_ms + static_cast<int64_t>((day * 24.0 + local_hour - card.home->utc_offset_hours) * 3600e3);
   }
 
   int Poisson(double mean) {
@@ -337,11 +341,16 @@ class Generator {
 
 const char* FraudPatternName(FraudPattern pattern) {
   switch (pattern) {
-    case FraudPattern::kNone: return "none";
-    case FraudPattern::kCardTesting: return "card_testing";
-    case FraudPattern::kAccountTakeover: return "account_takeover";
-    case FraudPattern::kImpossibleTravel: return "impossible_travel";
-    case FraudPattern::kHighRiskNight: return "high_risk_night";
+    case FraudPattern::kNone:
+      return "none";
+    case FraudPattern::kCardTesting:
+      return "card_testing";
+    case FraudPattern::kAccountTakeover:
+      return "account_takeover";
+    case FraudPattern::kImpossibleTravel:
+      return "impossible_travel";
+    case FraudPattern::kHighRiskNight:
+      return "high_risk_night";
   }
   return "unknown";
 }

@@ -25,10 +25,10 @@ enum class FraudPattern { kNone, kCardTesting, kAccountTakeover, kImpossibleTrav
 const char* FraudPatternName(FraudPattern pattern);
 
 struct SyntheticOptions {
-  uint64_t seed = 42;                    // Default: 42
-  int cards = 2000;                      // Default: 2000 cards
-  int days = 30;                         // Default: 30 days of activity
-  int64_t start_ms = 1767225600000;      // Default: 2026-01-01T00:00:00Z
+  uint64_t seed = 42;                   // Default: 42
+  int cards = 2000;                     // Default: 2000 cards
+  int days = 30;                        // Default: 30 days of activity
+  int64_t start_ms = 1767225600000;     // Default: 2026-01-01T00:00:00Z
   double attacked_card_fraction = 0.2;  // Default: 20 % of cards see one fraud episode
 };
 

@@ -70,7 +70,8 @@ Result<FeatureTable> BuildFeatureTable(const std::vector<LabeledTransaction>& tr
   std::unordered_map<std::string, CardState> cards;
   for (const LabeledTransaction& labeled : transactions) {
     Result<Transaction> tx = ValidateTransaction(labeled.tx);
-    if (!tx.ok()) return InvalidArgument("generated transaction " + labeled.tx.request_id + ": " + tx.error().ToString());
+    if (!tx.ok())
+      return InvalidArgument("generated transaction " + labeled.tx.request_id + ": " + tx.error().ToString());
     CardState& state = cards[labeled.tx.card_number.value_or("")];
     const FeatureVector features = ComputeFeatures(*tx, state);
     UpdateCardState(*tx, &state);
@@ -95,10 +96,12 @@ Result<FeatureTable> BuildClaimFeatureTable(const std::vector<LabeledClaim>& cla
   for (const LabeledClaim& labeled : claims) raw.push_back(labeled.claim);
   const std::map<std::string, int64_t> providers = CountProviders(raw);
   // Features do not read the claimant token; any key will do.
-  const std::unique_ptr<CardTokenizer> tokenizer = CardTokenizer::FromKey(std::string(CardTokenizer::kMinKeyBytes, 't'));
+  const std::unique_ptr<CardTokenizer> tokenizer =
+      CardTokenizer::FromKey(std::string(CardTokenizer::kMinKeyBytes, 't'));
   for (const LabeledClaim& labeled : claims) {
     Result<Claim> claim = ValidateClaim(labeled.claim, *tokenizer);
-    if (!claim.ok()) return InvalidArgument("generated claim " + labeled.claim.claim_id + ": " + claim.error().ToString());
+    if (!claim.ok())
+      return InvalidArgument("generated claim " + labeled.claim.claim_id + ": " + claim.error().ToString());
     AppendRow(table.schema, ComputeClaimFeatures(*claim, providers.at(claim->provider_id)), &table.values);
     table.labels.push_back(labeled.is_fraud ? 1.0f : 0.0f);
   }
@@ -206,7 +209,8 @@ Result<TrainReport> TrainFraudModel(const TrainOptions& options, const std::func
     return XGBoostFailure("XGBoosterPredictFromDMatrix");
   }
   const std::vector<float> test_scores(predictions, predictions + (rows - train_rows));
-  const std::vector<float> test_labels(table->labels.begin() + static_cast<std::ptrdiff_t>(train_rows), table->labels.end());
+  const std::vector<float> test_labels(table->labels.begin() + static_cast<std::ptrdiff_t>(train_rows),
+                                       table->labels.end());
 
   TrainReport report;
   report.roc_auc = RocAuc(test_scores, test_labels);
@@ -238,14 +242,21 @@ Result<TrainReport> TrainFraudModel(const TrainOptions& options, const std::func
       {"train_fraud_rate", report.train_fraud_rate},
       {"test_fraud_rate", report.test_fraud_rate},
       {"split", "time-ordered; the newest " + std::to_string(options.test_fraction) + " held out"},
-      {"params", {{"rounds", options.rounds}, {"max_depth", options.max_depth}, {"eta", options.learning_rate},
-                  {"tree_method", "hist"}}},
+      {"params",
+       {{"rounds", options.rounds},
+        {"max_depth", options.max_depth},
+        {"eta", options.learning_rate},
+        {"tree_method", "hist"}}},
   };
   if (options.kind == "claims") {
-    metrics["data"] = {{"kind", "claims"}, {"seed", options.claims_data.seed}, {"claims", options.claims_data.claims},
+    metrics["data"] = {{"kind", "claims"},
+                       {"seed", options.claims_data.seed},
+                       {"claims", options.claims_data.claims},
                        {"fraud_rate", options.claims_data.fraud_rate}};
   } else {
-    metrics["data"] = {{"kind", "transactions"}, {"seed", options.data.seed}, {"cards", options.data.cards},
+    metrics["data"] = {{"kind", "transactions"},
+                       {"seed", options.data.seed},
+                       {"cards", options.data.cards},
                        {"days", options.data.days}};
   }
   {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/result.h"
-#include "fraud/feature_schema.h"
 #include "fraud/claims_synthetic.h"
+#include "fraud/feature_schema.h"
 #include "fraud/synthetic.h"
 
 namespace txscore::fraud {
@@ -32,17 +32,17 @@ Result<FeatureTable> BuildClaimFeatureTable(const std::vector<LabeledClaim>& cla
 std::map<std::string, int64_t> CountProviders(const std::vector<RawClaim>& claims);
 
 struct TrainOptions {
-  std::string kind = "transactions";  // Default: the transaction fraud model; or "claims"
-  SyntheticOptions data;          // what to generate (transactions)
+  std::string kind = "transactions";   // Default: the transaction fraud model; or "claims"
+  SyntheticOptions data;               // what to generate (transactions)
   SyntheticClaimsOptions claims_data;  // what to generate (claims)
-  int rounds = 200;               // Default: 200 boosting rounds
-  int max_depth = 6;              // Default: 6
-  double learning_rate = 0.1;     // Default: 0.1
-  int nthread = 0;                // Default: 0 = all cores
-  double test_fraction = 0.2;     // Default: the newest 20 % of transactions are held out
-  std::string out_dir;            // required
-  std::string model_name = "fraud";  // Default: writes fraud.ubj, fraud.features.json, fraud.metrics.json
-  std::string format = "ubj";     // Default: "ubj" (UBJSON); or "json"
+  int rounds = 200;                    // Default: 200 boosting rounds
+  int max_depth = 6;                   // Default: 6
+  double learning_rate = 0.1;          // Default: 0.1
+  int nthread = 0;                     // Default: 0 = all cores
+  double test_fraction = 0.2;          // Default: the newest 20 % of transactions are held out
+  std::string out_dir;                 // required
+  std::string model_name = "fraud";    // Default: writes fraud.ubj, fraud.features.json, fraud.metrics.json
+  std::string format = "ubj";          // Default: "ubj" (UBJSON); or "json"
 };
 
 struct TrainReport {

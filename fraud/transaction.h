@@ -14,10 +14,24 @@
 namespace txscore::fraud {
 
 // Values match the Thrift enums (schemas/txscore.thrift).
-enum class Channel : int { kUnknown = 0, kCardPresent = 1, kEcommerce = 2, kAtm = 3, kMailPhoneOrder = 4,
-                           kRecurring = 5, kContactless = 6 };
-enum class EntryMode : int { kUnknown = 0, kChip = 1, kMagstripe = 2, kContactless = 3, kManualKeyed = 4,
-                             kCredentialOnFile = 5, kTokenizedWallet = 6 };
+enum class Channel : int {
+  kUnknown = 0,
+  kCardPresent = 1,
+  kEcommerce = 2,
+  kAtm = 3,
+  kMailPhoneOrder = 4,
+  kRecurring = 5,
+  kContactless = 6
+};
+enum class EntryMode : int {
+  kUnknown = 0,
+  kChip = 1,
+  kMagstripe = 2,
+  kContactless = 3,
+  kManualKeyed = 4,
+  kCredentialOnFile = 5,
+  kTokenizedWallet = 6
+};
 
 struct RawTransaction {
   std::string request_id;

@@ -74,9 +74,9 @@ Result<TreeEnsemble> TreeEnsemble::FromXGBoostJson(std::string_view text) {
           return FailedPrecondition("categorical splits are not supported by the fast evaluator");
         }
         const bool leaf = left[i] == -1;
-        if (!leaf && (left[i] <= 0 || right[i] <= 0 || static_cast<size_t>(left[i]) >= n ||
-                      static_cast<size_t>(right[i]) >= n ||
-                      feature[i] < 0 || static_cast<size_t>(feature[i]) >= ensemble.num_features_)) {
+        if (!leaf &&
+            (left[i] <= 0 || right[i] <= 0 || static_cast<size_t>(left[i]) >= n || static_cast<size_t>(right[i]) >= n ||
+             feature[i] < 0 || static_cast<size_t>(feature[i]) >= ensemble.num_features_)) {
           return DataLoss("XGBoost tree node " + std::to_string(i) + " points outside its tree or feature range");
         }
         Node node;
@@ -100,7 +100,8 @@ Result<TreeEnsemble> TreeEnsemble::FromXGBoostJson(std::string_view text) {
 }
 
 Status TreeEnsemble::FillMeans(int32_t offset, int32_t index, const std::vector<float>& hessian, int depth) {
-  if (depth > kMaxDepth) return DataLoss("XGBoost tree is deeper than " + std::to_string(kMaxDepth) + " or has a cycle");
+  if (depth > kMaxDepth)
+    return DataLoss("XGBoost tree is deeper than " + std::to_string(kMaxDepth) + " or has a cycle");
   Node& node = nodes_[index];
   if (node.left < 0) {
     max_depth_ = std::max(max_depth_, depth);
@@ -111,8 +112,8 @@ Status TreeEnsemble::FillMeans(int32_t offset, int32_t index, const std::vector<
   TXSCORE_RETURN_IF_ERROR(FillMeans(offset, node.right, hessian, depth + 1));
   const float left_cover = hessian[node.left - offset];
   const float right_cover = hessian[node.right - offset];
-  nodes_[index].mean = (nodes_[node.left].mean * left_cover + nodes_[node.right].mean * right_cover) /
-                       hessian[index - offset];
+  nodes_[index].mean =
+      (nodes_[node.left].mean * left_cover + nodes_[node.right].mean * right_cover) / hessian[index - offset];
   return Status::Ok();
 }
 

@@ -42,8 +42,8 @@ class TreeEnsemble {
     int32_t left = -1;  // index into nodes_, -1 for a leaf
     int32_t right = -1;
     uint32_t feature = 0;
-    float value = 0;   // split threshold (go left when x < value), or the leaf value
-    float mean = 0;    // cover-weighted mean of the leaves below (for contributions)
+    float value = 0;  // split threshold (go left when x < value), or the leaf value
+    float mean = 0;   // cover-weighted mean of the leaves below (for contributions)
     bool default_left = false;
   };
 

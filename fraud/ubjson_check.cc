@@ -27,12 +27,25 @@ class UbjsonWalker {
   // Size of the payload that follows a fixed-size marker, or -1 for markers without one.
   static int FixedPayloadSize(char marker) {
     switch (marker) {
-      case 'Z': case 'N': case 'T': case 'F': return 0;
-      case 'i': case 'U': case 'C': return 1;
-      case 'I': return 2;
-      case 'l': case 'd': return 4;
-      case 'L': case 'D': return 8;
-      default: return -1;
+      case 'Z':
+      case 'N':
+      case 'T':
+      case 'F':
+        return 0;
+      case 'i':
+      case 'U':
+      case 'C':
+        return 1;
+      case 'I':
+        return 2;
+      case 'l':
+      case 'd':
+        return 4;
+      case 'L':
+      case 'D':
+        return 8;
+      default:
+        return -1;
     }
   }
 
@@ -55,12 +68,25 @@ class UbjsonWalker {
     int width = 0;
     bool is_signed = true;
     switch (marker) {
-      case 'i': width = 1; break;
-      case 'U': width = 1; is_signed = false; break;
-      case 'I': width = 2; break;
-      case 'l': width = 4; break;
-      case 'L': width = 8; break;
-      default: --pos_; return Fail(std::string("a length has the non-integer marker '") + marker + "'");
+      case 'i':
+        width = 1;
+        break;
+      case 'U':
+        width = 1;
+        is_signed = false;
+        break;
+      case 'I':
+        width = 2;
+        break;
+      case 'l':
+        width = 4;
+        break;
+      case 'L':
+        width = 8;
+        break;
+      default:
+        --pos_;
+        return Fail(std::string("a length has the non-integer marker '") + marker + "'");
     }
     if (static_cast<size_t>(width) > in_.size() - pos_) return Fail("the input ends inside a length");
     uint64_t value = 0;
@@ -76,13 +102,16 @@ class UbjsonWalker {
     const int fixed = FixedPayloadSize(marker);
     if (fixed >= 0) return Skip(fixed, "a number");
     switch (marker) {
-      case 'S': case 'H': {
+      case 'S':
+      case 'H': {
         uint64_t length = 0;
         TXSCORE_RETURN_IF_ERROR(Length(&length));
         return Skip(length, "a string");
       }
-      case '[': return Container(/*is_object=*/false, depth + 1);
-      case '{': return Container(/*is_object=*/true, depth + 1);
+      case '[':
+        return Container(/*is_object=*/false, depth + 1);
+      case '{':
+        return Container(/*is_object=*/true, depth + 1);
       default:
         --pos_;
         return Fail(std::string("unknown marker '") + marker + "'");
@@ -114,7 +143,8 @@ class UbjsonWalker {
       const int fixed = FixedPayloadSize(element_type);
       if (fixed == 0 && !is_object) return Status::Ok();  // e.g. an array of nulls: no payload at all
       if (fixed > 0 && !is_object) {
-        if (count > (in_.size() - pos_) / static_cast<uint64_t>(fixed)) return Fail("the input ends inside a typed array");
+        if (count > (in_.size() - pos_) / static_cast<uint64_t>(fixed))
+          return Fail("the input ends inside a typed array");
         pos_ += count * fixed;
         return Status::Ok();
       }

@@ -57,7 +57,8 @@ Status CheckTree(const json& tree, int64_t index, int64_t num_feature, const std
   if (const json* v = Find(*param, "num_deleted"); v != nullptr && (!ReadCount(v, &deleted) || deleted != 0)) {
     return fail("tree_param.num_deleted is not 0");
   }
-  if (const json* v = Find(*param, "size_leaf_vector"); v != nullptr && (!ReadCount(v, &leaf_vector) || leaf_vector != 0)) {
+  if (const json* v = Find(*param, "size_leaf_vector");
+      v != nullptr && (!ReadCount(v, &leaf_vector) || leaf_vector != 0)) {
     return fail("tree_param.size_leaf_vector is not 0");
   }
   if (const json* v = Find(*param, "num_feature");
@@ -71,8 +72,8 @@ Status CheckTree(const json& tree, int64_t index, int64_t num_feature, const std
   if (!IntArray(Find(tree, "left_children"), nodes, &left)) return fail("left_children is not num_nodes integers");
   if (!IntArray(Find(tree, "right_children"), nodes, &right)) return fail("right_children is not num_nodes integers");
   if (!IntArray(Find(tree, "split_indices"), nodes, &split)) return fail("split_indices is not num_nodes integers");
-  for (const char* key : {"split_conditions", "default_left", "base_weights", "parents", "split_type", "loss_changes",
-                          "sum_hessian"}) {
+  for (const char* key :
+       {"split_conditions", "default_left", "base_weights", "parents", "split_type", "loss_changes", "sum_hessian"}) {
     const json* array = Find(tree, key);
     if (array != nullptr && (!array->is_array() || static_cast<int64_t>(array->size()) != nodes)) {
       return fail(std::string(key) + " does not hold num_nodes entries");
@@ -123,7 +124,8 @@ Status CheckTree(const json& tree, int64_t index, int64_t num_feature, const std
     const json* flags = Find(tree, key);
     if (flags == nullptr) continue;
     for (const json& v : *flags) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1) return fail(std::string(key) + " holds a value other than 0 and 1");
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1)
+        return fail(std::string(key) + " holds a value other than 0 and 1");
     }
   }
   // Categorical splits: the tables must index within themselves and the tree.
@@ -180,10 +182,12 @@ Status CheckXGBoostTrees(const json& doc, const std::string& source) {
     return DataLoss(source + ": gbtree_model_param.num_trees does not match the " + std::to_string(trees->size()) +
                     " trees");
   }
-  if (const json* v = Find(*model_param, "num_parallel_tree"); v != nullptr && (!ReadCount(v, &parallel) || parallel < 1)) {
+  if (const json* v = Find(*model_param, "num_parallel_tree");
+      v != nullptr && (!ReadCount(v, &parallel) || parallel < 1)) {
     return DataLoss(source + ": gbtree_model_param.num_parallel_tree is out of range");
   }
-  if (const json* v = Find(*model_param, "size_leaf_vector"); v != nullptr && (!ReadCount(v, &leaf_vector) || leaf_vector != 0)) {
+  if (const json* v = Find(*model_param, "size_leaf_vector");
+      v != nullptr && (!ReadCount(v, &leaf_vector) || leaf_vector != 0)) {
     return DataLoss(source + ": vector leaves (size_leaf_vector) are not supported");
   }
   const json* tree_info = Find(*model, "tree_info");

@@ -14,8 +14,8 @@
 namespace txscore::llm {
 
 struct ConformanceThresholds {
-  double min_cosine = 0.999;     // every step; Default: 0.999 (reduced precision)
-  double min_agreement = 0.0;    // fraction of greedy tokens equal to the reference's; Default: not checked
+  double min_cosine = 0.999;   // every step; Default: 0.999 (reduced precision)
+  double min_agreement = 0.0;  // fraction of greedy tokens equal to the reference's; Default: not checked
 };
 
 // Default thresholds by dtype: float32 must agree everywhere (cosine >= 0.99999, every token);
@@ -23,8 +23,8 @@ struct ConformanceThresholds {
 ConformanceThresholds ThresholdsFor(const std::string& dtype);
 
 struct ConformanceReport {
-  std::vector<double> cosine;             // per step
-  std::vector<double> max_abs_difference; // per step
+  std::vector<double> cosine;              // per step
+  std::vector<double> max_abs_difference;  // per step
   int steps = 0;
   int same_tokens = 0;
   double min_cosine = 1;

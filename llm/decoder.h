@@ -56,8 +56,8 @@ class Decoder {
   // returns, per sequence, the logits after its last new token (empty for untouched
   // sequences). Prefill and decode are the same call: many tokens, or one.
   // kInvalidArgument when a sequence would outgrow the cache or an id is out of range.
-  virtual Result<std::vector<std::vector<float>>> Forward(DecoderCache* cache,
-                                                          const std::vector<std::vector<int32_t>>& new_tokens) const = 0;
+  virtual Result<std::vector<std::vector<float>>> Forward(
+      DecoderCache* cache, const std::vector<std::vector<int32_t>>& new_tokens) const = 0;
 };
 
 // How a component that must not link libtorch gets a decoder: the program passes

@@ -1,9 +1,9 @@
 #include "llm/generator.h"
 
-#include "common/prepare_counters.h"
-
 #include <algorithm>
 #include <chrono>
+
+#include "common/prepare_counters.h"
 
 namespace txscore::llm {
 namespace {
@@ -103,7 +103,8 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       if (seq.done) continue;
       const std::vector<float>& row = (*logits)[i];
       if (single && options.on_logits) options.on_logits(row);
-      if (constraint) constraint->AllowedTokens(seq.state, vocab, static_cast<size_t>(options.max_new_tokens - t), &mask);
+      if (constraint)
+        constraint->AllowedTokens(seq.state, vocab, static_cast<size_t>(options.max_new_tokens - t), &mask);
       const int32_t next = seq.sampler.Sample(row, constraint ? &mask : nullptr);
       if (next < 0) return Internal("no token is allowed at step " + std::to_string(t));
       GenerationResult& r = results[i];

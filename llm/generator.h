@@ -21,11 +21,11 @@
 namespace txscore::llm {
 
 struct GenerationOptions {
-  int max_new_tokens = 128;        // Default: 128
-  SamplingOptions sampling;        // Default: greedy
-  std::vector<std::string> stop;   // generation ends when the text ends with one (it is cut off)
-  std::string schema;              // JSON schema text; empty = unconstrained
-  bool ignore_eos = false;         // keep going past end-of-sequence tokens (tests, benchmarks)
+  int max_new_tokens = 128;       // Default: 128
+  SamplingOptions sampling;       // Default: greedy
+  std::vector<std::string> stop;  // generation ends when the text ends with one (it is cut off)
+  std::string schema;             // JSON schema text; empty = unconstrained
+  bool ignore_eos = false;        // keep going past end-of-sequence tokens (tests, benchmarks)
   // Stop after the step that passes this time (finish_reason "deadline"). Checked between
   // steps, so a step already running finishes. Default: none.
   std::optional<std::chrono::steady_clock::time_point> deadline;

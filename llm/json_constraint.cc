@@ -25,7 +25,17 @@ struct Element {
 };
 
 // Number grammar phases; the ones marked "end" may finish the number.
-enum NumberPhase : uint8_t { kStart, kMinus, kZero /*end*/, kInt /*end*/, kDot, kFrac /*end*/, kExp, kExpSign, kExpDigits /*end*/ };
+enum NumberPhase : uint8_t {
+  kStart,
+  kMinus,
+  kZero /*end*/,
+  kInt /*end*/,
+  kDot,
+  kFrac /*end*/,
+  kExp,
+  kExpSign,
+  kExpDigits /*end*/
+};
 bool NumberCanEnd(uint8_t phase) { return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits; }
 
 bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
@@ -34,15 +44,24 @@ bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
 int NumberNext(uint8_t phase, uint8_t b, bool integer) {
   const bool exponent = (b == 'e' || b == 'E') && !integer;
   switch (phase) {
-    case kStart: return b == '-' ? kMinus : b == '0' ? kZero : IsDigit(b) ? kInt : -1;
-    case kMinus: return b == '0' ? kZero : IsDigit(b) ? kInt : -1;
-    case kZero: return b == '.' && !integer ? kDot : exponent ? kExp : -1;
-    case kInt: return IsDigit(b) ? kInt : b == '.' && !integer ? kDot : exponent ? kExp : -1;
-    case kDot: return IsDigit(b) ? kFrac : -1;
-    case kFrac: return IsDigit(b) ? kFrac : exponent ? kExp : -1;
-    case kExp: return b == '+' || b == '-' ? kExpSign : IsDigit(b) ? kExpDigits : -1;
-    case kExpSign: return IsDigit(b) ? kExpDigits : -1;
-    case kExpDigits: return IsDigit(b) ? kExpDigits : -1;
+    case kStart:
+      return b == '-' ? kMinus : b == '0' ? kZero : IsDigit(b) ? kInt : -1;
+    case kMinus:
+      return b == '0' ? kZero : IsDigit(b) ? kInt : -1;
+    case kZero:
+      return b == '.' && !integer ? kDot : exponent ? kExp : -1;
+    case kInt:
+      return IsDigit(b) ? kInt : b == '.' && !integer ? kDot : exponent ? kExp : -1;
+    case kDot:
+      return IsDigit(b) ? kFrac : -1;
+    case kFrac:
+      return IsDigit(b) ? kFrac : exponent ? kExp : -1;
+    case kExp:
+      return b == '+' || b == '-' ? kExpSign : IsDigit(b) ? kExpDigits : -1;
+    case kExpSign:
+      return IsDigit(b) ? kExpDigits : -1;
+    case kExpDigits:
+      return IsDigit(b) ? kExpDigits : -1;
   }
   return -1;
 }
@@ -65,7 +84,8 @@ Status Compile(const json& node, const std::string& path, std::vector<Element>* 
   }
   const std::string type = node["type"].get<std::string>();
   auto quoted_enum = [&](const json& values, std::vector<std::string>* out) -> Status {
-    if (!values.is_array() || values.empty()) return InvalidArgument("schema " + path + ": \"enum\" must be a non-empty list");
+    if (!values.is_array() || values.empty())
+      return InvalidArgument("schema " + path + ": \"enum\" must be a non-empty list");
     for (const json& v : values) {
       if (!v.is_string()) return InvalidArgument("schema " + path + ": enum values must be strings");
       out->push_back(json(v.get<std::string>()).dump());
@@ -264,11 +284,16 @@ struct JsonConstraint::Impl {
   // Bytes of the shortest text that completes an element from scratch.
   static size_t MinLength(const Element& e) {
     switch (e.kind) {
-      case Kind::kLiteral: return e.literal.size();
-      case Kind::kEnum: return ShortestOption(e.options, "");
-      case Kind::kString: return 2 + e.min;
-      case Kind::kNumber: return 1;
-      case Kind::kEnumArray: return 2 + (e.min == 0 ? 0 : e.min * ShortestOption(e.options, "") + (e.min - 1));
+      case Kind::kLiteral:
+        return e.literal.size();
+      case Kind::kEnum:
+        return ShortestOption(e.options, "");
+      case Kind::kString:
+        return 2 + e.min;
+      case Kind::kNumber:
+        return 1;
+      case Kind::kEnumArray:
+        return 2 + (e.min == 0 ? 0 : e.min * ShortestOption(e.options, "") + (e.min - 1));
     }
     return 0;
   }
@@ -287,21 +312,37 @@ struct JsonConstraint::Impl {
     const Element& e = program[s.element];
     size_t current = 0;
     switch (e.kind) {
-      case Kind::kLiteral: current = e.literal.size() - s.offset; break;
-      case Kind::kEnum: current = s.prefix.empty() ? MinLength(e) : ShortestOption(e.options, s.prefix); break;
+      case Kind::kLiteral:
+        current = e.literal.size() - s.offset;
+        break;
+      case Kind::kEnum:
+        current = s.prefix.empty() ? MinLength(e) : ShortestOption(e.options, s.prefix);
+        break;
       case Kind::kString:
         current = s.phase == 0 ? MinLength(e) : s.pending_utf8 + (s.count < e.min ? e.min - s.count : 0) + 1;
         break;
-      case Kind::kNumber: current = s.offset > 0 && NumberCanEnd(s.phase) ? 0 : 1; break;
+      case Kind::kNumber:
+        current = s.offset > 0 && NumberCanEnd(s.phase) ? 0 : 1;
+        break;
       case Kind::kEnumArray: {
         const size_t item = ShortestOption(e.options, "");
         const size_t missing = s.count < e.min ? e.min - s.count : 0;
         switch (s.phase) {
-          case 0: current = MinLength(e); break;
-          case 1: current = e.min == 0 ? 1 : e.min * item + (e.min - 1) + 1; break;
-          case 2: current = ShortestOption(e.options, s.prefix) + (missing > 1 ? (missing - 1) * (item + 1) : 0) + 1; break;
-          case 3: current = missing * (item + 1) + 1; break;
-          case 4: current = item + (missing > 1 ? (missing - 1) * (item + 1) : 0) + 1; break;
+          case 0:
+            current = MinLength(e);
+            break;
+          case 1:
+            current = e.min == 0 ? 1 : e.min * item + (e.min - 1) + 1;
+            break;
+          case 2:
+            current = ShortestOption(e.options, s.prefix) + (missing > 1 ? (missing - 1) * (item + 1) : 0) + 1;
+            break;
+          case 3:
+            current = missing * (item + 1) + 1;
+            break;
+          case 4:
+            current = item + (missing > 1 ? (missing - 1) * (item + 1) : 0) + 1;
+            break;
         }
         break;
       }

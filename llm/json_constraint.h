@@ -32,14 +32,14 @@ class Tokenizer;
 
 // The matcher's position in the document. Copyable and small.
 struct JsonState {
-  uint32_t element = 0;  // index into the compiled program
-  uint32_t offset = 0;   // bytes matched inside the element (literals, enums, numbers)
-  uint32_t count = 0;    // characters of a string / items of an array so far
-  uint8_t phase = 0;     // element-specific
+  uint32_t element = 0;      // index into the compiled program
+  uint32_t offset = 0;       // bytes matched inside the element (literals, enums, numbers)
+  uint32_t count = 0;        // characters of a string / items of an array so far
+  uint8_t phase = 0;         // element-specific
   uint8_t pending_utf8 = 0;  // continuation bytes still expected inside a string
   uint8_t next_low = 0x80;   // range of the next continuation byte (excludes overlong forms
   uint8_t next_high = 0xbf;  // and surrogates, so the text is always valid UTF-8)
-  std::string prefix;    // enum text matched so far
+  std::string prefix;        // enum text matched so far
 };
 
 class JsonConstraint {

@@ -1,7 +1,5 @@
 #include "llm/safetensors.h"
 
-#include "common/file_io.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,6 +15,7 @@
 #include <sstream>
 
 #include "common/bytes.h"
+#include "common/file_io.h"
 
 namespace txscore::llm {
 namespace {
@@ -29,8 +28,8 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kF64, "F64", 8}, {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
-    {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4}, {DType::kI16, "I16", 2}, {DType::kI8, "I8", 1},
+    {DType::kF64, "F64", 8}, {DType::kF32, "F32", 4},   {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
+    {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4},   {DType::kI16, "I16", 2}, {DType::kI8, "I8", 1},
     {DType::kU8, "U8", 1},   {DType::kBool, "BOOL", 1},
 };
 
@@ -170,14 +169,16 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header, uint64
     info.size_bytes = bytes;
     out.tensors.push_back(std::move(info));
   }
-  std::sort(out.tensors.begin(), out.tensors.end(),
-            [](const TensorInfo& a, const TensorInfo& b) { return a.offset < b.offset || (a.offset == b.offset && a.size_bytes < b.size_bytes); });
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.offset < b.offset || (a.offset == b.offset && a.size_bytes < b.size_bytes);
+  });
   // The data area must be covered exactly: no overlaps, no holes.
   uint64_t expected = 0;
   for (const TensorInfo& t : out.tensors) {
     if (t.offset < expected) return fail("tensor \"" + t.name + "\" overlaps the tensor before it");
-    if (t.offset > expected) return fail("bytes " + std::to_string(expected) + " to " + std::to_string(t.offset) +
-                                         " before tensor \"" + t.name + "\" belong to no tensor");
+    if (t.offset > expected)
+      return fail("bytes " + std::to_string(expected) + " to " + std::to_string(t.offset) + " before tensor \"" +
+                  t.name + "\" belong to no tensor");
     expected = t.offset + t.size_bytes;
   }
   if (expected != data_size) {
@@ -186,7 +187,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header, uint64
   return out;
 }
 
-Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path, const SafetensorsLimits& limits) {
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path,
+                                                               const SafetensorsLimits& limits) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFound("cannot open " + path + ": " + std::strerror(errno));
   struct stat st;
@@ -271,7 +273,8 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Open(const
     }
     auto it = shard_by_name.find(shard_name);
     if (it == shard_by_name.end()) {
-      Result<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open((fs::path(dir) / shard_name).string(), limits);
+      Result<std::unique_ptr<SafetensorsFile>> file =
+          SafetensorsFile::Open((fs::path(dir) / shard_name).string(), limits);
       if (!file.ok()) return file.error();
       it = shard_by_name.emplace(shard_name, file->get()).first;
       checkpoint->shards_.push_back(std::move(file).value());
@@ -368,10 +371,12 @@ Status DecodeToFloat(const TensorView& view, std::vector<float>* out) {
       }
       return Status::Ok();
     case DType::kF16:
-      for (int64_t i = 0; i < n; ++i, p += 2) (*out)[static_cast<size_t>(i)] = HalfToFloat(static_cast<uint16_t>(p[0] | p[1] << 8));
+      for (int64_t i = 0; i < n; ++i, p += 2)
+        (*out)[static_cast<size_t>(i)] = HalfToFloat(static_cast<uint16_t>(p[0] | p[1] << 8));
       return Status::Ok();
     case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i, p += 2) (*out)[static_cast<size_t>(i)] = BFloat16ToFloat(static_cast<uint16_t>(p[0] | p[1] << 8));
+      for (int64_t i = 0; i < n; ++i, p += 2)
+        (*out)[static_cast<size_t>(i)] = BFloat16ToFloat(static_cast<uint16_t>(p[0] | p[1] << 8));
       return Status::Ok();
     default:
       return InvalidArgument(std::string("tensor \"") + view.info->name + "\" is " + DTypeName(view.info->dtype) +
@@ -420,7 +425,8 @@ Status SafetensorsWriter::Write(const std::string& path) const {
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
   for (const Entry& e : entries_) {
-    header[e.name] = {{"dtype", DTypeName(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
+    header[e.name] = {
+        {"dtype", DTypeName(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
     offset += e.bytes.size();
   }
   std::string text = header.dump();

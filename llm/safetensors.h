@@ -59,8 +59,8 @@ struct SafetensorsHeader {
   std::vector<TensorInfo> tensors;  // sorted by offset
   std::map<std::string, std::string> metadata;
 };
-Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header, uint64_t data_size,
-                                                 const std::string& source, const SafetensorsLimits& limits = {});
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header, uint64_t data_size, const std::string& source,
+                                                 const SafetensorsLimits& limits = {});
 
 // One memory-mapped .safetensors file. Thread-safe for reading.
 class SafetensorsFile {

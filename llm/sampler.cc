@@ -32,8 +32,9 @@ int32_t Sampler::Sample(const std::vector<float>& logits, const std::vector<bool
   }
   if (candidates.empty()) return -1;
   // Highest logits first (ids break ties), so top-k and top-p are prefixes.
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](int32_t a, int32_t b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+  std::stable_sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+  });
   if (options_.top_k > 0 && candidates.size() > static_cast<size_t>(options_.top_k)) {
     candidates.resize(static_cast<size_t>(options_.top_k));
   }

@@ -1,9 +1,8 @@
 #include "llm/sentencepiece_model.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "llm/utf8.h"
@@ -87,7 +86,8 @@ class WireReader {
 
   // Reads a field whose wire type must be `expected`.
   Status Expect(int wire_type, int expected, uint32_t field) {
-    if (wire_type != expected) return Fail("field " + std::to_string(field) + " has wire type " + std::to_string(wire_type));
+    if (wire_type != expected)
+      return Fail("field " + std::to_string(field) + " has wire type " + std::to_string(wire_type));
     return Status::Ok();
   }
 
@@ -213,7 +213,8 @@ Result<SentencePieceModel> ParseSentencePieceModel(std::string_view bytes, const
     return ParsePiece(message, offset, source, &model.pieces.back());
   });
   if (!parsed.ok()) return parsed.error();
-  if (model.pieces.empty()) return DataLoss(source + ": a SentencePiece model without pieces (is this a tokenizer.model?)");
+  if (model.pieces.empty())
+    return DataLoss(source + ": a SentencePiece model without pieces (is this a tokenizer.model?)");
   return model;
 }
 
@@ -247,8 +248,11 @@ Result<std::string> SentencePieceToTokenizerJson(const SentencePieceModel& model
     vocab[piece.text] = id;
     if (piece.type == Type::kUnknown) unk_token = piece.text;
     if (piece.type == Type::kControl || piece.type == Type::kUnknown || piece.type == Type::kUserDefined) {
-      added.push_back({{"id", id}, {"content", piece.text}, {"special", piece.type != Type::kUserDefined},
-                       {"lstrip", false}, {"rstrip", false}});
+      added.push_back({{"id", id},
+                       {"content", piece.text},
+                       {"special", piece.type != Type::kUserDefined},
+                       {"lstrip", false},
+                       {"rstrip", false}});
     }
   }
 
@@ -264,8 +268,9 @@ Result<std::string> SentencePieceToTokenizerJson(const SentencePieceModel& model
   for (size_t id = 0; id < model.pieces.size(); ++id) {
     if (model.pieces[id].type == Type::kNormal) order.push_back(static_cast<int32_t>(id));
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return model.pieces[static_cast<size_t>(a)].score > model.pieces[static_cast<size_t>(b)].score; });
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return model.pieces[static_cast<size_t>(a)].score > model.pieces[static_cast<size_t>(b)].score;
+  });
   json merges = json::array();
   for (int32_t id : order) {
     const std::string& text = model.pieces[static_cast<size_t>(id)].text;
@@ -284,7 +289,8 @@ Result<std::string> SentencePieceToTokenizerJson(const SentencePieceModel& model
     normalizers.push_back({{"type", "Replace"}, {"pattern", RegexPattern("^ +| +$")}, {"content", ""}});
     normalizers.push_back({{"type", "Replace"}, {"pattern", RegexPattern(" {2,}")}, {"content", " "}});
   }
-  if (model.add_dummy_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", model.escape_whitespaces ? kSpaceSymbol : " "}});
+  if (model.add_dummy_prefix)
+    normalizers.push_back({{"type", "Prepend"}, {"prepend", model.escape_whitespaces ? kSpaceSymbol : " "}});
   if (model.escape_whitespaces) {
     normalizers.push_back({{"type", "Replace"}, {"pattern", StringPattern(" ")}, {"content", kSpaceSymbol}});
   }
@@ -296,8 +302,11 @@ Result<std::string> SentencePieceToTokenizerJson(const SentencePieceModel& model
   decoders.push_back({{"type", "Fuse"}});
   if (model.add_dummy_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
 
-  json bpe = {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)},
-              {"byte_fallback", model.byte_fallback}, {"fuse_unk", true}};
+  json bpe = {{"type", "BPE"},
+              {"vocab", std::move(vocab)},
+              {"merges", std::move(merges)},
+              {"byte_fallback", model.byte_fallback},
+              {"fuse_unk", true}};
   if (!unk_token.empty()) bpe["unk_token"] = unk_token;
   json doc = {{"version", "1.0"},
               {"added_tokens", std::move(added)},

@@ -33,7 +33,7 @@ struct SentencePieceModel {
     PieceType type = PieceType::kNormal;
   };
 
-  std::vector<Piece> pieces;  // index = token id
+  std::vector<Piece> pieces;                   // index = token id
   ModelType model_type = ModelType::kUnigram;  // the proto's defaults throughout
   bool byte_fallback = false;
   bool treat_whitespace_as_suffix = false;

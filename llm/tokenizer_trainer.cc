@@ -44,13 +44,16 @@ struct Rng {
   }
   int Int(int n) { return static_cast<int>(Next() % static_cast<uint64_t>(n)); }
   template <size_t N>
-  const char* Pick(const char* const (&items)[N]) { return items[Int(static_cast<int>(N))]; }
+  const char* Pick(const char* const (&items)[N]) {
+    return items[Int(static_cast<int>(N))];
+  }
 };
 
 }  // namespace
 
 Result<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, const BpeTrainingOptions& options) {
-  if (options.vocab_size < 256) return InvalidArgument("vocab_size must be at least 256 (the byte tokens)", "vocab_size");
+  if (options.vocab_size < 256)
+    return InvalidArgument("vocab_size must be at least 256 (the byte tokens)", "vocab_size");
   json doc = TokenizerSkeleton();
   json vocab = json::object();
   {
@@ -106,39 +109,51 @@ Result<std::string> TrainByteLevelBpe(const std::vector<std::string>& corpus, co
         symbols = std::move(out);
       }
     }
-    doc["model"] = {{"type", "BPE"},          {"dropout", nullptr},          {"unk_token", nullptr},
-                    {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                    {"byte_fallback", false}, {"ignore_merges", false},     {"vocab", vocab},
+    doc["model"] = {{"type", "BPE"},
+                    {"dropout", nullptr},
+                    {"unk_token", nullptr},
+                    {"continuing_subword_prefix", ""},
+                    {"end_of_word_suffix", ""},
+                    {"fuse_unk", false},
+                    {"byte_fallback", false},
+                    {"ignore_merges", false},
+                    {"vocab", vocab},
                     {"merges", merges}};
     int id = next_id;
     for (const std::string& special : options.special_tokens) {
-      doc["added_tokens"].push_back({{"id", id++}, {"content", special}, {"single_word", false}, {"lstrip", false},
-                                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+      doc["added_tokens"].push_back({{"id", id++},
+                                     {"content", special},
+                                     {"single_word", false},
+                                     {"lstrip", false},
+                                     {"rstrip", false},
+                                     {"normalized", false},
+                                     {"special", true}});
     }
   }
   return doc.dump(1);
 }
 
 std::vector<std::string> GenerateTrainingCorpus(uint64_t seed, int documents) {
-  static const char* const kClaimTypes[] = {"water damage", "theft", "collision", "fire", "storm damage",
+  static const char* const kClaimTypes[] = {"water damage",      "theft",        "collision", "fire", "storm damage",
                                             "medical treatment", "lost luggage", "burst pipe"};
   static const char* const kPlaces[] = {"kitchen", "garage", "basement", "office", "parking lot", "hotel", "highway"};
-  static const char* const kMonths[] = {"January", "February", "March", "April", "May", "June",
-                                        "July", "August", "September", "October", "November", "December"};
+  static const char* const kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
+                                        "July",    "August",   "September", "October", "November", "December"};
   static const char* const kNotes[] = {
-      "The invoice is dated before the incident.",
-      "Claimant asked twice for a quick settlement.",
-      "Description is vague about what was lost.",
-      "Same repair shop as in two earlier claims.",
-      "Amount is just under the policy limit.",
-      "Police report number was provided.",
-      "Photos match the reported damage.",
-      "No prior claims on this policy."};
+      "The invoice is dated before the incident.", "Claimant asked twice for a quick settlement.",
+      "Description is vague about what was lost.", "Same repair shop as in two earlier claims.",
+      "Amount is just under the policy limit.",    "Police report number was provided.",
+      "Photos match the reported damage.",         "No prior claims on this policy."};
   static const char* const kRisk[] = {"low", "medium", "high"};
-  static const char* const kFlags[] = {"inconsistent_dates", "amount_mismatch", "prior_claims_pattern",
-                                       "vague_description", "pressure_to_settle", "provider_anomaly", "none"};
-  static const char* const kMerchants[] = {"grocery store", "online electronics shop", "petrol station",
-                                           "casino", "jeweller", "airline", "pharmacy"};
+  static const char* const kFlags[] = {"inconsistent_dates",
+                                       "amount_mismatch",
+                                       "prior_claims_pattern",
+                                       "vague_description",
+                                       "pressure_to_settle",
+                                       "provider_anomaly",
+                                       "none"};
+  static const char* const kMerchants[] = {
+      "grocery store", "online electronics shop", "petrol station", "casino", "jeweller", "airline", "pharmacy"};
   Rng rng{seed * 0x9e3779b97f4a7c15ull + 1};
   std::vector<std::string> corpus;
   for (int d = 0; d < documents; ++d) {
@@ -148,8 +163,8 @@ std::vector<std::string> GenerateTrainingCorpus(uint64_t seed, int documents) {
         text = "Claim C-" + std::to_string(10000 + rng.Int(90000)) + ": " + rng.Pick(kClaimTypes) + " in the " +
                rng.Pick(kPlaces) + " on " + std::to_string(1 + rng.Int(28)) + " " + rng.Pick(kMonths) + " 2026. " +
                "Amount claimed " + std::to_string(100 + rng.Int(20000)) + "." + std::to_string(10 + rng.Int(90)) +
-               " EUR against a limit of " + std::to_string(5000 + 1000 * rng.Int(20)) + ". Adjuster notes: " +
-               rng.Pick(kNotes) + " " + rng.Pick(kNotes);
+               " EUR against a limit of " + std::to_string(5000 + 1000 * rng.Int(20)) +
+               ". Adjuster notes: " + rng.Pick(kNotes) + " " + rng.Pick(kNotes);
         break;
       case 1:
         text = "Card transaction of " + std::to_string(1 + rng.Int(3000)) + "." + std::to_string(10 + rng.Int(90)) +

@@ -14,7 +14,8 @@ Result<Condition> Condition::Parse(const std::string& text, const std::map<std::
   c.text_ = text;
   size_t i = 0;
   while (true) {
-    if (i + 3 > words.size()) return InvalidArgument("expected STAGE.OUTPUT OP VALUE after \"" + (i > 0 ? words[i - 1] : "") + "\"");
+    if (i + 3 > words.size())
+      return InvalidArgument("expected STAGE.OUTPUT OP VALUE after \"" + (i > 0 ? words[i - 1] : "") + "\"");
     const std::string& name = words[i];
     const std::string& op = words[i + 1];
     const std::string& value = words[i + 2];
@@ -49,12 +50,14 @@ Result<Condition> Condition::Parse(const std::string& text, const std::map<std::
         return InvalidArgument(name + " is a decision (APPROVE, REVIEW or DECLINE); \"" + value + "\" is not");
       }
     } else {
-      return InvalidArgument(name + " is of type " + ValueTypeName(term.type) + ", which cannot be compared (only numbers and decisions can)");
+      return InvalidArgument(name + " is of type " + ValueTypeName(term.type) +
+                             ", which cannot be compared (only numbers and decisions can)");
     }
     c.terms_.push_back(term);
     i += 3;
     if (i == words.size()) break;
-    if (words[i] != "and" && words[i] != "or") return InvalidArgument("expected \"and\" or \"or\", not \"" + words[i] + "\"");
+    if (words[i] != "and" && words[i] != "or")
+      return InvalidArgument("expected \"and\" or \"or\", not \"" + words[i] + "\"");
     c.joined_by_and_.push_back(words[i] == "and");
     ++i;
   }
@@ -70,12 +73,18 @@ bool Condition::Evaluate(const RequestValues& values) const {
     }
     const double x = out.score;
     switch (t.op) {
-      case Op::kEq: return x == t.number;
-      case Op::kNe: return x != t.number;
-      case Op::kGe: return x >= t.number;
-      case Op::kGt: return x > t.number;
-      case Op::kLe: return x <= t.number;
-      case Op::kLt: return x < t.number;
+      case Op::kEq:
+        return x == t.number;
+      case Op::kNe:
+        return x != t.number;
+      case Op::kGe:
+        return x >= t.number;
+      case Op::kGt:
+        return x > t.number;
+      case Op::kLe:
+        return x <= t.number;
+      case Op::kLt:
+        return x < t.number;
     }
     return false;
   };

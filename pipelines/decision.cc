@@ -7,21 +7,30 @@ namespace txscore::pipelines {
 
 const char* DecisionName(Decision decision) {
   switch (decision) {
-    case Decision::kApprove: return "APPROVE";
-    case Decision::kReview: return "REVIEW";
-    case Decision::kDecline: return "DECLINE";
+    case Decision::kApprove:
+      return "APPROVE";
+    case Decision::kReview:
+      return "REVIEW";
+    case Decision::kDecline:
+      return "DECLINE";
   }
   return "UNKNOWN";
 }
 
 const char* ValueTypeName(ValueType type) {
   switch (type) {
-    case ValueType::kFeatures: return "features";
-    case ValueType::kNumber: return "number";
-    case ValueType::kContributions: return "contributions";
-    case ValueType::kDecision: return "decision";
-    case ValueType::kReasons: return "reasons";
-    case ValueType::kFindings: return "findings";
+    case ValueType::kFeatures:
+      return "features";
+    case ValueType::kNumber:
+      return "number";
+    case ValueType::kContributions:
+      return "contributions";
+    case ValueType::kDecision:
+      return "decision";
+    case ValueType::kReasons:
+      return "reasons";
+    case ValueType::kFindings:
+      return "findings";
   }
   return "unknown";
 }

@@ -1,24 +1,24 @@
 #include "pipelines/forensic_stage.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <algorithm>
 #include <filesystem>
 
 namespace txscore::pipelines {
 namespace {
 
 const char* ChannelName(fraud::Channel channel) {
-  static const char* kNames[] = {"UNKNOWN", "CARD_PRESENT", "ECOMMERCE", "ATM", "MAIL_PHONE_ORDER", "RECURRING",
-                                 "CONTACTLESS"};
+  static const char* kNames[] = {"UNKNOWN",          "CARD_PRESENT", "ECOMMERCE",  "ATM",
+                                 "MAIL_PHONE_ORDER", "RECURRING",    "CONTACTLESS"};
   const int i = static_cast<int>(channel);
   return i >= 0 && i < 7 ? kNames[i] : "UNKNOWN";
 }
 
 const char* EntryModeName(fraud::EntryMode mode) {
-  static const char* kNames[] = {"UNKNOWN", "CHIP", "MAGSTRIPE", "CONTACTLESS", "MANUAL_KEYED", "CREDENTIAL_ON_FILE",
-                                 "TOKENIZED_WALLET"};
+  static const char* kNames[] = {
+      "UNKNOWN", "CHIP", "MAGSTRIPE", "CONTACTLESS", "MANUAL_KEYED", "CREDENTIAL_ON_FILE", "TOKENIZED_WALLET"};
   const int i = static_cast<int>(mode);
   return i >= 0 && i < 7 ? kNames[i] : "UNKNOWN";
 }
@@ -76,7 +76,8 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStage
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();
-  std::vector<FindingsStageConfig::Target> targets = {{config.device_name, config.device, config.dtype, config.adapters}};
+  std::vector<FindingsStageConfig::Target> targets = {
+      {config.device_name, config.device, config.dtype, config.adapters}};
   targets.insert(targets.end(), config.fallback.begin(), config.fallback.end());
   for (const FindingsStageConfig::Target& target : targets) {
     llm::DecoderOptions options;
@@ -122,12 +123,13 @@ std::vector<ForensicResult> ForensicStage::AnalyzeClaims(const std::vector<llm::
                                                          std::chrono::steady_clock::time_point deadline) {
   std::vector<Item> items;
   for (const llm::ClaimFields& claim : claims) {
-    items.push_back({llm::ClaimAnalysisTask::PromptIds(*tokenizer_, claim), deadline,
-                     std::make_shared<std::atomic<bool>>(false)});
+    items.push_back(
+        {llm::ClaimAnalysisTask::PromptIds(*tokenizer_, claim), deadline, std::make_shared<std::atomic<bool>>(false)});
   }
   std::vector<std::shared_ptr<std::atomic<bool>>> started;
   for (const Item& item : items) started.push_back(item.started);
-  std::vector<std::future<ForensicResult>> answers = batcher_->SubmitAll(std::move(items), deadline, BatchPriority::kBatchJob);
+  std::vector<std::future<ForensicResult>> answers =
+      batcher_->SubmitAll(std::move(items), deadline, BatchPriority::kBatchJob);
   std::vector<ForensicResult> results;
   for (size_t i = 0; i < answers.size(); ++i) results.push_back(Await(std::move(answers[i]), *started[i], deadline));
   return results;
@@ -192,7 +194,7 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
       Result<llm::Findings> findings = llm::ClaimAnalysisTask::FindingsFrom((*generated)[i], model_id_);
       if (!findings.ok()) {
         r.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
-                                                                       : ForensicResult::Outcome::kFailed;
+                                                                     : ForensicResult::Outcome::kFailed;
         r.detail = findings.error().message;
         continue;
       }

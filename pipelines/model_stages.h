@@ -20,10 +20,10 @@ namespace txscore::pipelines {
 // What runs one stage of a pipeline, prepared at load.
 struct PreparedStage {
   std::string kind;
-  int budget_ms = 0;                            // 0: the pipeline's deadline_ms
+  int budget_ms = 0;                           // 0: the pipeline's deadline_ms
   std::unique_ptr<fraud::XGBoostModel> model;  // xgboost stages
-  std::vector<double> weights;                  // blend stages (empty: equal)
-  std::string device = "cpu";                   // where it runs, as reported
+  std::vector<double> weights;                 // blend stages (empty: equal)
+  std::string device = "cpu";                  // where it runs, as reported
 };
 
 // One PreparedStage per stage of config.graph (same index): models loaded, devices from the

@@ -77,9 +77,9 @@ Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerato
   if (config.findings.enabled) {
     Result<llm::ModelConfig> llm = llm::LoadModelConfig(config.findings.model_dir);
     if (!llm.ok()) return llm.error();
-    const accelerator::DecoderShape shape{llm->num_hidden_layers, llm->hidden_size,  llm->intermediate_size,
+    const accelerator::DecoderShape shape{llm->num_hidden_layers,   llm->hidden_size,         llm->intermediate_size,
                                           llm->num_attention_heads, llm->num_key_value_heads, llm->head_dim,
-                                          llm->vocab_size,        llm->tie_word_embeddings};
+                                          llm->vocab_size,          llm->tie_word_embeddings};
     Result<accelerator::Placement> llm_plan =
         accelerator::PlaceStage(FindingsWorkload(config.findings, shape), config.findings.placement, devices);
     if (!llm_plan.ok()) return llm_plan.error();
@@ -149,8 +149,8 @@ std::string FormatPlan(const PipelinePlan& plan, const accelerator::DeviceRegist
                       c.dtype.c_str(), Time(c.predicted_us).c_str(), Time(c.dispatch_us).c_str(),
                       Time(c.compute_us).c_str(), Time(c.memory_us).c_str(), Time(c.transfer_us).c_str(), note.c_str());
       } else {
-        std::snprintf(line, sizeof line, "  %-22s %-9s %10s %10s %10s %10s %10s  %s\n", c.device.c_str(), "-", "-",
-                      "-", "-", "-", "-", c.why_not.c_str());
+        std::snprintf(line, sizeof line, "  %-22s %-9s %10s %10s %10s %10s %10s  %s\n", c.device.c_str(), "-", "-", "-",
+                      "-", "-", "-", c.why_not.c_str());
       }
       out << line;
     }

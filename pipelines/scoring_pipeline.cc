@@ -45,7 +45,8 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
   }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
   TXSCORE_RETURN_IF_ERROR(pipeline->audit_log_.BeginWriting());
-  Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer = fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
+  Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer =
+      fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
   if (!tokenizer.ok()) return tokenizer.error();
   pipeline->tokenizer_ = std::move(tokenizer).value();
   pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };

@@ -7,7 +7,8 @@ namespace txscore::pipelines {
 
 Status StageKindRegistry::Register(StageKindSpec spec) {
   const std::string kind = spec.kind;
-  if (!kinds_.emplace(kind, std::move(spec)).second) return FailedPrecondition("stage kind \"" + kind + "\" is registered twice");
+  if (!kinds_.emplace(kind, std::move(spec)).second)
+    return FailedPrecondition("stage kind \"" + kind + "\" is registered twice");
   return Status::Ok();
 }
 
@@ -36,7 +37,8 @@ void RegisterBuiltinStageKinds(StageKindRegistry* registry) {
                             {{"score", T::kNumber, true}, {"contributions", T::kContributions, true}},
                             {{"score", T::kNumber}, {"contributions", T::kContributions}, {"reasons", T::kReasons}}});
   (void)registry->Register({"decision",
-                            {{"score", T::kNumber}, {"contributions", T::kContributions},
+                            {{"score", T::kNumber},
+                             {"contributions", T::kContributions},
                              {"findings", T::kFindings, false, /*optional=*/true}},
                             {{"decision", T::kDecision}, {"reasons", T::kReasons}, {"score", T::kNumber}}});
   (void)registry->Register(
@@ -103,8 +105,9 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
     }
     const StageKindSpec* spec = kinds.Find(d.kind);
     if (spec == nullptr) {
-      return ErrorAt(source, d.at, "stage \"" + d.name + "\": unknown kind \"" + d.kind + "\" (known: " +
-                                       JoinNames(kinds.Kinds()) + ")");
+      return ErrorAt(
+          source, d.at,
+          "stage \"" + d.name + "\": unknown kind \"" + d.kind + "\" (known: " + JoinNames(kinds.Kinds()) + ")");
     }
     specs.push_back(spec);
     GraphStage stage;
@@ -117,8 +120,8 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
     for (const std::string& upstream : d.after) {
       auto it = index.find(upstream);
       if (it == index.end()) {
-        return ErrorAt(source, d.after_at, "stage \"" + d.name + "\" comes after \"" + upstream +
-                                               "\", but there is no stage of that name");
+        return ErrorAt(source, d.after_at,
+                       "stage \"" + d.name + "\" comes after \"" + upstream + "\", but there is no stage of that name");
       }
       if (it->second == static_cast<int>(i)) {
         return ErrorAt(source, d.after_at, "stage \"" + d.name + "\" cannot come after itself");
@@ -178,8 +181,9 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
       if (FindPort(spec.inputs, input) == nullptr) {
         std::vector<std::string> known;
         for (const PortSpec& p : spec.inputs) known.push_back(p.name);
-        return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\" (" + d.kind + ") has no input \"" + input +
-                                                "\" (its inputs: " + (known.empty() ? "none" : JoinNames(known)) + ")");
+        return ErrorAt(source, d.inputs_at,
+                       "stage \"" + d.name + "\" (" + d.kind + ") has no input \"" + input +
+                           "\" (its inputs: " + (known.empty() ? "none" : JoinNames(known)) + ")");
       }
     }
     for (const PortSpec& port : spec.inputs) {
@@ -190,22 +194,25 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
         const size_t dot = from.find('.');
         auto it = dot == std::string::npos ? index.end() : index.find(from.substr(0, dot));
         if (port.each_upstream) {
-          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name +
-                                                  "\" joins every stage it comes after; it cannot be named");
+          return ErrorAt(source, d.inputs_at,
+                         "stage \"" + d.name + "\": input \"" + port.name +
+                             "\" joins every stage it comes after; it cannot be named");
         }
         if (it == index.end() || upstream[i].count(it->second) == 0) {
-          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name + "\" reads \"" + from +
-                                                  "\", which is not an output of a stage upstream of it");
+          return ErrorAt(source, d.inputs_at,
+                         "stage \"" + d.name + "\": input \"" + port.name + "\" reads \"" + from +
+                             "\", which is not an output of a stage upstream of it");
         }
         const PortSpec* output = FindPort(specs[static_cast<size_t>(it->second)]->outputs, from.substr(dot + 1));
         if (output == nullptr) {
-          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name + "\" reads \"" + from +
-                                                  "\", but stage \"" + from.substr(0, dot) + "\" has no such output");
+          return ErrorAt(source, d.inputs_at,
+                         "stage \"" + d.name + "\": input \"" + port.name + "\" reads \"" + from + "\", but stage \"" +
+                             from.substr(0, dot) + "\" has no such output");
         }
         if (output->type != port.type) {
-          return ErrorAt(source, d.inputs_at, "stage \"" + d.name + "\": input \"" + port.name + "\" is of type " +
-                                                  ValueTypeName(port.type) + ", but " + from + " is of type " +
-                                                  ValueTypeName(output->type));
+          return ErrorAt(source, d.inputs_at,
+                         "stage \"" + d.name + "\": input \"" + port.name + "\" is of type " +
+                             ValueTypeName(port.type) + ", but " + from + " is of type " + ValueTypeName(output->type));
         }
         binding.stages.push_back(it->second);
       } else {
@@ -215,9 +222,10 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
           if (output == nullptr) continue;
           const std::string& upstream_name = declared[static_cast<size_t>(u)].name;
           if (output->type != port.type) {
-            return ErrorAt(source, d.after_at, "stage \"" + d.name + "\": input \"" + port.name + "\" is of type " +
-                                                   ValueTypeName(port.type) + ", but " + upstream_name + "." +
-                                                   port.name + " is of type " + ValueTypeName(output->type));
+            return ErrorAt(source, d.after_at,
+                           "stage \"" + d.name + "\": input \"" + port.name + "\" is of type " +
+                               ValueTypeName(port.type) + ", but " + upstream_name + "." + port.name + " is of type " +
+                               ValueTypeName(output->type));
           }
           binding.stages.push_back(u);
           providers.push_back(upstream_name);
@@ -229,19 +237,21 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
           continue;
         }
         if (binding.stages.empty()) {
-          return ErrorAt(source, where, "stage \"" + d.name + "\" needs input \"" + port.name + "\" (" +
-                                            ValueTypeName(port.type) + "), and none of the stages it comes after (" +
-                                            (d.after.empty() ? "none" : JoinNames(d.after)) +
-                                            ") has an output \"" + port.name + "\"");
+          return ErrorAt(source, where,
+                         "stage \"" + d.name + "\" needs input \"" + port.name + "\" (" + ValueTypeName(port.type) +
+                             "), and none of the stages it comes after (" +
+                             (d.after.empty() ? "none" : JoinNames(d.after)) + ") has an output \"" + port.name + "\"");
         }
         if (port.each_upstream && binding.stages.size() < 2) {
-          return ErrorAt(source, where, "stage \"" + d.name + "\" joins \"" + port.name +
-                                            "\" from at least two stages; it comes after only " + JoinNames(providers));
+          return ErrorAt(source, where,
+                         "stage \"" + d.name + "\" joins \"" + port.name +
+                             "\" from at least two stages; it comes after only " + JoinNames(providers));
         }
         if (!port.each_upstream && binding.stages.size() > 1) {
-          return ErrorAt(source, where, "stage \"" + d.name + "\": input \"" + port.name + "\" could come from " +
-                                            JoinNames(providers, " or ") + "; choose one with inputs: {" + port.name +
-                                            ": STAGE." + port.name + "} or join them with a blend stage");
+          return ErrorAt(source, where,
+                         "stage \"" + d.name + "\": input \"" + port.name + "\" could come from " +
+                             JoinNames(providers, " or ") + "; choose one with inputs: {" + port.name + ": STAGE." +
+                             port.name + "} or join them with a blend stage");
         }
       }
       stage.inputs.push_back(std::move(binding));
@@ -266,8 +276,9 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
       if (graph.stages_[i].kind == sink_kind) sinks.push_back(static_cast<int>(i));
     }
     if (sinks.size() != 1) {
-      return ErrorAt(source, sinks.size() > 1 ? declared[static_cast<size_t>(sinks[1])].at : SourceLocation{1, 1},
-                     "a pipeline has exactly one " + sink_kind + " stage; this one has " + std::to_string(sinks.size()));
+      return ErrorAt(
+          source, sinks.size() > 1 ? declared[static_cast<size_t>(sinks[1])].at : SourceLocation{1, 1},
+          "a pipeline has exactly one " + sink_kind + " stage; this one has " + std::to_string(sinks.size()));
     }
     graph.sink_ = sinks[0];
     // The sink and everything it reads, directly or not, must run for every request.

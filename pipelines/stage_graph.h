@@ -85,7 +85,7 @@ struct InputBinding {
 struct GraphStage {
   std::string name;
   std::string kind;
-  std::vector<int> after;  // stage indices
+  std::vector<int> after;            // stage indices
   std::vector<InputBinding> inputs;  // in the kind's port order; an unbound optional input has no stages
   std::vector<bool> optional;        // per input: may be absent at run time
   std::optional<Condition> when;

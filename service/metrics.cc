@@ -10,10 +10,14 @@ namespace {
 std::string EscapeLabelValue(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -64,11 +68,12 @@ uint64_t Histogram::cumulative_count(size_t i) const {
 }
 
 std::vector<double> LatencyBucketsSeconds() {
-  return {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5};
+  return {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3,
+          10e-3, 25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1.0,    2.5};
 }
 
 MetricsRegistry::Series* MetricsRegistry::FindOrAdd(const std::string& name, const std::string& help, Type type,
-                                                     const Labels& labels) {
+                                                    const Labels& labels) {
   std::lock_guard<std::mutex> lock(mutex_);
   Family* family = nullptr;
   for (auto& f : families_) {
@@ -123,7 +128,10 @@ std::string MetricsRegistry::RenderPrometheus() const {
   for (const auto& f : families_) {
     out << "# HELP " << f->name << " " << f->help << "\n";
     out << "# TYPE " << f->name << " "
-        << (f->type == Type::kCounter ? "counter" : f->type == Type::kHistogram ? "histogram" : "gauge") << "\n";
+        << (f->type == Type::kCounter     ? "counter"
+            : f->type == Type::kHistogram ? "histogram"
+                                          : "gauge")
+        << "\n";
     for (const auto& s : f->series) {
       if (f->type == Type::kCounter) {
         out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : s->counter->value()) << "\n";

@@ -11,9 +11,9 @@
 
 #include "common/prepare_counters.h"
 #include "common/result.h"
+#include "pipelines/claims_pipeline.h"
 #include "pipelines/config.h"
 #include "pipelines/scoring_pipeline.h"
-#include "pipelines/claims_pipeline.h"
 #include "service/admin_server.h"
 #include "service/claims_jobs.h"
 #include "service/metrics.h"

@@ -29,9 +29,10 @@ Result<rpc::Transaction> TransactionFromJson(const std::string& json_text) {
   json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return InvalidArgument("not a JSON object", "transaction");
   static const std::set<std::string> kKnown = {
-      "request_id", "timestamp_ms", "amount_minor", "currency", "card_number", "card_token",
-      "merchant_id", "mcc", "merchant_country", "channel", "entry_mode", "device_id", "ip_address",
-      "latitude", "longitude", "traceparent", "card_country", "card_verification_code", "budget_ms"};
+      "request_id",  "timestamp_ms", "amount_minor",     "currency",    "card_number",  "card_token",
+      "merchant_id", "mcc",          "merchant_country", "channel",     "entry_mode",   "device_id",
+      "ip_address",  "latitude",     "longitude",        "traceparent", "card_country", "card_verification_code",
+      "budget_ms"};
   for (const auto& [key, value] : doc.items()) {
     if (kKnown.count(key) == 0) return InvalidArgument("unknown field", key);
   }
@@ -101,9 +102,12 @@ Result<rpc::Transaction> TransactionFromJson(const std::string& json_text) {
 }
 
 std::string TransactionToJson(const rpc::Transaction& t) {
-  json doc = {{"request_id", t.request_id},   {"timestamp_ms", t.timestamp_ms},
-              {"amount_minor", t.amount_minor}, {"currency", t.currency},
-              {"merchant_id", t.merchant_id},   {"mcc", t.mcc},
+  json doc = {{"request_id", t.request_id},
+              {"timestamp_ms", t.timestamp_ms},
+              {"amount_minor", t.amount_minor},
+              {"currency", t.currency},
+              {"merchant_id", t.merchant_id},
+              {"mcc", t.mcc},
               {"merchant_country", t.merchant_country},
               {"channel", rpc::_Channel_VALUES_TO_NAMES.at(t.channel)},
               {"entry_mode", rpc::_EntryMode_VALUES_TO_NAMES.at(t.entry_mode)}};
@@ -161,7 +165,8 @@ std::string ScoreResultToJson(const rpc::ScoreResult& r) {
               {"model", r.model_id + "@" + r.model_version},
               {"pipeline_version", r.pipeline_version},
               {"timings_us", timings}};
-  if (r.__isset.stage_scores && r.stage_scores.size() > 1) doc["stage_scores"] = r.stage_scores;  // shadow models, blends
+  if (r.__isset.stage_scores && r.stage_scores.size() > 1)
+    doc["stage_scores"] = r.stage_scores;  // shadow models, blends
   if (!r.degraded_stages.empty()) doc["degraded_stages"] = r.degraded_stages;
   if (!r.skipped_stages.empty()) doc["skipped_stages"] = r.skipped_stages;
   if (r.__isset.findings) {

@@ -4,8 +4,8 @@
 // and "the last N" is a reverse scan. The sequence is (epoch << 40 | counter): each writer
 // takes a new epoch, stored durably in the same column family before its first record, so a
 // key never repeats across restarts, even when the wall clock steps back (records are never
-// overwritten). Databases written before epochs existed have epoch 0. Values are JSON, readable by any tool. A record is
-// added to the same WriteBatch as the card's new state, so both land or neither does.
+// overwritten). Databases written before epochs existed have epoch 0. Values are JSON, readable by any tool. A record
+// is added to the same WriteBatch as the card's new state, so both land or neither does.
 #pragma once
 
 #include <atomic>

@@ -23,7 +23,8 @@ struct RpcClient {
     auto socket = std::make_shared<apache::thrift::transport::TSocket>("127.0.0.1", port);
     socket->setRecvTimeout(10000);
     transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
-    client = std::make_unique<rpc::TxScoreClient>(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
+    client =
+        std::make_unique<rpc::TxScoreClient>(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
     transport->open();
   }
   std::shared_ptr<apache::thrift::transport::TFramedTransport> transport;

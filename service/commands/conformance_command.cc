@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ConformanceOptions {
-  std::vector<std::string> models;  // empty: generate a tiny checkpoint of each family
+  std::vector<std::string> models;   // empty: generate a tiny checkpoint of each family
   std::vector<std::string> devices;  // empty: every device found
   int steps = 32;
   std::string out_dir = "var/conformance";
@@ -46,8 +46,7 @@ struct Unchecked {
 std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const std::vector<std::string>& wanted,
                                std::vector<Unchecked>* unchecked) {
   std::vector<Target> targets;
-  const std::set<std::string> decoder_ops =
-      accelerator::DecoderWorkload("llm", accelerator::DecoderShape{}).ops;
+  const std::set<std::string> decoder_ops = accelerator::DecoderWorkload("llm", accelerator::DecoderShape{}).ops;
   for (const accelerator::Device& d : devices.devices()) {
     const std::string kind = accelerator::DeviceKindName(d.kind);
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), kind) == wanted.end()) continue;
@@ -74,9 +73,11 @@ std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const
 std::vector<int32_t> PromptFor(const std::string& model_dir) {
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(model_dir);
   if (tokenizer.ok()) {
-    std::vector<int32_t> ids = (*tokenizer)->Encode(
-        "Claim C-1: water damage reported 48 days after the incident; the plumber's invoice predates the leak.",
-        {.parse_special = false});
+    std::vector<int32_t> ids =
+        (*tokenizer)
+            ->Encode(
+                "Claim C-1: water damage reported 48 days after the incident; the plumber's invoice predates the leak.",
+                {.parse_special = false});
     if (!ids.empty()) return ids;
   }
   return {1, 2, 3, 4, 5, 6, 7, 8};
@@ -113,8 +114,9 @@ int RunConformance(ConformanceOptions options) {
       return 1;
     }
     // A requested device with nothing checked on it is a failure, not an empty column.
-    const bool checked = std::any_of(targets.begin(), targets.end(), [&](const Target& t) { return t.kind == wanted; }) ||
-                         (wanted == "cpu");  // cpu float32 is the reference every other is compared with
+    const bool checked =
+        std::any_of(targets.begin(), targets.end(), [&](const Target& t) { return t.kind == wanted; }) ||
+        (wanted == "cpu");  // cpu float32 is the reference every other is compared with
     if (!checked) {
       std::cerr << "device " << wanted << " was requested but nothing could be checked on it:";
       for (const Unchecked& u : unchecked) {
@@ -152,10 +154,12 @@ int RunConformance(ConformanceOptions options) {
       Result<std::unique_ptr<llm::Decoder>> candidate =
           llm::Decoder::Load(model_dir, {.dtype = t.dtype, .device = t.torch_device, .adapters = t.adapters});
       Result<llm::ConformanceReport> report =
-          candidate.ok() ? llm::CompareDecoders(**reference, **candidate, prompt, options.steps, llm::ThresholdsFor(t.dtype))
-                         : Result<llm::ConformanceReport>(candidate.error());
-      nlohmann::json row = {{"model", model_dir}, {"model_type", config->model_type}, {"device", t.label},
-                            {"dtype", t.dtype}, {"steps", options.steps}, {"adapters", t.adapters.Describe()}};
+          candidate.ok()
+              ? llm::CompareDecoders(**reference, **candidate, prompt, options.steps, llm::ThresholdsFor(t.dtype))
+              : Result<llm::ConformanceReport>(candidate.error());
+      nlohmann::json row = {{"model", model_dir},     {"model_type", config->model_type},
+                            {"device", t.label},      {"dtype", t.dtype},
+                            {"steps", options.steps}, {"adapters", t.adapters.Describe()}};
       if (!report.ok()) {
         row["error"] = report.error().ToString();
         row["passed"] = false;
@@ -180,7 +184,8 @@ int RunConformance(ConformanceOptions options) {
     table << "\n";
   }
   table << "\nThresholds: float32 cosine >= 0.99999 at every step and every greedy token equal; "
-           "bfloat16 cosine >= 0.999 at every step. Each cell: min cosine over " << options.steps
+           "bfloat16 cosine >= 0.999 at every step. Each cell: min cosine over "
+        << options.steps
         << " teacher-forced steps, largest absolute logit difference, greedy tokens equal to the reference's.\n";
   nlohmann::json not_checked = nlohmann::json::array();
   for (const Unchecked& u : unchecked) {
@@ -192,9 +197,8 @@ int RunConformance(ConformanceOptions options) {
     not_checked.push_back({{"device", accelerator::DeviceKindName(a.kind)}, {"reason", a.reason}});
   }
   for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"conformance.json",
-                                            nlohmann::json{{"results", results}, {"not_checked", not_checked}}.dump(2) +
-                                                "\n"},
+       {std::pair<std::string, std::string>{
+            "conformance.json", nlohmann::json{{"results", results}, {"not_checked", not_checked}}.dump(2) + "\n"},
         {"conformance.md", table.str()}}) {
     std::ofstream out(options.out_dir + "/" + name, std::ios::trunc);
     out << text;
@@ -212,12 +216,15 @@ int RunConformance(ConformanceOptions options) {
 
 void AddConformanceCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<ConformanceOptions>();
-  CLI::App* cmd = app.add_subcommand("conformance",
-                                     "Run each model on each device against the CPU in float32; write a JSON file and a Markdown matrix");
+  CLI::App* cmd = app.add_subcommand(
+      "conformance",
+      "Run each model on each device against the CPU in float32; write a JSON file and a Markdown matrix");
   cmd->add_option("--models", options->models, "Checkpoint directories (default: a generated tiny one per family)");
   cmd->add_option("--devices", options->devices, "Device kinds to check, e.g. cpu emulated cuda (default: all found)")
       ->delimiter(',');
-  cmd->add_option("--steps", options->steps, "Greedy steps after the prompt")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--steps", options->steps, "Greedy steps after the prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--out", options->out_dir, "Where conformance.json and conformance.md go")->capture_default_str();
   cmd->callback([options, exit_code] { *exit_code = RunConformance(*options); });
 }

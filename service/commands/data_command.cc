@@ -20,7 +20,7 @@ struct GenerateOptions {
   fraud::SyntheticOptions data;
   fraud::SyntheticClaimsOptions claims;
   std::string out_path;
-  std::string format;  // csv or jsonl; empty: from the output file's extension
+  std::string format;       // csv or jsonl; empty: from the output file's extension
   std::string labels_path;  // claims: the labels and patterns, as JSON lines, for evaluation
 };
 
@@ -99,8 +99,8 @@ std::string ResolveFormat(GenerateOptions* options) {
     }
     options->format = implied;
   } else if (!implied.empty() && implied != options->format) {
-    return "--format " + options->format + " does not match the file name " + options->out_path +
-           " (which says " + implied + "); change one of them";
+    return "--format " + options->format + " does not match the file name " + options->out_path + " (which says " +
+           implied + "); change one of them";
   }
   return "";
 }
@@ -169,13 +169,15 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"transactions", "claims"}))
       ->capture_default_str();
   generate->add_option("--out", options->out_path, "Output file")->required();
-  generate->add_option("--format", options->format,
-                       "transactions: csv (features + label) or jsonl; claims: jsonl or csv (the claims "
-                       "themselves). Default: from --out's extension (.csv, or .jsonl/.ndjson/.json)")
+  generate
+      ->add_option("--format", options->format,
+                   "transactions: csv (features + label) or jsonl; claims: jsonl or csv (the claims "
+                   "themselves). Default: from --out's extension (.csv, or .jsonl/.ndjson/.json)")
       ->check(CLI::IsMember({"csv", "jsonl"}));
   generate->add_option("--seed", options->data.seed, "Generator seed")->capture_default_str();
   generate->add_option("--claims", options->claims.claims, "Claims to generate (--kind claims)")->capture_default_str();
-  generate->add_option("--labels", options->labels_path, "Claims: also write labels and fraud patterns (JSON lines) here");
+  generate->add_option("--labels", options->labels_path,
+                       "Claims: also write labels and fraud patterns (JSON lines) here");
   generate->add_option("--cards", options->data.cards, "Cards to simulate")->capture_default_str();
   generate->add_option("--days", options->data.days, "Days of activity")->capture_default_str();
   generate->callback([options, exit_code] {

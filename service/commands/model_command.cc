@@ -102,7 +102,8 @@ void AddModelCommand(CLI::App& app, int* exit_code) {
   CLI::App* model = app.add_subcommand("model", "Inspect and check models");
   model->require_subcommand(1);
   auto options = std::make_shared<PredictOptions>();
-  CLI::App* predict = model->add_subcommand("predict", "Read CSV feature rows on stdin, print one probability per line");
+  CLI::App* predict =
+      model->add_subcommand("predict", "Read CSV feature rows on stdin, print one probability per line");
   predict->add_option("--model", options->model_path, "XGBoost model (.json or .ubj)")->required();
   predict->add_option("--schema", options->schema_path, "Feature schema (default: beside the model)");
   predict->callback([options, exit_code] { *exit_code = RunPredict(*options); });

@@ -36,7 +36,8 @@ int RunPlan(const PlanOptions& options) {
 
 void AddPlanCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<PlanOptions>();
-  CLI::App* cmd = app.add_subcommand("plan", "Show where each stage of a pipeline runs: every device, its predicted time, the choice and why");
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Show where each stage of a pipeline runs: every device, its predicted time, the choice and why");
   cmd->add_option("--config", options->config_path, "Pipeline YAML file")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print the plan as JSON");
   cmd->callback([options, exit_code] { *exit_code = RunPlan(*options); });

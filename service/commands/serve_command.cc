@@ -5,11 +5,11 @@
 #include <csignal>
 #include <iostream>
 
-#include "common/logging.h"
 #include "accelerator/discovery.h"
+#include "common/logging.h"
 #include "llm/decoder.h"
-#include "pipelines/placement.h"
 #include "pipelines/config.h"
+#include "pipelines/placement.h"
 #include "service/commands/commands.h"
 #include "service/commands/pipeline_setup.h"
 #include "service/scoring_server.h"
@@ -66,10 +66,11 @@ int RunServe(const ServeOptions& options) {
                  config->findings.model_dir, config->findings.when.text(), config->findings.budget_ms,
                  config->findings.max_batch);
   }
-  spdlog::info("serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
-               "http://{}:{}/ (healthz, readyz, metrics)",
-               config->server.host, (*server)->rpc_port(), config->server.workers, config->server.io_threads,
-               config->server.max_connections, config->admin.host, (*server)->admin_port());
+  spdlog::info(
+      "serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
+      "http://{}:{}/ (healthz, readyz, metrics)",
+      config->server.host, (*server)->rpc_port(), config->server.workers, config->server.io_threads,
+      config->server.max_connections, config->admin.host, (*server)->admin_port());
   spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}", (*server)->rpc_port());
   // One machine-readable line for scripts and tests that asked for port 0.
   std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()

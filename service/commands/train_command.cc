@@ -20,10 +20,14 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--out", options->out_dir, "Directory for <name>.ubj, <name>.features.json, <name>.metrics.json")
       ->capture_default_str();
-  cmd->add_option("--format", options->format, "ubj or json")->check(CLI::IsMember({"ubj", "json"}))->capture_default_str();
+  cmd->add_option("--format", options->format, "ubj or json")
+      ->check(CLI::IsMember({"ubj", "json"}))
+      ->capture_default_str();
   cmd->add_option("--seed", options->data.seed, "Generator seed")->capture_default_str();
   cmd->add_option("--name", options->model_name, "Model name (file stem; default fraud, or claims with --kind claims)");
-  cmd->add_option("--cards", options->data.cards, "Cards to simulate")->check(CLI::Range(10, 10000000))->capture_default_str();
+  cmd->add_option("--cards", options->data.cards, "Cards to simulate")
+      ->check(CLI::Range(10, 10000000))
+      ->capture_default_str();
   cmd->add_option("--days", options->data.days, "Days of activity")->check(CLI::Range(2, 3650))->capture_default_str();
   cmd->add_option("--rounds", options->rounds, "Boosting rounds")->check(CLI::Range(1, 10000))->capture_default_str();
   cmd->add_option("--max-depth", options->max_depth, "Tree depth")->check(CLI::Range(1, 16))->capture_default_str();
@@ -49,8 +53,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     std::printf("model    %s\nschema   %s\nmetrics  %s\n", report->model_path.c_str(), report->schema_path.c_str(),
                 report->metrics_path.c_str());
     std::printf("held-out ROC-AUC %.4f  PR-AUC %.4f  (train %zu rows, %.2f%% fraud; test %zu rows, %.2f%% fraud)\n",
-                report->roc_auc, report->pr_auc, report->train_rows, 100 * report->train_fraud_rate,
-                report->test_rows, 100 * report->test_fraud_rate);
+                report->roc_auc, report->pr_auc, report->train_rows, 100 * report->train_fraud_rate, report->test_rows,
+                100 * report->test_fraud_rate);
   });
 }
 

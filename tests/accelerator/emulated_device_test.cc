@@ -57,7 +57,8 @@ TEST_F(EmulatedDeviceTest, OpsOutsideTheNativeListAreCountedAsHostFallbacks) {
   EXPECT_EQ(stats.fallback_by_op, (std::map<std::string, int64_t>{{"aten::index_select", 1}}));
   EXPECT_EQ(stats.fallback_ops, 1);
   EXPECT_EQ(stats.native_ops, 1);
-  EXPECT_TRUE(torch::equal(scaled.to(torch::kCPU), torch::index_select(table.to(torch::kCPU), 0, ids.to(torch::kCPU)) * 3.0));
+  EXPECT_TRUE(
+      torch::equal(scaled.to(torch::kCPU), torch::index_select(table.to(torch::kCPU), 0, ids.to(torch::kCPU)) * 3.0));
 }
 
 TEST_F(EmulatedDeviceTest, TheLatencyModelCostsAMatmulByItsFlopsAndBytes) {
@@ -69,7 +70,8 @@ TEST_F(EmulatedDeviceTest, TheLatencyModelCostsAMatmulByItsFlopsAndBytes) {
   const EmulatedDeviceOptions model;
   const double flops = 2.0 * n * n * n;
   const double bytes = 3.0 * n * n * 2;
-  const double expected_us = model.op_dispatch_us + std::max(flops / model.flops_per_s, bytes / model.memory_bytes_per_s) * 1e6;
+  const double expected_us =
+      model.op_dispatch_us + std::max(flops / model.flops_per_s, bytes / model.memory_bytes_per_s) * 1e6;
   // The product is computed on the host and copied onto the card-side output: count that copy.
   const double copy_us = static_cast<double>(n * n * 2) / model.copy_bytes_per_s * 1e6;
   EXPECT_NEAR(EmulatedDeviceStatsSnapshot().modeled_us, expected_us + copy_us, 1e-9);

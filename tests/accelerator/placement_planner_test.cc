@@ -9,9 +9,9 @@ namespace {
 // calibration measures on a 2-core build machine; the emulated device's are its model of a
 // PCIe dataflow card.
 Device Cpu() {
-  return HostCpuDevice({.dispatch_us = 5, .flops_per_s = 100e9, .memory_bytes_per_s = 20e9, .copy_bytes_per_s = 0,
-                        .source = "test"},
-                       24LL << 30);
+  return HostCpuDevice(
+      {.dispatch_us = 5, .flops_per_s = 100e9, .memory_bytes_per_s = 20e9, .copy_bytes_per_s = 0, .source = "test"},
+      24LL << 30);
 }
 
 Device Emulated() {
@@ -22,7 +22,11 @@ Device Emulated() {
   d.memory_bytes = 32LL << 30;
   d.dtypes = {"bfloat16", "float16"};
   d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kActivation};
-  d.cost = {.dispatch_us = 150, .flops_per_s = 50e12, .memory_bytes_per_s = 200e9, .copy_bytes_per_s = 16e9, .source = "test"};
+  d.cost = {.dispatch_us = 150,
+            .flops_per_s = 50e12,
+            .memory_bytes_per_s = 200e9,
+            .copy_bytes_per_s = 16e9,
+            .source = "test"};
   d.emulated = true;
   return d;
 }
@@ -140,7 +144,8 @@ TEST(PlaceStage, PredictionIsDispatchPlusTheSlowerOfComputeAndMemoryPlusTransfer
   work.ops = {ops::kMatmul};
   work.estimate = [](int batch, int tokens, int dtype_bytes) {
     EXPECT_EQ(dtype_bytes, 2);
-    return WorkEstimate{.flops = 1e12 * batch, .memory_bytes = 1e9 * tokens, .transfer_bytes = 16e6, .resident_bytes = 1};
+    return WorkEstimate{
+        .flops = 1e12 * batch, .memory_bytes = 1e9 * tokens, .transfer_bytes = 16e6, .resident_bytes = 1};
   };
   work.expected_batch = 2;
   work.expected_tokens = 3;
@@ -149,9 +154,9 @@ TEST(PlaceStage, PredictionIsDispatchPlusTheSlowerOfComputeAndMemoryPlusTransfer
   auto plan = PlaceStage(work, "auto", registry);
   ASSERT_TRUE(plan.ok());
   const Candidate& c = plan->candidates[0];
-  EXPECT_DOUBLE_EQ(c.compute_us, 40000);    // 2e12 / 50e12 s
-  EXPECT_DOUBLE_EQ(c.memory_us, 15000);     // 3e9 / 200e9 s
-  EXPECT_DOUBLE_EQ(c.transfer_us, 1000);    // 16e6 / 16e9 s
+  EXPECT_DOUBLE_EQ(c.compute_us, 40000);  // 2e12 / 50e12 s
+  EXPECT_DOUBLE_EQ(c.memory_us, 15000);   // 3e9 / 200e9 s
+  EXPECT_DOUBLE_EQ(c.transfer_us, 1000);  // 16e6 / 16e9 s
   EXPECT_DOUBLE_EQ(c.predicted_us, 150 + 40000 + 1000);
   EXPECT_EQ(plan->reason, "least predicted time (41.1 ms) at batch 2, 3 tokens");
 }

@@ -50,8 +50,8 @@ TEST(ValidatePan, RejectsLuhnFailure) {
 }
 
 TEST(ValidatePan, AcceptsTwelveAndNineteenDigits) {
-  EXPECT_TRUE(ValidatePan("123456789015").ok());           // 12 digits, Luhn-valid
-  EXPECT_TRUE(ValidatePan("4000000000000000006").ok());    // 19 digits, Luhn-valid
+  EXPECT_TRUE(ValidatePan("123456789015").ok());         // 12 digits, Luhn-valid
+  EXPECT_TRUE(ValidatePan("4000000000000000006").ok());  // 19 digits, Luhn-valid
 }
 
 TEST(ValidateCardToken, RejectsSomethingThatIsAPan) {

@@ -14,7 +14,8 @@ TEST(IsIsoCountry, AcceptsAssignedCodesOnly) {
   EXPECT_TRUE(IsIsoCountry("US"));
   EXPECT_TRUE(IsIsoCountry("DE"));
   EXPECT_TRUE(IsIsoCountry("ZW"));
-  for (const char* code : {"QQ", "XX", "AB", "ZZ", "UK", "us", "USA", "", "U"}) EXPECT_FALSE(IsIsoCountry(code)) << code;
+  for (const char* code : {"QQ", "XX", "AB", "ZZ", "UK", "us", "USA", "", "U"})
+    EXPECT_FALSE(IsIsoCountry(code)) << code;
 }
 
 TEST(IsIsoCountry, AgreesWithDebiansIsoCodesOnEveryPair) {

@@ -20,21 +20,26 @@ TEST(FeatureSchema, ParsesSubsetInAnyOrderAndSelectsThoseValues) {
 }
 
 TEST(FeatureSchema, RejectsUnknownFeatureNamingIt) {
-  auto schema = FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "shoe_size"}]})", "s.json");
+  auto schema =
+      FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "shoe_size"}]})", "s.json");
   ASSERT_FALSE(schema.ok());
   EXPECT_EQ(schema.error().message, "s.json: features[0]: unknown feature \"shoe_size\"");
 }
 
 TEST(FeatureSchema, RejectsDuplicateAndWrongType) {
-  EXPECT_EQ(FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "channel"}, {"name": "channel"}]})", "s.json")
-                .error()
-                .message,
-            "s.json: features[1]: feature \"channel\" listed twice");
-  EXPECT_EQ(FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "channel", "type": "float"}]})", "s.json")
-                .error()
-                .message,
-            "s.json: features[0]: feature \"channel\" has type category; write \"type\": \"category\", or leave "
-            "\"type\" out");
+  EXPECT_EQ(
+      FeatureSchema::Parse(
+          R"({"format": "txscore.feature_schema/1", "features": [{"name": "channel"}, {"name": "channel"}]})", "s.json")
+          .error()
+          .message,
+      "s.json: features[1]: feature \"channel\" listed twice");
+  EXPECT_EQ(
+      FeatureSchema::Parse(
+          R"({"format": "txscore.feature_schema/1", "features": [{"name": "channel", "type": "float"}]})", "s.json")
+          .error()
+          .message,
+      "s.json: features[0]: feature \"channel\" has type category; write \"type\": \"category\", or leave "
+      "\"type\" out");
 }
 
 TEST(FeatureSchema, NumericFeaturesMayBeDeclaredFloat) {
@@ -45,12 +50,13 @@ TEST(FeatureSchema, NumericFeaturesMayBeDeclaredFloat) {
       "s.json");
   ASSERT_TRUE(schema.ok()) << schema.error().ToString();
   EXPECT_EQ(schema->size(), 3u);
-  EXPECT_EQ(FeatureSchema::Parse(R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount", "type": "int"}]})",
-                                 "s.json")
-                .error()
-                .message,
-            "s.json: features[0]: feature \"log_amount\" has type float; write \"type\": \"float\", or leave \"type\" "
-            "out");
+  EXPECT_EQ(
+      FeatureSchema::Parse(
+          R"({"format": "txscore.feature_schema/1", "features": [{"name": "log_amount", "type": "int"}]})", "s.json")
+          .error()
+          .message,
+      "s.json: features[0]: feature \"log_amount\" has type float; write \"type\": \"float\", or leave \"type\" "
+      "out");
 }
 
 TEST(FeatureSchema, RejectsMissingFormatAndBadJson) {

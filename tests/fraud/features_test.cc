@@ -24,10 +24,8 @@ CardState HandBuiltState() {
   CardState state;
   state.recent = {
       {kT - 25 * 3600 * 1000LL, 50.0, Fnv1a64("old")},  // outside every window
-      {kT - 23 * 3600 * 1000LL, 40.0, Fnv1a64("c")},
-      {kT - 2 * 3600 * 1000LL, 30.0, Fnv1a64("a")},
-      {kT - 30 * 60 * 1000LL, 20.0, Fnv1a64("b")},
-      {kT - 30 * 1000LL, 10.0, Fnv1a64("a")},
+      {kT - 23 * 3600 * 1000LL, 40.0, Fnv1a64("c")},   {kT - 2 * 3600 * 1000LL, 30.0, Fnv1a64("a")},
+      {kT - 30 * 60 * 1000LL, 20.0, Fnv1a64("b")},     {kT - 30 * 1000LL, 10.0, Fnv1a64("a")},
   };
   state.transaction_count = 5;
   state.last_timestamp_ms = kT - 30 * 1000LL;

@@ -17,12 +17,16 @@ namespace {
 std::string OneTreeModel(const std::string& objective = "binary:logistic", const std::string& num_class = "0",
                          const std::string& split_type = "[0, 0, 0]", const std::string& left = "[1, -1, -1]") {
   return R"({"learner": {
-      "objective": {"name": ")" + objective + R"("},
-      "learner_model_param": {"base_score": "5E-1", "num_class": ")" + num_class + R"(", "num_feature": "2"},
+      "objective": {"name": ")" +
+         objective + R"("},
+      "learner_model_param": {"base_score": "5E-1", "num_class": ")" +
+         num_class + R"(", "num_feature": "2"},
       "gradient_booster": {"name": "gbtree", "model": {"trees": [{
-        "left_children": )" + left + R"(, "right_children": [2, -1, -1],
+        "left_children": )" +
+         left + R"(, "right_children": [2, -1, -1],
         "split_indices": [0, 0, 0], "split_conditions": [0.5, 1.0, -1.0],
-        "default_left": [1, 0, 0], "sum_hessian": [10.0, 4.0, 6.0], "split_type": )" + split_type + R"(}]}}}})";
+        "default_left": [1, 0, 0], "sum_hessian": [10.0, 4.0, 6.0], "split_type": )" +
+         split_type + R"(}]}}}})";
 }
 
 TEST(TreeEnsemble, WalksSplitsAndMissingValuesLikeXGBoost) {
@@ -30,7 +34,7 @@ TEST(TreeEnsemble, WalksSplitsAndMissingValuesLikeXGBoost) {
   ASSERT_TRUE(ensemble.ok()) << ensemble.error().ToString();
   const float left_row[] = {0.2f, 0.0f}, right_row[] = {0.5f, 0.0f}, missing_row[] = {NAN, 0.0f};
   EXPECT_EQ(ensemble->Margin(left_row), 1.0f);
-  EXPECT_EQ(ensemble->Margin(right_row), -1.0f);  // 0.5 is not < 0.5
+  EXPECT_EQ(ensemble->Margin(right_row), -1.0f);   // 0.5 is not < 0.5
   EXPECT_EQ(ensemble->Margin(missing_row), 1.0f);  // default_left
   EXPECT_FLOAT_EQ(ensemble->Probability(left_row), 1.0f / (1.0f + std::exp(-1.0f)));
 }
@@ -83,13 +87,14 @@ TEST(TreeEnsemble, AgreesWithXGBoostOnATrainedModel) {
     auto c_reference = (*model)->ContributionsWithXGBoost(table->values.data() + r * cols);
     ASSERT_TRUE(c_fast.ok() && c_reference.ok());
     for (size_t i = 0; i <= cols; ++i) {
-      worst_contribution = std::max(worst_contribution, static_cast<double>(std::fabs((*c_fast)[i] - (*c_reference)[i])));
+      worst_contribution =
+          std::max(worst_contribution, static_cast<double>(std::fabs((*c_fast)[i] - (*c_reference)[i])));
     }
   }
   std::cout << "largest differences over " << table->rows() << " rows: probability " << worst_probability
             << ", contribution " << worst_contribution << "\n";
   EXPECT_GT(table->rows(), 500u);
-  EXPECT_EQ(worst_probability, 0.0);  // bit-identical, as README says
+  EXPECT_EQ(worst_probability, 0.0);      // bit-identical, as README says
   EXPECT_LE(worst_contribution, 2.5e-7);  // float rounding of sums in another order (measured 2.4e-7)
 }
 

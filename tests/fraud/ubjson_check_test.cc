@@ -14,17 +14,34 @@ using namespace std::string_literals;
 // {"a": [1, 2.5], "s": "hi", "t": typed float32 array of 2, "n": null}
 const std::string kDocument =
     "{"s
-    "U\x01" "a" "[" "i\x01" "D\x40\x04\x00\x00\x00\x00\x00\x00" "]"
-    "U\x01" "s" "SU\x02" "hi"
-    "U\x01" "t" "[$d#U\x02" "\x3f\x80\x00\x00" "\x40\x00\x00\x00"
-    "U\x01" "n" "Z"
+    "U\x01"
+    "a"
+    "["
+    "i\x01"
+    "D\x40\x04\x00\x00\x00\x00\x00\x00"
+    "]"
+    "U\x01"
+    "s"
+    "SU\x02"
+    "hi"
+    "U\x01"
+    "t"
+    "[$d#U\x02"
+    "\x3f\x80\x00\x00"
+    "\x40\x00\x00\x00"
+    "U\x01"
+    "n"
+    "Z"
     "}"s;
 
 TEST(CheckUbjsonDocument, AcceptsEveryKindOfValueXGBoostWrites) {
   EXPECT_TRUE(CheckUbjsonDocument(kDocument).ok());
-  EXPECT_TRUE(CheckUbjsonDocument("{#U\x01" "U\x01" "kT"s).ok());            // counted object
+  EXPECT_TRUE(CheckUbjsonDocument("{#U\x01"
+                                  "U\x01"
+                                  "kT"s)
+                  .ok());                                                           // counted object
   EXPECT_TRUE(CheckUbjsonDocument("[$Z#L\x7f\xff\xff\xff\xff\xff\xff\xff"s).ok());  // nulls take no bytes
-  EXPECT_TRUE(CheckUbjsonDocument("[NT]N"s).ok());                          // no-ops are skipped
+  EXPECT_TRUE(CheckUbjsonDocument("[NT]N"s).ok());                                  // no-ops are skipped
 }
 
 TEST(CheckUbjsonDocument, RefusesEveryTruncationOfADocument) {
@@ -37,8 +54,12 @@ TEST(CheckUbjsonDocument, RefusesEveryTruncationOfADocument) {
 
 TEST(CheckUbjsonDocument, NamesWhatIsWrongAndWhere) {
   auto message = [](const std::string& bytes) { return CheckUbjsonDocument(bytes).error().message; };
-  EXPECT_EQ(message("SU\x05" "ab"s), "malformed UBJSON: the input ends inside a string at byte 3");
-  EXPECT_EQ(message("[$d#U\x03" "\x00\x00\x00\x00"s), "malformed UBJSON: the input ends inside a typed array at byte 6");
+  EXPECT_EQ(message("SU\x05"
+                    "ab"s),
+            "malformed UBJSON: the input ends inside a string at byte 3");
+  EXPECT_EQ(message("[$d#U\x03"
+                    "\x00\x00\x00\x00"s),
+            "malformed UBJSON: the input ends inside a typed array at byte 6");
   EXPECT_EQ(message("Si\xff"s), "malformed UBJSON: a length is negative at byte 2");
   EXPECT_EQ(message("[#L\x00\x00\x00\x00\x10\x00\x00\x00"s),
             "malformed UBJSON: a container counts more elements than the input holds at byte 11");

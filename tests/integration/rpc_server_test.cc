@@ -1,6 +1,6 @@
 // The scoring service over loopback: a real Thrift server on a free port, real clients.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -14,8 +14,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -42,7 +42,8 @@ struct HttpAnswer {
   std::string body;
 };
 
-HttpAnswer HttpRequest(int port, const std::string& target, boost::beast::http::verb verb = boost::beast::http::verb::get) {
+HttpAnswer HttpRequest(int port, const std::string& target,
+                       boost::beast::http::verb verb = boost::beast::http::verb::get) {
   namespace http = boost::beast::http;
   boost::asio::io_context io;
   boost::asio::ip::tcp::socket socket(io);
@@ -160,7 +161,8 @@ TEST_F(RpcServerTest, BadInputsGetTypedErrorsNamingTheField) {
       {[](rpc::Transaction& t) { t.card_number = "1234567890123"; }, "card_number", "fails the Luhn check digit"},
       {[](rpc::Transaction& t) { t.amount_minor = -500; }, "amount_minor", "must not be negative"},
       {[](rpc::Transaction& t) { t.currency = "EUX"; }, "currency", "is not an ISO 4217 currency code"},
-      {[](rpc::Transaction& t) { t.merchant_id = std::string(200, 'm'); }, "merchant_id", "is 200 bytes; the limit is 128"},
+      {[](rpc::Transaction& t) { t.merchant_id = std::string(200, 'm'); }, "merchant_id",
+       "is 200 bytes; the limit is 128"},
   };
   for (const Case& test_case : cases) {
     rpc::Transaction t = ToThriftTransaction(testing::ValidTransaction("bad"));
@@ -206,8 +208,8 @@ TEST_F(RpcServerTest, IdleAndTricklingConnectionsNeverDelayAWellBehavedClient) {
     tx.timestamp_ms += 1000 * scored++;
     c.client->score(result, ToThriftTransaction(tx));
     const auto took = std::chrono::steady_clock::now() - start;
-    EXPECT_LT(took, std::chrono::seconds(1)) << when << ": served after "
-                                             << std::chrono::duration<double>(took).count() << " s";
+    EXPECT_LT(took, std::chrono::seconds(1))
+        << when << ": served after " << std::chrono::duration<double>(took).count() << " s";
   };
   served_within_a_second("before");
   const size_t threads_before = ThreadsOfThisProcess();
@@ -242,7 +244,8 @@ TEST_F(RpcServerTest, IdleAndTricklingConnectionsNeverDelayAWellBehavedClient) {
       for (int i = 0; i < kSlowClients; ++i) {
         if (!open[i]) continue;
         char buf[8];
-        if (::send(slow[i], frame.data() + byte, 1, MSG_NOSIGNAL) != 1 || ::recv(slow[i], buf, sizeof buf, MSG_DONTWAIT) == 0) {
+        if (::send(slow[i], frame.data() + byte, 1, MSG_NOSIGNAL) != 1 ||
+            ::recv(slow[i], buf, sizeof buf, MSG_DONTWAIT) == 0) {
           open[i] = false;
           cut_off++;
         }
@@ -283,9 +286,9 @@ TEST_F(RpcServerTest, BatchOverTheContainerLimitClosesTheConnection) {
 }
 
 TEST_F(RpcServerTest, GarbageBytesCloseTheConnection) {
-  EXPECT_EQ(SendAndAwaitClose("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), 0);             // frame size 0x47455420: too big
-  EXPECT_EQ(SendAndAwaitClose(std::string("\x00\x00\x00\x08garbage!", 12)), 0);     // a frame of junk
-  EXPECT_EQ(SendAndAwaitClose(std::string("\x7f\xff\xff\xff", 4)), 0);              // 2 GiB frame announced
+  EXPECT_EQ(SendAndAwaitClose("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), 0);          // frame size 0x47455420: too big
+  EXPECT_EQ(SendAndAwaitClose(std::string("\x00\x00\x00\x08garbage!", 12)), 0);  // a frame of junk
+  EXPECT_EQ(SendAndAwaitClose(std::string("\x7f\xff\xff\xff", 4)), 0);           // 2 GiB frame announced
   ExpectStillServing();
 }
 
@@ -500,7 +503,8 @@ TEST_F(RpcServerTest, TheRequestPathBuildsNoModelAndMovesNoWeightsUnderLoad) {
       Client client(server_->rpc_port());
       for (int i = 0; i < 50; ++i) {
         rpc::ScoreResult result;
-        client.client->score(result, ToThriftTransaction(testing::ValidTransaction("load-" + std::to_string(c * 100 + i))));
+        client.client->score(result,
+                             ToThriftTransaction(testing::ValidTransaction("load-" + std::to_string(c * 100 + i))));
       }
     });
   }

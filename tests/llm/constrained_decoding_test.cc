@@ -39,15 +39,16 @@ TEST(JsonConstraint, AcceptsValidDocumentsInSchemaOrder) {
   ASSERT_TRUE(c.ok()) << c.error().ToString();
   EXPECT_TRUE((*c)->Accepts(
       R"({"risk_level":"high","flags":["none"],"summary":"late report","amount":-12.5e3,"count":3,"urgent":true})"));
-  EXPECT_TRUE((*c)->Accepts(R"({"risk_level":"low","flags":["amount_mismatch","none"],"summary":"","amount":0,"count":0,"urgent":false})"));
+  EXPECT_TRUE((*c)->Accepts(
+      R"({"risk_level":"low","flags":["amount_mismatch","none"],"summary":"","amount":0,"count":0,"urgent":false})"));
 }
 
 TEST(JsonConstraint, RejectsWhatTheSchemaForbids) {
   auto c = JsonConstraint::Create(kClaimSchema, SmallTokenizer(), {kEos});
   ASSERT_TRUE(c.ok());
   const char* bad[] = {
-      R"({"risk_level":"severe","flags":["none"],"summary":"","amount":1,"count":1,"urgent":true})",   // enum
-      R"({"risk_level":"low","flags":[],"summary":"","amount":1,"count":1,"urgent":true})",            // minItems
+      R"({"risk_level":"severe","flags":["none"],"summary":"","amount":1,"count":1,"urgent":true})",  // enum
+      R"({"risk_level":"low","flags":[],"summary":"","amount":1,"count":1,"urgent":true})",           // minItems
       R"({"risk_level":"low","flags":["none","none","none","none"],"summary":"","amount":1,"count":1,"urgent":true})",
       R"({"risk_level":"low","flags":["none"],"summary":"this summary is far longer than forty characters","amount":1,"count":1,"urgent":true})",
       R"({"risk_level":"low","flags":["none"],"summary":"a\"b","amount":1,"count":1,"urgent":true})",  // quote
@@ -67,8 +68,13 @@ TEST(JsonConstraint, RandomTokenWalksAlwaysEndInValidDocuments) {
   ASSERT_TRUE(c.ok());
   const size_t vocab = static_cast<size_t>(tokenizer.vocab_size());
   const size_t minimum = (*c)->MinTokensToComplete((*c)->Start());
-  const std::set<std::string> flags = {"inconsistent_dates", "amount_mismatch", "prior_claims_pattern",
-                                       "vague_description", "pressure_to_settle", "provider_anomaly", "none"};
+  const std::set<std::string> flags = {"inconsistent_dates",
+                                       "amount_mismatch",
+                                       "prior_claims_pattern",
+                                       "vague_description",
+                                       "pressure_to_settle",
+                                       "provider_anomaly",
+                                       "none"};
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     const size_t budget = minimum + seed * 3;
     Sampler sampler({.temperature = 1.0, .seed = seed});
@@ -86,7 +92,8 @@ TEST(JsonConstraint, RandomTokenWalksAlwaysEndInValidDocuments) {
     ASSERT_TRUE((*c)->IsComplete(state)) << "seed " << seed;
     const std::string text = tokenizer.Decode(ids);
     const auto doc = nlohmann::json::parse(text, nullptr, false);
-    ASSERT_FALSE(doc.is_discarded()) << nlohmann::json(text).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+    ASSERT_FALSE(doc.is_discarded()) << nlohmann::json(text).dump(-1, ' ', true,
+                                                                  nlohmann::json::error_handler_t::replace);
     EXPECT_TRUE(doc["risk_level"] == "low" || doc["risk_level"] == "medium" || doc["risk_level"] == "high") << text;
     ASSERT_TRUE(doc["flags"].is_array());
     EXPECT_GE(doc["flags"].size(), 1u);
@@ -116,10 +123,9 @@ TEST(JsonConstraint, EndOfSequenceOnlyOnceComplete) {
 TEST(JsonConstraint, UnsupportedSchemasAreNamed) {
   EXPECT_EQ(JsonConstraint::Create(R"({"type": "null"})", SmallTokenizer(), {}).error().message,
             "schema $: type \"null\" is not supported");
-  EXPECT_EQ(JsonConstraint::Create(R"({"type": "array", "items": {"type": "number"}})", SmallTokenizer(), {})
-                .error()
-                .message,
-            "schema $: only arrays of string enums are supported");
+  EXPECT_EQ(
+      JsonConstraint::Create(R"({"type": "array", "items": {"type": "number"}})", SmallTokenizer(), {}).error().message,
+      "schema $: only arrays of string enums are supported");
   EXPECT_EQ(JsonConstraint::Create("{", SmallTokenizer(), {}).error().message, "the schema is not valid JSON");
 }
 

@@ -128,9 +128,9 @@ TEST(ParseModelConfig, Gemma3MultimodalReadsTextConfigOverDefaults) {
   auto c = ParseModelConfig(kGemma3_4b, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
   EXPECT_EQ(c->family, ModelFamily::kGemma3);
-  EXPECT_EQ(c->hidden_size, 2560);          // from text_config
+  EXPECT_EQ(c->hidden_size, 2560);  // from text_config
   EXPECT_EQ(c->num_hidden_layers, 34);
-  EXPECT_EQ(c->num_attention_heads, 8);     // Gemma3TextConfig default
+  EXPECT_EQ(c->num_attention_heads, 8);  // Gemma3TextConfig default
   EXPECT_EQ(c->num_key_value_heads, 4);
   EXPECT_EQ(c->vocab_size, 262208);
   EXPECT_EQ(c->rope.type, "linear");
@@ -143,12 +143,13 @@ TEST(ParseModelConfig, Gemma3MultimodalReadsTextConfigOverDefaults) {
 
 TEST(ParseModelConfig, LayerTypesOverrideThePattern) {
   std::string text = kGemma2;
-  text.replace(text.find("\"sliding_window\": 4096"), 22,
-               "\"sliding_window\": 4096, \"layer_types\": [" + [] {
-                 std::string list;
-                 for (int i = 0; i < 26; ++i) list += std::string(i ? ", " : "") + (i < 2 ? "\"sliding_attention\"" : "\"full_attention\"");
-                 return list;
-               }() + "]");
+  text.replace(
+      text.find("\"sliding_window\": 4096"), 22, "\"sliding_window\": 4096, \"layer_types\": [" + [] {
+        std::string list;
+        for (int i = 0; i < 26; ++i)
+          list += std::string(i ? ", " : "") + (i < 2 ? "\"sliding_attention\"" : "\"full_attention\"");
+        return list;
+      }() + "]");
   auto c = ParseModelConfig(text, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
   EXPECT_TRUE(c->layer_is_sliding[0]);
@@ -160,13 +161,15 @@ TEST(ParseModelConfig, UnsupportedModelTypeIsNamed) {
   auto c = ParseModelConfig(R"({"model_type": "mistral", "hidden_size": 8})", "m/config.json");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, ErrorCode::kFailedPrecondition);
-  EXPECT_EQ(c.error().message, "m/config.json: model_type \"mistral\" is not supported "
-                               "(supported: llama, qwen3, granite, gemma2, gemma3_text, gemma3)");
+  EXPECT_EQ(c.error().message,
+            "m/config.json: model_type \"mistral\" is not supported "
+            "(supported: llama, qwen3, granite, gemma2, gemma3_text, gemma3)");
 }
 
 TEST(ParseModelConfig, MissingAndWrongKeysAreNamed) {
   auto missing = ParseModelConfig(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 8,
-                                      "intermediate_size": 16, "num_attention_heads": 2})", "c.json");
+                                      "intermediate_size": 16, "num_attention_heads": 2})",
+                                  "c.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().message, "c.json: missing \"num_hidden_layers\"");
   auto wrong = ParseModelConfig(R"({"model_type": "llama", "vocab_size": "ten"})", "c.json");
@@ -203,7 +206,8 @@ TEST(ParseModelConfig, RefusesValuesAForwardPassCannotUse) {
     const char* to;
     const char* message;
   } cases[] = {
-      {"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1e-06", "config.json: \"rms_norm_eps\" must be a positive number"},
+      {"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1e-06",
+       "config.json: \"rms_norm_eps\" must be a positive number"},
       {"\"rope_theta\": 1000000", "\"rope_theta\": 0", "config.json: \"rope_theta\" must be a positive number"},
       {"\"max_position_embeddings\": 40960", "\"max_position_embeddings\": 0",
        "config.json: \"max_position_embeddings\" must be a positive integer"},

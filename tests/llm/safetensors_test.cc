@@ -78,8 +78,9 @@ TEST_F(SafetensorsTest, RejectsTruncatedData) {
   ASSERT_TRUE(writer.Write(dir_.file("full.safetensors")).ok());
   std::string bytes = testing::ReadFile(dir_.file("full.safetensors"));
   bytes.resize(bytes.size() - 3);
-  EXPECT_EQ(OpenError(bytes).message,
-            dir_.file("bad.safetensors") + ": tensor \"w\" ends at byte 16 of a data area of 13 bytes (truncated file?)");
+  EXPECT_EQ(
+      OpenError(bytes).message,
+      dir_.file("bad.safetensors") + ": tensor \"w\" ends at byte 16 of a data area of 13 bytes (truncated file?)");
 }
 
 TEST(ParseSafetensorsHeader, RejectsMalformedJsonAndNonObjects) {
@@ -120,18 +121,15 @@ TEST(ParseSafetensorsHeader, RejectsOverlapsHolesAndTrailingBytes) {
                 .error()
                 .message,
             "f: tensor \"b\" overlaps the tensor before it");
-  EXPECT_EQ(ParseSafetensorsHeader(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}})", 4, "f")
-                .error()
-                .message,
-            "f: bytes 0 to 2 before tensor \"a\" belong to no tensor");
-  EXPECT_EQ(ParseSafetensorsHeader(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", 5, "f")
-                .error()
-                .message,
-            "f: the last 3 bytes of the data area belong to no tensor");
-  EXPECT_EQ(ParseSafetensorsHeader(R"({"a": {"dtype": "U8", "shape": [0], "data_offsets": [3, 2]}})", 5, "f")
-                .error()
-                .message,
-            "f: tensor \"a\" has data_offsets ending before they begin");
+  EXPECT_EQ(
+      ParseSafetensorsHeader(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}})", 4, "f").error().message,
+      "f: bytes 0 to 2 before tensor \"a\" belong to no tensor");
+  EXPECT_EQ(
+      ParseSafetensorsHeader(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", 5, "f").error().message,
+      "f: the last 3 bytes of the data area belong to no tensor");
+  EXPECT_EQ(
+      ParseSafetensorsHeader(R"({"a": {"dtype": "U8", "shape": [0], "data_offsets": [3, 2]}})", 5, "f").error().message,
+      "f: tensor \"a\" has data_offsets ending before they begin");
 }
 
 TEST(ParseSafetensorsHeader, RejectsDuplicateNames) {
@@ -146,11 +144,11 @@ TEST(ParseSafetensorsHeader, RejectsDuplicateNames) {
 TEST(ParseSafetensorsHeader, RejectsNonStringMetadataAndTooManyDimensions) {
   EXPECT_EQ(ParseSafetensorsHeader(R"({"__metadata__": {"format": 1}})", 0, "f").error().message,
             "f: __metadata__ value of \"format\" is not a string");
-  EXPECT_EQ(ParseSafetensorsHeader(
-                R"({"w": {"dtype": "U8", "shape": [1,1,1,1,1,1,1,1,1], "data_offsets": [0, 1]}})", 1, "f")
-                .error()
-                .message,
-            "f: tensor \"w\" has 9 dimensions; at most 8 are accepted");
+  EXPECT_EQ(
+      ParseSafetensorsHeader(R"({"w": {"dtype": "U8", "shape": [1,1,1,1,1,1,1,1,1], "data_offsets": [0, 1]}})", 1, "f")
+          .error()
+          .message,
+      "f: tensor \"w\" has 9 dimensions; at most 8 are accepted");
 }
 
 TEST(ParseSafetensorsHeader, AcceptsScalarsAndEmptyTensors) {
@@ -222,7 +220,8 @@ TEST_F(ShardedCheckpointTest, MissingShardIsNotFound) {
 TEST_F(ShardedCheckpointTest, EmptyDirectoryIsNotFound) {
   auto checkpoint = SafetensorsCheckpoint::Open(dir_.path());
   ASSERT_FALSE(checkpoint.ok());
-  EXPECT_EQ(checkpoint.error().message, dir_.path() + " has neither model.safetensors nor model.safetensors.index.json");
+  EXPECT_EQ(checkpoint.error().message,
+            dir_.path() + " has neither model.safetensors nor model.safetensors.index.json");
 }
 
 TEST_F(SafetensorsTest, CorruptedFilesGiveErrorsNeverCrashes) {
@@ -308,8 +307,10 @@ namespace {
 std::string ManyTensorHeader(size_t count) {
   std::string header = "{";
   for (size_t i = 0; i < count; ++i) {
-    header += (i ? "," : "") + std::string("\"t") + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],"
-              "\"data_offsets\":[" + std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+    header += (i ? "," : "") + std::string("\"t") + std::to_string(i) +
+              "\":{\"dtype\":\"F32\",\"shape\":[1],"
+              "\"data_offsets\":[" +
+              std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
   }
   return header + "}";
 }

@@ -22,7 +22,9 @@ std::string Varint(uint64_t v) {
   } while (v != 0);
   return out;
 }
-std::string LengthDelimited(int field, const std::string& bytes) { return Varint(field << 3 | 2) + Varint(bytes.size()) + bytes; }
+std::string LengthDelimited(int field, const std::string& bytes) {
+  return Varint(field << 3 | 2) + Varint(bytes.size()) + bytes;
+}
 std::string VarintField(int field, uint64_t v) { return Varint(field << 3) + Varint(v); }
 std::string FloatField(int field, float f) {
   uint32_t bits;
@@ -46,8 +48,9 @@ std::string ModelProto(const std::vector<PieceSpec>& pieces, int model_type, boo
     out += LengthDelimited(1, LengthDelimited(1, p.text) + FloatField(2, p.score) + VarintField(3, p.type));
   }
   out += LengthDelimited(2, VarintField(3, model_type) + VarintField(35, byte_fallback ? 1 : 0) + VarintField(40, 0));
-  out += LengthDelimited(3, LengthDelimited(1, normalizer_name) + (charsmap.empty() ? "" : LengthDelimited(2, charsmap)) +
-                                VarintField(3, add_dummy_prefix) + VarintField(4, remove_extra_whitespaces));
+  out +=
+      LengthDelimited(3, LengthDelimited(1, normalizer_name) + (charsmap.empty() ? "" : LengthDelimited(2, charsmap)) +
+                             VarintField(3, add_dummy_prefix) + VarintField(4, remove_extra_whitespaces));
   return out;
 }
 
@@ -60,8 +63,8 @@ std::vector<PieceSpec> SmallVocabulary() {
     pieces.push_back({name, 0, 6});
   }
   // ids 259...: scores fall with the id, as SentencePiece's BPE trainer writes them.
-  const char* normal[] = {"\u2581t", "he", "\u2581the", "\u2581c", "la", "im", "\u2581cla", "\u2581claim",
-                          "\u2581", "t", "h", "e", "c", "l", "a", "i", "m", "s"};
+  const char* normal[] = {"\u2581t", "he", "\u2581the", "\u2581c", "la", "im", "\u2581cla", "\u2581claim", "\u2581",
+                          "t",       "h",  "e",         "c",       "l",  "a",  "i",         "m",           "s"};
   float score = 0;
   for (const char* p : normal) pieces.push_back({p, score -= 1, 1});
   return pieces;
@@ -100,7 +103,8 @@ TEST(SentencePieceModel, MergesByScoreAddsTheDummyPrefixAndFallsBackToBytes) {
   auto tokenizer = LoadModel(ModelProto(SmallVocabulary(), 2, true));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().ToString();
   // "▁the" beats "▁c"+"la"... ; "é" is not a piece: its two UTF-8 bytes.
-  const std::vector<int32_t> want = {Id("\u2581the"), Id("\u2581claim"), Id("s"), Id("\u2581"), Id("<0xC3>"), Id("<0xA9>")};
+  const std::vector<int32_t> want = {Id("\u2581the"), Id("\u2581claim"), Id("s"),
+                                     Id("\u2581"),    Id("<0xC3>"),      Id("<0xA9>")};
   EXPECT_EQ((*tokenizer)->Encode("the claims \u00e9"), want);
   EXPECT_EQ((*tokenizer)->Decode(want), "the claims \u00e9");  // the dummy prefix's space is stripped again
   EXPECT_EQ((*tokenizer)->Encode("<s>", {.parse_special = true}), std::vector<int32_t>{1});
@@ -157,9 +161,13 @@ TEST(SentencePieceModel, EveryTruncationIsAnErrorNeverACrash) {
   // A cut right after a whole top-level field is a shorter, valid message: after each piece,
   // and after the trainer spec. Every other cut is refused.
   EXPECT_EQ(accepted, pieces.size() + 1);
-  auto bad = ParseSentencePieceModel("\x0a\x05" "ab", "t.model");
+  auto bad = ParseSentencePieceModel(
+      "\x0a\x05"
+      "ab",
+      "t.model");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message, "t.model: malformed SentencePiece model at byte 2: a field's length runs past the end of its message");
+  EXPECT_EQ(bad.error().message,
+            "t.model: malformed SentencePiece model at byte 2: a field's length runs past the end of its message");
   std::vector<PieceSpec> not_utf8 = SmallVocabulary();
   not_utf8.back().text = "\xff";
   auto refused = LoadModel(ModelProto(not_utf8, 2, true));

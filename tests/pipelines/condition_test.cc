@@ -9,7 +9,7 @@ namespace {
 
 // Stage 0 is "fraud", stage 1 "decision".
 const std::map<std::string, Condition::Output> kOutputs = {{"fraud.score", {ValueType::kNumber, 0}},
-                                                          {"decision.decision", {ValueType::kDecision, 1}}};
+                                                           {"decision.decision", {ValueType::kDecision, 1}}};
 
 RequestValues Values(double score, Decision decision) {
   RequestValues values(2);
@@ -33,9 +33,9 @@ TEST(Condition, ComparesScoresAndDecisions) {
 TEST(Condition, JoinsTermsLeftToRight) {
   auto c = Condition::Parse("fraud.score > 0.3 and decision.decision != DECLINE or fraud.score < 0.01", kOutputs);
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_TRUE(c->Evaluate(Values(0.5, Decision::kReview)));    // (true and true) or false
-  EXPECT_FALSE(c->Evaluate(Values(0.5, Decision::kDecline)));  // (true and false) or false
-  EXPECT_TRUE(c->Evaluate(Values(0.005, Decision::kDecline))); // (false and false) or true
+  EXPECT_TRUE(c->Evaluate(Values(0.5, Decision::kReview)));     // (true and true) or false
+  EXPECT_FALSE(c->Evaluate(Values(0.5, Decision::kDecline)));   // (true and false) or false
+  EXPECT_TRUE(c->Evaluate(Values(0.005, Decision::kDecline)));  // (false and false) or true
 }
 
 TEST(Condition, TermOverAStageThatDidNotRunIsFalse) {
@@ -52,7 +52,8 @@ TEST(Condition, NamesWhatIsWrong) {
   EXPECT_EQ(message("frod.score >= 0.6"),
             "\"frod.score\" is not an output of an earlier stage (available: decision.decision, fraud.score)");
   EXPECT_EQ(message("fraud.score >= REVIEW"), "fraud.score is a number; \"REVIEW\" is not");
-  EXPECT_EQ(message("decision.decision >= REVIEW"), "decision.decision is a decision: compare it with == or !=, not >=");
+  EXPECT_EQ(message("decision.decision >= REVIEW"),
+            "decision.decision is a decision: compare it with == or !=, not >=");
   EXPECT_EQ(message("decision.decision == MAYBE"),
             "decision.decision is a decision (APPROVE, REVIEW or DECLINE); \"MAYBE\" is not");
   EXPECT_EQ(message("fraud.score => 0.6"), "\"=>\" is not a comparison (==, !=, >=, >, <=, <)");

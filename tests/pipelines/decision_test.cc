@@ -75,7 +75,7 @@ TEST(Blend, WeightsScoresAndMatchesContributionsByFeature) {
   EXPECT_DOUBLE_EQ(out.score, 0.75 * 0.8 + 0.25 * 0.4);
   ASSERT_EQ(out.contributions.size(), 3u);
   EXPECT_EQ(out.contributions[0].feature, "log_amount");
-  EXPECT_DOUBLE_EQ(out.contributions[0].contribution, 0.75);         // absent from the second model
+  EXPECT_DOUBLE_EQ(out.contributions[0].contribution, 0.75);          // absent from the second model
   EXPECT_DOUBLE_EQ(out.contributions[1].contribution, -0.375 + 0.5);  // in both
   EXPECT_EQ(out.contributions[2].feature, "distance_km");
   EXPECT_DOUBLE_EQ(out.contributions[2].contribution, 1.0);

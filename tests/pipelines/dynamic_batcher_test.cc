@@ -8,13 +8,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 TEST(DynamicBatcher, AnswersEachItemInOrderWithinItsBatch) {
-  DynamicBatcher<int, int> batcher({.max_batch = 4, .max_wait_us = 1000},
-                                   [](const std::vector<int>& items) {
-                                     std::vector<int> out;
-                                     for (int x : items) out.push_back(x * 10);
-                                     return out;
-                                   },
-                                   -1);
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 4, .max_wait_us = 1000},
+      [](const std::vector<int>& items) {
+        std::vector<int> out;
+        for (int x : items) out.push_back(x * 10);
+        return out;
+      },
+      -1);
   auto a = batcher.Submit(1, Clock::now() + std::chrono::seconds(30));
   auto b = batcher.Submit(2, Clock::now() + std::chrono::seconds(30));
   EXPECT_EQ(a.get(), 10);
@@ -22,7 +23,8 @@ TEST(DynamicBatcher, AnswersEachItemInOrderWithinItsBatch) {
 }
 
 TEST(DynamicBatcher, ItemsPastTheirDeadlineAreAnsweredWithoutRunning) {
-  DynamicBatcher<int, int> batcher({}, [](const std::vector<int>& items) { return items; }, -1);
+  DynamicBatcher<int, int> batcher(
+      {}, [](const std::vector<int>& items) { return items; }, -1);
   EXPECT_EQ(batcher.Submit(5, Clock::now() - std::chrono::milliseconds(1)).get(), -1);
   EXPECT_TRUE(batcher.batch_sizes().empty());
 }
@@ -31,16 +33,17 @@ TEST(DynamicBatcher, QueuedItemsAreSplitIntoBatchesOfAtMostMaxBatch) {
   std::promise<void> entered, release;
   std::shared_future<void> released = release.get_future().share();
   bool first = true;
-  DynamicBatcher<int, int> batcher({.max_batch = 2, .max_wait_us = 0},
-                                   [&](const std::vector<int>& items) {
-                                     if (first) {
-                                       first = false;
-                                       entered.set_value();
-                                       released.wait();
-                                     }
-                                     return items;
-                                   },
-                                   -1);
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 2, .max_wait_us = 0},
+      [&](const std::vector<int>& items) {
+        if (first) {
+          first = false;
+          entered.set_value();
+          released.wait();
+        }
+        return items;
+      },
+      -1);
   const auto later = Clock::now() + std::chrono::seconds(30);
   std::vector<std::future<int>> answers;
   answers.push_back(batcher.Submit(0, later));
@@ -55,16 +58,17 @@ TEST(DynamicBatcher, RequestsTakeTheirPlacesBeforeBatchJobItems) {
   std::promise<void> entered, release;
   std::shared_future<void> released = release.get_future().share();
   std::vector<std::vector<int>> batches;
-  DynamicBatcher<int, int> batcher({.max_batch = 3, .max_wait_us = 0},
-                                   [&](const std::vector<int>& items) {
-                                     batches.push_back(items);
-                                     if (batches.size() == 1) {
-                                       entered.set_value();
-                                       released.wait();
-                                     }
-                                     return items;
-                                   },
-                                   -1);
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 3, .max_wait_us = 0},
+      [&](const std::vector<int>& items) {
+        batches.push_back(items);
+        if (batches.size() == 1) {
+          entered.set_value();
+          released.wait();
+        }
+        return items;
+      },
+      -1);
   const auto later = Clock::now() + std::chrono::seconds(30);
   std::future<int> busy = batcher.Submit(0, later);
   entered.get_future().wait();  // the batcher is busy; what follows queues up

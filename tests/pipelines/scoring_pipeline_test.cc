@@ -152,7 +152,8 @@ class PipelineGraphTest : public ::testing::Test {
     auto config = LoadPipelineConfig(testing::WriteTestPipelineWithStages(dir_, stages));
     if (!config.ok()) return config.error();
     config_ = *config;
-    if (db_ == nullptr) db_ = storage::Database::Open(config_.storage.path, {.durability = storage::Durability::kWal}).value();
+    if (db_ == nullptr)
+      db_ = storage::Database::Open(config_.storage.path, {.durability = storage::Durability::kWal}).value();
     return ScoringPipeline::Create(config_, db_.get(), runtime);
   }
   static std::string Model(const std::string& dir) { return dir + "/fraud.ubj"; }
@@ -171,10 +172,15 @@ class PipelineGraphTest : public ::testing::Test {
 };
 
 TEST_F(PipelineGraphTest, ShadowModelIsScoredAndAuditedButDoesNotDecide) {
-  auto pipeline = Create("  - {name: features, kind: features}\n"
-                         "  - {name: fraud, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
-                         "  - {name: shadow, kind: xgboost, after: features, model: " + Model(testing::ChallengerModelDir()) + "}\n"
-                         "  - {name: decision, kind: decision, after: fraud}\n");
+  auto pipeline = Create(
+      "  - {name: features, kind: features}\n"
+      "  - {name: fraud, kind: xgboost, after: features, model: " +
+      Model(testing::SmallModelDir()) +
+      "}\n"
+      "  - {name: shadow, kind: xgboost, after: features, model: " +
+      Model(testing::ChallengerModelDir()) +
+      "}\n"
+      "  - {name: decision, kind: decision, after: fraud}\n");
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
   auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-shadow"));
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
@@ -186,7 +192,8 @@ TEST_F(PipelineGraphTest, ShadowModelIsScoredAndAuditedButDoesNotDecide) {
   EXPECT_EQ(outcome->model_version, (*pipeline)->model().model_version());  // the shadow is not the decision's
   std::vector<std::string> stages;
   for (const auto& t : outcome->timings) stages.push_back(t.stage);
-  EXPECT_EQ(stages, (std::vector<std::string>{"validate", "state", "features", "fraud", "shadow", "decision", "persist"}));
+  EXPECT_EQ(stages,
+            (std::vector<std::string>{"validate", "state", "features", "fraud", "shadow", "decision", "persist"}));
   auto audit = (*pipeline)->audit_log().ReadLast(1);
   ASSERT_TRUE(audit.ok());
   EXPECT_EQ((*audit)[0].stage_scores, outcome->stage_scores);
@@ -194,11 +201,16 @@ TEST_F(PipelineGraphTest, ShadowModelIsScoredAndAuditedButDoesNotDecide) {
 }
 
 TEST_F(PipelineGraphTest, BlendJoinsTwoModelsByWeight) {
-  auto pipeline = Create("  - {name: features, kind: features}\n"
-                         "  - {name: a, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
-                         "  - {name: b, kind: xgboost, after: features, model: " + Model(testing::ChallengerModelDir()) + "}\n"
-                         "  - {name: blend, kind: blend, after: [a, b], weights: [3, 1]}\n"
-                         "  - {name: decision, kind: decision, after: blend, max_reasons: 64}\n");
+  auto pipeline = Create(
+      "  - {name: features, kind: features}\n"
+      "  - {name: a, kind: xgboost, after: features, model: " +
+      Model(testing::SmallModelDir()) +
+      "}\n"
+      "  - {name: b, kind: xgboost, after: features, model: " +
+      Model(testing::ChallengerModelDir()) +
+      "}\n"
+      "  - {name: blend, kind: blend, after: [a, b], weights: [3, 1]}\n"
+      "  - {name: decision, kind: decision, after: blend, max_reasons: 64}\n");
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
   auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-blend"));
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
@@ -213,8 +225,12 @@ TEST_F(PipelineGraphTest, BlendJoinsTwoModelsByWeight) {
 TEST_F(PipelineGraphTest, OptionalStagePastItsDeadlineIsSkippedWithWhatDependsOnIt) {
   const std::string stages =
       "  - {name: features, kind: features}\n"
-      "  - {name: fraud, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
-      "  - {name: shadow, kind: xgboost, after: features, budget_ms: 1, model: " + Model(testing::ChallengerModelDir()) + "}\n"
+      "  - {name: fraud, kind: xgboost, after: features, model: " +
+      Model(testing::SmallModelDir()) +
+      "}\n"
+      "  - {name: shadow, kind: xgboost, after: features, budget_ms: 1, model: " +
+      Model(testing::ChallengerModelDir()) +
+      "}\n"
       "  - {name: shadow_blend, kind: blend, after: [fraud, shadow]}\n"
       "  - {name: decision, kind: decision, after: fraud}\n";
   auto pipeline = Create(stages, SteppingClock());
@@ -230,8 +246,12 @@ TEST_F(PipelineGraphTest, OptionalStagePastItsDeadlineIsSkippedWithWhatDependsOn
 TEST_F(PipelineGraphTest, RequestBudgetCapsEveryStagesDeadline) {
   const std::string stages =
       "  - {name: features, kind: features}\n"
-      "  - {name: fraud, kind: xgboost, after: features, model: " + Model(testing::SmallModelDir()) + "}\n"
-      "  - {name: shadow, kind: xgboost, after: features, model: " + Model(testing::ChallengerModelDir()) + "}\n"
+      "  - {name: fraud, kind: xgboost, after: features, model: " +
+      Model(testing::SmallModelDir()) +
+      "}\n"
+      "  - {name: shadow, kind: xgboost, after: features, model: " +
+      Model(testing::ChallengerModelDir()) +
+      "}\n"
       "  - {name: decision, kind: decision, after: fraud}\n";
   auto pipeline = Create(stages, SteppingClock());
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();

@@ -84,7 +84,8 @@ TEST_F(StageGraphTest, UnknownUpstreamStageIsAMissingInput) {
   Add(Stage("fraud", "xgboost", {"featurs"}));
   auto graph = Build();
   ASSERT_FALSE(graph.ok());
-  EXPECT_EQ(graph.error().message, "p.yaml:2:20: stage \"fraud\" comes after \"featurs\", but there is no stage of that name");
+  EXPECT_EQ(graph.error().message,
+            "p.yaml:2:20: stage \"fraud\" comes after \"featurs\", but there is no stage of that name");
 }
 
 TEST_F(StageGraphTest, InputNoUpstreamStageProvidesIsNamed) {
@@ -128,8 +129,9 @@ TEST_F(StageGraphTest, ExplicitInputOfTheWrongTypeIsATypeMismatch) {
   Add(Stage("decision", "decision", {"fraud"}, "", {{"score", "features.features"}}));
   auto graph = Build();
   ASSERT_FALSE(graph.ok());
-  EXPECT_EQ(graph.error().message,
-            "p.yaml:3:40: stage \"decision\": input \"score\" is of type number, but features.features is of type features");
+  EXPECT_EQ(
+      graph.error().message,
+      "p.yaml:3:40: stage \"decision\": input \"score\" is of type number, but features.features is of type features");
 }
 
 TEST_F(StageGraphTest, ExplicitInputMustComeFromUpstream) {
@@ -139,9 +141,10 @@ TEST_F(StageGraphTest, ExplicitInputMustComeFromUpstream) {
   Add(Stage("decision", "decision", {"fraud"}, "", {{"score", "shadow.score"}}));
   auto graph = Build();
   ASSERT_FALSE(graph.ok());
-  EXPECT_EQ(graph.error().message,
-            "p.yaml:4:40: stage \"decision\": input \"score\" reads \"shadow.score\", which is not an output of a stage "
-            "upstream of it");
+  EXPECT_EQ(
+      graph.error().message,
+      "p.yaml:4:40: stage \"decision\": input \"score\" reads \"shadow.score\", which is not an output of a stage "
+      "upstream of it");
 }
 
 TEST_F(StageGraphTest, ConditionMayOnlyReadUpstreamOutputs) {
@@ -196,9 +199,10 @@ TEST_F(StageGraphTest, JoinNeedsTwoStages) {
 TEST_F(StageGraphTest, UnknownKindAndDuplicateNamesAreRejected) {
   Add(Stage("features", "features"));
   Add(Stage("fraud", "random_forest", {"features"}));
-  EXPECT_EQ(Build().error().message,
-            "p.yaml:2:5: stage \"fraud\": unknown kind \"random_forest\" (known: blend, claim_features, decision, features, "
-            "llm_findings, xgboost)");
+  EXPECT_EQ(
+      Build().error().message,
+      "p.yaml:2:5: stage \"fraud\": unknown kind \"random_forest\" (known: blend, claim_features, decision, features, "
+      "llm_findings, xgboost)");
   declared_[1].name = "features";
   declared_[1].kind = "features";
   EXPECT_EQ(Build().error().message, "p.yaml:2:5: there are two stages named \"features\"");
