@@ -11,6 +11,7 @@
 # Needs ./scripts/setup.sh to have run (build, demo models, llm-tiny) and perf.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 txscore=${TXSCORE:-./build/txscore}
 start=${START_SECONDS:-2}
 seconds=${SECONDS_PER_RUN:-5}
@@ -19,19 +20,8 @@ claims=${CLAIMS:-20000}
 work=$(mktemp -d)
 job_pid=""
 trap '[ -n "$job_pid" ] && kill "$job_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-(umask 077 && openssl rand -out "$work/card.key" 32)
+write_claims_pipeline "$work" 1
 ./build/txscore data generate --kind claims --format jsonl --claims "$claims" --seed 9 --out "$work/claims.jsonl" 2>/dev/null
-cat > "$work/claims.yaml" <<YAML
-storage: {path: batch-db}
-security: {card_key_file: card.key}
-devices: {calibration_cache: profiles.json}
-stages:
-  - {name: features, kind: claim_features}
-  - {name: claims_model, kind: xgboost, after: features, model: $PWD/var/models/claims.ubj}
-  - {name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.5",
-     model: $PWD/var/models/llm-tiny, threads: 1, max_batch: 8}
-  - {name: decision, kind: decision, after: [claims_model, analysis]}
-YAML
 "$txscore" batch run --config "$work/claims.yaml" --input "$work/claims.jsonl" --output "$work/out.jsonl" \
   > "$work/job.out" 2>&1 &
 job_pid=$!

@@ -20,6 +20,7 @@
 # Needs ./scripts/setup.sh to have run (build, demo models, llm-tiny).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 rate=${1:-1000}
 priority=${2:-idle}
 runs=${RUNS:-5}
@@ -33,26 +34,9 @@ background=${BACKGROUND:-job}
 work=$(mktemp -d)
 server_pid=""
 trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-(umask 077 && openssl rand -out "$work/card.key" 32)
 mkdir -p "$work/in"
 ./build/txscore data generate --kind claims --format jsonl --claims "$claims" --seed 9 --out "$work/in/claims.jsonl" 2>/dev/null
-cat > "$work/claims.yaml" <<YAML
-storage: {path: batch-db}
-security: {card_key_file: card.key}
-devices: {calibration_cache: profiles.json}
-stages:
-  - {name: features, kind: claim_features}
-  - {name: claims_model, kind: xgboost, after: features, model: $PWD/var/models/claims.ubj}
-YAML
-if [ "$llm" = 1 ]; then
-  cat >> "$work/claims.yaml" <<YAML
-  - {name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.5",
-     model: $PWD/var/models/llm-tiny, threads: 1, max_batch: 8}
-  - {name: decision, kind: decision, after: [claims_model, analysis]}
-YAML
-else
-  echo "  - {name: decision, kind: decision, after: claims_model}" >> "$work/claims.yaml"
-fi
+write_claims_pipeline "$work" "$llm"
 cat > "$work/pipeline.yaml" <<YAML
 pipeline: {name: bench, version: "bench"}
 server: {host: 127.0.0.1, port: 0, workers: 8}

@@ -12,6 +12,7 @@
 # Needs ./scripts/setup.sh to have run (build and demo model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 durability=${1:-sync}
 shift || true
 rates=("$@")
@@ -32,19 +33,7 @@ for entry in "${binaries[@]}"; do
   binary=${entry#*=}
   dir="$work/$name"
   mkdir -p "$dir"
-  (umask 077 && openssl rand -out "$dir/card.key" 32)
-  # Only keys every build since the first RPC bench knows, so old builds can be compared.
-  cat > "$dir/pipeline.yaml" <<YAML
-pipeline: {name: bench, version: "bench"}
-server: {host: 127.0.0.1, port: 0, workers: 8}
-admin: {host: 127.0.0.1, port: 0}
-storage: {path: db, durability: $durability}
-security: {card_key_file: card.key}
-stages:
-  - {name: features, kind: features}
-  - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
-  - {name: decision, kind: decision, after: fraud}
-YAML
+  write_scoring_pipeline "$dir" "$durability"
   "$binary" serve --config "$dir/pipeline.yaml" --log-level warn > "$dir/serve.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done

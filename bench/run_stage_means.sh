@@ -10,6 +10,7 @@
 # Needs ./scripts/setup.sh to have run (build and demo model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 durability=${1:-wal}
 rate=${2:-1000}
 seconds=${SECONDS_PER_RUN:-5}
@@ -20,18 +21,7 @@ txscore=${TXSCORE:-./build/txscore}
 work=$(mktemp -d)
 server_pid=""
 trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-(umask 077 && openssl rand -out "$work/card.key" 32)
-cat > "$work/pipeline.yaml" <<YAML
-pipeline: {name: bench, version: "bench"}
-server: {host: 127.0.0.1, port: 0, workers: 8}
-admin: {host: 127.0.0.1, port: 0}
-storage: {path: db, durability: $durability}
-security: {card_key_file: card.key}
-stages:
-  - {name: features, kind: features}
-  - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
-  - {name: decision, kind: decision, after: fraud}
-YAML
+write_scoring_pipeline "$work" "$durability"
 "$txscore" serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done

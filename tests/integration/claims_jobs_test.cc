@@ -112,6 +112,12 @@ class ClaimsJobsTest : public ::testing::Test {
     client_ = std::make_unique<rpc::TxScoreClient>(std::make_shared<TBinaryProtocol>(transport_));
     transport_->open();
   }
+  // Stops the server (its jobs stop resumably) and closes the client; StartServer starts again.
+  void StopServer() {
+    transport_->close();
+    server_->Stop();
+    server_.reset();
+  }
   void TearDown() override {
     if (held_ && !released_) release_.set_value();
     if (server_) server_->Stop();
@@ -149,9 +155,7 @@ class ClaimsJobsTest : public ::testing::Test {
     yaml.replace(yaml.find("priority: normal}"), 17,
                  "priority: normal, max_llm_shortfall_share: " + std::to_string(max_llm_shortfall_share) + "}");
     testing::WriteFile(pipeline_, yaml);
-    transport_->close();
-    server_->Stop();
-    server_.reset();
+    StopServer();
     StartServer();
   }
 
@@ -323,9 +327,7 @@ TEST_F(ClaimsJobsTest, AJobInterruptedByAServerStopResumesWhenTheServerStartsAga
   EXPECT_EQ(queued.state, rpc::JobState::QUEUED);
   // Stopping tells the held job to stop, then releases it: it stops before its first chunk,
   // and its record in the database says "interrupted".
-  transport_->close();
-  server_->Stop();
-  server_.reset();
+  StopServer();
   StartServer();  // nothing is submitted again
   const rpc::ClaimsJobStatus resumed = WaitForEnd(submitted.job_id);
   EXPECT_EQ(resumed.state, rpc::JobState::DONE);
@@ -353,9 +355,7 @@ TEST_F(ClaimsJobsTest, AJobWhoseLlmStageFailedOnMostClaimsEndsDegradedWithTheCou
             "the LLM stage wrote no findings for 6 of the 6 claims it was asked to read (failed 6; \"llm_shortfalls\" "
             "in the output says why); score them again with txscore batch run --retry-llm-shortfalls");
   // A server started again reads the same from the job's record.
-  transport_->close();
-  server_->Stop();
-  server_.reset();
+  StopServer();
   StartServer();
   rpc::ClaimsJobStatus stored;
   client_->claimsJobStatus(stored, submitted.job_id);
@@ -394,9 +394,7 @@ TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOver
             "again with restart (txscore job submit --input NAME --restart)");
   // Not run again when the server starts (jobs run in order: had it been queued at start, it
   // would have run before the next one); its record says the same.
-  transport_->close();
-  server_->Stop();
-  server_.reset();
+  StopServer();
   const int started_before = jobs_started_.load();
   StartServer();
   client_->submitClaimsJob(status, Inline(4, 34));
@@ -431,9 +429,7 @@ TEST_F(ClaimsJobsTest, ARestartAskedForAQueuedJobSurvivesAServerStop) {
   request.__set_restart(true);
   client_->submitClaimsJob(queued, request);
   EXPECT_EQ(queued.state, rpc::JobState::QUEUED);
-  transport_->close();
-  server_->Stop();
-  server_.reset();
+  StopServer();
   // ...and the server started again runs it as a restart, to the end of the new file.
   StartServer();
   const rpc::ClaimsJobStatus restarted = WaitForEnd(first.job_id);

@@ -1,0 +1,45 @@
+# Shared by the bench scripts (source it): the configurations they run, defined once so that
+# scripts comparing figures run the same thing. Call from the repository root.
+
+# DIR/card.key and DIR/pipeline.yaml: the demo fraud model behind a server on free ports, with
+# DURABILITY (sync or wal). Only keys every build since the first RPC bench knows, so that older
+# builds can be compared with the same file.
+write_scoring_pipeline() {
+  local dir=$1 durability=$2
+  (umask 077 && openssl rand -out "$dir/card.key" 32)
+  cat > "$dir/pipeline.yaml" <<YAML
+pipeline: {name: bench, version: "bench"}
+server: {host: 127.0.0.1, port: 0, workers: 8}
+admin: {host: 127.0.0.1, port: 0}
+storage: {path: db, durability: $durability}
+security: {card_key_file: card.key}
+stages:
+  - {name: features, kind: features}
+  - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
+  - {name: decision, kind: decision, after: fraud}
+YAML
+}
+
+# DIR/card.key and DIR/claims.yaml: the claims model and, when LLM is 1, the LLM stage on the
+# CPU with llm-tiny (1 thread, max_batch 8) for claims scoring 0.5 or more.
+write_claims_pipeline() {
+  local dir=$1 llm=$2
+  (umask 077 && openssl rand -out "$dir/card.key" 32)
+  cat > "$dir/claims.yaml" <<YAML
+storage: {path: batch-db}
+security: {card_key_file: card.key}
+devices: {calibration_cache: profiles.json}
+stages:
+  - {name: features, kind: claim_features}
+  - {name: claims_model, kind: xgboost, after: features, model: $PWD/var/models/claims.ubj}
+YAML
+  if [ "$llm" = 1 ]; then
+    cat >> "$dir/claims.yaml" <<YAML
+  - {name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.5",
+     model: $PWD/var/models/llm-tiny, threads: 1, max_batch: 8}
+  - {name: decision, kind: decision, after: [claims_model, analysis]}
+YAML
+  else
+    echo "  - {name: decision, kind: decision, after: claims_model}" >> "$dir/claims.yaml"
+  fi
+}
