@@ -127,7 +127,7 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
                                "}\nsecurity: {card_key_file: card.key}\nstages:\n"
                                "  - {name: features, kind: features}\n"
                                "  - {name: fraud, kind: xgboost, after: features, model: " +
-                               g_model_path +
+                               g_model_path + (fast ? "" : ", evaluator: xgboost") +
                                "}\n"
                                "  - {name: decision, kind: decision, after: fraud}\n");
   auto config = pipelines::LoadPipelineConfig(yaml);
@@ -136,7 +136,6 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
     return;
   }
   auto db = storage::Database::Open(config->storage.path, {.durability = config->storage.durability});
-  if (!fast) config->models[0].fast_evaluator = false;
   auto pipeline = pipelines::ScoringPipeline::Create(*config, db->get());
   if (!pipeline.ok()) {
     state.SkipWithError(pipeline.error().ToString().c_str());

@@ -240,6 +240,11 @@ std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
               {"score", o.score},
               {"decision", DecisionName(o.decision)},
               {"reasons", ReasonsJson(o.reasons)}};
+  json rule_hits = json::array();
+  for (const RuleHit& hit : o.rule_hits) {
+    rule_hits.push_back({{"rule", hit.rule}, {"decision", hit.decision ? json(DecisionName(*hit.decision)) : json()}});
+  }
+  doc["rule_hits"] = rule_hits;
   if (o.findings) {
     doc["findings"] = {{"risk_level", o.findings->risk_level},
                        {"flags", o.findings->flags},
@@ -488,7 +493,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     state.output = output;
     state.input_sha256 = *digest;
     state.chunk_size =
-        options.chunk_size > 0 ? options.chunk_size : std::max(kMinChunk, kChunkBatches * pipeline.llm_max_batch());
+        options.chunk_size > 0 ? options.chunk_size : std::max(kMinChunk, kChunkBatches * pipeline.preferred_chunk());
     state.summary.state = "running";
   }
   ClaimsJobSummary& summary = state.summary;
@@ -597,9 +602,10 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
                              summary.llm_shortfalls};
   if (options.progress) options.progress(progress);
 
-  std::set<std::string> llm_stages;
+  // Stages that run a chunk in batches report each claim its batch's time: count it once.
+  std::set<std::string> batched_stages;
   for (const GraphStage& stage : pipeline.config().graph.stages()) {
-    if (stage.kind == "llm_findings") llm_stages.insert(stage.name);
+    if (pipeline.FindStage(stage.name)->preferred_chunk() > 0) batched_stages.insert(stage.name);
   }
   const double elapsed_before = summary.elapsed_s;
   int64_t chunk_index = state.rows_done / state.chunk_size;
@@ -660,7 +666,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
         }
       }
       for (const StageTiming& t : o.timings) {
-        if (llm_stages.count(t.stage) > 0) {
+        if (batched_stages.count(t.stage) > 0) {
           llm_batch_us[t.stage] = std::max(llm_batch_us[t.stage], t.elapsed_us);
         } else {
           next.stage_us[t.stage] += t.elapsed_us;

@@ -1,12 +1,12 @@
 // The claims pipeline: a chunk of validated claims in, one outcome per claim out.
 //
-//   claim_features -> xgboost claims model -> [llm_findings when its `when` holds]
+//   claim_features -> xgboost claims model [+ rules] -> [llm_findings when its `when` holds]
 //   -> decision (with the findings, when there are some)
 //
 // Claims are scored a chunk at a time, stage by stage: every claim of the chunk passes a stage
-// before the next stage starts, so the LLM stage gets all of the chunk's suspicious claims in
-// one submission and they share forward passes (at batch-job priority: see
-// ForensicStage::AnalyzeClaims). Nothing here is written anywhere: the batch job
+// before the next stage starts (PreparedStage::RunChunk), so the LLM stage gets all of the
+// chunk's suspicious claims in one submission and they share forward passes (at batch-job
+// priority: see ForensicStage::AnalyzeClaims). Nothing here is written anywhere: the batch job
 // (claims_job.h) writes the outcomes and its progress.
 //
 // Thread safety: ScoreChunk may be called from several threads; the LLM stage's batcher
@@ -22,16 +22,14 @@
 #include "common/result.h"
 #include "fraud/card_token.h"
 #include "fraud/claim.h"
-#include "fraud/xgboost_model.h"
 #include "pipelines/config.h"
-#include "pipelines/forensic_stage.h"
-#include "pipelines/model_stages.h"
 #include "pipelines/placement.h"
 #include "pipelines/scoring_pipeline.h"
+#include "pipelines/stage_kind.h"
 
 namespace txscore::pipelines {
 
-// Why the LLM stage wrote no findings for a claim it was asked to read.
+// Why a best-effort stage (the LLM) wrote nothing for a claim it was asked to read.
 struct LlmShortfall {
   std::string stage;
   std::string reason;  // "failed" (the model failed), "cut_short" (the deadline came mid-generation), "skipped"
@@ -43,11 +41,12 @@ struct ClaimOutcome {
   double score = 0;
   Decision decision = Decision::kApprove;
   std::vector<Reason> reasons;
+  std::vector<RuleHit> rule_hits;
   std::optional<llm::Findings> findings;
   std::vector<std::pair<std::string, double>> stage_scores;  // every model stage that ran
-  std::vector<std::pair<std::string, std::string>> devices;  // model stages that ran: stage -> device
-  std::vector<LlmShortfall> llm_shortfalls;  // the LLM stage was asked to read the claim and wrote no findings
-  bool llm_selected = false;                 // the LLM stage was asked to read the claim
+  std::vector<std::pair<std::string, std::string>> devices;  // stages that report one: stage -> device
+  std::vector<LlmShortfall> llm_shortfalls;  // a best-effort stage was asked to read the claim and wrote nothing
+  bool llm_selected = false;                 // a best-effort stage (the LLM) was asked to read the claim
   // Per stage, microseconds. The LLM stage's time is its batch's: every claim of a batch
   // waited for all of it.
   std::vector<StageTiming> timings;
@@ -68,13 +67,9 @@ class ClaimsPipeline {
   const PipelineConfig& config() const { return config_; }
   const PipelinePlan& plan() const { return plan_; }
   const fraud::CardTokenizer& tokenizer() const { return *tokenizer_; }
-  // The LLM stage's batch size (0 without one): a chunk of this many fills one batch.
-  int llm_max_batch() const { return forensic_ ? config_.findings.max_batch : 0; }
-  const ForensicStage* forensic_stage() const { return forensic_; }
-  bool shares_llm_stage() const { return forensic_ != nullptr && owned_forensic_ == nullptr; }
-
-  // The LLM's view of a claim.
-  static llm::ClaimFields FieldsFor(const fraud::Claim& claim);
+  // The largest chunk a stage asks for (the LLM's batch size), 0 when none does.
+  int preferred_chunk() const;
+  const PreparedStage* FindStage(const std::string& name) const;  // null when absent
 
  private:
   explicit ClaimsPipeline(PipelineConfig config) : config_(std::move(config)) {}
@@ -82,9 +77,7 @@ class ClaimsPipeline {
   PipelineConfig config_;
   PipelinePlan plan_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
-  std::vector<PreparedStage> runners_;             // indexed like config_.graph
-  std::unique_ptr<ForensicStage> owned_forensic_;  // null when shared (runtime.shared_llm_stage)
-  ForensicStage* forensic_ = nullptr;
+  std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph
 };
 
 }  // namespace txscore::pipelines

@@ -7,14 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "accelerator/emulated_device.h"
-#include "accelerator/op_adapters.h"
 #include "common/result.h"
-#include "pipelines/condition.h"
 #include "pipelines/stage_graph.h"
+#include "pipelines/stage_kind.h"
 #include "storage/database.h"
 
 namespace txscore::pipelines {
@@ -69,8 +69,6 @@ struct DevicesConfig {
   std::string calibration_cache;       // Default: none (calibrate at every start); measured profiles are kept here
 };
 
-// An xgboost stage. A pipeline may have several: a champion and a shadow (challenger) model
-// fed by the same features, or models joined by a blend stage.
 // Claims jobs on a running server (`jobs:`): submitted over Thrift, run one at a time in the
 // background through the claims pipeline named here (service/claims_jobs.h).
 struct JobsConfig {
@@ -90,83 +88,11 @@ struct JobsConfig {
   double max_llm_shortfall_share = 0.1;
 };
 
-struct ModelStageConfig {
-  std::string name = "fraud";
-  std::string model_path;   // required: XGBoost .json or .ubj
-  std::string schema_path;  // Default: beside the model (fraud.ubj -> fraud.features.json)
-  // Default: cpu. auto, cpu, cuda, spyre or emulated; the planner checks it at start-up (tree
-  // ensembles are branchy and small: only the CPU walks trees, and auto finds that).
-  std::string placement = "cpu";
-  int nthread = 1;  // Default: 1 (fastest for single rows)
-  // Score with txscore's tree evaluator when the model allows; false forces XGBoost's C API.
-  bool fast_evaluator = true;  // Default: true
-  // Default: 0, the pipeline's deadline_ms. Matters only for a stage the decision does not
-  // depend on (a shadow model): it is skipped when it would start later than this many ms
-  // after the request's arrival. The stages the decision depends on always run.
-  int budget_ms = 0;
-};
-
-// A join: the weighted mean of the scores (and of each feature's contributions, matched by
-// feature name) of the stages it comes after.
-struct BlendStageConfig {
-  std::string name = "blend";
-  std::vector<double> weights;  // Default: equal weights; else one per stage in `after:`, in that order
-};
-
-struct DecisionStageConfig {
-  std::string name = "decision";
-  double review_threshold = 0.5;   // Default: score >= 0.5 -> REVIEW
-  double decline_threshold = 0.9;  // Default: score >= 0.9 -> DECLINE
-  int max_reasons = 3;             // Default: the 3 largest contributions towards fraud
-  // Default: true. With a findings input (the claims pipeline): an APPROVE whose LLM findings
-  // say risk "high" becomes REVIEW, so a person looks at it.
-  bool escalate_high_risk = true;
-};
-
-// The forensic stage: when its condition holds (default: REVIEW decisions), an LLM reads the
-// transaction and the model's reasons and writes Findings (llm/claim_analysis.h) into the
-// result and the audit record.
-struct FindingsStageConfig {
-  bool enabled = false;  // true when the pipeline file has an llm_findings stage
-  std::string name = "forensic";
-  // `when:` over the outputs of the stages before it (pipelines/condition.h).
-  // Default: "<decision stage>.decision == REVIEW".
-  Condition when;
-  std::string model_dir;          // required: a Hugging Face checkpoint directory
-  std::string dtype = "float32";  // Default: float32; or bfloat16
-  int threads = 1;                // Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring
-  int max_new_tokens = 96;        // Default: 96; the findings schema needs at least 50
-  // Default: 1500 ms from the request's arrival, unless the request asks for less
-  // (Transaction.budget_ms). Output still unfinished then is dropped: the stage is reported
-  // degraded and the decision stands without findings.
-  int budget_ms = 1500;
-  // Default: cpu. auto, cpu, cuda, spyre or emulated; auto picks the device with the least
-  // predicted time at the expected batch and tokens below.
-  std::string placement = "cpu";
-  int expected_batch = 1;     // Default: 1 request at a time
-  int max_batch = 8;          // Default: the dynamic batcher runs up to 8 requests together
-  int max_wait_us = 2000;     // Default: waiting up to 2 ms after the first for more
-  int expected_tokens = 512;  // Default: 512 tokens per request (prompt and findings)
-  // Set at start-up from the plan, not read from the file: the libtorch device the stage runs
-  // on and the op adapters it uses there, then the devices to fall back to, in order.
-  struct Target {
-    std::string name;          // as reported, e.g. "emulated:0 (emulated)"
-    std::string torch_device;  // e.g. "privateuseone:0"
-    std::string dtype;
-    accelerator::OpAdapters adapters{};
-  };
-  std::string device = "cpu";
-  std::string device_name = "cpu";
-  accelerator::OpAdapters adapters{};
-  std::vector<Target> fallback;
-  bool background = false;  // the batcher's thread at the lowest OS priority (jobs inside a server)
-};
-
 struct PipelineConfig {
   std::string source_path;  // the YAML file this came from
-  // What the pipeline scores: "transactions" (its first stage is of kind features; served by
-  // `txscore serve`) or "claims" (claim_features; run by `txscore batch run` and the job RPCs).
-  std::string kind = "transactions";
+  // What the pipeline scores, fixed by its source stage: transactions (features; served by
+  // `txscore serve`) or claims (claim_features; `txscore batch run` and the job RPCs).
+  ItemKind items = ItemKind::kTransaction;
   std::string name = "transactions";
   std::string version = "1";  // reported in every ScoreResult and audit record
   RpcServerConfig server;
@@ -183,18 +109,19 @@ struct PipelineConfig {
   // the decision stage.
   std::vector<StageDeclaration> stages;
   StageGraph graph;
-  // Each kind's settings, by stage name.
-  std::vector<ModelStageConfig> models;  // the xgboost stages, in file order; at least one
-  std::vector<BlendStageConfig> blends;
-  DecisionStageConfig decision;  // exactly one
-  FindingsStageConfig findings;  // at most one (enabled when present)
+  // Each stage's kind and its own settings, indexed like `stages`.
+  std::vector<const StageKind*> kinds;
+  std::vector<std::shared_ptr<const StageSettings>> settings;
 
-  const ModelStageConfig* FindModel(const std::string& name) const;
-  const BlendStageConfig* FindBlend(const std::string& name) const;
+  // The settings of the stage named `name`, or null.
+  const StageSettings* FindSettings(const std::string& name) const;
 };
 
-Result<PipelineConfig> LoadPipelineConfig(const std::string& path);
+// `kinds` must outlive the config. Default: the builtin kinds.
+Result<PipelineConfig> LoadPipelineConfig(const std::string& path,
+                                          const StageKindRegistry& kinds = BuiltinStageKinds());
 // For tests: parse YAML text as if it were the file `source_path`.
-Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const std::string& source_path);
+Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const std::string& source_path,
+                                           const StageKindRegistry& kinds = BuiltinStageKinds());
 
 }  // namespace txscore::pipelines

@@ -31,13 +31,15 @@ const char* ValueTypeName(ValueType type) {
       return "reasons";
     case ValueType::kFindings:
       return "findings";
+    case ValueType::kVerdict:
+      return "verdict";
   }
   return "unknown";
 }
 
-Decision Decide(double score, const DecisionStageConfig& rules) {
-  if (score >= rules.decline_threshold) return Decision::kDecline;
-  if (score >= rules.review_threshold) return Decision::kReview;
+Decision Decide(double score, const DecisionThresholds& thresholds) {
+  if (score >= thresholds.decline) return Decision::kDecline;
+  if (score >= thresholds.review) return Decision::kReview;
   return Decision::kApprove;
 }
 

@@ -5,13 +5,17 @@
 #include <vector>
 
 #include "fraud/feature_schema.h"
-#include "pipelines/config.h"
 #include "pipelines/values.h"
 
 namespace txscore::pipelines {
 
-// score >= decline_threshold -> DECLINE; else score >= review_threshold -> REVIEW; else APPROVE.
-Decision Decide(double score, const DecisionStageConfig& rules);
+struct DecisionThresholds {
+  double review = 0.5;   // Default: score >= 0.5 -> REVIEW
+  double decline = 0.9;  // Default: score >= 0.9 -> DECLINE
+};
+
+// score >= decline -> DECLINE; else score >= review -> REVIEW; else APPROVE.
+Decision Decide(double score, const DecisionThresholds& thresholds);
 
 // A model's per-feature contributions as named reasons, in schema order: `contributions` has
 // one entry per schema feature (a trailing bias entry is ignored); `values` holds the row in

@@ -65,21 +65,19 @@ llm::TransactionCase ForensicStage::CaseFor(const fraud::Transaction& tx, double
   return c;
 }
 
-Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const FindingsStageConfig& config,
+Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStageOptions& config,
                                                              const llm::DecoderLoader& load_decoder) {
   if (!load_decoder) {
-    return FailedPrecondition("stage " + config.name + " needs the LLM runtime, which this program does not include");
+    return FailedPrecondition("stage " + config.stage + " needs the LLM runtime, which this program does not include");
   }
+  if (config.targets.empty()) return InvalidArgument("stage " + config.stage + ": no device to run on");
   std::unique_ptr<ForensicStage> stage(new ForensicStage());
-  stage->config_ = config;
+  stage->options_ = config;
   stage->model_id_ = std::filesystem::path(config.model_dir).filename().string();
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();
-  std::vector<FindingsStageConfig::Target> targets = {
-      {config.device_name, config.device, config.dtype, config.adapters}};
-  targets.insert(targets.end(), config.fallback.begin(), config.fallback.end());
-  for (const FindingsStageConfig::Target& target : targets) {
+  for (const ForensicTarget& target : config.targets) {
     llm::DecoderOptions options;
     options.dtype = target.dtype;
     options.threads = config.threads;
@@ -161,7 +159,7 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
     latest = std::max(latest, item.deadline);
   }
   llm::GenerationOptions options;
-  options.max_new_tokens = config_.max_new_tokens;
+  options.max_new_tokens = options_.max_new_tokens;
   options.schema = llm::ClaimAnalysisTask::Schema();
   options.deadline = latest;
   std::vector<ForensicResult> results(items.size());

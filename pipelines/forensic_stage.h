@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "accelerator/op_adapters.h"
 #include "common/result.h"
 #include "fraud/transaction.h"
 #include "llm/claim_analysis.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
-#include "pipelines/config.h"
 #include "pipelines/decision.h"
 #include "pipelines/dynamic_batcher.h"
 
@@ -49,13 +49,32 @@ struct ForensicResult {
   std::vector<std::string> failed_devices;  // devices that failed first, in the order tried
 };
 
+// Where the model runs: the libtorch device and the op adapters it uses there.
+struct ForensicTarget {
+  std::string name;          // as reported, e.g. "emulated:0 (emulated)"
+  std::string torch_device;  // e.g. "privateuseone:0"
+  std::string dtype;         // "float32" or "bfloat16"
+  accelerator::OpAdapters adapters{};
+};
+
+struct ForensicStageOptions {
+  std::string stage = "forensic";  // its name, for messages
+  std::string model_dir;           // required: a Hugging Face checkpoint directory
+  int threads = 1;                 // libtorch threads of each engine
+  int max_new_tokens = 96;
+  int max_batch = 8;        // the dynamic batcher's largest batch
+  int max_wait_us = 2000;   // how long it waits after the first request for more
+  bool background = false;  // the batcher's thread at the lowest OS priority (jobs inside a server)
+  std::vector<ForensicTarget> targets = {{"cpu", "cpu", "float32"}};  // the planned device first, then fallbacks
+};
+
 class ForensicStage {
  public:
   static constexpr std::chrono::seconds kFailingDevicePause{30};
 
-  // Loads the checkpoint in config.model_dir with `load_decoder` on config.device and on each
-  // of config.fallback, and its tokenizer.
-  static Result<std::unique_ptr<ForensicStage>> Create(const FindingsStageConfig& config,
+  // Loads the checkpoint in options.model_dir with `load_decoder` on each target, and its
+  // tokenizer.
+  static Result<std::unique_ptr<ForensicStage>> Create(const ForensicStageOptions& options,
                                                        const llm::DecoderLoader& load_decoder);
 
   // Thread-safe. Never throws; failures are in the result.
@@ -70,8 +89,8 @@ class ForensicStage {
                                             std::chrono::steady_clock::time_point deadline);
 
   const std::string& model_id() const { return model_id_; }
-  const std::string& model_dir() const { return config_.model_dir; }
-  const std::string& device_name() const { return config_.device_name; }
+  const std::string& model_dir() const { return options_.model_dir; }
+  const std::string& device_name() const { return options_.targets.front().name; }
   // Requests that moved to another device because one failed.
   uint64_t device_fallbacks() const { return device_fallbacks_.load(); }
   // The dynamic batcher's view: requests waiting, and the sizes of the batches run so far.
@@ -84,7 +103,7 @@ class ForensicStage {
  private:
   ForensicStage() = default;
 
-  FindingsStageConfig config_;
+  ForensicStageOptions options_;
   std::string model_id_;
   struct Engine {
     std::string device;  // display name

@@ -1,11 +1,9 @@
 #include "pipelines/placement.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
-
-#include "fraud/xgboost_model.h"
-#include "llm/model_config.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -44,79 +42,50 @@ accelerator::DiscoveryOptions DiscoveryOptionsFor(const PipelineConfig& config) 
   options.backend_library = config.devices.backend_library;
   options.backend_kind = accelerator::ParseDeviceKind(config.devices.backend_kind).value();  // checked at load
   options.calibration_cache = config.devices.calibration_cache;
-  options.threads = config.findings.enabled && config.findings.threads > 0 ? config.findings.threads : 1;
+  options.threads = 1;
+  for (const auto& stage : config.settings) options.threads = std::max(options.threads, stage->compute_threads);
   return options;
-}
-
-accelerator::StageWorkload FindingsWorkload(const FindingsStageConfig& stage, const accelerator::DecoderShape& shape) {
-  accelerator::StageWorkload work = accelerator::DecoderWorkload(stage.name, shape);
-  // The configured dtype first; a device without it may still run the other.
-  work.dtypes = {stage.dtype, stage.dtype == "float32" ? "bfloat16" : "float32"};
-  work.expected_batch = stage.expected_batch;
-  work.expected_tokens = stage.expected_tokens;
-  return work;
 }
 
 Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerator::DeviceRegistry& devices) {
   PipelinePlan plan;
-  for (const ModelStageConfig& stage : config.models) {
-    fraud::XGBoostModelOptions model_options;
-    model_options.schema_path = stage.schema_path;
-    model_options.fast_evaluator = true;  // to size the ensemble
-    Result<std::unique_ptr<fraud::XGBoostModel>> model = fraud::XGBoostModel::Load(stage.model_path, model_options);
-    if (!model.ok()) return model.error();
-    const int trees = static_cast<int>((*model)->num_trees());
-    accelerator::StageWorkload tree_work = accelerator::TreeEnsembleWorkload(
-        stage.name, trees > 0 ? trees : 1, (*model)->max_depth() > 0 ? (*model)->max_depth() : 6,
-        static_cast<int>((*model)->schema().size()));
-    Result<accelerator::Placement> tree_plan = accelerator::PlaceStage(tree_work, stage.placement, devices);
-    if (!tree_plan.ok()) return tree_plan.error();
-    plan.stages.push_back(std::move(tree_plan).value());
-  }
-
-  if (config.findings.enabled) {
-    Result<llm::ModelConfig> llm = llm::LoadModelConfig(config.findings.model_dir);
-    if (!llm.ok()) return llm.error();
-    const accelerator::DecoderShape shape{llm->num_hidden_layers,   llm->hidden_size,         llm->intermediate_size,
-                                          llm->num_attention_heads, llm->num_key_value_heads, llm->head_dim,
-                                          llm->vocab_size,          llm->tie_word_embeddings};
-    Result<accelerator::Placement> llm_plan =
-        accelerator::PlaceStage(FindingsWorkload(config.findings, shape), config.findings.placement, devices);
-    if (!llm_plan.ok()) return llm_plan.error();
-    plan.stages.push_back(std::move(llm_plan).value());
+  for (size_t i = 0; i < config.settings.size(); ++i) {
+    const StageSettings& settings = *config.settings[i];
+    TXSCORE_ASSIGN_OR_RETURN(std::optional<accelerator::StageWorkload> work, config.kinds[i]->Workload(settings));
+    if (!work) continue;
+    TXSCORE_ASSIGN_OR_RETURN(accelerator::Placement placed,
+                             accelerator::PlaceStage(*work, settings.placement, devices));
+    plan.stages.push_back(std::move(placed));
   }
   return plan;
 }
 
-Result<PlacedStages> PlaceStages(const PipelineConfig& config, const accelerator::DeviceRegistry* devices) {
-  PlacedStages placed;
-  FindingsStageConfig& findings = placed.findings;
-  findings = config.findings;
-  if (devices == nullptr) {
-    std::vector<std::pair<std::string, std::string>> placements;
-    for (const ModelStageConfig& m : config.models) placements.emplace_back(m.name, m.placement);
-    if (findings.enabled) placements.emplace_back(findings.name, findings.placement);
-    for (const auto& [stage, placement] : placements) {
-      if (placement != "cpu" && placement != "auto") {
-        return FailedPrecondition("stage " + stage + ": placement \"" + placement +
-                                  "\" needs device discovery, which this program did not run");
-      }
-    }
-    return placed;
-  }
-  Result<PipelinePlan> plan = PlanPipeline(config, *devices);
-  if (!plan.ok()) return plan.error();
-  placed.plan = std::move(plan).value();
-  if (const accelerator::Placement* p = placed.plan.Find(findings.name); p != nullptr && findings.enabled) {
-    findings.device = devices->Find(p->kind)->torch_device;
-    findings.device_name = devices->Find(p->kind)->DisplayName();
-    findings.dtype = p->dtype;
-    findings.adapters = p->adapters;
-    for (const accelerator::Candidate& c : p->fallback_candidates) {
-      findings.fallback.push_back({c.device, devices->Find(c.kind)->torch_device, c.dtype, c.op_adapters});
+Result<PipelinePlan> PlaceStages(const PipelineConfig& config, const accelerator::DeviceRegistry* devices) {
+  if (devices != nullptr) return PlanPipeline(config, *devices);
+  for (const auto& stage : config.settings) {
+    if (stage->placement != "cpu" && stage->placement != "auto") {
+      return FailedPrecondition("stage " + stage->name + ": placement \"" + stage->placement +
+                                "\" needs device discovery, which this program did not run");
     }
   }
-  return placed;
+  return PipelinePlan{};
+}
+
+Result<std::vector<std::unique_ptr<PreparedStage>>> PrepareStages(const PipelineConfig& config,
+                                                                  const PipelinePlan& plan,
+                                                                  const PipelineRuntime& runtime) {
+  std::vector<std::unique_ptr<PreparedStage>> stages;
+  for (size_t i = 0; i < config.settings.size(); ++i) {
+    PrepareContext context;
+    context.items = config.items;
+    context.stage = &config.graph.stage(static_cast<int>(i));
+    context.placement = plan.Find(config.settings[i]->name);
+    context.runtime = &runtime;
+    TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<PreparedStage> prepared,
+                             config.kinds[i]->Prepare(*config.settings[i], context));
+    stages.push_back(std::move(prepared));
+  }
+  return stages;
 }
 
 std::string FormatPlan(const PipelinePlan& plan, const accelerator::DeviceRegistry& devices) {

@@ -1,7 +1,9 @@
-// Placement of a pipeline's model stages: each stage's work, sized from its model, put to the
-// planner (accelerator/placement_planner.h) against the devices of this process.
+// Placement of a pipeline's stages: each stage whose kind describes its work (StageKind::
+// Workload, sized from its model) is put to the planner (accelerator/placement_planner.h)
+// against the devices of this process.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,29 +16,29 @@
 namespace txscore::pipelines {
 
 struct PipelinePlan {
-  std::vector<accelerator::Placement> stages;  // the xgboost stages in file order, then the llm_findings stage if any
+  std::vector<accelerator::Placement> stages;  // the placed stages, in file order
 
   const accelerator::Placement* Find(const std::string& stage) const;
 };
 
-// Loads each fraud model to size its ensemble and reads the LLM checkpoint's config.json.
-// Errors: a model that cannot be read, or a stage whose explicit placement cannot be met.
+// Sizes each placed stage's work (loading its model or reading its checkpoint's config.json)
+// and places it. Errors: a model that cannot be read, or an explicit placement that cannot
+// be met.
 Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerator::DeviceRegistry& devices);
 
-// The plan for `config` on `devices` (null: no discovery ran; then every stage must be placed
-// on cpu or auto, and the plan is empty), and the findings stage's settings with the device,
-// dtype, adapters and fallbacks the plan chose for it.
-struct PlacedStages {
-  PipelinePlan plan;
-  FindingsStageConfig findings;
-};
-Result<PlacedStages> PlaceStages(const PipelineConfig& config, const accelerator::DeviceRegistry* devices);
+// The plan for `config` on `devices`; null: no discovery ran, every stage must be placed on
+// cpu or auto, and the plan is empty.
+Result<PipelinePlan> PlaceStages(const PipelineConfig& config, const accelerator::DeviceRegistry* devices);
 
-// What to look for, from the pipeline file's devices section; profiles per the LLM stage's threads.
+// Each stage of `config` prepared by its kind (models loaded, rules compiled), indexed like
+// config.graph; `plan` says where the placed ones run.
+Result<std::vector<std::unique_ptr<PreparedStage>>> PrepareStages(const PipelineConfig& config,
+                                                                  const PipelinePlan& plan,
+                                                                  const PipelineRuntime& runtime);
+
+// What to look for, from the pipeline file's devices section; devices are profiled with the
+// most compute threads any stage asks for.
 accelerator::DiscoveryOptions DiscoveryOptionsFor(const PipelineConfig& config);
-
-// The workloads PlanPipeline places, for tests and `txscore plan`.
-accelerator::StageWorkload FindingsWorkload(const FindingsStageConfig& stage, const accelerator::DecoderShape& shape);
 
 // What `txscore plan` prints: the devices (emulated ones marked), then per stage every
 // candidate with its predicted time and why it was or was not chosen.

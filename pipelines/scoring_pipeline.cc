@@ -7,8 +7,6 @@
 
 #include "common/bytes.h"
 #include "fraud/entity_state.h"
-#include "fraud/features.h"
-#include "pipelines/model_stages.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -39,42 +37,28 @@ int64_t NowMicros() {
 
 Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
                                                                  const PipelineRuntime& runtime) {
-  if (config.kind != "transactions") {
-    return FailedPrecondition(config.source_path + " is a " + config.kind +
-                              " pipeline; run it with `txscore batch run --config " + config.source_path + "`");
+  if (config.items != ItemKind::kTransaction) {
+    return FailedPrecondition(config.source_path + " is a claims pipeline; run it with `txscore batch run --config " +
+                              config.source_path + "`");
   }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
   TXSCORE_RETURN_IF_ERROR(pipeline->audit_log_.BeginWriting());
-  Result<std::unique_ptr<fraud::CardTokenizer>> tokenizer =
-      fraud::CardTokenizer::FromKeyFile(config.security.card_key_file);
-  if (!tokenizer.ok()) return tokenizer.error();
-  pipeline->tokenizer_ = std::move(tokenizer).value();
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(config.security.card_key_file));
   pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };
-
-  Result<PlacedStages> placed = PlaceStages(config, runtime.devices);
-  if (!placed.ok()) return placed.error();
-  pipeline->plan_ = std::move(placed->plan);
-  const FindingsStageConfig& findings = placed->findings;
-
-  Result<std::vector<PreparedStage>> stages = PrepareStages(config, pipeline->plan_, findings);
-  if (!stages.ok()) return stages.error();
-  pipeline->runners_ = std::move(stages).value();
-  for (int i : config.graph.order()) {
-    const PreparedStage& stage = pipeline->runners_[static_cast<size_t>(i)];
-    if (stage.model != nullptr && config.graph.stage(i).required && pipeline->primary_model_ == nullptr) {
-      pipeline->primary_model_ = stage.model.get();
-    }
-  }
-  if (pipeline->primary_model_ == nullptr) {
-    // Build() makes every pipeline's decision read a score, and only xgboost stages make one.
-    return Internal("the decision stage depends on no xgboost stage");
-  }
-  if (findings.enabled) {
-    Result<std::unique_ptr<ForensicStage>> forensic = ForensicStage::Create(findings, runtime.load_decoder);
-    if (!forensic.ok()) return forensic.error();
-    pipeline->forensic_ = std::move(forensic).value();
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
+  for (size_t i = 0; i < pipeline->stages_.size(); ++i) {
+    const std::optional<ModelVersion> model = pipeline->stages_[i]->model();
+    if (!model || !config.graph.stage(static_cast<int>(i)).required) continue;
+    pipeline->model_id_ += (pipeline->model_id_.empty() ? "" : "+") + model->id;
+    pipeline->model_version_ += (pipeline->model_version_.empty() ? "" : "+") + model->version;
   }
   return pipeline;
+}
+
+const PreparedStage* ScoringPipeline::FindStage(const std::string& name) const {
+  const int index = config_.graph.Find(name);
+  return index < 0 ? nullptr : stages_[static_cast<size_t>(index)].get();
 }
 
 Result<std::string> ScoringPipeline::CardToken(fraud::RawTransaction* raw) const {
@@ -109,37 +93,50 @@ Result<fraud::CardState> ScoringPipeline::ReadCardState(const std::string& card_
   return fraud::DecodeCardState(**stored);
 }
 
-void ScoringPipeline::RunForensicStage(int stage, const fraud::Transaction& tx, const RequestValues& values,
-                                       SteadyClock::time_point deadline, StageOutputs* out, ScoreOutcome* outcome) {
-  const StageGraph& graph = config_.graph;
-  const StageOutputs& scored = values[static_cast<size_t>(graph.InputStage(stage, "score"))];
-  const StageOutputs& explained = values[static_cast<size_t>(graph.InputStage(stage, "reasons"))];
-  const std::string& name = graph.stage(stage).name;
-  ForensicResult result = forensic_->Analyze(tx, scored.score, explained.reasons, deadline);
-  outcome->forensic_device = result.device;
-  for (const std::string& failed : result.failed_devices) {
-    if (failed == result.device) continue;  // the last one tried: reported below as the stage's failure
-    spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", name, failed, tx.request_id,
-                 result.device);
+Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, SteadyClock::time_point deadline,
+                                 std::unique_lock<std::mutex>* card_lock, Result<fraud::CardState>* state,
+                                 RequestValues* values, ScoreOutcome* outcome) {
+  const GraphStage& stage = config_.graph.stage(index);
+  const PreparedStage& prepared = *stages_[static_cast<size_t>(index)];
+  const StageKindSpec& spec = config_.kinds[static_cast<size_t>(index)]->spec();
+  StageOutputs& out = (*values)[static_cast<size_t>(index)];
+  StageReport report;
+  const ScoredItem item{&tx, &**state, nullptr, 1, deadline};
+  Status ran;
+  if (prepared.slow()) {
+    card_lock->unlock();
+    ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+    card_lock->lock();
+    *state = ReadCardState(tx.card_token);  // another transaction of this card may have landed meanwhile
+    if (!state->ok()) return state->error();
+  } else {
+    ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
   }
-  switch (result.outcome) {
-    case ForensicResult::Outcome::kAnalysed:
-      out->findings = result.findings;
-      out->ran = true;
-      outcome->findings = std::move(result.findings);
-      return;
-    case ForensicResult::Outcome::kSkipped:
-      outcome->skipped_stages.push_back(name);
-      return;
-    case ForensicResult::Outcome::kCutShort:
-      outcome->degraded_stages.push_back(name);
-      return;
-    case ForensicResult::Outcome::kFailed:
-      // The decision stands without findings; the operator sees why in the log.
-      spdlog::warn("stage {} failed for request {}: {}", name, tx.request_id, result.detail);
-      outcome->degraded_stages.push_back(name);
-      return;
+  TXSCORE_RETURN_IF_ERROR(ran);
+  out.ran = report.outcome == StageReport::Outcome::kDone;
+  if (!report.device.empty()) outcome->devices.emplace_back(stage.name, report.device);
+  for (const std::string& failed : report.failed_devices) {
+    if (failed == report.device) continue;  // the last one tried: reported below as the stage's failure
+    spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed, tx.request_id,
+                 report.device);
   }
+  switch (report.outcome) {
+    case StageReport::Outcome::kDone:
+      if (spec.reports_score) outcome->stage_scores.emplace_back(stage.name, out.score);
+      if (out.findings) outcome->findings = out.findings;
+      break;
+    case StageReport::Outcome::kSkipped:
+      outcome->skipped_stages.push_back(stage.name);
+      break;
+    case StageReport::Outcome::kFailed:
+      // The decision stands without this stage; the operator sees why in the log.
+      spdlog::warn("stage {} failed for request {}: {}", stage.name, tx.request_id, report.detail);
+      [[fallthrough]];
+    case StageReport::Outcome::kCutShort:
+      outcome->degraded_stages.push_back(stage.name);
+      break;
+  }
+  return Status::Ok();
 }
 
 Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
@@ -166,8 +163,6 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   std::vector<bool> skipped(graph.size(), false);
   for (int i : graph.order()) {
     const GraphStage& stage = graph.stage(i);
-    const PreparedStage& runner = runners_[static_cast<size_t>(i)];
-    StageOutputs& out = values[static_cast<size_t>(i)];
     if (!graph.ShouldRun(i, values)) {
       // Downstream of a skipped stage is skipped too; a false condition is no news.
       for (const InputBinding& b : stage.inputs) {
@@ -178,7 +173,8 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
       if (skipped[static_cast<size_t>(i)]) outcome.skipped_stages.push_back(stage.name);
       continue;
     }
-    int budget_ms = runner.budget_ms > 0 ? runner.budget_ms : config_.deadline_ms;
+    const int stage_budget_ms = config_.settings[static_cast<size_t>(i)]->budget_ms;
+    int budget_ms = stage_budget_ms > 0 ? stage_budget_ms : config_.deadline_ms;
     if (tx.budget_ms) budget_ms = std::min(budget_ms, *tx.budget_ms);
     const SteadyClock::time_point deadline = arrival + std::chrono::milliseconds(budget_ms);
     if (!stage.required && clock_() >= deadline) {
@@ -186,26 +182,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
       outcome.skipped_stages.push_back(stage.name);
       continue;
     }
-    out.ran = true;
-    if (runner.kind == "features") {
-      out.features = fraud::ComputeFeatures(tx, *state);
-    } else if (runner.kind == "xgboost") {
-      TXSCORE_RETURN_IF_ERROR(
-          RunXGBoostStage(*runner.model, values[static_cast<size_t>(stage.inputs[0].stages[0])].features, &out));
-      outcome.stage_scores.emplace_back(stage.name, out.score);
-    } else if (runner.kind == "blend") {
-      RunBlendStage(graph, i, runner.weights, values, &out);
-      outcome.stage_scores.emplace_back(stage.name, out.score);
-    } else if (runner.kind == "decision") {
-      RunDecisionStage(graph, i, config_.decision, values, &out);
-    } else if (runner.kind == "llm_findings") {
-      out.ran = false;  // until it has findings
-      card_lock.unlock();
-      RunForensicStage(i, tx, values, deadline, &out, &outcome);
-      card_lock.lock();
-      state = ReadCardState(tx.card_token);  // another transaction of this card may have landed meanwhile
-      if (!state.ok()) return state.error();
-    }
+    TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, deadline, &card_lock, &state, &values, &outcome));
     clock.Lap(stage.name);
   }
 
@@ -215,12 +192,10 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   outcome.score = decided.score;
   outcome.decision = decided.decision;
   outcome.reasons = decided.reasons;
+  outcome.rule_hits = decided.rule_hits;
   outcome.pipeline_version = config_.version;
-  for (size_t i = 0; i < graph.size(); ++i) {
-    if (!graph.stage(static_cast<int>(i)).required || runners_[i].model == nullptr) continue;
-    outcome.model_id += (outcome.model_id.empty() ? "" : "+") + runners_[i].model->model_id();
-    outcome.model_version += (outcome.model_version.empty() ? "" : "+") + runners_[i].model->model_version();
-  }
+  outcome.model_id = model_id_;
+  outcome.model_version = model_version_;
 
   fraud::UpdateCardState(tx, &*state);
   storage::AuditRecord record;
@@ -234,6 +209,9 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   record.score = outcome.score;
   record.decision = DecisionName(outcome.decision);
   for (const Reason& r : outcome.reasons) record.reasons.push_back({r.feature, r.contribution, r.value});
+  for (const RuleHit& hit : outcome.rule_hits) {
+    record.rule_hits.push_back({hit.rule, hit.decision ? DecisionName(*hit.decision) : ""});
+  }
   for (const StageTiming& t : outcome.timings) record.timings_us.emplace_back(t.stage, t.elapsed_us);
   record.degraded_stages = outcome.degraded_stages;
   record.skipped_stages = outcome.skipped_stages;
@@ -241,13 +219,8 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
     record.findings = storage::AuditFindings{outcome.findings->risk_level, outcome.findings->flags,
                                              outcome.findings->summary, outcome.findings->model_id};
   }
-  for (int i : graph.order()) {
-    const PreparedStage& runner = runners_[static_cast<size_t>(i)];
-    std::string device;
-    if (runner.model != nullptr && values[static_cast<size_t>(i)].ran) device = runner.device;
-    if (runner.kind == "llm_findings") device = outcome.forensic_device;
-    if (device.empty()) continue;
-    record.placement += (record.placement.empty() ? "" : ",") + graph.stage(i).name + "@" + device;
+  for (const auto& [stage, device] : outcome.devices) {
+    record.placement += (record.placement.empty() ? "" : ",") + stage + "@" + device;
   }
   record.stage_scores = outcome.stage_scores;
   record.traceparent = tx.traceparent;

@@ -1,12 +1,13 @@
 // The synchronous scoring pipeline: one transaction in, one decision out.
 //
 //   validate -> tokenize PAN -> read card state
-//   -> the pipeline's stages (config.graph), each after the stages it reads from:
-//      features -> xgboost model(s) [-> blend] -> decision [-> llm_findings when its `when` holds]
+//   -> the pipeline's stages (config.graph), each after the stages it reads from, e.g.
+//      features -> xgboost model(s) [-> blend] [+ rules] -> decision [-> llm_findings when its `when` holds]
 //   -> one WriteBatch {audit record, new card state}, durable before Score returns.
 //
 // Stages run one after another in the graph's order (they take microseconds, apart from the
-// LLM); a stage runs when every stage it comes after ran and its condition holds.
+// LLM), each through the one PreparedStage interface (stage_kind.h); a stage runs when every
+// stage it reads from ran and its condition holds.
 //
 // Deadlines: every stage has one, arrival + its budget_ms (default: the pipeline's
 // deadline_ms), capped by the request's own Transaction.budget_ms. The stages the decision
@@ -18,7 +19,7 @@
 // Thread safety: Score may be called from many threads. Requests for the same card are
 // serialised (a striped lock held from the state read to the write), so concurrent
 // transactions of one card never lose each other's state updates; different cards run in
-// parallel. The forensic stage runs outside that lock (it takes milliseconds to seconds);
+// parallel. A slow stage (PreparedStage::slow, the LLM) runs outside that lock;
 // afterwards the card's state is read again and this transaction applied to it, so a
 // transaction of the same card that finished meanwhile is not lost.
 #pragma once
@@ -37,12 +38,9 @@
 #include "fraud/card_token.h"
 #include "fraud/entity_state.h"
 #include "fraud/transaction.h"
-#include "fraud/xgboost_model.h"
 #include "pipelines/config.h"
-#include "pipelines/decision.h"
-#include "pipelines/forensic_stage.h"
-#include "pipelines/model_stages.h"
 #include "pipelines/placement.h"
+#include "pipelines/stage_kind.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
 
@@ -59,6 +57,7 @@ struct ScoreOutcome {
   double score = 0;
   Decision decision = Decision::kApprove;
   std::vector<Reason> reasons;
+  std::vector<RuleHit> rule_hits;  // the rules that matched, when the decision reads a verdict
   std::string model_id;
   std::string model_version;
   std::string pipeline_version;
@@ -69,30 +68,11 @@ struct ScoreOutcome {
   // A conditional stage whose condition is false (findings for APPROVE) is in neither.
   std::vector<std::string> degraded_stages;
   std::vector<std::string> skipped_stages;
-  std::optional<llm::Findings> findings;  // from the forensic stage, when it ran and finished
-  std::string forensic_device;            // where the forensic stage ran; empty when it did not
+  std::optional<llm::Findings> findings;  // from an llm_findings stage, when it ran and finished
+  // Where each stage that reports a device ran (model and LLM stages), in run order.
+  std::vector<std::pair<std::string, std::string>> devices;
   // The score of every xgboost and blend stage that ran, shadow models included, in run order.
   std::vector<std::pair<std::string, double>> stage_scores;
-};
-
-// What the program provides beyond the pipeline file.
-struct PipelineRuntime {
-  // Needed when the pipeline has an llm_findings stage: llm::Decoder::Load (libtorch), which
-  // this library does not link.
-  llm::DecoderLoader load_decoder;
-  // The devices of this process (accelerator::DiscoverDevices). Null: no discovery ran, every
-  // stage runs on the CPU, and a placement naming another device is refused.
-  const accelerator::DeviceRegistry* devices = nullptr;
-  // Claims pipelines: another pipeline's LLM stage to use when it reads the same checkpoint,
-  // instead of loading the model again; its batcher then serves both (requests first, see
-  // dynamic_batcher.h) and its settings apply. Null: the pipeline loads its own.
-  ForensicStage* shared_llm_stage = nullptr;
-  // Default: false. Claims pipelines inside a server: the LLM stage's thread runs at the OS's
-  // lowest priority, so batch work leaves the cores to requests.
-  bool background = false;
-  // The clock deadlines are measured with. Default: std::chrono::steady_clock. Tests of
-  // deadlines pass their own; the forensic stage's batcher keeps the steady clock.
-  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 class ScoringPipeline {
@@ -107,14 +87,16 @@ class ScoringPipeline {
   // nothing was written; kInternal / kDataLoss when storage or the model fails.
   Result<ScoreOutcome> Score(fraud::RawTransaction raw);
 
-  // The decision's model: the first xgboost stage the decision depends on.
-  const fraud::XGBoostModel& model() const { return *primary_model_; }
   const PipelineConfig& config() const { return config_; }
-  // Where each model stage runs; empty without runtime.devices.
+  // Where each placed stage runs; empty without runtime.devices.
   const PipelinePlan& plan() const { return plan_; }
-  // Forensic-stage requests that moved to a fallback device because one failed.
-  uint64_t forensic_device_fallbacks() const { return forensic_ ? forensic_->device_fallbacks() : 0; }
-  ForensicStage* forensic_stage() { return forensic_.get(); }  // null without one
+  // The prepared stages, indexed like config().graph.
+  const PreparedStage& stage(int index) const { return *stages_[static_cast<size_t>(index)]; }
+  const PreparedStage* FindStage(const std::string& name) const;  // null when absent
+  // The models the decision depends on, "+"-joined in file order (e.g. "fraud-2026"), as
+  // every result and audit record names them.
+  const std::string& model_id() const { return model_id_; }
+  const std::string& model_version() const { return model_version_; }
   storage::AuditLog& audit_log() { return audit_log_; }
 
  private:
@@ -123,10 +105,11 @@ class ScoringPipeline {
   // The card's token: from the PAN (validated, then wiped) or the caller's own token.
   Result<std::string> CardToken(fraud::RawTransaction* raw) const;
   Result<fraud::CardState> ReadCardState(const std::string& card_token) const;
-  // Runs the forensic stage (index `stage`) for a request its condition selected; writes its
-  // findings into `out` and what happened into `outcome`.
-  void RunForensicStage(int stage, const fraud::Transaction& tx, const RequestValues& values,
-                        std::chrono::steady_clock::time_point deadline, StageOutputs* out, ScoreOutcome* outcome);
+  // Runs stage `index` on the request; records what happened in `outcome`. A slow stage
+  // runs with `card_lock` released, and `state` is read again after it.
+  Status RunStage(int index, const fraud::Transaction& tx, std::chrono::steady_clock::time_point deadline,
+                  std::unique_lock<std::mutex>* card_lock, Result<fraud::CardState>* state, RequestValues* values,
+                  ScoreOutcome* outcome);
 
   static constexpr size_t kCardLockStripes = 256;
 
@@ -134,10 +117,9 @@ class ScoringPipeline {
   storage::Database* db_;
   storage::AuditLog audit_log_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
-  std::vector<PreparedStage> runners_;  // indexed like config_.graph
-  const fraud::XGBoostModel* primary_model_ = nullptr;
+  std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph
+  std::string model_id_, model_version_;
   std::function<std::chrono::steady_clock::time_point()> clock_;
-  std::unique_ptr<ForensicStage> forensic_;  // null without an llm_findings stage
   PipelinePlan plan_;
   std::array<std::mutex, kCardLockStripes> card_locks_;
 };

@@ -3,47 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "pipelines/stage_kind.h"
+
 namespace txscore::pipelines {
-
-Status StageKindRegistry::Register(StageKindSpec spec) {
-  const std::string kind = spec.kind;
-  if (!kinds_.emplace(kind, std::move(spec)).second)
-    return FailedPrecondition("stage kind \"" + kind + "\" is registered twice");
-  return Status::Ok();
-}
-
-const StageKindSpec* StageKindRegistry::Find(const std::string& kind) const {
-  auto it = kinds_.find(kind);
-  return it == kinds_.end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> StageKindRegistry::Kinds() const {
-  std::vector<std::string> kinds;
-  for (const auto& [kind, spec] : kinds_) kinds.push_back(kind);
-  return kinds;
-}
-
-void RegisterBuiltinStageKinds(StageKindRegistry* registry) {
-  using T = ValueType;
-  // The registry is empty or holds other kinds: registering a builtin twice is a programming
-  // error, and the first registration stands.
-  (void)registry->Register({"features", {}, {{"features", T::kFeatures}}});
-  (void)registry->Register({"claim_features", {}, {{"features", T::kFeatures}}});
-  // A model's `reasons` are its 3 largest contributions towards fraud.
-  (void)registry->Register({"xgboost",
-                            {{"features", T::kFeatures}},
-                            {{"score", T::kNumber}, {"contributions", T::kContributions}, {"reasons", T::kReasons}}});
-  (void)registry->Register({"blend",
-                            {{"score", T::kNumber, true}, {"contributions", T::kContributions, true}},
-                            {{"score", T::kNumber}, {"contributions", T::kContributions}, {"reasons", T::kReasons}}});
-  (void)registry->Register({"decision",
-                            {{"score", T::kNumber},
-                             {"contributions", T::kContributions},
-                             {"findings", T::kFindings, false, /*optional=*/true}},
-                            {{"decision", T::kDecision}, {"reasons", T::kReasons}, {"score", T::kNumber}}});
-  (void)registry->Register(
-      {"llm_findings", {{"score", T::kNumber}, {"reasons", T::kReasons}}, {{"findings", T::kFindings}}});
-}
 
 namespace {
 
@@ -93,7 +55,7 @@ std::vector<int> FindCycle(const std::vector<std::vector<int>>& after, const std
 }  // namespace
 
 Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declared, const StageKindRegistry& kinds,
-                                     const std::string& source, const std::string& sink_kind) {
+                                     const std::string& source, bool require_sink) {
   StageGraph graph;
   const size_t n = declared.size();
   std::map<std::string, int> index;
@@ -103,13 +65,13 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
     if (!index.emplace(d.name, static_cast<int>(i)).second) {
       return ErrorAt(source, d.at, "there are two stages named \"" + d.name + "\"");
     }
-    const StageKindSpec* spec = kinds.Find(d.kind);
-    if (spec == nullptr) {
+    const StageKind* kind = kinds.Find(d.kind);
+    if (kind == nullptr) {
       return ErrorAt(
           source, d.at,
           "stage \"" + d.name + "\": unknown kind \"" + d.kind + "\" (known: " + JoinNames(kinds.Kinds()) + ")");
     }
-    specs.push_back(spec);
+    specs.push_back(&kind->spec());
     GraphStage stage;
     stage.name = d.name;
     stage.kind = d.kind;
@@ -162,6 +124,21 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
     return ErrorAt(source, declared[static_cast<size_t>(reported)].after_at,
                    "the stages form a cycle: " + JoinNames(names, " -> "));
   }
+
+  // The sink: the stage whose outputs are the pipeline's result.
+  std::vector<int> sinks;
+  for (size_t i = 0; i < n; ++i) {
+    if (specs[i]->sink) sinks.push_back(static_cast<int>(i));
+  }
+  std::string sink_kind;
+  for (const std::string& k : kinds.Kinds()) {
+    if (kinds.Find(k)->spec().sink) sink_kind += (sink_kind.empty() ? "" : " or ") + k;
+  }
+  if (sinks.size() > 1 || (require_sink && sinks.empty())) {
+    return ErrorAt(source, sinks.size() > 1 ? declared[static_cast<size_t>(sinks[1])].at : SourceLocation{1, 1},
+                   "a pipeline has exactly one " + sink_kind + " stage; this one has " + std::to_string(sinks.size()));
+  }
+  if (!sinks.empty()) graph.sink_ = sinks[0];
 
   // Every stage's upstream, direct or not.
   std::vector<std::set<int>> upstream(n);
@@ -257,30 +234,35 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
       stage.inputs.push_back(std::move(binding));
       stage.optional.push_back(port.optional);
     }
-    if (!d.when.empty()) {
+    std::string when = d.when;
+    SourceLocation when_at = d.when_at;
+    if (when.empty() && !spec.default_when.empty()) {
+      const std::string placeholder = "$sink";
+      std::string shown = spec.default_when;
+      shown.replace(shown.find(placeholder), placeholder.size(), "<" + sink_kind + ">");
+      if (graph.sink_ < 0 || upstream[i].count(graph.sink_) == 0) {
+        return ErrorAt(source, d.at,
+                       "stage \"" + d.name + "\" needs a when: (its default, " + shown + ", needs the " + sink_kind +
+                           " stage upstream of it), e.g. when: \"model.score >= 0.5\"");
+      }
+      when = spec.default_when;
+      when.replace(when.find(placeholder), placeholder.size(), declared[static_cast<size_t>(graph.sink_)].name);
+      when_at = d.at;
+    }
+    if (!when.empty()) {
       std::map<std::string, Condition::Output> outputs;
       for (int u : upstream[i]) {
         for (const PortSpec& p : specs[static_cast<size_t>(u)]->outputs) {
           outputs[declared[static_cast<size_t>(u)].name + "." + p.name] = {p.type, u};
         }
       }
-      Result<Condition> when = Condition::Parse(d.when, outputs);
-      if (!when.ok()) return ErrorAt(source, d.when_at, "when: " + when.error().message);
-      stage.when = std::move(when).value();
+      Result<Condition> condition = Condition::Parse(when, outputs);
+      if (!condition.ok()) return ErrorAt(source, when_at, "when: " + condition.error().message);
+      stage.when = std::move(condition).value();
     }
   }
 
-  if (!sink_kind.empty()) {
-    std::vector<int> sinks;
-    for (size_t i = 0; i < n; ++i) {
-      if (graph.stages_[i].kind == sink_kind) sinks.push_back(static_cast<int>(i));
-    }
-    if (sinks.size() != 1) {
-      return ErrorAt(
-          source, sinks.size() > 1 ? declared[static_cast<size_t>(sinks[1])].at : SourceLocation{1, 1},
-          "a pipeline has exactly one " + sink_kind + " stage; this one has " + std::to_string(sinks.size()));
-    }
-    graph.sink_ = sinks[0];
+  if (graph.sink_ >= 0) {
     // The sink and everything it reads, directly or not, must run for every request.
     std::vector<int> pending = {graph.sink_};
     while (!pending.empty()) {
@@ -292,7 +274,7 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
       if (stage.when) {
         return ErrorAt(source, declared[static_cast<size_t>(s)].when_at,
                        "stage \"" + stage.name + "\" cannot have a condition: the " + sink_kind +
-                           " depends on it, and every request needs a " + sink_kind);
+                           " depends on it, and every request needs one");
       }
       for (size_t k = 0; k < stage.inputs.size(); ++k) {
         if (stage.optional[k]) continue;
@@ -310,11 +292,10 @@ int StageGraph::Find(const std::string& name) const {
   return -1;
 }
 
-int StageGraph::InputStage(int index, const std::string& input) const {
-  for (const InputBinding& b : stage(index).inputs) {
-    if (b.input == input && !b.stages.empty()) return b.stages[0];
-  }
-  return -1;
+int StageGraph::InputStage(int index, size_t port) const {
+  const std::vector<InputBinding>& inputs = stage(index).inputs;
+  if (port >= inputs.size() || inputs[port].stages.empty()) return -1;
+  return inputs[port].stages[0];
 }
 
 bool StageGraph::ShouldRun(int index, const RequestValues& values) const {

@@ -17,11 +17,13 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "pipelines/condition.h"
+#include "pipelines/source_location.h"
 #include "pipelines/values.h"
 
 namespace txscore::pipelines {
@@ -37,32 +39,30 @@ struct PortSpec {
   bool optional = false;
 };
 
+// What a stage kind is, as the graph and the executors see it (stage_kind.h).
 struct StageKindSpec {
   std::string kind;  // as written in `kind:`
   std::vector<PortSpec> inputs;
   std::vector<PortSpec> outputs;  // at most one output per type (values.h)
+  std::set<std::string> keys;     // its own YAML keys, beside name, kind, after, inputs and when
+  // What items it can score: a stage that reads the transaction (features) or the claim
+  // (claim_features) fixes what its pipeline scores. Default: both.
+  bool transactions = true;
+  bool claims = true;
+  // Its stage is the pipeline's result (the decision): exactly one per pipeline, and the
+  // stages it depends on always run.
+  bool sink = false;
+  // Its `number` output is a model score reported per stage (ScoreResult.stage_scores).
+  bool reports_score = false;
+  // It may fail or run out of time on an item without failing the item: the item is then
+  // reported degraded (the LLM stage). Its failures count as shortfalls in a claims job.
+  bool best_effort = false;
+  // The condition used when its stage has no `when:`, with "$sink" standing for the sink's
+  // stage name (which must then be upstream of it). Empty: always, once its inputs exist.
+  std::string default_when;
 };
 
-class StageKindRegistry {
- public:
-  // Fails on a second registration of a kind.
-  Status Register(StageKindSpec spec);
-  const StageKindSpec* Find(const std::string& kind) const;
-  std::vector<std::string> Kinds() const;  // sorted
-
- private:
-  std::map<std::string, StageKindSpec> kinds_;
-};
-
-// The kinds txscore runs: features, claim_features, xgboost, blend, decision, llm_findings
-// (their ports are listed in stage_graph.cc and in README's pipeline section).
-void RegisterBuiltinStageKinds(StageKindRegistry* registry);
-
-// Where something was written, 1-based; line 0 when unknown.
-struct SourceLocation {
-  int line = 0;
-  int column = 0;
-};
+class StageKindRegistry;  // stage_kind.h
 
 // A stage as the pipeline file declares it.
 struct StageDeclaration {
@@ -95,10 +95,10 @@ struct GraphStage {
 
 class StageGraph {
  public:
-  // `sink_kind`: the kind whose stage is the pipeline's result (e.g. "decision"); there must be
-  // exactly one, and the stages it depends on are `required`. Empty: no sink, nothing required.
+  // With `require_sink`, exactly one stage is of a sink kind (StageKindSpec::sink) and the
+  // stages it depends on are `required`; without, a sink is optional.
   static Result<StageGraph> Build(const std::vector<StageDeclaration>& stages, const StageKindRegistry& kinds,
-                                  const std::string& source_path, const std::string& sink_kind = "");
+                                  const std::string& source_path, bool require_sink = true);
 
   size_t size() const { return stages_.size(); }
   const GraphStage& stage(int index) const { return stages_[static_cast<size_t>(index)]; }
@@ -106,9 +106,9 @@ class StageGraph {
   // Stage indices, every stage after all the stages it reads from.
   const std::vector<int>& order() const { return order_; }
   int Find(const std::string& name) const;  // -1 when absent
-  int sink() const { return sink_; }        // -1 without a sink kind
-  // The stage that feeds `input` of stage `index` (its first binding), or -1.
-  int InputStage(int index, const std::string& input) const;
+  int sink() const { return sink_; }        // -1 without a sink
+  // The stage that feeds input `port` of stage `index` (its first binding), or -1.
+  int InputStage(int index, size_t port) const;
 
   // True when every stage a non-optional input of `index` is bound to has run for this
   // request, and its condition (if any) holds. (`after:` stages that feed it nothing only

@@ -20,8 +20,9 @@ enum class ValueType {
   kDecision,       // APPROVE, REVIEW or DECLINE
   kReasons,        // the largest contributions towards fraud, largest first
   kFindings,       // an LLM's structured findings
+  kVerdict,        // rules that matched, and the decision they force if any (RuleHit)
 };
-// "features", "number", "contributions", "decision", "reasons", "findings".
+// "features", "number", "contributions", "decision", "reasons", "findings", "verdict".
 const char* ValueTypeName(ValueType type);
 
 // Values match the Thrift Decision enum.
@@ -34,6 +35,13 @@ struct Reason {
   double value = 0;         // NaN when missing
 };
 
+// A rule that matched an item (a rules stage's verdict): its id is the reason code reported
+// in the result and the audit record.
+struct RuleHit {
+  std::string rule;                  // e.g. "R17"
+  std::optional<Decision> decision;  // what the rule forces; none: it only reports its reason
+};
+
 // One stage's outputs for one request. A stage writes the fields of its output types only.
 struct StageOutputs {
   bool ran = false;  // false: the stage did not run (its condition was false, or it was skipped)
@@ -43,6 +51,10 @@ struct StageOutputs {
   Decision decision = Decision::kApprove;
   std::vector<Reason> reasons;
   std::optional<llm::Findings> findings;
+  // kVerdict: the rules that matched, in rule order, and the decision the first of them that
+  // forces one forces (none: the score decides).
+  std::vector<RuleHit> rule_hits;
+  std::optional<Decision> forced_decision;
 };
 
 // What a request has produced: one entry per stage, indexed like the pipeline's stages.

@@ -80,6 +80,14 @@ struct ReasonCode {
   3: required double value,
 }
 
+// A deterministic rule that matched (a rules stage): its id is the reason code.
+struct RuleHit {
+  1: required string rule,
+  // The decision the rule forces; unset for a rule that only reports its reason. The first
+  // matching rule with a decision decided the result.
+  2: optional Decision decision,
+}
+
 struct StageTiming {
   1: required string stage,
   2: required i64 elapsed_us,
@@ -115,6 +123,8 @@ struct ScoreResult {
   12: optional string card_token,
   // The score of every model stage that ran (shadow models and blends included), by stage name.
   13: optional map<string, double> stage_scores,
+  // The rules that matched, in rule order (pipelines with a rules stage).
+  14: optional list<RuleHit> rule_hits,
 }
 
 exception InvalidRequest {

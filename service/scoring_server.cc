@@ -5,8 +5,11 @@
 namespace txscore::service {
 
 Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::PipelineConfig& config,
-                                                             const pipelines::PipelineRuntime& runtime,
+                                                             const pipelines::PipelineRuntime& given_runtime,
                                                              const Hooks& runtime_hooks) {
+  // The server's pipelines share what their kinds allow (one LLM engine on an accelerator).
+  pipelines::PipelineRuntime runtime = given_runtime;
+  if (runtime.shared == nullptr) runtime.shared = std::make_shared<pipelines::SharedStageResources>();
   std::unique_ptr<ScoringServer> server(new ScoringServer());
   // The admin port answers first, so /healthz and /readyz (503 "starting") are there while
   // the database and models load.
@@ -33,7 +36,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
       pipelines::ScoringPipeline::Create(config, server->db_.get(), runtime);
   if (!pipeline.ok()) return pipeline.error();
   server->pipeline_ = std::move(pipeline).value();
-  server->metrics_ = std::make_unique<ScoringMetrics>(&server->registry_, config, server->pipeline_->model());
+  server->metrics_ = std::make_unique<ScoringMetrics>(&server->registry_, *server->pipeline_);
   ScoringServer* const counters = server.get();
   const struct {
     const char* name;
@@ -48,11 +51,12 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
        "Weight bytes moved to a device after serving started (prepare once: stays 0).",
        &PrepareSnapshot::weight_bytes_moved},
   };
-  if (config.findings.enabled) {
-    pipelines::ScoringPipeline* const pipeline = server->pipeline_.get();
+  for (size_t i = 0; i < config.graph.size(); ++i) {
+    const pipelines::PreparedStage* stage = &server->pipeline_->stage(static_cast<int>(i));
+    if (!stage->device_fallbacks()) continue;  // a stage that runs on one device only
     server->registry_.AddCounterFunction(
         "txscore_device_fallbacks_total", "Requests of a stage that moved to its next device because one failed.",
-        {{"stage", config.findings.name}}, [pipeline] { return pipeline->forensic_device_fallbacks(); });
+        {{"stage", config.graph.stage(static_cast<int>(i)).name}}, [stage] { return *stage->device_fallbacks(); });
   }
   for (const auto& c : kPrepareCounters) {
     server->registry_.AddCounterFunction(c.name, c.help, {},
@@ -62,15 +66,10 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   if (!config.jobs.claims_pipeline.empty()) {
     Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(config.jobs.claims_pipeline);
     if (!claims.ok()) return claims.error();
+    // The claims pipeline may share the transaction pipeline's engines (an LLM on an
+    // accelerator: one engine, one batcher, requests first); each kind decides (its Prepare).
     pipelines::PipelineRuntime background = runtime;
-    background.background = config.jobs.priority == "idle";  // the jobs' LLM thread leaves the cores to requests
-    // On an accelerator the device is what requests and jobs compete for: one engine, one
-    // batcher, requests first. On the CPU with idle priority, the jobs get their own engine
-    // whose thread the OS runs only on cores requests leave.
-    pipelines::ForensicStage* transaction_llm = server->pipeline_->forensic_stage();
-    if (transaction_llm != nullptr && (transaction_llm->device_name() != "cpu" || !background.background)) {
-      background.shared_llm_stage = transaction_llm;
-    }
+    background.background = config.jobs.priority == "idle";  // the jobs' threads leave the cores to requests
     Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline =
         pipelines::ClaimsPipeline::Create(*claims, background);
     if (!claims_pipeline.ok()) return claims_pipeline.error();
@@ -154,10 +153,9 @@ HttpResponse ScoringServer::Readiness() const {
   if (phase == Phase::kServing) {
     const Status database = db_->CheckHealth();
     const bool listening = rpc_->serving();
-    const fraud::XGBoostModel& model = pipeline_->model();
     body["database"] = database.ok() ? "open" : database.error().message;
     body["listener"] = listening ? "serving" : "not serving";
-    body["model"] = model.model_id() + "@" + model.model_version();
+    body["model"] = pipeline_->model_id() + "@" + pipeline_->model_version();
     body["ready"] = database.ok() && listening;
   }
   return HttpResponse{body["ready"].get<bool>() ? 200 : 503, "application/json", body.dump() + "\n"};

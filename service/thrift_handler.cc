@@ -97,11 +97,19 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
   r.__set_card_token(outcome.card_token);
   std::map<std::string, double> stage_scores(outcome.stage_scores.begin(), outcome.stage_scores.end());
   r.__set_stage_scores(std::move(stage_scores));
+  std::vector<rpc::RuleHit> rule_hits;
+  for (const pipelines::RuleHit& hit : outcome.rule_hits) {
+    rpc::RuleHit h;
+    h.rule = hit.rule;
+    if (hit.decision) h.__set_decision(static_cast<rpc::Decision::type>(*hit.decision));
+    rule_hits.push_back(std::move(h));
+  }
+  r.__set_rule_hits(std::move(rule_hits));
   return r;
 }
 
-ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::PipelineConfig& config,
-                               const fraud::XGBoostModel& model) {
+ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline) {
+  const pipelines::PipelineConfig& config = pipeline.config();
   std::vector<std::string> stages = {"validate", "state", "persist"};
   for (const pipelines::GraphStage& stage : config.graph.stages()) stages.push_back(stage.name);
   for (const pipelines::GraphStage& stage : config.graph.stages()) {
@@ -131,8 +139,8 @@ ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::Pipel
                                                       "Time to answer a request, by method.", {{"method", method}});
   }
   registry->AddInfo("txscore_model_info", "The loaded fraud model.",
-                    {{"model_id", model.model_id()},
-                     {"model_version", model.model_version()},
+                    {{"model_id", pipeline.model_id()},
+                     {"model_version", pipeline.model_version()},
                      {"pipeline", config.name},
                      {"pipeline_version", config.version}});
 }
@@ -204,8 +212,8 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
 void TxScoreHandler::health(rpc::HealthStatus& status) {
   status.live = true;
   status.ready = ready_->load();
-  status.model_id = pipeline_->model().model_id();
-  status.model_version = pipeline_->model().model_version();
+  status.model_id = pipeline_->model_id();
+  status.model_version = pipeline_->model_version();
   status.pipeline_version = pipeline_->config().version;
 }
 

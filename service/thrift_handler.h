@@ -27,7 +27,7 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome);
 // Metrics of the scoring service, registered once.
 class ScoringMetrics {
  public:
-  ScoringMetrics(MetricsRegistry* registry, const pipelines::PipelineConfig& config, const fraud::XGBoostModel& model);
+  ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline);
   // outcome: "ok", "invalid" or "error".
   void RecordRequest(const std::string& method, const std::string& outcome, double seconds);
   void RecordOutcome(const pipelines::ScoreOutcome& outcome);

@@ -167,6 +167,17 @@ std::string ScoreResultToJson(const rpc::ScoreResult& r) {
               {"timings_us", timings}};
   if (r.__isset.stage_scores && r.stage_scores.size() > 1)
     doc["stage_scores"] = r.stage_scores;  // shadow models, blends
+  if (r.__isset.rule_hits && !r.rule_hits.empty()) {
+    json hits = json::array();
+    for (const auto& hit : r.rule_hits) {
+      auto forced = rpc::_Decision_VALUES_TO_NAMES.find(hit.decision);
+      hits.push_back(
+          {{"rule", hit.rule},
+           {"decision",
+            hit.__isset.decision && forced != rpc::_Decision_VALUES_TO_NAMES.end() ? json(forced->second) : json()}});
+    }
+    doc["rule_hits"] = hits;
+  }
   if (!r.degraded_stages.empty()) doc["degraded_stages"] = r.degraded_stages;
   if (!r.skipped_stages.empty()) doc["skipped_stages"] = r.skipped_stages;
   if (r.__isset.findings) {

@@ -17,6 +17,8 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
   for (const auto& [stage, us] : r.timings_us) timings[stage] = us;
   nlohmann::json stage_scores = nlohmann::json::array();
   for (const auto& [stage, score] : r.stage_scores) stage_scores.push_back({{"stage", stage}, {"score", score}});
+  nlohmann::json rule_hits = nlohmann::json::array();
+  for (const AuditRuleHit& hit : r.rule_hits) rule_hits.push_back({{"rule", hit.rule}, {"decision", hit.decision}});
   nlohmann::json doc = {
       {"time_us", r.time_us},
       {"request_id", r.request_id},
@@ -33,6 +35,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"skipped_stages", r.skipped_stages},
       {"placement", r.placement},
       {"stage_scores", stage_scores},
+      {"rule_hits", rule_hits},
       {"traceparent", r.traceparent},
   };
   if (r.findings) {
@@ -71,6 +74,11 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
     if (auto scores = doc.find("stage_scores"); scores != doc.end()) {
       for (const auto& entry : *scores) {
         r.stage_scores.emplace_back(entry.at("stage").get<std::string>(), entry.at("score").get<double>());
+      }
+    }
+    if (auto hits = doc.find("rule_hits"); hits != doc.end()) {
+      for (const auto& entry : *hits) {
+        r.rule_hits.push_back({entry.at("rule").get<std::string>(), entry.at("decision").get<std::string>()});
       }
     }
     r.traceparent = doc.value("traceparent", "");

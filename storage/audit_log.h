@@ -34,6 +34,12 @@ struct AuditFindings {
   std::string model_id;
 };
 
+// A rule that matched (a rules stage), and the decision it forced ("" when it only reports).
+struct AuditRuleHit {
+  std::string rule;
+  std::string decision;
+};
+
 struct AuditRecord {
   int64_t time_us = 0;  // when the decision was made, microseconds since the epoch (UTC)
   std::string request_id;
@@ -45,6 +51,7 @@ struct AuditRecord {
   double score = 0;
   std::string decision;  // APPROVE, REVIEW or DECLINE
   std::vector<AuditReason> reasons;
+  std::vector<AuditRuleHit> rule_hits;                      // in rule order; the first with a decision decided
   std::vector<std::pair<std::string, int64_t>> timings_us;  // stage -> elapsed
   std::vector<std::string> degraded_stages;
   std::vector<std::string> skipped_stages;

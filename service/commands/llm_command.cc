@@ -15,7 +15,7 @@
 #include "llm/decoder.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
-#include "pipelines/claims_pipeline.h"
+#include "pipelines/stages/llm_findings_stage.h"
 #include "service/commands/commands.h"
 #include "service/commands/progress.h"
 
@@ -128,7 +128,7 @@ Result<llm::ClaimFields> ReadClaimArgument(const std::string& argument) {
   const auto throwaway = fraud::CardTokenizer::FromKey(std::string(fraud::CardTokenizer::kMinKeyBytes, 'x'));
   Result<fraud::Claim> claim = fraud::ValidateClaim(*raw, *throwaway);
   if (!claim.ok()) return InvalidArgument("--claim: " + claim.error().message);
-  return pipelines::ClaimsPipeline::FieldsFor(*claim);
+  return pipelines::ClaimFieldsFor(*claim);
 }
 
 int RunAnalyzeClaim(const AnalyzeOptions& options) {

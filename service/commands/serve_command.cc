@@ -50,21 +50,20 @@ int RunServe(const ServeOptions& options) {
     return 1;
   }
   (*server)->Start([] { kill(getpid(), SIGTERM); });
-  const fraud::XGBoostModel& model = (*server)->pipeline().model();
-  spdlog::info("pipeline {} v{}: model {}@{} ({} features), review at >= {}, decline at >= {}", config->name,
-               config->version, model.model_id(), model.model_version(), model.schema().size(),
-               config->decision.review_threshold, config->decision.decline_threshold);
-  for (const accelerator::Placement& p : (*server)->pipeline().plan().stages) {
+  const pipelines::ScoringPipeline& pipeline = (*server)->pipeline();
+  spdlog::info("pipeline {} v{}: model {}@{}", config->name, config->version, pipeline.model_id(),
+               pipeline.model_version());
+  for (int i : config->graph.order()) {
+    const pipelines::GraphStage& stage = config->graph.stage(i);
+    spdlog::info("stage {} ({}){}: {}", stage.name, stage.kind, stage.when ? " when " + stage.when->text() : "",
+                 pipeline.stage(i).Describe());
+  }
+  for (const accelerator::Placement& p : pipeline.plan().stages) {
     spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
   }
   if (!config->jobs.claims_pipeline.empty()) {
     spdlog::info("claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",
                  config->jobs.claims_pipeline, config->jobs.input_dir, config->jobs.output_dir, config->jobs.priority);
-  }
-  if (config->findings.enabled) {
-    spdlog::info("stage {}: findings from {} when {} (budget {} ms, batches of up to {})", config->findings.name,
-                 config->findings.model_dir, config->findings.when.text(), config->findings.budget_ms,
-                 config->findings.max_batch);
   }
   spdlog::info(
       "serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "

@@ -43,6 +43,7 @@ def main():
                 text = text.replace("  port: 9090\n", "  port: 0\n").replace("  port: 9091\n", "  port: 0\n")
             with open(os.path.join(config_dir, name), "w") as f:
                 f.write(text)
+        shutil.copytree(os.path.join(args.source, "config", "lists"), os.path.join(config_dir, "lists"))
         os.symlink(os.path.join(repo_var, "models"), os.path.join(var, "models"))
         shutil.copy(os.path.join(repo_var, "card.key"), os.path.join(var, "card.key"))
         os.chmod(os.path.join(var, "card.key"), 0o600)
@@ -92,6 +93,7 @@ def main():
         assert r.returncode == 0, r.stderr
         audited = [json.loads(line) for line in r.stdout.splitlines()]
         assert len(audited) == 3 and all("card_token" in a for a in audited), r.stdout
+        assert all("rule_hits" in a for a in audited), r.stdout
 
         def wait_for_job(job_id):
             deadline = time.monotonic() + 240
@@ -139,6 +141,8 @@ def main():
         _, err = server.communicate(timeout=60)
         assert server.returncode == 0, err
         assert "stopped cleanly" in err, err
+        # The shipped rules stage was prepared with its list, and the decision reads its verdict.
+        assert "stage rules (rules): 3 rules, 1 lists of 2 entries" in err, err
         server = None
         print(f"ok: {len(results)} scored ({len(reviews)} REVIEW with findings), audit read, plan shown, "
               f"job {job_id} DONE with 40 rows, stopped cleanly")

@@ -21,6 +21,7 @@
 
 #include "fraud/card_token.h"
 #include "fraud/synthetic.h"
+#include "fraud/xgboost_model.h"
 #include "gen-cpp/TxScore.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
@@ -431,7 +432,7 @@ TEST_F(RpcServerTest, HealthReportsReadyModel) {
   EXPECT_TRUE(health.live);
   EXPECT_TRUE(health.ready);
   EXPECT_EQ(health.model_id, "fraud");
-  EXPECT_EQ(health.model_version, server_->pipeline().model().model_version());
+  EXPECT_EQ(health.model_version, server_->pipeline().FindStage("fraud")->model()->version);
 }
 
 TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
@@ -446,7 +447,8 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   const HttpAnswer ready = HttpRequest(port, "/readyz");
   EXPECT_EQ(ready.status, 200);
   EXPECT_EQ(ready.body, "{\"database\":\"open\",\"listener\":\"serving\",\"model\":\"fraud@" +
-                            server_->pipeline().model().model_version() + "\",\"phase\":\"serving\",\"ready\":true}\n");
+                            server_->pipeline().FindStage("fraud")->model()->version +
+                            "\",\"phase\":\"serving\",\"ready\":true}\n");
   const std::string metrics = HttpRequest(port, "/metrics").body;
   EXPECT_NE(metrics.find("txscore_requests_total{method=\"score\",outcome=\"ok\"} 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("txscore_request_duration_seconds_count{method=\"score\"} 1\n"), std::string::npos);

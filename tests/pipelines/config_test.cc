@@ -5,10 +5,29 @@
 
 #include <filesystem>
 
+#include "pipelines/stages/blend_stage.h"
+#include "pipelines/stages/decision_stage.h"
+#include "pipelines/stages/llm_findings_stage.h"
+#include "pipelines/stages/rules_stage.h"
+#include "pipelines/stages/xgboost_stage.h"
 #include "tests/test_support.h"
 
 namespace txscore::pipelines {
 namespace {
+
+// The settings a stage's kind read, as that kind's type.
+template <typename T>
+const T& SettingsOf(const PipelineConfig& config, const std::string& stage) {
+  return dynamic_cast<const T&>(*config.FindSettings(stage));
+}
+using Model = XGBoostStageSettings;
+using Findings = LlmFindingsStageSettings;
+
+// The condition the graph runs stage `name` under ("" when none).
+std::string WhenOf(const PipelineConfig& config, const std::string& name) {
+  const GraphStage& stage = config.graph.stage(config.graph.Find(name));
+  return stage.when ? stage.when->text() : "";
+}
 
 // A valid file whose relative paths resolve inside `dir`.
 class ConfigTest : public ::testing::Test {
@@ -48,25 +67,34 @@ TEST_F(ConfigTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   EXPECT_EQ(config->admin.host, "127.0.0.1");
   EXPECT_EQ(config->storage.path, dir_.file("db"));
   EXPECT_EQ(config->storage.durability, storage::Durability::kSync);
-  EXPECT_EQ(config->models[0].model_path, dir_.file("model.ubj"));
-  EXPECT_EQ(config->decision.review_threshold, 0.5);
-  EXPECT_EQ(config->decision.decline_threshold, 0.9);
+  EXPECT_EQ(SettingsOf<Model>(*config, "fraud").model_path, dir_.file("model.ubj"));
+  EXPECT_EQ(SettingsOf<DecisionStageSettings>(*config, "decision").thresholds.review, 0.5);
+  EXPECT_EQ(SettingsOf<DecisionStageSettings>(*config, "decision").thresholds.decline, 0.9);
 }
 
 TEST_F(ConfigTest, TheShippedDemoPipelineParses) {
   // config/pipeline.yaml names var/ files that only exist after set-up; check its shape by
   // pointing the paths at this test's files.
   std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/pipeline.yaml");
-  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
-                          {"../var/models/fraud.ubj", "model.ubj"},
-                          {"../var/models/llm-tiny", "."},
-                          {"claims_pipeline: claims.yaml", "claims_pipeline: card.key"}}) {
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+        {"../var/models/fraud.ubj", "model.ubj"},
+        {"../var/models/llm-tiny", "."},
+        {"lists/deny-merchants.txt", std::string(TXSCORE_SOURCE_DIR) + "/config/lists/deny-merchants.txt"},
+        {"claims_pipeline: claims.yaml", "claims_pipeline: card.key"}}) {
     yaml.replace(yaml.find(from), from.size(), to);
   }
   auto config = Parse(yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->version, "2026.11");
-  EXPECT_TRUE(config->findings.enabled);
+  EXPECT_EQ(SettingsOf<Findings>(*config, "forensic").budget_ms, 1500);
+  const auto& rules = SettingsOf<RulesStageSettings>(*config, "rules");
+  ASSERT_EQ(rules.rules.size(), 3u);
+  EXPECT_EQ(rules.rules[1].id, "R20");
+  EXPECT_EQ(rules.rules[1].decision, Decision::kDecline);
+  // The decision reads the rules' verdict.
+  const StageGraph& graph = config->graph;
+  EXPECT_EQ(graph.InputStage(graph.sink(), kDecisionVerdict), graph.Find("rules"));
   EXPECT_EQ(config->jobs.claims_pipeline, dir_.file("card.key"));
   EXPECT_EQ(config->jobs.priority, "idle");
 }
@@ -80,19 +108,20 @@ TEST_F(ConfigTest, TheShippedClaimsPipelineParses) {
   }
   auto config = Parse(yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  EXPECT_EQ(config->kind, "claims");
-  EXPECT_EQ(config->findings.when.text(), "claims_model.score >= 0.5");
+  EXPECT_EQ(config->items, ItemKind::kClaim);
+  EXPECT_EQ(WhenOf(*config, "analysis"), "claims_model.score >= 0.5");
   const StageGraph& graph = config->graph;
-  EXPECT_EQ(graph.InputStage(graph.sink(), "findings"), graph.Find("analysis"));
+  EXPECT_EQ(graph.InputStage(graph.sink(), kDecisionFindings), graph.Find("analysis"));
   EXPECT_FALSE(graph.stage(graph.Find("analysis")).required);
-  EXPECT_TRUE(config->decision.escalate_high_risk);
+  EXPECT_TRUE(SettingsOf<DecisionStageSettings>(*config, "decision").escalate_high_risk);
 }
 
 TEST_F(ConfigTest, APipelineScoresTransactionsOrClaimsNotBoth) {
   auto mixed = Parse(std::string(kValid) + "  - {name: claim_features, kind: claim_features}\n");
   ASSERT_FALSE(mixed.ok());
-  EXPECT_EQ(mixed.error().message,
-            Where(9, 5) + "a pipeline scores transactions (features) or claims (claim_features), not both");
+  EXPECT_EQ(mixed.error().message, Where(9, 5) +
+                                       "a pipeline scores transactions or claims, not both: stage \"features\" reads "
+                                       "transactions, \"claim_features\" (claim_features) claims");
 }
 
 TEST_F(ConfigTest, UnknownKeyIsRejectedWithLineAndColumn) {
@@ -189,11 +218,10 @@ TEST_F(ConfigTest, StagesMayFanOutAndJoin) {
   auto config = Parse("pipeline: {deadline_ms: 40}\n" + yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->deadline_ms, 40);
-  ASSERT_EQ(config->models.size(), 2u);
-  EXPECT_EQ(config->models[1].budget_ms, 5);
-  EXPECT_EQ(config->models[0].budget_ms, 0);  // the pipeline's deadline
-  ASSERT_EQ(config->blends.size(), 1u);
-  EXPECT_EQ(config->blends[0].weights, (std::vector<double>{2, 1}));
+  ASSERT_EQ(config->settings.size(), 5u);
+  EXPECT_EQ(config->settings[2]->budget_ms, 5);
+  EXPECT_EQ(config->settings[1]->budget_ms, 0);  // the pipeline's deadline
+  EXPECT_EQ(SettingsOf<BlendStageSettings>(*config, "blend").weights, (std::vector<double>{2, 1}));
   EXPECT_EQ(config->stages[3].after, (std::vector<std::string>{"fraud", "shadow"}));
   EXPECT_EQ(config->graph.stage(config->graph.sink()).name, "decision");
 
@@ -214,7 +242,7 @@ TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
   EXPECT_EQ(config.error().message, Where(7, 80) + "placement must be auto, cpu, cuda, spyre or emulated, not \"tpu\"");
   // Whether a named device exists and can run the stage is decided at start-up by the planner.
   yaml.replace(yaml.find("placement: tpu"), 14, "placement: spyre");
-  EXPECT_EQ(Parse(yaml)->models[0].placement, "spyre");
+  EXPECT_EQ(Parse(yaml)->settings[1]->placement, "spyre");
 }
 
 TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
@@ -222,26 +250,25 @@ TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
   yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, evaluator: xgboost");
   auto config = Parse(yaml);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  EXPECT_FALSE(config->models[0].fast_evaluator);
-  EXPECT_TRUE(Parse(kValid)->models[0].fast_evaluator);
+  EXPECT_FALSE(SettingsOf<Model>(*config, "fraud").fast_evaluator);
+  EXPECT_TRUE(SettingsOf<Model>(*Parse(kValid), "fraud").fast_evaluator);
   yaml.replace(yaml.find("evaluator: xgboost"), 18, "evaluator: magic");
   EXPECT_EQ(Parse(yaml).error().message, Where(7, 80) + "evaluator must be \"fast\" or \"xgboost\", not \"magic\"");
 }
 
 TEST_F(ConfigTest, FindingsStageIsOptionalAndGetsDefaults) {
-  EXPECT_FALSE(Parse(kValid)->findings.enabled);
+  EXPECT_EQ(Parse(kValid)->FindSettings("forensic"), nullptr);
   std::filesystem::create_directory(dir_.file("llm"));
   auto config = Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, model: llm}\n");
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  const FindingsStageConfig& f = config->findings;
-  EXPECT_TRUE(f.enabled);
+  const Findings& f = SettingsOf<Findings>(*config, "forensic");
   EXPECT_EQ(f.name, "forensic");
   EXPECT_EQ(f.model_dir, dir_.file("llm"));
   EXPECT_EQ(f.dtype, "float32");
-  EXPECT_EQ(f.threads, 1);
+  EXPECT_EQ(f.compute_threads, 1);
   EXPECT_EQ(f.max_new_tokens, 96);
   EXPECT_EQ(f.budget_ms, 1500);
-  EXPECT_EQ(f.when.text(), "decision.decision == REVIEW");
+  EXPECT_EQ(WhenOf(*config, "forensic"), "decision.decision == REVIEW");
 }
 
 TEST_F(ConfigTest, FindingsStageConditionIsCheckedAgainstEarlierStagesOutputs) {
@@ -250,7 +277,7 @@ TEST_F(ConfigTest, FindingsStageConditionIsCheckedAgainstEarlierStagesOutputs) {
       Parse(std::string(kValid) +
             "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score >= 0.6\"}\n");
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  EXPECT_EQ(config->findings.when.text(), "fraud.score >= 0.6");
+  EXPECT_EQ(WhenOf(*config, "forensic"), "fraud.score >= 0.6");
   auto bad =
       Parse(std::string(kValid) +
             "  - {name: forensic, kind: llm_findings, after: decision, model: llm, when: \"fraud.score == REVIEW\"}\n");

@@ -8,9 +8,9 @@ namespace txscore::pipelines {
 namespace {
 
 TEST(Decide, ThresholdsAreInclusive) {
-  DecisionStageConfig rules;
-  rules.review_threshold = 0.5;
-  rules.decline_threshold = 0.9;
+  DecisionThresholds rules;
+  rules.review = 0.5;
+  rules.decline = 0.9;
   EXPECT_EQ(Decide(0.0, rules), Decision::kApprove);
   EXPECT_EQ(Decide(0.4999, rules), Decision::kApprove);
   EXPECT_EQ(Decide(0.5, rules), Decision::kReview);
@@ -20,9 +20,9 @@ TEST(Decide, ThresholdsAreInclusive) {
 }
 
 TEST(Decide, EqualThresholdsSkipReview) {
-  DecisionStageConfig rules;
-  rules.review_threshold = 0.7;
-  rules.decline_threshold = 0.7;
+  DecisionThresholds rules;
+  rules.review = 0.7;
+  rules.decline = 0.7;
   EXPECT_EQ(Decide(0.69, rules), Decision::kApprove);
   EXPECT_EQ(Decide(0.7, rules), Decision::kDecline);
 }

@@ -22,6 +22,7 @@
 #include "pipelines/claims_job.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/scoring_pipeline.h"
+#include "pipelines/stages/llm_findings_stage.h"
 #include "tests/test_support.h"
 
 namespace txscore::pipelines {
@@ -129,6 +130,7 @@ class ForensicPipelineTest : public ::testing::Test {
     db_ = std::move(db).value();
     PipelineRuntime runtime;
     runtime.devices = devices;
+    runtime.shared = shared_;
     runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions& options) {
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
@@ -149,8 +151,12 @@ class ForensicPipelineTest : public ::testing::Test {
     return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(testing::kTestPan);
   }
 
+  // The transaction pipeline's LLM engine.
+  ForensicStage* Engine() const { return ForensicStageOf(*pipeline_->FindStage("forensic")); }
+
   testing::TempDir dir_;
   FlatLogitsDecoder::Control control_;
+  std::shared_ptr<SharedStageResources> shared_ = std::make_shared<SharedStageResources>();
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<ScoringPipeline> pipeline_;
 };
@@ -182,7 +188,7 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ((*audit)[0].findings->summary, outcome->findings->summary);
   EXPECT_EQ((*audit)[0].findings->model_id, "llm");
   EXPECT_EQ((*audit)[0].placement, "fraud@cpu,forensic@cpu");
-  EXPECT_EQ(outcome->forensic_device, "cpu");
+  EXPECT_EQ(outcome->devices.back(), (std::pair<std::string, std::string>{"forensic", "cpu"}));
   EXPECT_EQ(CardTransactionCount(), 1u);
 }
 
@@ -192,13 +198,13 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
   auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   PipelineRuntime runtime;
-  runtime.shared_llm_stage = pipeline_->forensic_stage();
+  runtime.shared = shared_;  // what the transaction pipeline published: its LLM engine
   runtime.load_decoder = [](const std::string&, const llm::DecoderOptions&) {
     return Result<std::unique_ptr<llm::Decoder>>(Internal("a shared stage loads no model"));
   };
   auto claims = ClaimsPipeline::Create(*config, runtime);
   ASSERT_TRUE(claims.ok()) << claims.error().ToString();
-  EXPECT_TRUE((*claims)->shares_llm_stage());
+  EXPECT_EQ(ForensicStageOf(*(*claims)->FindStage("analysis")), Engine());
   fraud::SyntheticClaimsOptions data;
   data.claims = 3;
   std::vector<fraud::Claim> chunk;
@@ -212,7 +218,7 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
     EXPECT_EQ(o.devices.back(), (std::pair<std::string, std::string>{"analysis", "cpu"}));
   }
   // The chunk's claims went through the transaction stage's batcher, as one batch.
-  EXPECT_EQ(pipeline_->forensic_stage()->batch_sizes(), std::vector<int>{3});
+  EXPECT_EQ(Engine()->batch_sizes(), std::vector<int>{3});
 }
 
 TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNoFindingsFor) {
@@ -328,11 +334,11 @@ TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPasse
   auto first = pipeline_->Score(testing::ValidTransaction("req-1"));
   ASSERT_TRUE(first.ok()) << first.error().ToString();
   EXPECT_TRUE(first->findings.has_value());  // written on the CPU
-  EXPECT_EQ(first->forensic_device, "cpu");
+  EXPECT_EQ(first->devices.back(), (std::pair<std::string, std::string>{"forensic", "cpu"}));
   EXPECT_EQ(pipeline_->audit_log().ReadLast(1)->at(0).placement, "fraud@cpu,forensic@cpu");
   EXPECT_TRUE(first->degraded_stages.empty());
   EXPECT_EQ(control_.failed_calls.load(), 1);
-  EXPECT_EQ(pipeline_->forensic_device_fallbacks(), 1u);
+  EXPECT_EQ(*pipeline_->FindStage("forensic")->device_fallbacks(), 1u);
 
   fraud::RawTransaction second_tx = testing::ValidTransaction("req-2");
   second_tx.timestamp_ms += 1000;
@@ -340,7 +346,7 @@ TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPasse
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->findings.has_value());
   EXPECT_EQ(control_.failed_calls.load(), 1);  // the failing device was passed over
-  EXPECT_EQ(pipeline_->forensic_device_fallbacks(), 1u);
+  EXPECT_EQ(*pipeline_->FindStage("forensic")->device_fallbacks(), 1u);
 }
 
 TEST_F(ForensicPipelineTest, ConcurrentRequestsShareABatch) {
@@ -362,12 +368,12 @@ TEST_F(ForensicPipelineTest, ConcurrentRequestsShareABatch) {
     });
   }
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (pipeline_->forensic_stage()->queued() < 3 && std::chrono::steady_clock::now() < give_up) {
+  while (Engine()->queued() < 3 && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::yield();
   }
   control_.Release();
   for (std::thread& t : requests) t.join();
-  EXPECT_EQ(pipeline_->forensic_stage()->batch_sizes(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(Engine()->batch_sizes(), (std::vector<int>{1, 3}));
 }
 
 TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {

@@ -6,6 +6,7 @@
 
 #include "fraud/card_token.h"
 #include "fraud/entity_state.h"
+#include "pipelines/decision.h"
 #include "tests/test_support.h"
 
 namespace txscore::pipelines {
@@ -44,7 +45,7 @@ TEST_F(ScoringPipelineTest, ScoreWritesAuditRecordAndCardState) {
   EXPECT_EQ(outcome->card_token, ExpectedToken());
   EXPECT_GE(outcome->score, 0.0);
   EXPECT_LE(outcome->score, 1.0);
-  EXPECT_EQ(outcome->decision, Decide(outcome->score, config_.decision));
+  EXPECT_EQ(outcome->decision, Decide(outcome->score, DecisionThresholds{}));
   EXPECT_EQ(outcome->model_id, "fraud");
   EXPECT_EQ(outcome->pipeline_version, "t1");
   std::vector<std::string> stages;
@@ -189,7 +190,9 @@ TEST_F(PipelineGraphTest, ShadowModelIsScoredAndAuditedButDoesNotDecide) {
   EXPECT_EQ(outcome->stage_scores[1].first, "shadow");
   EXPECT_NE(outcome->stage_scores[0].second, outcome->stage_scores[1].second);  // two different models
   EXPECT_EQ(outcome->score, outcome->stage_scores[0].second);
-  EXPECT_EQ(outcome->model_version, (*pipeline)->model().model_version());  // the shadow is not the decision's
+  // The shadow is not the decision's model: only the champion is named.
+  EXPECT_EQ(outcome->model_version, (*pipeline)->FindStage("fraud")->model()->version);
+  EXPECT_NE(outcome->model_version, (*pipeline)->FindStage("shadow")->model()->version);
   std::vector<std::string> stages;
   for (const auto& t : outcome->timings) stages.push_back(t.stage);
   EXPECT_EQ(stages,
@@ -218,7 +221,7 @@ TEST_F(PipelineGraphTest, BlendJoinsTwoModelsByWeight) {
   const double a = outcome->stage_scores[0].second, b = outcome->stage_scores[1].second;
   EXPECT_EQ(outcome->stage_scores[2].first, "blend");
   EXPECT_DOUBLE_EQ(outcome->score, 0.75 * a + 0.25 * b);
-  EXPECT_EQ(outcome->decision, Decide(outcome->score, config_.decision));
+  EXPECT_EQ(outcome->decision, Decide(outcome->score, DecisionThresholds{}));
   EXPECT_EQ(outcome->model_id, "fraud+fraud");  // both models decide
 }
 

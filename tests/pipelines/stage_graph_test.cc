@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "pipelines/stage_kind.h"
+#include "pipelines/stages/decision_stage.h"
+
 namespace txscore::pipelines {
 namespace {
 
@@ -27,7 +30,7 @@ class StageGraphTest : public ::testing::Test {
     return d;
   }
   void Add(StageDeclaration d) { declared_.push_back(std::move(d)); }
-  Result<StageGraph> Build() { return StageGraph::Build(declared_, kinds_, "p.yaml", "decision"); }
+  Result<StageGraph> Build() { return StageGraph::Build(declared_, kinds_, "p.yaml"); }
   std::vector<std::string> Order(const StageGraph& graph) {
     std::vector<std::string> names;
     for (int i : graph.order()) names.push_back(graph.stage(i).name);
@@ -67,7 +70,7 @@ TEST_F(StageGraphTest, OnlyStagesTheDecisionReadsAreRequired) {
   EXPECT_TRUE(graph->stage(graph->Find("fraud")).required);
   EXPECT_FALSE(graph->stage(graph->Find("shadow")).required);
   EXPECT_FALSE(graph->stage(graph->Find("forensic")).required);
-  EXPECT_EQ(graph->InputStage(graph->Find("forensic"), "reasons"), graph->Find("decision"));
+  EXPECT_EQ(graph->InputStage(graph->Find("forensic"), 1), graph->Find("decision"));
 }
 
 TEST_F(StageGraphTest, CycleIsRejectedWithItsPath) {
@@ -117,7 +120,7 @@ TEST_F(StageGraphTest, ExplicitInputsChooseAmongUpstreamStages) {
   Add(Stage("decision", "decision", {"a", "b"}, "", {{"score", "b.score"}, {"contributions", "b.contributions"}}));
   auto graph = Build();
   ASSERT_TRUE(graph.ok()) << graph.error().ToString();
-  EXPECT_EQ(graph->InputStage(graph->Find("decision"), "score"), graph->Find("b"));
+  EXPECT_EQ(graph->InputStage(graph->Find("decision"), 0), graph->Find("b"));
   // a only orders the decision: nothing of it is read, so the decision does not wait for it.
   EXPECT_TRUE(graph->stage(graph->Find("b")).required);
   EXPECT_FALSE(graph->stage(graph->Find("a")).required);
@@ -175,7 +178,7 @@ TEST_F(StageGraphTest, StagesTheDecisionNeedsCannotBeConditional) {
   declared_[1].after = {"features", "gate"};
   EXPECT_EQ(Build().error().message,
             "p.yaml:2:60: stage \"fraud\" cannot have a condition: the decision depends on it, and every request needs "
-            "a decision");
+            "one");
 }
 
 TEST_F(StageGraphTest, ExactlyOneDecisionStage) {
@@ -202,7 +205,7 @@ TEST_F(StageGraphTest, UnknownKindAndDuplicateNamesAreRejected) {
   EXPECT_EQ(
       Build().error().message,
       "p.yaml:2:5: stage \"fraud\": unknown kind \"random_forest\" (known: blend, claim_features, decision, features, "
-      "llm_findings, xgboost)");
+      "llm_findings, rules, xgboost)");
   declared_[1].name = "features";
   declared_[1].kind = "features";
   EXPECT_EQ(Build().error().message, "p.yaml:2:5: there are two stages named \"features\"");
@@ -217,7 +220,7 @@ TEST_F(StageGraphTest, OptionalInputMayComeFromAConditionalStage) {
   auto graph = Build();
   ASSERT_TRUE(graph.ok()) << graph.error().ToString();
   const int decision = graph->Find("decision"), analysis = graph->Find("analysis");
-  EXPECT_EQ(graph->InputStage(decision, "findings"), analysis);
+  EXPECT_EQ(graph->InputStage(decision, kDecisionFindings), analysis);
   EXPECT_FALSE(graph->stage(analysis).required);
   RequestValues values(graph->size());
   values[0].ran = values[1].ran = true;  // features, claims_model; the analysis did not run
@@ -227,7 +230,7 @@ TEST_F(StageGraphTest, OptionalInputMayComeFromAConditionalStage) {
   declared_[2].after = {"claims_model"};
   auto without = Build();
   ASSERT_TRUE(without.ok()) << without.error().ToString();
-  EXPECT_EQ(without->InputStage(without->Find("decision"), "findings"), -1);
+  EXPECT_EQ(without->InputStage(without->Find("decision"), kDecisionFindings), -1);
 }
 
 TEST_F(StageGraphTest, StageRunsWhenItsUpstreamRanAndItsConditionHolds) {
@@ -249,10 +252,31 @@ TEST_F(StageGraphTest, StageRunsWhenItsUpstreamRanAndItsConditionHolds) {
   EXPECT_FALSE(graph->ShouldRun(forensic, values));
 }
 
+// A kind that is only its ports: enough for the registry and the graph.
+class PortsOnlyKind : public StageKind {
+ public:
+  explicit PortsOnlyKind(StageKindSpec spec) : spec_(std::move(spec)) {}
+  const StageKindSpec& spec() const override { return spec_; }
+  Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader&, const YAML::Node&,
+                                                     const StageDeclaration&) const override {
+    return Internal("not parsed in these tests");
+  }
+  Result<std::unique_ptr<PreparedStage>> Prepare(const StageSettings&, const PrepareContext&) const override {
+    return Internal("not prepared in these tests");
+  }
+
+ private:
+  StageKindSpec spec_;
+};
+
 TEST(StageKindRegistry, KindsAreRegisteredOnce) {
   StageKindRegistry kinds;
-  ASSERT_TRUE(kinds.Register({"source", {}, {{"score", ValueType::kNumber}}}).ok());
-  auto again = kinds.Register({"source", {}, {}});
+  StageKindSpec source;
+  source.kind = "source";
+  source.outputs = {{"score", ValueType::kNumber}};
+  ASSERT_TRUE(kinds.Register(std::make_unique<PortsOnlyKind>(source)).ok());
+  source.outputs.clear();
+  auto again = kinds.Register(std::make_unique<PortsOnlyKind>(source));
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().message, "stage kind \"source\" is registered twice");
   EXPECT_EQ(kinds.Kinds(), std::vector<std::string>{"source"});

@@ -1,0 +1,218 @@
+// Stage kinds as plug-ins: everything a kind of pipeline stage is, behind one interface.
+//
+// A StageKind is one object, registered by an explicit call (RegisterBuiltinStageKinds in
+// pipelines/stages/builtin.cc; tests build registries of their own), that owns its stages'
+// whole life:
+//
+//   spec()     its name, typed ports and traits (stage_graph.h checks the DAG with them);
+//   Parse      reads and validates its own YAML keys (file:line:column errors), once;
+//   Workload   what the placement planner weighs, for kinds that can run on a device;
+//   Prepare    loads models, compiles rules and constraints, once: a PreparedStage;
+//   Run        one request (the transaction path), or RunChunk, a chunk of claims (the
+//              batch path), reading its inputs by port index from the request's values.
+//
+// The executors (scoring_pipeline.h, claims_pipeline.h) call stages only through this
+// interface and never name a kind; a new kind touches its own files and one registration
+// line (README, "Adding a stage kind").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "accelerator/device.h"
+#include "accelerator/placement_planner.h"
+#include "common/result.h"
+#include "fraud/claim.h"
+#include "fraud/entity_state.h"
+#include "fraud/transaction.h"
+#include "llm/decoder.h"
+#include "pipelines/stage_graph.h"
+#include "pipelines/values.h"
+#include "pipelines/yaml_reader.h"
+
+namespace txscore::pipelines {
+
+// What a pipeline scores: transactions (`txscore serve`) or claims (`txscore batch run`, jobs).
+enum class ItemKind { kTransaction, kClaim };
+const char* ItemKindName(ItemKind kind);  // "transactions", "claims"
+
+// What every stage's settings hold; a kind derives its own and fills them in Parse.
+struct StageSettings {
+  virtual ~StageSettings() = default;
+  std::string name;
+  SourceLocation at;  // the stage's entry in the file
+  // Default: cpu. auto, or a device kind; read only by kinds with a Workload.
+  std::string placement = "cpu";
+  // Default: 0, the pipeline's deadline_ms. Matters only for a stage the decision does not
+  // depend on: it is skipped when it would start later than this many ms after the request's
+  // arrival (the stages the decision depends on always run).
+  int budget_ms = 0;
+  // Default: 0, none. Threads the stage computes with on a device runtime (libtorch);
+  // devices are profiled with the largest of them.
+  int compute_threads = 0;
+};
+
+// What a stage reads of the item being scored, besides its inputs.
+struct ScoredItem {
+  const fraud::Transaction* transaction = nullptr;  // transaction pipelines
+  const fraud::CardState* card_state = nullptr;     // the card's state before this transaction
+  const fraud::Claim* claim = nullptr;              // claims pipelines
+  int64_t provider_claims = 1;                      // claims of the chunk naming this claim's provider
+  std::chrono::steady_clock::time_point deadline;   // this stage's, for this item
+};
+
+// A stage's inputs for one item: port k is the kind's k-th input (StageKindSpec::inputs),
+// bound to its source stage when the pipeline was loaded. Nothing is looked up by name.
+class StageInputs {
+ public:
+  StageInputs(const GraphStage& stage, const RequestValues& values) : stage_(&stage), values_(&values) {}
+  // The value bound to input `port`: null when an optional input is unbound, or its source
+  // stage did not run for this item.
+  const StageOutputs* Get(size_t port) const;
+  // The stages an each_upstream input joins, in `after:` order.
+  const std::vector<int>& Joined(size_t port) const { return stage_->inputs[port].stages; }
+  const RequestValues& values() const { return *values_; }
+
+ private:
+  const GraphStage* stage_;
+  const RequestValues* values_;
+};
+
+// What happened when a stage ran on one item, beyond its outputs.
+struct StageReport {
+  enum class Outcome {
+    kDone,      // outputs written
+    kSkipped,   // never started (its deadline came first); outputs not written
+    kCutShort,  // started, but its deadline came before it finished; outputs not written
+    kFailed,    // a best-effort stage failed; `detail` says how; outputs not written
+  };
+  Outcome outcome = Outcome::kDone;
+  std::string detail;
+  std::string device;                       // where it ran, for the audit's placement; empty: not reported
+  std::vector<std::string> failed_devices;  // devices that failed first, in the order tried
+  int64_t elapsed_us = -1;                  // RunChunk: this item's time (a batched stage: its batch's)
+};
+// "done", "skipped", "cut_short", "failed".
+const char* OutcomeName(StageReport::Outcome outcome);
+
+struct ModelVersion {
+  std::string id;
+  std::string version;
+};
+
+// A stage as prepared for requests. Immutable once prepared and shared by every request of
+// its pipeline: Run is called from many threads at once.
+class PreparedStage {
+ public:
+  virtual ~PreparedStage() = default;
+
+  // One item. An error fails the whole request (a model that cannot score); a best-effort
+  // kind reports its trouble in `report` instead.
+  virtual Status Run(const StageInputs& inputs, const ScoredItem& item, StageOutputs* out,
+                     StageReport* report) const = 0;
+
+  struct ChunkItem {
+    StageInputs inputs;
+    ScoredItem item;
+    StageOutputs* out;
+    StageReport* report;
+  };
+  // The items of a chunk its condition selected. Default: Run on each in turn, timed.
+  // A kind that batches (the LLM) overrides it to submit them together.
+  virtual Status RunChunk(const std::vector<ChunkItem>& items) const;
+
+  // True for a stage that takes milliseconds or more: the transaction path releases the
+  // card's lock while it runs (scoring_pipeline.h).
+  virtual bool slow() const { return false; }
+  // The model it scores with, reported in results and audit records.
+  virtual std::optional<ModelVersion> model() const { return std::nullopt; }
+  // Items that moved to another device because one failed; none for single-device kinds.
+  virtual std::optional<uint64_t> device_fallbacks() const { return std::nullopt; }
+  // Items this stage would like per chunk to run efficiently (a batch size); 0: no preference.
+  virtual int preferred_chunk() const { return 0; }
+  // One line for the start-up log, e.g. "review at >= 0.5, decline at >= 0.9".
+  virtual std::string Describe() const = 0;
+};
+
+// Cross-pipeline sharing: an object stages of several pipelines may use (an LLM engine loaded
+// once for the server's transaction pipeline and its claims pipeline), by a key the kind
+// chooses. Thread-safe.
+class SharedStageResources {
+ public:
+  std::shared_ptr<void> Find(const std::string& key) const;
+  void Put(const std::string& key, std::shared_ptr<void> value);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<void>> objects_;
+};
+
+// What the program provides beyond the pipeline file.
+struct PipelineRuntime {
+  // Needed by an llm_findings stage: llm::Decoder::Load (libtorch), which the pipelines
+  // library does not link.
+  llm::DecoderLoader load_decoder;
+  // The devices of this process (accelerator::DiscoverDevices). Null: no discovery ran, every
+  // stage runs on the CPU, and a placement naming another device is refused.
+  const accelerator::DeviceRegistry* devices = nullptr;
+  // Objects pipelines of this process share (null: none shared).
+  std::shared_ptr<SharedStageResources> shared;
+  // Default: false. Claims pipelines inside a server: batch work runs at the OS's lowest
+  // priority, so it leaves the cores to requests.
+  bool background = false;
+  // The clock every deadline is measured with. Default: std::chrono::steady_clock.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+};
+
+struct PrepareContext {
+  ItemKind items = ItemKind::kTransaction;
+  const GraphStage* stage = nullptr;                  // its bound inputs
+  const accelerator::Placement* placement = nullptr;  // kinds with a Workload, when devices were discovered
+  const PipelineRuntime* runtime = nullptr;
+};
+
+class StageKind {
+ public:
+  virtual ~StageKind() = default;
+  virtual const StageKindSpec& spec() const = 0;
+  // Reads the stage's own keys (spec().keys; the common keys are in `declaration`). Errors
+  // name the file, line and column.
+  virtual Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader& reader, const YAML::Node& stage,
+                                                             const StageDeclaration& declaration) const = 0;
+  // The work the placement planner weighs on each device; none (the default) for a kind
+  // that always runs on the CPU beside the executor.
+  virtual Result<std::optional<accelerator::StageWorkload>> Workload(const StageSettings& settings) const;
+  virtual Result<std::unique_ptr<PreparedStage>> Prepare(const StageSettings& settings,
+                                                         const PrepareContext& context) const = 0;
+};
+
+// Reads a stage's `placement:` (auto or a device kind) into `*out`. Whether that device exists
+// and can run the stage is the planner's question, asked when the pipeline is prepared.
+Status ReadPlacement(const YamlReader& reader, const YAML::Node& stage, std::string* out);
+
+class StageKindRegistry {
+ public:
+  // Fails on a second registration of a kind's name.
+  Status Register(std::unique_ptr<StageKind> kind);
+  const StageKind* Find(std::string_view kind) const;  // null when unknown
+  std::vector<std::string> Kinds() const;              // sorted
+
+ private:
+  std::map<std::string, std::unique_ptr<StageKind>, std::less<>> kinds_;
+};
+
+// The kinds txscore ships (pipelines/stages/builtin.cc), one registration line each.
+void RegisterBuiltinStageKinds(StageKindRegistry* registry);
+// A registry holding them, built on first use and never freed.
+const StageKindRegistry& BuiltinStageKinds();
+
+}  // namespace txscore::pipelines

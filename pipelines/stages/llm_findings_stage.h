@@ -1,0 +1,63 @@
+// The llm_findings stage kind: an LLM reads an item its `when` selects and writes structured
+// findings (llm/claim_analysis.h). On the transaction path it reads the transaction, the
+// score and the model's reasons (transaction review); on the batch path, the claim (claim
+// analysis), with the chunk's selected claims submitted together. Best effort: a failure or a
+// deadline leaves the item without findings, reported degraded, and the decision stands.
+// The engine itself (batching, device fallback) is pipelines/forensic_stage.h.
+//
+//   - {name: forensic, kind: llm_findings, after: decision, model: ../var/models/llm-tiny}
+//
+// Without `when:`, it runs for REVIEW decisions ("<decision>.decision == REVIEW").
+// Keys (defaults beside them):
+//   model            required: a Hugging Face checkpoint directory
+//   dtype            Default: float32; or bfloat16
+//   threads          Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring
+//   max_new_tokens   Default: 96; the findings schema needs at least 50
+//   budget_ms        Default: 1500 ms from the request's arrival, unless the request asks for
+//                    less; output still unfinished then is dropped (degraded)
+//   placement        Default: cpu. auto picks the device with the least predicted time at the
+//                    expected batch and tokens below
+//   expected_batch   Default: 1 request at a time
+//   expected_tokens  Default: 512 tokens per request (prompt and findings)
+//   max_batch        Default: the dynamic batcher runs up to 8 requests together
+//   max_wait_us      Default: waiting up to 2 ms after the first for more
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "accelerator/placement_planner.h"
+#include "fraud/claim.h"
+#include "llm/claim_analysis.h"
+#include "pipelines/forensic_stage.h"
+#include "pipelines/stage_kind.h"
+
+namespace txscore::pipelines {
+
+struct LlmFindingsStageSettings : StageSettings {
+  LlmFindingsStageSettings() {
+    budget_ms = 1500;
+    compute_threads = 1;
+  }
+  std::string model_dir;
+  std::string dtype = "float32";
+  int max_new_tokens = 96;
+  int expected_batch = 1;
+  int max_batch = 8;
+  int max_wait_us = 2000;
+  int expected_tokens = 512;
+};
+
+std::unique_ptr<StageKind> MakeLlmFindingsStageKind();
+
+// The work the planner places for such a stage over a checkpoint of `shape`.
+accelerator::StageWorkload FindingsWorkload(const LlmFindingsStageSettings& stage,
+                                            const accelerator::DecoderShape& shape);
+
+// The engine behind a prepared llm_findings stage (for tests and metrics); null for any other.
+ForensicStage* ForensicStageOf(const PreparedStage& stage);
+
+// The LLM's view of a claim.
+llm::ClaimFields ClaimFieldsFor(const fraud::Claim& claim);
+
+}  // namespace txscore::pipelines
