@@ -16,6 +16,12 @@ const char* ErrorCodeName(ErrorCode code) {
       return "internal";
     case ErrorCode::kUnavailable:
       return "unavailable";
+    case ErrorCode::kDeadlineExceeded:
+      return "deadline exceeded";
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kResourceExhausted:
+      return "resource exhausted";
   }
   return "unknown";
 }

@@ -18,8 +18,11 @@ enum class ErrorCode {
   kNotFound,            // a named file, key or entity does not exist
   kFailedPrecondition,  // the system is not in a state to do this (e.g. model not loaded)
   kDataLoss,            // a stored or supplied file is corrupt or truncated
-  kInternal,            // a dependency failed (storage, model runtime)
-  kUnavailable,         // transient; retrying may succeed
+  kInternal,            // a bug or a dependency failing in a way retrying will not fix
+  kUnavailable,         // transient, or this resource failed: retrying (e.g. on another device) may succeed
+  kDeadlineExceeded,    // the time allowed ran out before the work was complete
+  kCancelled,           // the caller (or a stopping server) asked for the work to stop
+  kResourceExhausted,   // a limit or quota was reached (a queue, memory, a cache)
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -43,6 +46,14 @@ inline Error FailedPrecondition(std::string message, std::string field = {}) {
 }
 inline Error DataLoss(std::string message) { return Error{ErrorCode::kDataLoss, std::move(message), {}}; }
 inline Error Internal(std::string message) { return Error{ErrorCode::kInternal, std::move(message), {}}; }
+inline Error Unavailable(std::string message) { return Error{ErrorCode::kUnavailable, std::move(message), {}}; }
+inline Error DeadlineExceeded(std::string message) {
+  return Error{ErrorCode::kDeadlineExceeded, std::move(message), {}};
+}
+inline Error Cancelled(std::string message) { return Error{ErrorCode::kCancelled, std::move(message), {}}; }
+inline Error ResourceExhausted(std::string message) {
+  return Error{ErrorCode::kResourceExhausted, std::move(message), {}};
+}
 
 // Result<T> holds either a T or an Error. Check ok() before value().
 template <typename T>

@@ -153,11 +153,9 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
 }
 
 Result<Findings> ClaimAnalysisTask::FindingsFrom(const GenerationResult& generated, const std::string& model_id) {
-  if (generated.finish_reason == "deadline") {
-    return Error{
-        ErrorCode::kUnavailable,
-        "the deadline cut the findings short after " + std::to_string(generated.generated_ids.size()) + " tokens",
-        {}};
+  if (generated.finish_reason == FinishReason::kDeadline) {
+    return DeadlineExceeded("the deadline cut the findings short after " +
+                            std::to_string(generated.generated_ids.size()) + " tokens");
   }
   Result<Findings> findings = ParseFindings(generated.text);
   if (!findings.ok()) return Internal("the constrained output did not parse: " + findings.error().ToString());

@@ -64,7 +64,7 @@ class ClaimAnalysisTask {
 
   // Parses and checks the model's JSON (enum values, known flags, summary length).
   static Result<Findings> ParseFindings(const std::string& json_text);
-  // The findings of one generation under Schema(): kUnavailable when a deadline cut it short,
+  // The findings of one generation under Schema(): kDeadlineExceeded when a deadline cut it short,
   // kInternal when it does not parse.
   static Result<Findings> FindingsFrom(const GenerationResult& generated, const std::string& model_id);
 
@@ -78,7 +78,7 @@ class ClaimAnalysisTask {
 class TransactionReviewTask {
  public:
   static std::vector<int32_t> PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx);
-  // As ClaimAnalysisTask::Analyze. kUnavailable when options.deadline cut the output short.
+  // As ClaimAnalysisTask::Analyze. kDeadlineExceeded when options.deadline cut the output short.
   static Result<Findings> Analyze(Generator& generator, const Tokenizer& tokenizer, const TransactionCase& tx,
                                   GenerationOptions options, const std::string& model_id);
 };

@@ -160,7 +160,8 @@ class TorchDecoder : public Decoder {
     try {
       return ForwardUnchecked(static_cast<TorchCache*>(cache), new_tokens);
     } catch (const c10::Error& e) {
-      return Internal(std::string("libtorch failed in the decoder: ") + e.what_without_backtrace());
+      // The device's runtime failed, not the request: another device may run it.
+      return Unavailable(std::string("libtorch failed in the decoder: ") + e.what_without_backtrace());
     }
   }
 

@@ -6,6 +6,22 @@
 #include "common/prepare_counters.h"
 
 namespace txscore::llm {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kSchemaComplete:
+      return "schema_complete";
+    case FinishReason::kDeadline:
+      return "deadline";
+  }
+  return "unknown";
+}
 namespace {
 
 int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
@@ -87,7 +103,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
     sampling.seed += i;
     sequences.push_back({Sampler(sampling), constraint ? constraint->Start() : JsonState{}, false});
     results[i].prompt_ids = prompts[i];
-    results[i].finish_reason = "max_new_tokens";
+    results[i].finish_reason = FinishReason::kMaxNewTokens;
   }
   std::vector<bool> mask;
   for (int t = 0; t < options.max_new_tokens; ++t) {
@@ -109,7 +125,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       if (next < 0) return Internal("no token is allowed at step " + std::to_string(t));
       GenerationResult& r = results[i];
       if (std::find(eos.begin(), eos.end(), next) != eos.end() && !options.ignore_eos) {
-        r.finish_reason = "eos";
+        r.finish_reason = FinishReason::kEos;
         seq.done = true;
         continue;
       }
@@ -117,7 +133,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       if (constraint) {
         constraint->Advance(&seq.state, next);
         if (constraint->IsComplete(seq.state)) {
-          r.finish_reason = "schema_complete";
+          r.finish_reason = FinishReason::kSchemaComplete;
           seq.done = true;
           continue;
         }
@@ -128,7 +144,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
                                       [&](const std::string& s) { return !s.empty() && EndsWith(text, s); });
         if (hit != options.stop.end()) {
           r.text = text.substr(0, text.size() - hit->size());
-          r.finish_reason = "stop";
+          r.finish_reason = FinishReason::kStop;
           seq.done = true;
           continue;
         }
@@ -148,13 +164,13 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
     if (active == 0) break;
     if (options.deadline && std::chrono::steady_clock::now() >= *options.deadline) {
       for (size_t i = 0; i < n; ++i) {
-        if (!sequences[i].done) results[i].finish_reason = "deadline";
+        if (!sequences[i].done) results[i].finish_reason = FinishReason::kDeadline;
       }
       break;
     }
   }
   for (GenerationResult& r : results) {
-    if (r.finish_reason != "stop") r.text = tokenizer_->Decode(r.generated_ids, {.skip_special = true});
+    if (r.finish_reason != FinishReason::kStop) r.text = tokenizer_->Decode(r.generated_ids, {.skip_special = true});
   }
   return results;
 }

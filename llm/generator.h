@@ -26,19 +26,30 @@ struct GenerationOptions {
   std::vector<std::string> stop;  // generation ends when the text ends with one (it is cut off)
   std::string schema;             // JSON schema text; empty = unconstrained
   bool ignore_eos = false;        // keep going past end-of-sequence tokens (tests, benchmarks)
-  // Stop after the step that passes this time (finish_reason "deadline"). Checked between
+  // Stop after the step that passes this time (FinishReason::kDeadline). Checked between
   // steps, so a step already running finishes. Default: none.
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // Called with each step's logits before sampling (tests compare them with a reference).
   std::function<void(const std::vector<float>&)> on_logits;
 };
 
+// Why a sequence stopped.
+enum class FinishReason {
+  kMaxNewTokens,    // it used all of max_new_tokens
+  kEos,             // the model wrote an end-of-sequence token
+  kStop,            // the text ended with one of `stop` (cut off)
+  kSchemaComplete,  // the constrained output is a complete JSON value
+  kDeadline,        // options.deadline passed
+};
+// "max_new_tokens", "eos", "stop", "schema_complete", "deadline" (as OpenAI-style APIs and
+// `txscore generate --json` print them).
+const char* FinishReasonName(FinishReason reason);
+
 struct GenerationResult {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_ids;
   std::string text;
-  // "eos", "stop", "max_new_tokens", "schema_complete" or "deadline".
-  std::string finish_reason;
+  FinishReason finish_reason = FinishReason::kMaxNewTokens;
   int64_t prefill_us = 0;
   std::vector<int64_t> token_us;  // each decode step after the first token
 };

@@ -173,7 +173,7 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
   std::vector<std::string> failed_devices;
   for (Engine* engine : order) {
     Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateBatch(prompts, options);
-    if (!generated.ok() && generated.error().code == ErrorCode::kInternal &&
+    if (!generated.ok() && generated.error().code == ErrorCode::kUnavailable &&
         std::chrono::steady_clock::now() < latest && engine != order.back()) {
       // The model runtime failed on this device: pause it and move the batch to the next one.
       engine->failing_until = std::chrono::steady_clock::now() + kFailingDevicePause;
@@ -191,8 +191,8 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
       }
       Result<llm::Findings> findings = llm::ClaimAnalysisTask::FindingsFrom((*generated)[i], model_id_);
       if (!findings.ok()) {
-        r.outcome = findings.error().code == ErrorCode::kUnavailable ? ForensicResult::Outcome::kCutShort
-                                                                     : ForensicResult::Outcome::kFailed;
+        r.outcome = findings.error().code == ErrorCode::kDeadlineExceeded ? ForensicResult::Outcome::kCutShort
+                                                                          : ForensicResult::Outcome::kFailed;
         r.detail = findings.error().message;
         continue;
       }

@@ -89,7 +89,7 @@ int RunGenerate(GenerateOptions& options) {
     nlohmann::json out = {{"prompt_ids", result->prompt_ids},
                           {"generated_ids", result->generated_ids},
                           {"text", result->text},
-                          {"finish_reason", result->finish_reason},
+                          {"finish_reason", llm::FinishReasonName(result->finish_reason)},
                           {"prefill_us", result->prefill_us},
                           {"token_us", result->token_us}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -312,7 +312,7 @@ TEST_F(GeneratorTest, SchemaConstrainedSamplingAlwaysParses) {
     options.sampling = {.temperature = 1.5, .seed = seed};
     auto result = generator.Generate(tokenizer_->Encode("Claim: water damage"), options);
     ASSERT_TRUE(result.ok()) << result.error().ToString();
-    EXPECT_EQ(result->finish_reason, "schema_complete");
+    EXPECT_EQ(result->finish_reason, llm::FinishReason::kSchemaComplete);
     const auto doc = nlohmann::json::parse(result->text, nullptr, false);
     ASSERT_FALSE(doc.is_discarded()) << result->text;
     EXPECT_LE(result->generated_ids.size(), 40u);
@@ -331,14 +331,14 @@ TEST_F(GeneratorTest, GreedyIsRepeatableAndStopsAtTheBudgetOrAStopString) {
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(first->generated_ids, second->generated_ids);
   EXPECT_EQ(first->generated_ids.size(), 12u);
-  EXPECT_EQ(first->finish_reason, "max_new_tokens");
+  EXPECT_EQ(first->finish_reason, llm::FinishReason::kMaxNewTokens);
   // Stop on the text of the third generated token: generation ends there, the stop text is cut.
   const std::string third =
       tokenizer_->Decode({first->generated_ids[0], first->generated_ids[1], first->generated_ids[2]});
   options.stop = {third.substr(third.size() - 1)};
   auto stopped = generator.Generate(prompt, options);
   ASSERT_TRUE(stopped.ok());
-  EXPECT_EQ(stopped->finish_reason, "stop");
+  EXPECT_EQ(stopped->finish_reason, llm::FinishReason::kStop);
   EXPECT_LE(stopped->generated_ids.size(), 3u);
 }
 
@@ -399,7 +399,7 @@ TEST_F(GeneratorTest, TransactionReviewGivesWellFormedFindingsOrStopsAtTheDeadli
   options.deadline = std::chrono::steady_clock::now();
   auto cut = TransactionReviewTask::Analyze(generator, *tokenizer_, tx, options, "tiny-qwen3");
   ASSERT_FALSE(cut.ok());
-  EXPECT_EQ(cut.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(cut.error().code, ErrorCode::kDeadlineExceeded);
   EXPECT_EQ(cut.error().message, "the deadline cut the findings short after 1 tokens");
 }
 
@@ -437,7 +437,7 @@ TEST_F(GeneratorTest, BatchWithSchemaFinishesEverySequenceWithValidJson) {
   auto batch = generator.GenerateBatch({{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10}}, options);
   ASSERT_TRUE(batch.ok()) << batch.error().ToString();
   for (const GenerationResult& r : *batch) {
-    EXPECT_EQ(r.finish_reason, "schema_complete");
+    EXPECT_EQ(r.finish_reason, llm::FinishReason::kSchemaComplete);
     EXPECT_TRUE(ClaimAnalysisTask::ParseFindings(r.text).ok()) << r.text;
   }
 }

@@ -43,6 +43,9 @@ class FlatLogitsDecoder : public llm::Decoder {
     std::condition_variable released_cv;
     bool released = false;
     std::string failing_device;  // decoders loaded on this device fail every Forward
+    // How they fail: kUnavailable as a device runtime failing (the real decoder's), or
+    // kInternal as a bug that another device would meet too.
+    ErrorCode failure = ErrorCode::kUnavailable;
     std::atomic<int> failed_calls{0};
     void Release() {
       std::lock_guard<std::mutex> lock(mutex);
@@ -64,7 +67,7 @@ class FlatLogitsDecoder : public llm::Decoder {
                                                   const std::vector<std::vector<int32_t>>& new_tokens) const override {
     if (failing_) {
       control_->failed_calls.fetch_add(1);
-      return Internal("the device stopped responding");
+      return Error{control_->failure, "the device stopped responding", {}};
     }
     if (control_->forward_calls.fetch_add(1) == 0 && control_->block_first_call) {
       control_->entered.set_value();
@@ -347,6 +350,23 @@ TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPasse
   EXPECT_TRUE(second->findings.has_value());
   EXPECT_EQ(control_.failed_calls.load(), 1);  // the failing device was passed over
   EXPECT_EQ(*pipeline_->FindStage("forensic")->device_fallbacks(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, AnInternalErrorIsNotRetriedOnTheNextDevice) {
+  accelerator::DeviceRegistry devices;
+  devices.Register(accelerator::HostCpuDevice(
+      {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"},
+      24LL << 30));
+  devices.Register(accelerator::EmulatedDeviceDescription({}));
+  control_.failing_device = "privateuseone:0";
+  control_.failure = ErrorCode::kInternal;  // not the device's fault: the CPU would fail the same way
+  CreatePipeline(/*review_threshold=*/0.0, 60000, "", "emulated", &devices);
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_FALSE(outcome->findings.has_value());
+  EXPECT_EQ(outcome->degraded_stages, std::vector<std::string>{"forensic"});
+  EXPECT_EQ(control_.failed_calls.load(), 1);
+  EXPECT_EQ(*pipeline_->FindStage("forensic")->device_fallbacks(), 0u);
 }
 
 TEST_F(ForensicPipelineTest, ConcurrentRequestsShareABatch) {
