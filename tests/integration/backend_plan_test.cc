@@ -5,10 +5,12 @@
 // describes itself) and a test library built from the same emulator code that registers itself
 // at load and exports no description (as torch-spyre's does).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "tests/test_support.h"
@@ -186,6 +188,54 @@ TEST_F(BackendPlanTest, PlacementOnAKindNoBackendProvidesIsRefusedNamingTheKnown
                          "that kind was registered (known kinds: cpu, cuda)"),
             std::string::npos)
       << run.err;
+}
+
+TEST_F(BackendPlanTest, ABatchJobRunsItsLlmStageOnTheEmulatedDeviceLoadedFromItsLibrary) {
+  const std::string txscore = TXSCORE_BINARY;
+  CommandRun run = RunCommand(
+      txscore + " train --kind claims --claims 400 --rounds 5 --threads 1 --out " + dir_.file("models") + " >/dev/null",
+      dir_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  run = RunCommand(
+      txscore + " data generate --kind claims --claims 6 --seed 3 --format jsonl --out " + dir_.file("claims.jsonl"),
+      dir_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+  testing::WriteFile(dir_.file("claims.yaml"),
+                     "storage: {path: db}\n"
+                     "security: {card_key_file: card.key}\n"
+                     "devices: {backend_library: " +
+                         std::string(TXSCORE_EMULATED_DEVICE_LIBRARY) +
+                         "}\n"
+                         "stages:\n"
+                         "  - {name: features, kind: claim_features}\n"
+                         "  - {name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}\n"
+                         "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                         "\"claims_model.score >= 0.0\", max_new_tokens: 60, dtype: bfloat16, placement: emulated}\n"
+                         "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+  ::chmod(dir_.file("card.key").c_str(), 0600);
+  run = RunCommand(txscore + " batch run --log-level info --config " + dir_.file("claims.yaml") + " --input " +
+                       dir_.file("claims.jsonl") + " --output " + dir_.file("out.jsonl"),
+                   dir_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string said = run.out + run.err;  // the summary on stdout, the log on stderr
+  EXPECT_NE(said.find("stage analysis on emulated:0 (emulated) (bfloat16): placement names emulated"),
+            std::string::npos)
+      << said;
+  const size_t times = said.find("time per stage: analysis ");
+  ASSERT_NE(times, std::string::npos) << said;
+  const std::string times_line = said.substr(times, said.find('\n', times) - times);
+  EXPECT_NE(times_line.find(" s on emulated:0 (emulated);"), std::string::npos) << times_line;
+  EXPECT_NE(said.find("LLM findings for 6 of 6 claims it was asked to read"), std::string::npos) << said;
+  std::istringstream lines(testing::ReadFile(dir_.file("out.jsonl")));
+  std::string line;
+  int with_findings = 0, total = 0;
+  while (std::getline(lines, line)) {
+    ++total;
+    if (!nlohmann::json::parse(line)["findings"].is_null()) ++with_findings;
+  }
+  EXPECT_EQ(total, 6);
+  EXPECT_EQ(with_findings, 6);  // every claim read by the LLM on the emulated device
 }
 
 }  // namespace
