@@ -274,6 +274,18 @@ Status ParseStages(const Reader& r, const YAML::Node& node, const StageKindRegis
   return Status::Ok();
 }
 
+// Every scalar under `node`, by its dotted path ("server.limits.max_frame_bytes"; list items
+// as "devices.x[0]").
+void Flatten(const YAML::Node& node, const std::string& path, std::map<std::string, std::string>* out) {
+  if (node.IsMap()) {
+    for (const auto& entry : node) Flatten(entry.second, path + "." + entry.first.Scalar(), out);
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) Flatten(node[i], path + "[" + std::to_string(i) + "]", out);
+  } else {
+    (*out)[path] = node.IsNull() ? "null" : node.Scalar();
+  }
+}
+
 Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std::string& source_path,
                              const StageKindRegistry& kinds) {
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
@@ -325,6 +337,9 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &config.jobs.chunk));
     TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &config.jobs.max_llm_shortfall_share));
   }
+  for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
+    if (const YAML::Node node = root[section]) Flatten(node, section, &config.restart_only);
+  }
   const YAML::Node stages = root["stages"];
   if (!stages) return r.ErrorAt(root, "missing required key \"stages\"");
   TXSCORE_RETURN_IF_ERROR(ParseStages(r, stages, kinds, &config));
@@ -332,6 +347,21 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
 }
 
 }  // namespace
+
+std::vector<std::string> RestartOnlyChanges(const PipelineConfig& running, const PipelineConfig& loaded) {
+  std::vector<std::string> changes;
+  std::set<std::string> keys;
+  for (const auto& [key, value] : running.restart_only) keys.insert(key);
+  for (const auto& [key, value] : loaded.restart_only) keys.insert(key);
+  for (const std::string& key : keys) {
+    const auto before = running.restart_only.find(key);
+    const auto after = loaded.restart_only.find(key);
+    const std::string was = before == running.restart_only.end() ? "(default)" : before->second;
+    const std::string now = after == loaded.restart_only.end() ? "(default)" : after->second;
+    if (was != now) changes.push_back(key + ": " + was + " -> " + now);
+  }
+  return changes;
+}
 
 const StageSettings* PipelineConfig::FindSettings(const std::string& stage_name) const {
   for (const auto& s : settings) {

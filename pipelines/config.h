@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,7 +136,15 @@ struct PipelineConfig {
 
   // The settings of the stage named `name`, or null.
   const StageSettings* FindSettings(const std::string& name) const;
+
+  // The settings a running server cannot change (server, admin, storage, security, devices,
+  // jobs) as the file wrote them, flattened: "server.port" -> "9090". Compared by a reload.
+  std::map<std::string, std::string> restart_only;
 };
+
+// The restart-only settings that differ between the running config and a newly loaded one,
+// e.g. "server.port: 9090 -> 9095" ("(default)" where the file has no such key), sorted.
+std::vector<std::string> RestartOnlyChanges(const PipelineConfig& running, const PipelineConfig& loaded);
 
 // `kinds` must outlive the config. Default: the builtin kinds.
 Result<PipelineConfig> LoadPipelineConfig(const std::string& path,

@@ -35,15 +35,32 @@ int64_t NowMicros() {
 
 }  // namespace
 
+Result<std::shared_ptr<ScoringLedger>> ScoringLedger::Create(storage::Database* db, const std::string& card_key_file) {
+  std::shared_ptr<ScoringLedger> ledger(new ScoringLedger(db));
+  TXSCORE_RETURN_IF_ERROR(ledger->audit_log_.BeginWriting());
+  TXSCORE_ASSIGN_OR_RETURN(ledger->tokenizer_, fraud::CardTokenizer::FromKeyFile(card_key_file));
+  return ledger;
+}
+
+std::mutex& ScoringLedger::CardLock(const std::string& card_token) {
+  return card_locks_[Fnv1a64(card_token) % kCardLockStripes];
+}
+
 Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
+                                                                 const PipelineRuntime& runtime) {
+  TXSCORE_ASSIGN_OR_RETURN(std::shared_ptr<ScoringLedger> ledger,
+                           ScoringLedger::Create(db, config.security.card_key_file));
+  return Create(config, std::move(ledger), runtime);
+}
+
+Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config,
+                                                                 std::shared_ptr<ScoringLedger> ledger,
                                                                  const PipelineRuntime& runtime) {
   if (config.items != ItemKind::kTransaction) {
     return FailedPrecondition(config.source_path + " is a claims pipeline; run it with `txscore batch run --config " +
                               config.source_path + "`");
   }
-  std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, db));
-  TXSCORE_RETURN_IF_ERROR(pipeline->audit_log_.BeginWriting());
-  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(config.security.card_key_file));
+  std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, std::move(ledger)));
   pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
@@ -80,14 +97,14 @@ Result<std::string> ScoringPipeline::CardToken(fraud::RawTransaction* raw) const
     return *raw->card_token;
   }
   Status valid = fraud::ValidatePan(*raw->card_number);
-  std::string token = valid.ok() ? tokenizer_->Tokenize(*raw->card_number) : std::string();
+  std::string token = valid.ok() ? ledger_->tokenizer().Tokenize(*raw->card_number) : std::string();
   fraud::WipeString(&*raw->card_number);
   if (!valid.ok()) return valid.error();
   return token;
 }
 
 Result<fraud::CardState> ScoringPipeline::ReadCardState(const std::string& card_token) const {
-  Result<std::optional<std::string>> stored = db_->Get(storage::ColumnFamily::kEntityState, card_token);
+  Result<std::optional<std::string>> stored = ledger_->database().Get(storage::ColumnFamily::kEntityState, card_token);
   if (!stored.ok()) return stored.error();
   if (!stored->has_value()) return fraud::CardState();
   return fraud::DecodeCardState(**stored);
@@ -139,6 +156,45 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, Steady
   return Status::Ok();
 }
 
+Status ScoringPipeline::Canary() const {
+  // A card-present purchase of a card with no history, at a fixed time: every feature a
+  // transaction stage computes is defined or deliberately missing, and nothing is stored.
+  fraud::Transaction tx;
+  tx.request_id = "reload-canary";
+  tx.timestamp_ms = 1767261600000;  // 2026-01-01T10:00:00Z
+  tx.amount_minor = 4250;
+  tx.currency = "USD";
+  tx.card_token = std::string(64, '0');
+  tx.merchant_id = "canary-merchant";
+  tx.mcc = "5411";
+  tx.merchant_country = "US";
+  tx.card_country = "US";
+  tx.channel = fraud::Channel::kCardPresent;
+  tx.entry_mode = fraud::EntryMode::kChip;
+  const fraud::CardState state;
+  const StageGraph& graph = config_.graph;
+  RequestValues values(graph.size());
+  for (int i : graph.order()) {
+    const PreparedStage& stage = *stages_[static_cast<size_t>(i)];
+    if (stage.slow() || !graph.ShouldRun(i, values)) continue;
+    StageOutputs& out = values[static_cast<size_t>(i)];
+    StageReport report;
+    const ScoredItem item{&tx, &state, nullptr, 1, SteadyClock::now() + std::chrono::minutes(1)};
+    Status ran = stage.Run(StageInputs(graph.stage(i), values), item, &out, &report);
+    if (!ran.ok()) {
+      return FailedPrecondition("the canary transaction failed in stage " + graph.stage(i).name + ": " +
+                                ran.error().message);
+    }
+    out.ran = report.outcome == StageReport::Outcome::kDone;
+  }
+  const StageOutputs& decided = values[static_cast<size_t>(graph.sink())];
+  if (!decided.ran || !(decided.score >= 0 && decided.score <= 1)) {
+    return FailedPrecondition("the canary transaction got no decision with a score in [0, 1] (score " +
+                              std::to_string(decided.score) + ")");
+  }
+  return Status::Ok();
+}
+
 Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   const SteadyClock::time_point arrival = clock_();
   ScoreOutcome outcome;
@@ -153,7 +209,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   tx.card_token = std::move(token).value();
   clock.Lap("validate");
 
-  std::unique_lock<std::mutex> card_lock(card_locks_[Fnv1a64(tx.card_token) % kCardLockStripes]);
+  std::unique_lock<std::mutex> card_lock(ledger_->CardLock(tx.card_token));
   Result<fraud::CardState> state = ReadCardState(tx.card_token);
   if (!state.ok()) return state.error();
   clock.Lap("state");
@@ -226,8 +282,8 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));
-  TXSCORE_RETURN_IF_ERROR(audit_log_.Append(record, &batch));
-  TXSCORE_RETURN_IF_ERROR(db_->Write(batch));
+  TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Append(record, &batch));
+  TXSCORE_RETURN_IF_ERROR(ledger_->database().Write(batch));
   clock.Lap("persist");
   return outcome;
 }

@@ -75,12 +75,46 @@ struct ScoreOutcome {
   std::vector<std::pair<std::string, double>> stage_scores;
 };
 
+// What every version of a server's transaction pipeline shares, so that replacing the
+// pipeline (a reload) changes neither how one card's transactions are serialised nor the
+// audit trail's sequence: the database, its one audit writer, the card key and the card locks.
+// Thread-safe.
+class ScoringLedger {
+ public:
+  // Loads the card key and takes a new audit epoch; `db` must outlive the ledger.
+  static Result<std::shared_ptr<ScoringLedger>> Create(storage::Database* db, const std::string& card_key_file);
+
+  storage::Database& database() const { return *db_; }
+  storage::AuditLog& audit_log() { return audit_log_; }
+  const fraud::CardTokenizer& tokenizer() const { return *tokenizer_; }
+  // The lock that serialises the transactions of one card.
+  std::mutex& CardLock(const std::string& card_token);
+
+ private:
+  explicit ScoringLedger(storage::Database* db) : db_(db), audit_log_(db) {}
+  static constexpr size_t kCardLockStripes = 256;
+  storage::Database* db_;
+  storage::AuditLog audit_log_;
+  std::unique_ptr<fraud::CardTokenizer> tokenizer_;
+  std::array<std::mutex, kCardLockStripes> card_locks_;
+};
+
 class ScoringPipeline {
  public:
-  // Loads the card key and the models named in `config` and places its stages; `db` (and
-  // runtime.devices) must outlive the pipeline.
+  // Loads the models named in `config` and places and prepares its stages, writing through
+  // `ledger` (shared with the pipeline this one replaces, if any). runtime.devices must
+  // outlive the pipeline.
+  static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config,
+                                                         std::shared_ptr<ScoringLedger> ledger,
+                                                         const PipelineRuntime& runtime = {});
+  // The same with a ledger of its own over `db` and the config's card key.
   static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db,
                                                          const PipelineRuntime& runtime = {});
+
+  // A dry run before the pipeline serves (a reload's check): scores a fixed synthetic
+  // transaction of a new card through every stage that is not slow, writing nothing, and
+  // checks the decision stage produced a score in [0, 1]. Errors say which stage failed.
+  Status Canary() const;
 
   // Takes the transaction by value: its PAN and card verification code are wiped from
   // memory once tokenized. kInvalidArgument (with the field) for bad input, in which case
@@ -97,10 +131,11 @@ class ScoringPipeline {
   // every result and audit record names them.
   const std::string& model_id() const { return model_id_; }
   const std::string& model_version() const { return model_version_; }
-  storage::AuditLog& audit_log() { return audit_log_; }
+  storage::AuditLog& audit_log() { return ledger_->audit_log(); }
 
  private:
-  ScoringPipeline(PipelineConfig config, storage::Database* db) : config_(std::move(config)), db_(db), audit_log_(db) {}
+  ScoringPipeline(PipelineConfig config, std::shared_ptr<ScoringLedger> ledger)
+      : config_(std::move(config)), ledger_(std::move(ledger)) {}
 
   // The card's token: from the PAN (validated, then wiped) or the caller's own token.
   Result<std::string> CardToken(fraud::RawTransaction* raw) const;
@@ -111,17 +146,12 @@ class ScoringPipeline {
                   std::unique_lock<std::mutex>* card_lock, Result<fraud::CardState>* state, RequestValues* values,
                   ScoreOutcome* outcome);
 
-  static constexpr size_t kCardLockStripes = 256;
-
   PipelineConfig config_;
-  storage::Database* db_;
-  storage::AuditLog audit_log_;
-  std::unique_ptr<fraud::CardTokenizer> tokenizer_;
+  std::shared_ptr<ScoringLedger> ledger_;
   std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph
   std::string model_id_, model_version_;
   std::function<std::chrono::steady_clock::time_point()> clock_;
   PipelinePlan plan_;
-  std::array<std::mutex, kCardLockStripes> card_locks_;
 };
 
 }  // namespace txscore::pipelines

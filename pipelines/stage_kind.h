@@ -13,7 +13,7 @@
 //
 // The executors (scoring_pipeline.h, claims_pipeline.h) call stages only through this
 // interface and never name a kind; a new kind touches its own files and one registration
-// line (README, "Adding a stage kind").
+// line (docs/pipeline-file.md, "Adding a stage kind").
 #pragma once
 
 #include <chrono>

@@ -16,5 +16,6 @@ for family in qwen3 llama3 gemma3; do
     break
   fi
 done
-cd build
-ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@"
+(cd build && ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@")
+# The hot reload under load again, built with ThreadSanitizer: no data race.
+./scripts/tsan.sh

@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace txscore::service {
 namespace {
@@ -20,16 +23,32 @@ using tcp = asio::ip::tcp;
 constexpr auto kIdleTimeout = std::chrono::seconds(30);
 constexpr size_t kMaxRequestBodyBytes = 8 * 1024;
 
-using Routes = std::map<std::string, AdminServer::Handler>;
+using Routes = std::map<std::string, AdminRoute>;
 
-http::response<http::string_body> Respond(const http::request<http::string_body>& request, const Routes& routes) {
-  HttpResponse answer;
+// The route a request is for, or the answer that refuses it (wrong method, not local, no
+// such path).
+struct Routing {
+  const AdminRoute* route = nullptr;
+  HttpResponse refusal;
+};
+
+Routing Route(const http::request<http::string_body>& request, const Routes& routes, bool caller_is_local) {
   std::string target(request.target());
   const std::string path = target.substr(0, target.find('?'));
-  if (request.method() != http::verb::get && request.method() != http::verb::head) {
-    answer = {405, "application/json", "{\"error\": \"only GET and HEAD are supported\"}\n"};
-  } else if (auto it = routes.find(path); it != routes.end()) {
-    answer = it->second();
+  Routing routing;
+  HttpResponse& answer = routing.refusal;
+  if (auto it = routes.find(path); it != routes.end()) {
+    const AdminRoute& route = it->second;
+    const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
+    const bool post = request.method() == http::verb::post;
+    if (route.post ? !post : !get) {
+      answer = {405, "application/json",
+                std::string("{\"error\": \"") + (route.post ? "use POST" : "use GET or HEAD") + "\"}\n"};
+    } else if (route.local_only && !caller_is_local) {
+      answer = {403, "application/json", "{\"error\": \"only local callers may do this\"}\n"};
+    } else {
+      routing.route = &route;
+    }
   } else {
     answer = {404, "application/json", "{\"error\": \"no such path\", \"paths\": [" + [&] {
                 std::string list;
@@ -37,6 +56,10 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
                 return list;
               }() + "]}\n"};
   }
+  return routing;
+}
+
+http::response<http::string_body> Respond(const http::request<http::string_body>& request, HttpResponse answer) {
   http::response<http::string_body> response{static_cast<http::status>(answer.status), request.version()};
   response.set(http::field::server, "txscore");
   response.set(http::field::content_type, answer.content_type);
@@ -46,9 +69,31 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
   return response;
 }
 
+// Runs slow handlers on threads of their own, and waits for them at Stop.
+class SlowHandlers {
+ public:
+  void Run(std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.emplace_back(std::move(work));
+  }
+  void JoinAll() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const Routes* routes) : stream_(std::move(socket)), routes_(routes) {}
+  Session(tcp::socket socket, const Routes* routes, SlowHandlers* slow)
+      : stream_(std::move(socket)), routes_(routes), slow_(slow) {}
   void Start() { Read(); }
 
  private:
@@ -64,7 +109,23 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
       return;
     }
-    response_ = std::make_shared<http::response<http::string_body>>(Respond(parser_->get(), *routes_));
+    beast::error_code peer_error;
+    const tcp::endpoint peer = stream_.socket().remote_endpoint(peer_error);
+    const bool local = !peer_error && peer.address().is_loopback();
+    const Routing routing = Route(parser_->get(), *routes_, local);
+    if (routing.route == nullptr) return Write(routing.refusal);
+    if (!routing.route->slow) return Write(routing.route->handler());
+    // The answer is written back on this session's strand once the handler returns.
+    stream_.expires_never();
+    slow_->Run([self = shared_from_this(), handler = routing.route->handler] {
+      HttpResponse answer = handler();
+      asio::post(self->stream_.get_executor(),
+                 [self, answer = std::move(answer)]() mutable { self->Write(std::move(answer)); });
+    });
+  }
+  void Write(HttpResponse answer) {
+    response_ = std::make_shared<http::response<http::string_body>>(Respond(parser_->get(), std::move(answer)));
+    stream_.expires_after(kIdleTimeout);
     http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec || !self->response_->keep_alive()) {
         self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -79,6 +140,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<http::response<http::string_body>> response_;
   const Routes* routes_;
+  SlowHandlers* slow_;
 };
 
 }  // namespace
@@ -87,12 +149,13 @@ struct AdminServer::Impl {
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   Routes routes;
+  SlowHandlers slow;
   std::thread thread;
 
   void Accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), &routes)->Start();
+      if (!ec) std::make_shared<Session>(std::move(socket), &routes, &slow)->Start();
       Accept();
     });
   }
@@ -101,7 +164,7 @@ struct AdminServer::Impl {
 AdminServer::AdminServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<AdminServer>> AdminServer::Create(const pipelines::AdminConfig& config,
-                                                         std::map<std::string, Handler> routes) {
+                                                         std::map<std::string, AdminRoute> routes) {
   auto impl = std::make_unique<Impl>();
   impl->routes = std::move(routes);
   beast::error_code ec;
@@ -133,6 +196,7 @@ void AdminServer::Stop() {
   if (!impl_->thread.joinable()) return;
   impl_->io.stop();
   impl_->thread.join();
+  impl_->slow.JoinAll();  // their answers are not written: the port is closed
 }
 
 }  // namespace txscore::service

@@ -73,8 +73,15 @@ std::vector<double> LatencyBucketsSeconds() {
 }
 
 MetricsRegistry::Series* MetricsRegistry::FindOrAdd(const std::string& name, const std::string& help, Type type,
-                                                    const Labels& labels) {
+                                                    const Labels& labels, const std::function<void(Series*)>& init) {
   std::lock_guard<std::mutex> lock(mutex_);
+  Series* series = FindOrAddLocked(name, help, type, labels);
+  if (init) init(series);  // under the lock: a scrape may be rendering this family now
+  return series;
+}
+
+MetricsRegistry::Series* MetricsRegistry::FindOrAddLocked(const std::string& name, const std::string& help, Type type,
+                                                          const Labels& labels) {
   Family* family = nullptr;
   for (auto& f : families_) {
     if (f->name == name) family = f.get();
@@ -92,34 +99,38 @@ MetricsRegistry::Series* MetricsRegistry::FindOrAdd(const std::string& name, con
 }
 
 Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string& help, const Labels& labels) {
-  Series* s = FindOrAdd(name, help, Type::kCounter, labels);
-  if (!s->counter) s->counter = std::make_unique<Counter>();
-  return s->counter.get();
+  return FindOrAdd(name, help, Type::kCounter, labels,
+                   [](Series* s) {
+                     if (!s->counter) s->counter = std::make_unique<Counter>();
+                   })
+      ->counter.get();
 }
 
 Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help, const Labels& labels,
                                          std::vector<double> upper_bounds) {
-  Series* s = FindOrAdd(name, help, Type::kHistogram, labels);
-  if (!s->histogram) s->histogram = std::make_unique<Histogram>(std::move(upper_bounds));
-  return s->histogram.get();
+  return FindOrAdd(name, help, Type::kHistogram, labels,
+                   [&](Series* s) {
+                     if (!s->histogram) s->histogram = std::make_unique<Histogram>(std::move(upper_bounds));
+                   })
+      ->histogram.get();
 }
 
 void MetricsRegistry::AddCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
                                          std::function<uint64_t()> read) {
-  Series* series = FindOrAdd(name, help, Type::kCounter, labels);
-  std::lock_guard<std::mutex> lock(mutex_);
-  series->read = std::move(read);
+  FindOrAdd(name, help, Type::kCounter, labels, [&](Series* s) { s->read = std::move(read); });
 }
 
 void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
                                        std::function<uint64_t()> read) {
-  Series* series = FindOrAdd(name, help, Type::kGauge, labels);
-  std::lock_guard<std::mutex> lock(mutex_);
-  series->read = std::move(read);
+  FindOrAdd(name, help, Type::kGauge, labels, [&](Series* s) { s->read = std::move(read); });
 }
 
-void MetricsRegistry::AddInfo(const std::string& name, const std::string& help, const Labels& labels) {
-  FindOrAdd(name, help, Type::kGauge, labels);
+void MetricsRegistry::SetInfo(const std::string& name, const std::string& help, const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& f : families_) {
+    if (f->name == name) f->series.clear();  // info series are never handed out: safe to drop
+  }
+  FindOrAddLocked(name, help, Type::kGauge, labels);
 }
 
 std::string MetricsRegistry::RenderPrometheus() const {

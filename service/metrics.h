@@ -49,8 +49,8 @@ std::vector<double> LatencyBucketsSeconds();
 
 class MetricsRegistry {
  public:
-  // Registration is thread-safe but meant for start-up. The returned pointer lives as long
-  // as the registry. Registering the same name and labels twice returns the same metric.
+  // Registration is thread-safe (a reload registers its new stages' series while serving). The returned pointer lives
+  // as long as the registry. Registering the same name and labels twice returns the same metric.
   Counter* AddCounter(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram* AddHistogram(const std::string& name, const std::string& help, const Labels& labels,
                           std::vector<double> upper_bounds = LatencyBucketsSeconds());
@@ -60,8 +60,9 @@ class MetricsRegistry {
   // A gauge whose value is read from `read` at each scrape (e.g. connections open now).
   void AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
                         std::function<uint64_t()> read);
-  // A constant 1 with descriptive labels, e.g. txscore_model_info{model_id=...}.
-  void AddInfo(const std::string& name, const std::string& help, const Labels& labels);
+  // A constant 1 with descriptive labels, e.g. txscore_model_info{model_id=...}; replaces the
+  // series of that name set before (after a reload, the new model's labels only).
+  void SetInfo(const std::string& name, const std::string& help, const Labels& labels);
 
   std::string RenderPrometheus() const;
 
@@ -79,7 +80,10 @@ class MetricsRegistry {
     Type type;
     std::vector<std::unique_ptr<Series>> series;
   };
-  Series* FindOrAdd(const std::string& name, const std::string& help, Type type, const Labels& labels);
+  // `init` runs under the registry's lock, on the series found or added.
+  Series* FindOrAdd(const std::string& name, const std::string& help, Type type, const Labels& labels,
+                    const std::function<void(Series*)>& init = nullptr);
+  Series* FindOrAddLocked(const std::string& name, const std::string& help, Type type, const Labels& labels);
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Family>> families_;

@@ -1,5 +1,8 @@
 #include "service/scoring_server.h"
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 namespace txscore::service {
@@ -14,12 +17,16 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   // The admin port answers first, so /healthz and /readyz (503 "starting") are there while
   // the database and models load.
   ScoringServer* self = server.get();
-  std::map<std::string, AdminServer::Handler> routes;
+  std::map<std::string, AdminRoute> routes;
   routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
   routes["/readyz"] = [self] { return self->Readiness(); };
   routes["/metrics"] = [self] {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->registry_.RenderPrometheus()};
   };
+  // Restricted to local callers until the admin port authenticates its callers.
+  AdminRoute reload([self] { return self->ReloadOverHttp(); });
+  reload.post = reload.slow = reload.local_only = true;
+  routes["/admin/reload"] = std::move(reload);
   Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(config.admin, std::move(routes));
   if (!admin.ok()) return admin.error();
   server->admin_ = std::move(admin).value();
@@ -32,11 +39,17 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(config.storage.path, db_options);
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
-  Result<std::unique_ptr<pipelines::ScoringPipeline>> pipeline =
-      pipelines::ScoringPipeline::Create(config, server->db_.get(), runtime);
-  if (!pipeline.ok()) return pipeline.error();
-  server->pipeline_ = std::move(pipeline).value();
-  server->metrics_ = std::make_unique<ScoringMetrics>(&server->registry_, *server->pipeline_);
+  TXSCORE_ASSIGN_OR_RETURN(server->ledger_,
+                           pipelines::ScoringLedger::Create(server->db_.get(), config.security.card_key_file));
+  TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipelines::ScoringPipeline> pipeline,
+                           pipelines::ScoringPipeline::Create(config, server->ledger_, runtime));
+  server->config_ = config;
+  server->runtime_ = runtime;
+  server->active_.Set(server->Serve(std::move(pipeline)));
+  server->reloads_applied_ =
+      server->registry_.AddCounter("txscore_reloads_total", "Pipeline reloads, by outcome.", {{"outcome", "applied"}});
+  server->reloads_refused_ =
+      server->registry_.AddCounter("txscore_reloads_total", "Pipeline reloads, by outcome.", {{"outcome", "refused"}});
   ScoringServer* const counters = server.get();
   const struct {
     const char* name;
@@ -51,13 +64,6 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
        "Weight bytes moved to a device after serving started (prepare once: stays 0).",
        &PrepareSnapshot::weight_bytes_moved},
   };
-  for (size_t i = 0; i < config.graph.size(); ++i) {
-    const pipelines::PreparedStage* stage = &server->pipeline_->stage(static_cast<int>(i));
-    if (!stage->device_fallbacks()) continue;  // a stage that runs on one device only
-    server->registry_.AddCounterFunction(
-        "txscore_device_fallbacks_total", "Requests of a stage that moved to its next device because one failed.",
-        {{"stage", config.graph.stage(static_cast<int>(i)).name}}, [stage] { return *stage->device_fallbacks(); });
-  }
   for (const auto& c : kPrepareCounters) {
     server->registry_.AddCounterFunction(c.name, c.help, {},
                                          [counters, field = c.field] { return counters->RequestPathWork().*field; });
@@ -83,8 +89,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
     if (!jobs.ok()) return jobs.error();
     server->jobs_ = std::move(jobs).value();
   }
-  auto handler = std::make_shared<TxScoreHandler>(server->pipeline_.get(), server->metrics_.get(), &server->ready_,
-                                                  server->jobs_.get());
+  auto handler = std::make_shared<TxScoreHandler>(&server->active_, &server->ready_, server->jobs_.get());
   Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(config.server, handler);
   if (!rpc.ok()) return rpc.error();
   server->rpc_ = std::move(rpc).value();
@@ -155,7 +160,15 @@ HttpResponse ScoringServer::Readiness() const {
     const bool listening = rpc_->serving();
     body["database"] = database.ok() ? "open" : database.error().message;
     body["listener"] = listening ? "serving" : "not serving";
-    body["model"] = pipeline_->model_id() + "@" + pipeline_->model_version();
+    const std::shared_ptr<pipelines::ScoringPipeline> pipeline = active_.Get()->pipeline;
+    body["model"] = pipeline->model_id() + "@" + pipeline->model_version();
+    body["pipeline_version"] = pipeline->config().version;
+    const std::vector<ReloadOutcome> reloads = reload_history();
+    if (!reloads.empty()) {
+      const ReloadOutcome& last = reloads.back();
+      body["last_reload"] = {
+          {"applied", last.applied}, {"trigger", last.trigger}, {"time_ms", last.time_ms}, {"detail", last.detail}};
+    }
     body["ready"] = database.ok() && listening;
   }
   return HttpResponse{body["ready"].get<bool>() ? 200 : 503, "application/json", body.dump() + "\n"};
@@ -193,12 +206,121 @@ void ScoringServer::Stop() {
   if (admin_) admin_->Stop();
   jobs_.reset();  // a running job stops after its chunk in flight, resumable
   claims_pipeline_.reset();
-  pipeline_.reset();
+  active_.Set(nullptr);
   if (db_) {
     stop_status_ = db_->Close();  // every write has returned: close RocksDB, and say how it went
     db_.reset();
   }
   phase_ = Phase::kStopped;
+}
+
+std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
+    std::shared_ptr<pipelines::ScoringPipeline> pipeline) {
+  auto version = std::make_shared<ActivePipeline::Version>();
+  version->metrics = std::make_shared<ScoringMetrics>(&registry_, *pipeline);
+  // Read through the active pipeline at each scrape: the stage's engine is the one serving.
+  const pipelines::StageGraph& graph = pipeline->config().graph;
+  for (size_t i = 0; i < graph.size(); ++i) {
+    const std::string& name = graph.stage(static_cast<int>(i)).name;
+    if (!pipeline->stage(static_cast<int>(i)).device_fallbacks()) continue;  // a stage that runs on one device only
+    registry_.AddCounterFunction(
+        "txscore_device_fallbacks_total",
+        "Requests of a stage that moved to its next device because one failed (since the pipeline was loaded).",
+        {{"stage", name}}, [this, name] {
+          const std::shared_ptr<const ActivePipeline::Version> serving = active_.Get();
+          const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
+          return stage != nullptr && stage->device_fallbacks() ? *stage->device_fallbacks() : uint64_t{0};
+        });
+  }
+  version->pipeline = std::move(pipeline);
+  return version;
+}
+
+ScoringServer::ReloadOutcome ScoringServer::Reload(const std::string& trigger) {
+  ReloadOutcome outcome = TryReload(trigger);
+  outcome.time_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const std::shared_ptr<pipelines::ScoringPipeline> serving = active_.Get()->pipeline;
+  outcome.pipeline_version = serving->config().version;
+  outcome.model_id = serving->model_id();
+  outcome.model_version = serving->model_version();
+  (outcome.applied ? reloads_applied_ : reloads_refused_)->Increment();
+  if (outcome.applied) {
+    spdlog::info("reload ({}): applied: {}", trigger, outcome.detail);
+  } else {
+    spdlog::error("reload ({}): refused, the running pipeline keeps serving: {}", trigger, outcome.detail);
+  }
+  std::lock_guard<std::mutex> lock(history_mutex_);
+  history_.push_back(outcome);
+  if (history_.size() > kReloadHistory) history_.erase(history_.begin());
+  return outcome;
+}
+
+ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger) {
+  ReloadOutcome outcome;
+  outcome.trigger = trigger;
+  std::unique_lock<std::mutex> one_at_a_time(reload_mutex_, std::try_to_lock);
+  if (!one_at_a_time.owns_lock()) {
+    outcome.detail = "another reload is running";
+    return outcome;
+  }
+  Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(config_.source_path);
+  if (!loaded.ok()) {
+    outcome.detail = loaded.error().ToString();
+    return outcome;
+  }
+  const std::vector<std::string> changes = pipelines::RestartOnlyChanges(config_, *loaded);
+  if (!changes.empty()) {
+    std::string list;
+    for (const std::string& c : changes) list += (list.empty() ? "" : "; ") + c;
+    outcome.detail = "these settings change only with a restart: " + list;
+    return outcome;
+  }
+  // The new pipeline loads its own engines (a checkpoint may have changed in place); claims
+  // jobs keep sharing the ones they started with.
+  pipelines::PipelineRuntime runtime = runtime_;
+  runtime.shared = std::make_shared<pipelines::SharedStageResources>();
+  Result<std::unique_ptr<pipelines::ScoringPipeline>> created =
+      pipelines::ScoringPipeline::Create(*loaded, ledger_, runtime);
+  if (!created.ok()) {
+    outcome.detail = created.error().ToString();
+    return outcome;
+  }
+  std::shared_ptr<pipelines::ScoringPipeline> pipeline = std::move(created).value();
+  if (Status canary = pipeline->Canary(); !canary.ok()) {
+    outcome.detail = canary.error().ToString();
+    return outcome;
+  }
+  active_.Set(Serve(pipeline));
+  config_ = std::move(loaded).value();
+  {
+    // Building the new set was a start-up's work, not the request path's.
+    std::lock_guard<std::mutex> lock(prepared_mutex_);
+    prepared_ = PrepareCountersNow();
+  }
+  outcome.applied = true;
+  outcome.detail = "pipeline " + config_.name + " v" + config_.version + ", model " + pipeline->model_id() + "@" +
+                   pipeline->model_version() + ", " + std::to_string(config_.graph.size()) + " stages";
+  return outcome;
+}
+
+std::vector<ScoringServer::ReloadOutcome> ScoringServer::reload_history() const {
+  std::lock_guard<std::mutex> lock(history_mutex_);
+  return history_;
+}
+
+HttpResponse ScoringServer::ReloadOverHttp() {
+  if (phase_.load() != Phase::kServing) {
+    return {503, "application/json", "{\"error\": \"not serving\"}\n"};
+  }
+  const ReloadOutcome outcome = Reload("admin");
+  nlohmann::json body = {{"applied", outcome.applied},
+                         {"detail", outcome.detail},
+                         {"pipeline_version", outcome.pipeline_version},
+                         {"model", outcome.model_id + "@" + outcome.model_version}};
+  const int status = outcome.applied ? 200 : outcome.detail == "another reload is running" ? 409 : 422;
+  return {status, "application/json", body.dump() + "\n"};
 }
 
 }  // namespace txscore::service

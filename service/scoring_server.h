@@ -1,13 +1,25 @@
 // The whole scoring service in one object: database, pipeline, metrics, the Thrift server
 // and the HTTP admin server, wired together. `txscore serve` and the integration tests
 // both run exactly this.
+//
+// Hot reload: Reload() (SIGHUP in `txscore serve`, or POST /admin/reload from a local caller)
+// reads the pipeline file again and loads the new pipeline, models, schemas and checkpoints
+// beside the running ones; checks them (every stage prepared, a canary transaction scored
+// without writing anything); then swaps them in atomically (ActivePipeline). Every request
+// runs entirely on the old or entirely on the new pipeline; the old is freed when its last
+// request finishes. A bad new set (a missing file, a wrong feature count, a YAML error, a
+// failing canary) or a change to a restart-only setting (server, admin, storage, security,
+// devices, jobs: named in the refusal) is refused, and the old keeps serving. Claims jobs keep
+// the claims pipeline they started with until the server restarts.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/prepare_counters.h"
 #include "common/result.h"
@@ -58,7 +70,27 @@ class ScoringServer {
   // running), stopped.
   enum class Phase { kStarting, kServing, kDraining, kStopped };
   static const char* PhaseName(Phase phase);
-  pipelines::ScoringPipeline& pipeline() { return *pipeline_; }
+  // The transaction pipeline serving now (replaced by a reload).
+  std::shared_ptr<pipelines::ScoringPipeline> pipeline() const { return active_.Get()->pipeline; }
+  storage::AuditLog& audit_log() { return ledger_->audit_log(); }
+
+  struct ReloadOutcome {
+    bool applied = false;
+    std::string trigger;  // "SIGHUP", "admin", or the test's
+    int64_t time_ms = 0;  // when it finished, ms since the epoch
+    // Applied: what now serves; refused: why (a reload already running, a restart-only
+    // setting, or the error that made the new set unusable).
+    std::string detail;
+    std::string pipeline_version;  // serving after the reload (the old one's when refused)
+    std::string model_id;
+    std::string model_version;
+  };
+  // Thread-safe; one reload at a time (a second one meanwhile is refused at once). Blocks
+  // until the new set is loaded and checked (seconds with an LLM checkpoint).
+  ReloadOutcome Reload(const std::string& trigger);
+  // The last reloads, oldest first (at most kReloadHistory).
+  std::vector<ReloadOutcome> reload_history() const;
+  static constexpr size_t kReloadHistory = 20;
   storage::Database& database() { return *db_; }
   MetricsRegistry& metrics() { return registry_; }
   // Start-up work (model and constraint builds, weight moves) done since Start(); stays zero
@@ -68,13 +100,24 @@ class ScoringServer {
  private:
   ScoringServer() = default;
   HttpResponse Readiness() const;  // the /readyz answer
+  HttpResponse ReloadOverHttp();   // POST /admin/reload
+  // Metrics for a pipeline about to serve (series shared across versions by name and labels).
+  std::shared_ptr<const ActivePipeline::Version> Serve(std::shared_ptr<pipelines::ScoringPipeline> pipeline);
+  ReloadOutcome TryReload(const std::string& trigger);
 
   std::unique_ptr<storage::Database> db_;
-  std::unique_ptr<pipelines::ScoringPipeline> pipeline_;
+  std::shared_ptr<pipelines::ScoringLedger> ledger_;
+  ActivePipeline active_;
+  pipelines::PipelineConfig config_;    // what serves now; replaced by a reload (under reload_mutex_)
+  pipelines::PipelineRuntime runtime_;  // as given to Create
+  std::mutex reload_mutex_;
+  mutable std::mutex history_mutex_;
+  std::vector<ReloadOutcome> history_;
+  Counter* reloads_applied_ = nullptr;
+  Counter* reloads_refused_ = nullptr;
   std::unique_ptr<pipelines::ClaimsPipeline> claims_pipeline_;  // with a jobs section
   std::unique_ptr<ClaimsJobManager> jobs_;
   MetricsRegistry registry_;
-  std::unique_ptr<ScoringMetrics> metrics_;
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;
   std::thread rpc_thread_;

@@ -138,7 +138,7 @@ ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::Scori
     request_seconds_[method] = registry->AddHistogram("txscore_request_duration_seconds",
                                                       "Time to answer a request, by method.", {{"method", method}});
   }
-  registry->AddInfo("txscore_model_info", "The loaded fraud model.",
+  registry->SetInfo("txscore_model_info", "The loaded fraud model.",
                     {{"model_id", pipeline.model_id()},
                      {"model_version", pipeline.model_version()},
                      {"pipeline", config.name},
@@ -165,23 +165,24 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
   }
 }
 
-TxScoreHandler::TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics,
-                               const std::atomic<bool>* ready, ClaimsJobManager* jobs)
-    : pipeline_(pipeline), jobs_(jobs), metrics_(metrics), ready_(ready) {}
+TxScoreHandler::TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs)
+    : active_(active), jobs_(jobs), ready_(ready) {}
 
 void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
   const auto start = std::chrono::steady_clock::now();
-  Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(TakeFromThrift(transaction));
+  const std::shared_ptr<const ActivePipeline::Version> version = active_->Get();  // one version, start to end
+  ScoringMetrics* const metrics = version->metrics.get();
+  Result<pipelines::ScoreOutcome> outcome = version->pipeline->Score(TakeFromThrift(transaction));
   if (!outcome.ok()) {
     const bool invalid = outcome.error().code == ErrorCode::kInvalidArgument;
-    metrics_->RecordRequest("score", invalid ? "invalid" : "error", SecondsSince(start));
+    metrics->RecordRequest("score", invalid ? "invalid" : "error", SecondsSince(start));
     if (invalid) throw ToInvalidRequest(outcome.error());
     spdlog::error("score {}: {}", transaction.request_id, outcome.error().ToString());
     throw ToServiceError(outcome.error());
   }
-  metrics_->RecordOutcome(*outcome);
+  metrics->RecordOutcome(*outcome);
   result = ToThrift(*outcome);
-  metrics_->RecordRequest("score", "ok", SecondsSince(start));
+  metrics->RecordRequest("score", "ok", SecondsSince(start));
 }
 
 void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
@@ -190,11 +191,13 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
   results.clear();
   results.reserve(transactions.size());
   bool any_error = false, any_invalid = false;
+  const std::shared_ptr<const ActivePipeline::Version> version = active_->Get();  // the whole batch on one version
+  ScoringMetrics* const metrics = version->metrics.get();
   for (const rpc::Transaction& transaction : transactions) {
     rpc::BatchItem item;
-    Result<pipelines::ScoreOutcome> outcome = pipeline_->Score(TakeFromThrift(transaction));
+    Result<pipelines::ScoreOutcome> outcome = version->pipeline->Score(TakeFromThrift(transaction));
     if (outcome.ok()) {
-      metrics_->RecordOutcome(*outcome);
+      metrics->RecordOutcome(*outcome);
       item.__set_result(ToThrift(*outcome));
     } else if (outcome.error().code == ErrorCode::kInvalidArgument) {
       any_invalid = true;
@@ -206,15 +209,16 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
     }
     results.push_back(std::move(item));
   }
-  metrics_->RecordRequest("scoreBatch", any_error ? "error" : any_invalid ? "invalid" : "ok", SecondsSince(start));
+  metrics->RecordRequest("scoreBatch", any_error ? "error" : any_invalid ? "invalid" : "ok", SecondsSince(start));
 }
 
 void TxScoreHandler::health(rpc::HealthStatus& status) {
   status.live = true;
   status.ready = ready_->load();
-  status.model_id = pipeline_->model_id();
-  status.model_version = pipeline_->model_version();
-  status.pipeline_version = pipeline_->config().version;
+  const std::shared_ptr<const ActivePipeline::Version> version = active_->Get();
+  status.model_id = version->pipeline->model_id();
+  status.model_version = version->pipeline->model_version();
+  status.pipeline_version = version->pipeline->config().version;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "gen-cpp/TxScore.h"
@@ -41,12 +42,35 @@ class ScoringMetrics {
   std::map<std::pair<std::string, std::string>, Counter*> incomplete_;  // (stage, degraded|skipped)
 };
 
+// The transaction pipeline requests run on now, with its metrics. A reload replaces it whole
+// (service/scoring_server.h); a request takes one version and keeps it to its end, so it runs
+// entirely on the old pipeline or entirely on the new, and the old one is freed when its last
+// request finishes. Thread-safe.
+class ActivePipeline {
+ public:
+  struct Version {
+    std::shared_ptr<pipelines::ScoringPipeline> pipeline;
+    std::shared_ptr<ScoringMetrics> metrics;
+  };
+  std::shared_ptr<const Version> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+  void Set(std::shared_ptr<const Version> version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.swap(version);  // the old one is released below, outside the lock
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Version> current_;
+};
+
 class TxScoreHandler : public rpc::TxScoreIf {
  public:
-  // `pipeline`, `metrics` and `jobs` must outlive the handler. `ready` is read by health().
-  // `jobs` is null when the server runs no claims jobs (no jobs section).
-  TxScoreHandler(pipelines::ScoringPipeline* pipeline, ScoringMetrics* metrics, const std::atomic<bool>* ready,
-                 ClaimsJobManager* jobs = nullptr);
+  // `active` and `jobs` must outlive the handler. `ready` is read by health(). `jobs` is null
+  // when the server runs no claims jobs (no jobs section).
+  TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs = nullptr);
 
   void score(rpc::ScoreResult& result, const rpc::Transaction& transaction) override;
   void scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) override;
@@ -59,9 +83,8 @@ class TxScoreHandler : public rpc::TxScoreIf {
   // The job manager, or a ServiceError saying how to enable jobs.
   ClaimsJobManager& Jobs() const;
 
-  pipelines::ScoringPipeline* pipeline_;
+  const ActivePipeline* active_;
   ClaimsJobManager* jobs_;
-  ScoringMetrics* metrics_;
   const std::atomic<bool>* ready_;
 };
 

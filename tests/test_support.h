@@ -2,11 +2,31 @@
 // a pipeline config that points at them.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 
+#include "common/result.h"
 #include "fraud/transaction.h"
 
 namespace txscore::testing {
+
+// The exact error a Status or Result must hold, for EXPECT_TRUE / ASSERT_TRUE:
+//   EXPECT_TRUE(testing::IsError(config, ErrorCode::kInvalidArgument, "p.yaml:2:3: unknown key ..."));
+// Fails, saying what was held instead, when it is ok, or its code or message differ.
+template <typename R>
+::testing::AssertionResult IsError(const R& held, ErrorCode code, const std::string& message) {
+  if (held.ok()) {
+    return ::testing::AssertionFailure() << "expected " << ErrorCodeName(code) << ": " << message
+                                         << "\n   but it is ok";
+  }
+  const Error& error = held.error();
+  if (error.code != code || error.message != message) {
+    return ::testing::AssertionFailure() << "expected " << ErrorCodeName(code) << ": " << message << "\n   but got "
+                                         << ErrorCodeName(error.code) << ": " << error.message;
+  }
+  return ::testing::AssertionSuccess();
+}
 
 // A fresh directory under $TMPDIR, removed with everything in it on destruction.
 class TempDir {

@@ -1,4 +1,5 @@
-// txscore serve --config FILE: the scoring service, until SIGINT or SIGTERM.
+// txscore serve --config FILE: the scoring service, until SIGINT or SIGTERM; SIGHUP reloads
+// the pipeline (service/scoring_server.h).
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
@@ -24,11 +25,12 @@ struct ServeOptions {
 
 int RunServe(const ServeOptions& options) {
   ConfigureLogging(options.log_level);
-  // Block the stop signals before any thread starts, so that only sigwait below sees them.
+  // Block the signals before any thread starts, so that only sigwait below sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
@@ -50,7 +52,8 @@ int RunServe(const ServeOptions& options) {
     return 1;
   }
   (*server)->Start([] { kill(getpid(), SIGTERM); });
-  const pipelines::ScoringPipeline& pipeline = (*server)->pipeline();
+  const std::shared_ptr<pipelines::ScoringPipeline> serving = (*server)->pipeline();
+  const pipelines::ScoringPipeline& pipeline = *serving;
   spdlog::info("pipeline {} v{}: model {}@{}", config->name, config->version, pipeline.model_id(),
                pipeline.model_version());
   for (int i : config->graph.order()) {
@@ -67,7 +70,7 @@ int RunServe(const ServeOptions& options) {
   }
   spdlog::info(
       "serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
-      "http://{}:{}/ (healthz, readyz, metrics)",
+      "http://{}:{}/ (healthz, readyz, metrics; POST admin/reload or SIGHUP reloads the pipeline)",
       config->server.host, (*server)->rpc_port(), config->server.workers, config->server.io_threads,
       config->server.max_connections, config->admin.host, (*server)->admin_port());
   spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}", (*server)->rpc_port());
@@ -76,7 +79,10 @@ int RunServe(const ServeOptions& options) {
             << std::endl;
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    spdlog::info("received SIGHUP; reloading {}", config->source_path);
+    (*server)->Reload("SIGHUP");  // logs what happened
+  }
   spdlog::info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Stop();
   if (!(*server)->stop_status().ok()) {

@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "tests/test_support.h"
+
 namespace txscore {
 namespace {
 
@@ -26,6 +28,17 @@ TEST(AssignOrReturn, AssignsTheValueOrReturnsTheErrorAsItIs) {
   EXPECT_EQ(failed.error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(failed.error().message, "negative");
   EXPECT_EQ(failed.error().field, "value");
+}
+
+TEST(IsError, PassesOnlyForTheExactCodeAndMessage) {
+  const Result<int> failed = InvalidArgument("amount must be positive", "amount");
+  EXPECT_TRUE(testing::IsError(failed, ErrorCode::kInvalidArgument, "amount must be positive"));
+  EXPECT_FALSE(testing::IsError(failed, ErrorCode::kNotFound, "amount must be positive"));
+  EXPECT_FALSE(testing::IsError(failed, ErrorCode::kInvalidArgument, "amount must be"));
+  EXPECT_FALSE(testing::IsError(Result<int>(3), ErrorCode::kInvalidArgument, "amount must be positive"));
+  const ::testing::AssertionResult wrong = testing::IsError(Status(Internal("boom")), ErrorCode::kDataLoss, "boom");
+  EXPECT_EQ(std::string(wrong.message()), "expected data loss: boom\n   but got internal: boom");
+  EXPECT_TRUE(testing::IsError(Status(Internal("boom")), ErrorCode::kInternal, "boom"));
 }
 
 }  // namespace

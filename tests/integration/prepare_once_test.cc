@@ -61,8 +61,8 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
   ASSERT_TRUE(server.ok()) << server.error().ToString();
   (*server)->Start();
   const PrepareSnapshot at_start = PrepareCountersNow() - before_start;
-  EXPECT_EQ((*server)->pipeline().plan().Find("forensic")->device, "emulated:0");
-  EXPECT_TRUE((*server)->pipeline().plan().Find("forensic")->emulated);
+  EXPECT_EQ((*server)->pipeline()->plan().Find("forensic")->device, "emulated:0");
+  EXPECT_TRUE((*server)->pipeline()->plan().Find("forensic")->emulated);
   EXPECT_GT(at_start.weight_bytes_moved, 0u);  // the decoder's weights, onto the emulated device
   EXPECT_GE(at_start.model_builds, 2u);        // the trees and the decoder
   EXPECT_GE(at_start.graph_builds, 1u);        // the findings constraint

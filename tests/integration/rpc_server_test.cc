@@ -124,7 +124,7 @@ TEST_F(RpcServerTest, ScoresDemoTransactionsAndAuditsEveryOne) {
     EXPECT_EQ(result.timings.size(), 6u);
     ids.insert(t.request_id);
   }
-  auto audit = server_->pipeline().audit_log().ReadLast(100000);
+  auto audit = server_->audit_log().ReadLast(100000);
   ASSERT_TRUE(audit.ok());
   ASSERT_EQ(audit->size(), transactions.size());
   std::set<std::string> audited;
@@ -148,7 +148,7 @@ TEST_F(RpcServerTest, ScoreBatchGivesPerItemResultsAndErrors) {
   EXPECT_EQ(items[1].error.reason, "fails the Luhn check digit");
   ASSERT_TRUE(items[2].__isset.result);
   EXPECT_EQ(items[2].result.request_id, "b");
-  EXPECT_EQ(server_->pipeline().audit_log().ReadLast(10).value().size(), 2u);
+  EXPECT_EQ(server_->audit_log().ReadLast(10).value().size(), 2u);
 }
 
 TEST_F(RpcServerTest, BadInputsGetTypedErrorsNamingTheField) {
@@ -177,7 +177,7 @@ TEST_F(RpcServerTest, BadInputsGetTypedErrorsNamingTheField) {
       EXPECT_EQ(e.reason, test_case.reason);
     }
   }
-  EXPECT_TRUE(server_->pipeline().audit_log().ReadLast(10).value().empty());  // nothing written
+  EXPECT_TRUE(server_->audit_log().ReadLast(10).value().empty());  // nothing written
   ExpectStillServing();
 }
 
@@ -282,7 +282,7 @@ TEST_F(RpcServerTest, BatchOverTheContainerLimitClosesTheConnection) {
     std::vector<rpc::BatchItem> items;
     EXPECT_THROW(c.client->scoreBatch(items, many), apache::thrift::TException);
   }
-  EXPECT_TRUE(server_->pipeline().audit_log().ReadLast(10).value().empty());
+  EXPECT_TRUE(server_->audit_log().ReadLast(10).value().empty());
   ExpectStillServing();
 }
 
@@ -311,14 +311,14 @@ TEST_F(RpcServerTest, NestingWithinTheRecursionLimitIsAnswered) {
   char reply[512];
   EXPECT_GT(::recv(fd, reply, sizeof reply, 0), 0);  // a reply frame, not a close
   ::close(fd);
-  auto audit = server_->pipeline().audit_log().ReadLast(10);
+  auto audit = server_->audit_log().ReadLast(10);
   ASSERT_EQ(audit.value().size(), 1u);
   EXPECT_EQ(audit.value()[0].request_id, "nested");
 }
 
 TEST_F(RpcServerTest, NestingDeeperThanTheRecursionLimitClosesTheConnection) {
   EXPECT_EQ(SendAndAwaitClose(ScoreCallWithNesting(200)), 0);
-  EXPECT_TRUE(server_->pipeline().audit_log().ReadLast(10).value().empty());
+  EXPECT_TRUE(server_->audit_log().ReadLast(10).value().empty());
   ExpectStillServing();
 }
 
@@ -416,7 +416,7 @@ TEST_F(RpcServerTest, NoCopyOfThePanStaysInTheServersMemoryAfterScoring) {
   fraud::WipeString(&frame);
   char reply[2048];
   ASSERT_GT(::recv(fd, reply, sizeof reply, 0), 0);  // scored and answered
-  ASSERT_EQ(server_->pipeline().audit_log().ReadLast(1).value().at(0).request_id, "memory");
+  ASSERT_EQ(server_->audit_log().ReadLast(1).value().at(0).request_id, "memory");
   // The server read the frame, deserialised it, converted and tokenized the PAN. With the
   // connection still open (its frame buffer alive), no copy is left in live memory. (Freed
   // small strings are overwritten by the allocator anyway; the wipes of Thrift's arguments
@@ -432,7 +432,7 @@ TEST_F(RpcServerTest, HealthReportsReadyModel) {
   EXPECT_TRUE(health.live);
   EXPECT_TRUE(health.ready);
   EXPECT_EQ(health.model_id, "fraud");
-  EXPECT_EQ(health.model_version, server_->pipeline().FindStage("fraud")->model()->version);
+  EXPECT_EQ(health.model_version, server_->pipeline()->FindStage("fraud")->model()->version);
 }
 
 TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
@@ -447,8 +447,8 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   const HttpAnswer ready = HttpRequest(port, "/readyz");
   EXPECT_EQ(ready.status, 200);
   EXPECT_EQ(ready.body, "{\"database\":\"open\",\"listener\":\"serving\",\"model\":\"fraud@" +
-                            server_->pipeline().FindStage("fraud")->model()->version +
-                            "\",\"phase\":\"serving\",\"ready\":true}\n");
+                            server_->pipeline()->FindStage("fraud")->model()->version +
+                            "\",\"phase\":\"serving\",\"pipeline_version\":\"t1\",\"ready\":true}\n");
   const std::string metrics = HttpRequest(port, "/metrics").body;
   EXPECT_NE(metrics.find("txscore_requests_total{method=\"score\",outcome=\"ok\"} 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("txscore_request_duration_seconds_count{method=\"score\"} 1\n"), std::string::npos);

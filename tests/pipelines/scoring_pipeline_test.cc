@@ -272,5 +272,55 @@ TEST_F(PipelineGraphTest, RequestBudgetCapsEveryStagesDeadline) {
   EXPECT_EQ(outcome->stage_scores.size(), 1u);
 }
 
+// A stage kind defined only in this test: the executor runs it through the one interface,
+// with no code outside the kind naming it.
+class ExplodingKind : public StageKind {
+ public:
+  ExplodingKind() {
+    spec_.kind = "explodes";
+    spec_.inputs = {{"features", ValueType::kFeatures}};
+  }
+  const StageKindSpec& spec() const override { return spec_; }
+  Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader&, const YAML::Node&,
+                                                     const StageDeclaration&) const override {
+    return std::shared_ptr<const StageSettings>(std::make_shared<StageSettings>());
+  }
+  Result<std::unique_ptr<PreparedStage>> Prepare(const StageSettings&, const PrepareContext&) const override {
+    class Prepared : public PreparedStage {
+     public:
+      Status Run(const StageInputs&, const ScoredItem&, StageOutputs*, StageReport*) const override {
+        return Internal("boom");
+      }
+      std::string Describe() const override { return "always fails"; }
+    };
+    return std::unique_ptr<PreparedStage>(new Prepared());
+  }
+
+ private:
+  StageKindSpec spec_;
+};
+
+TEST_F(ScoringPipelineTest, TheCanaryScoresWithoutWritingAndNamesAStageThatFails) {
+  ASSERT_TRUE(pipeline_->Canary().ok());
+  EXPECT_TRUE(pipeline_->audit_log().ReadLast(10).value().empty());  // nothing written
+  EXPECT_FALSE(db_->Get(ColumnFamily::kEntityState, std::string(64, '0')).value().has_value());
+
+  StageKindRegistry kinds;
+  RegisterBuiltinStageKinds(&kinds);
+  ASSERT_TRUE(kinds.Register(std::make_unique<ExplodingKind>()).ok());
+  std::string yaml = testing::ReadFile(dir_.file("pipeline.yaml"));
+  yaml += "  - {name: tripwire, kind: explodes, after: features}\n";
+  auto config = ParsePipelineConfig(yaml, dir_.file("pipeline.yaml"), kinds);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto pipeline = ScoringPipeline::Create(*config, db_.get());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  EXPECT_TRUE(testing::IsError((*pipeline)->Canary(), ErrorCode::kFailedPrecondition,
+                               "the canary transaction failed in stage tripwire: boom"));
+  // A request meets the same failure as an error, and nothing is written.
+  EXPECT_TRUE(
+      testing::IsError((*pipeline)->Score(testing::ValidTransaction("req-boom")), ErrorCode::kInternal, "boom"));
+  EXPECT_TRUE((*pipeline)->audit_log().ReadLast(10).value().empty());
+}
+
 }  // namespace
 }  // namespace txscore::pipelines

@@ -43,11 +43,21 @@ TEST(MetricsRegistry, RendersCumulativeHistogramBuckets) {
 
 TEST(MetricsRegistry, InfoMetricIsAGaugeOfOneAndLabelValuesAreEscaped) {
   MetricsRegistry registry;
-  registry.AddInfo("txscore_model_info", "Model.", {{"model_id", "fr\"aud\\x"}});
+  registry.SetInfo("txscore_model_info", "Model.", {{"model_id", "fr\"aud\\x"}});
   EXPECT_EQ(registry.RenderPrometheus(),
             "# HELP txscore_model_info Model.\n"
             "# TYPE txscore_model_info gauge\n"
             "txscore_model_info{model_id=\"fr\\\"aud\\\\x\"} 1\n");
+}
+
+TEST(MetricsRegistry, SettingAnInfoMetricAgainReplacesItsLabels) {
+  MetricsRegistry registry;
+  registry.SetInfo("txscore_model_info", "Model.", {{"model_version", "1"}});
+  registry.SetInfo("txscore_model_info", "Model.", {{"model_version", "2"}});
+  EXPECT_EQ(registry.RenderPrometheus(),
+            "# HELP txscore_model_info Model.\n"
+            "# TYPE txscore_model_info gauge\n"
+            "txscore_model_info{model_version=\"2\"} 1\n");
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The concurrency tests under ThreadSanitizer: the hot reload under load (service/
+# scoring_server.h). Builds only what that test needs (no libtorch code) with -fsanitize=thread
+# in build-tsan/, and fails on any race report. Run by scripts/test.sh; needs scripts/setup.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+flags="-fsanitize=thread -fno-omit-frame-pointer"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+# GCC warns about every atomic_thread_fence in Boost.Asio under TSan: the log is kept, and
+# shown only when the build fails.
+if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test >build-tsan/build.log 2>&1; then
+  tail -50 build-tsan/build.log
+  echo "tsan: the ThreadSanitizer build failed (full log: build-tsan/build.log)" >&2
+  exit 1
+fi
+# halt_on_error: the first race fails the run; second_deadlock_stack: both stacks of a
+# lock-order report; tests/tsan.supp: races inside uninstrumented Debian libraries only.
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+  ./build-tsan/tests/hot_reload_test --gtest_filter='HotReloadTest.*'
+echo "tsan: hot_reload_test is clean under ThreadSanitizer"

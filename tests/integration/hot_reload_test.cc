@@ -1,0 +1,361 @@
+// Hot reload of a serving txscore: the pipeline and its model replaced under load over
+// loopback Thrift, bad sets refused, restart-only settings named, the admin route guarded.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <array>
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "fraud/xgboost_model.h"
+#include "gen-cpp/TxScore.h"
+#include "service/scoring_server.h"
+#include "service/transaction_json.h"
+#include "tests/rpc_test_support.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct HttpAnswer {
+  int status;
+  std::string body;
+};
+
+HttpAnswer Http(const std::string& host, int port, boost::beast::http::verb verb, const std::string& target) {
+  namespace http = boost::beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address(host), static_cast<unsigned short>(port)});
+  http::request<http::string_body> request{verb, target, 11};
+  request.set(http::field::host, "localhost");
+  request.prepare_payload();
+  http::write(socket, request);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  http::read(socket, buffer, response);
+  return {static_cast<int>(response.result_int()), response.body()};
+}
+
+// The first IPv4 address of this machine that is not loopback, or "" when it has none.
+std::string NonLoopbackAddress() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    if (std::string(text).rfind("127.", 0) != 0) found = text;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// A server whose pipeline file and model file (models/fraud.ubj) the test rewrites between
+// reloads. Models: A (the small test model) and B (the challenger), with their schemas.
+class HotReloadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteTestPipeline(dir_);  // the card key
+    fs::create_directories(dir_.file("models"));
+    InstallModel(testing::SmallModelDir());
+    WritePipeline("p1", "");
+    auto config = pipelines::LoadPipelineConfig(dir_.file("pipeline.yaml"));
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    auto server = ScoringServer::Create(*config);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  // Puts a model and its schema in place the way a deployment would: written beside, then
+  // renamed over the served path.
+  void InstallModel(const std::string& from_dir) {
+    for (const char* name : {"fraud.ubj", "fraud.features.json"}) {
+      fs::copy_file(fs::path(from_dir) / name, dir_.file(std::string("models/.") + name),
+                    fs::copy_options::overwrite_existing);
+      fs::rename(dir_.file(std::string("models/.") + name), dir_.file(std::string("models/") + name));
+    }
+  }
+  void CorruptModel() {
+    const std::string bytes = testing::ReadFile(dir_.file("models/fraud.ubj"));
+    testing::WriteFile(dir_.file("models/.fraud.ubj"), bytes.substr(0, bytes.size() / 2));
+    fs::rename(dir_.file("models/.fraud.ubj"), dir_.file("models/fraud.ubj"));
+  }
+  // The pipeline file: version `version`, and `extra` stages after the decision's inputs.
+  void WritePipeline(const std::string& version, const std::string& extra) {
+    testing::WriteFile(dir_.file("pipeline.yaml"),
+                       "pipeline: {name: test, version: \"" + version +
+                           "\"}\n"
+                           "server: {host: 127.0.0.1, port: 0, workers: 4}\n"
+                           "admin: {host: " +
+                           admin_host_ +
+                           ", port: 0}\n"
+                           "storage: {path: db, durability: wal}\n"
+                           "security: {card_key_file: card.key}\n"
+                           "stages:\n"
+                           "  - {name: features, kind: features}\n"
+                           "  - {name: fraud, kind: xgboost, after: features, model: models/fraud.ubj}\n" +
+                           extra + "  - {name: decision, kind: decision, after: fraud}\n");
+  }
+  std::string ModelVersionOf(const std::string& model_dir) {
+    return fraud::XGBoostModel::Load(model_dir + "/fraud.ubj").value()->model_version();
+  }
+
+  testing::TempDir dir_;
+  std::string admin_host_ = "127.0.0.1";
+  std::unique_ptr<ScoringServer> server_;
+};
+
+// One reply as a client saw it.
+struct Reply {
+  std::string request_id;
+  std::string model_version;
+  std::string pipeline_version;
+  std::set<std::string> stages;  // from its timings
+};
+
+TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFails) {
+  const std::string model_a = ModelVersionOf(testing::SmallModelDir());
+  const std::string model_b = ModelVersionOf(testing::ChallengerModelDir());
+  ASSERT_NE(model_a, model_b);
+
+  constexpr int kClients = 6;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::vector<Reply>> replies(kClients);
+  std::array<std::atomic<int>, kClients> answered{};  // replies or failures, per client
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      testing::RpcClient client(server_->rpc_port());
+      for (int i = 0; !stop.load(); ++i) {
+        fraud::RawTransaction tx = testing::ValidTransaction("c" + std::to_string(c) + "-" + std::to_string(i));
+        tx.card_number.reset();
+        tx.card_token = std::string(63, 'a') + static_cast<char>('0' + c);  // a card per client
+        tx.timestamp_ms += i * 1000;
+        try {
+          rpc::ScoreResult result;
+          client.client->score(result, ToThriftTransaction(tx));
+          Reply r{result.request_id, result.model_version, result.pipeline_version, {}};
+          for (const rpc::StageTiming& t : result.timings) r.stages.insert(t.stage);
+          replies[static_cast<size_t>(c)].push_back(std::move(r));
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "client " << c << " request " << i << ": " << e.what();
+          ++failures;
+        }
+        ++answered[static_cast<size_t>(c)];
+      }
+    });
+  }
+  // Each step waits until every client has been answered twice more: its next request after
+  // a reload started after the swap.
+  const auto served = [&](const std::string&) {
+    std::array<int, kClients> before;
+    for (int c = 0; c < kClients; ++c) before[static_cast<size_t>(c)] = answered[static_cast<size_t>(c)].load();
+    for (int c = 0; c < kClients; ++c) {
+      while (answered[static_cast<size_t>(c)].load() < before[static_cast<size_t>(c)] + 2 && failures.load() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  };
+  served("p1");
+
+  // 1. A new model (B) and pipeline version: applied, over the admin port.
+  InstallModel(testing::ChallengerModelDir());
+  WritePipeline("p2", "");
+  HttpAnswer answer = Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::post, "/admin/reload");
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(nlohmann::json::parse(answer.body)["applied"], true);
+  EXPECT_EQ(nlohmann::json::parse(answer.body)["model"], "fraud@" + model_b);
+  served("p2");
+
+  // 2. A corrupt model: refused with the loader's reason; B keeps serving.
+  CorruptModel();
+  WritePipeline("p3", "");
+  const ScoringServer::ReloadOutcome corrupt = server_->Reload("test");
+  EXPECT_FALSE(corrupt.applied);
+  EXPECT_NE(corrupt.detail.find("fraud.ubj"), std::string::npos) << corrupt.detail;
+  EXPECT_EQ(corrupt.pipeline_version, "p2");
+  EXPECT_EQ(corrupt.model_version, model_b);
+
+  // 3. The pipeline gains a shadow stage (model B beside), 4. and loses it.
+  InstallModel(testing::ChallengerModelDir());
+  fs::copy_file(fs::path(testing::SmallModelDir()) / "fraud.ubj", dir_.file("models/shadow.ubj"));
+  fs::copy_file(fs::path(testing::SmallModelDir()) / "fraud.features.json", dir_.file("models/shadow.features.json"));
+  WritePipeline("p4", "  - {name: shadow, kind: xgboost, after: features, model: models/shadow.ubj}\n");
+  const ScoringServer::ReloadOutcome gained = server_->Reload("test");
+  EXPECT_TRUE(gained.applied) << gained.detail;
+  served("p4");
+  WritePipeline("p5", "");
+  EXPECT_TRUE(server_->Reload("test").applied);
+  served("p5");
+
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0);
+
+  // Each reply: a version that was applied, in the order applied (a client's requests are
+  // sequential, so it never goes back to an older version); the shadow only on p4.
+  const std::map<std::string, std::pair<int, std::string>> applied = {
+      {"p1", {1, model_a}}, {"p2", {2, model_b}}, {"p4", {4, model_b}}, {"p5", {5, model_b}}};
+  std::map<std::string, Reply> by_id;
+  for (int c = 0; c < kClients; ++c) {
+    int last = 0;
+    for (const Reply& r : replies[static_cast<size_t>(c)]) {
+      auto version = applied.find(r.pipeline_version);
+      ASSERT_NE(version, applied.end()) << r.request_id << " ran on " << r.pipeline_version;
+      EXPECT_EQ(r.model_version, version->second.second) << r.request_id;
+      EXPECT_GE(version->second.first, last) << r.request_id;
+      last = version->second.first;
+      EXPECT_EQ(r.stages.count("shadow"), r.pipeline_version == "p4" ? 1u : 0u) << r.request_id;
+      by_id[r.request_id] = r;
+    }
+    EXPECT_EQ(last, 5) << "client " << c;
+  }
+  // The audit trail names the version that scored each decision.
+  auto audit = server_->audit_log().ReadLast(by_id.size() + 10);
+  ASSERT_TRUE(audit.ok());
+  size_t matched = 0;
+  for (const storage::AuditRecord& record : *audit) {
+    auto reply = by_id.find(record.request_id);
+    if (reply == by_id.end()) continue;
+    ++matched;
+    EXPECT_EQ(record.pipeline_version, reply->second.pipeline_version) << record.request_id;
+    EXPECT_EQ(record.model_version, reply->second.model_version) << record.request_id;
+  }
+  EXPECT_EQ(matched, by_id.size());
+
+  const std::string metrics = server_->metrics().RenderPrometheus();
+  EXPECT_NE(metrics.find("txscore_reloads_total{outcome=\"applied\"} 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("txscore_reloads_total{outcome=\"refused\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("txscore_model_info{model_id=\"fraud\",model_version=\"" + model_b +
+                         "\",pipeline=\"test\",pipeline_version=\"p5\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("txscore_stage_duration_seconds_count{stage=\"shadow\"}"), std::string::npos) << metrics;
+  testing::RpcClient client(server_->rpc_port());
+  rpc::HealthStatus health;
+  client.client->health(health);
+  EXPECT_EQ(health.pipeline_version, "p5");
+  EXPECT_EQ(health.model_version, model_b);
+  const nlohmann::json ready =
+      nlohmann::json::parse(Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::get, "/readyz").body);
+  EXPECT_EQ(ready["pipeline_version"], "p5");
+  EXPECT_EQ(ready["model"], "fraud@" + model_b);
+  EXPECT_EQ(ready["last_reload"]["applied"], true);
+  ASSERT_EQ(server_->reload_history().size(), 4u);
+  EXPECT_EQ(server_->reload_history()[0].trigger, "admin");
+}
+
+TEST_F(HotReloadTest, ABadNewSetIsRefusedWithItsReasonAndTheOldKeepsServing) {
+  const std::string model_a = ModelVersionOf(testing::SmallModelDir());
+  const auto refused = [&](const std::string& yaml) {
+    testing::WriteFile(dir_.file("pipeline.yaml"), yaml);
+    ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+    EXPECT_FALSE(outcome.applied);
+    EXPECT_EQ(outcome.pipeline_version, "p1");
+    EXPECT_EQ(outcome.model_version, model_a);
+    return outcome.detail;
+  };
+  const std::string head =
+      "pipeline: {name: test, version: \"p9\"}\nserver: {host: 127.0.0.1, port: 0, workers: 4}\n"
+      "admin: {host: 127.0.0.1, port: 0}\nstorage: {path: db, durability: wal}\n"
+      "security: {card_key_file: card.key}\nstages:\n  - {name: features, kind: features}\n";
+  // A YAML error, with its line.
+  EXPECT_NE(refused(head + "  - {name: fraud, kind: xgboost\n").find("pipeline.yaml:9:1: end of map flow not found"),
+            std::string::npos);
+  // A missing model file.
+  EXPECT_NE(refused(head + "  - {name: fraud, kind: xgboost, after: features, model: models/none.ubj}\n"
+                           "  - {name: decision, kind: decision, after: fraud}\n")
+                .find("models/none.ubj does not exist"),
+            std::string::npos);
+  // A schema naming a different feature count than the model has.
+  fs::copy_file(fs::path(testing::ClaimsModelDir()) / "claims.ubj", dir_.file("models/wrong.ubj"));
+  fs::copy_file(fs::path(testing::SmallModelDir()) / "fraud.features.json", dir_.file("models/wrong.features.json"));
+  const std::string wrong = refused(head +
+                                    "  - {name: fraud, kind: xgboost, after: features, model: models/wrong.ubj}\n"
+                                    "  - {name: decision, kind: decision, after: fraud}\n");
+  EXPECT_NE(wrong.find("models/wrong.ubj expects "), std::string::npos) << wrong;
+  rpc::HealthStatus health;
+  testing::RpcClient client(server_->rpc_port());
+  client.client->health(health);
+  EXPECT_EQ(health.pipeline_version, "p1");
+  EXPECT_EQ(health.model_version, model_a);
+  rpc::ScoreResult result;
+  client.client->score(result, ToThriftTransaction(testing::ValidTransaction("after-refusals")));
+  EXPECT_EQ(result.pipeline_version, "p1");
+}
+
+TEST_F(HotReloadTest, ARestartOnlySettingIsNamedInTheRefusal) {
+  WritePipeline("p2", "");
+  std::string yaml = testing::ReadFile(dir_.file("pipeline.yaml"));
+  yaml.replace(yaml.find("workers: 4}"), 11, "workers: 5, max_connections: 10}");
+  yaml.replace(yaml.find("durability: wal"), 15, "durability: sync");
+  testing::WriteFile(dir_.file("pipeline.yaml"), yaml);
+  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_EQ(outcome.detail,
+            "these settings change only with a restart: server.max_connections: (default) -> 10; "
+            "server.workers: 4 -> 5; storage.durability: wal -> sync");
+  EXPECT_EQ(outcome.pipeline_version, "p1");
+}
+
+TEST_F(HotReloadTest, TheAdminReloadRouteIsPostOnly) {
+  WritePipeline("p2", "");
+  EXPECT_EQ(Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::get, "/admin/reload").status, 405);
+  EXPECT_EQ(server_->pipeline()->config().version, "p1");
+  const HttpAnswer answer = Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::post, "/admin/reload");
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(server_->pipeline()->config().version, "p2");
+  // A refused reload answers 422 with the reason.
+  WritePipeline("p3", "  - {name: broken, kind: nonsense}\n");
+  const HttpAnswer refused = Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::post, "/admin/reload");
+  EXPECT_EQ(refused.status, 422);
+  EXPECT_NE(nlohmann::json::parse(refused.body)["detail"].get<std::string>().find("unknown kind \"nonsense\""),
+            std::string::npos)
+      << refused.body;
+}
+
+TEST_F(HotReloadTest, OnlyLocalCallersMayReload) {
+  const std::string address = NonLoopbackAddress();
+  if (address.empty()) GTEST_SKIP() << "this machine has no address but loopback to call from";
+  // A server whose admin port listens on every address, called through a non-loopback one.
+  server_->Stop();
+  admin_host_ = "0.0.0.0";
+  WritePipeline("p1", "");
+  auto config = pipelines::LoadPipelineConfig(dir_.file("pipeline.yaml"));
+  ASSERT_TRUE(config.ok());
+  auto server = ScoringServer::Create(*config);
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  server_ = std::move(server).value();
+  server_->Start();
+  WritePipeline("p2", "");
+  const HttpAnswer remote = Http(address, server_->admin_port(), boost::beast::http::verb::post, "/admin/reload");
+  EXPECT_EQ(remote.status, 403);
+  EXPECT_EQ(server_->pipeline()->config().version, "p1");
+  EXPECT_EQ(Http(address, server_->admin_port(), boost::beast::http::verb::get, "/healthz").status, 200);
+  EXPECT_EQ(Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::post, "/admin/reload").status, 200);
+  EXPECT_EQ(server_->pipeline()->config().version, "p2");
+}
+
+}  // namespace
+}  // namespace txscore::service
