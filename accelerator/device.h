@@ -13,15 +13,20 @@
 
 namespace txscore::accelerator {
 
-// The kinds a pipeline file can name in `placement:`. CUDA is in PyTorch's tree; Spyre (and
-// other vendors' devices) are out-of-tree backends on the PrivateUse1 dispatch key; the
-// emulated dataflow device is txscore's own PrivateUse1 backend.
-enum class DeviceKind { kCpu, kCuda, kSpyre, kEmulated };
-inline constexpr DeviceKind kAllDeviceKinds[] = {DeviceKind::kCpu, DeviceKind::kCuda, DeviceKind::kSpyre,
-                                                 DeviceKind::kEmulated};
+// A device kind is a name, not an enum case: the kinds of a process are whatever its
+// DeviceRegistry holds. Two are in PyTorch's tree and found by discovery itself; every other
+// kind (Spyre, Trainium, txscore's emulated dataflow device, ...) is an out-of-tree backend on
+// the PrivateUse1 dispatch key, named by its own description or by the pipeline file
+// (accelerator/backend.h). A pipeline's `placement:` names a kind; whether a device of that
+// kind exists is the registry's answer when the pipeline is placed.
+inline constexpr char kCpuKind[] = "cpu";
+inline constexpr char kCudaKind[] = "cuda";
 
-const char* DeviceKindName(DeviceKind kind);  // "cpu", "cuda", "spyre", "emulated"
-Result<DeviceKind> ParseDeviceKind(std::string_view name);
+// A kind name is 1-32 characters of [a-z0-9_], starting with a letter ("spyre", "emulated"):
+// it is printed in plans, metrics and `name:index` device names, and written in YAML.
+bool IsValidKindName(std::string_view name);
+// InvalidArgument naming `what` and the rule, or Ok.
+Status CheckKindName(std::string_view name, const std::string& what);
 
 // The op vocabulary that stages declare and devices claim. Coarse on purpose: it is what
 // placement and the op adapters reason about, not an ATen op list.
@@ -35,6 +40,13 @@ inline constexpr char kActivation[] = "activation";  // SiLU / GELU
 inline constexpr char kTreeWalk[] = "tree_walk";     // branchy tree-ensemble traversal
 }  // namespace ops
 
+// Whether `op` is in the vocabulary above, and the vocabulary as "matmul, softmax, ..." for
+// error messages: a backend's description may claim only these.
+bool IsKnownOp(std::string_view op);
+std::string KnownOpNames();
+// "float32", "bfloat16" or "float16": the dtypes stages and devices speak of.
+bool IsKnownDtype(std::string_view dtype);
+
 // The numbers placement predicts with. Units are in the names.
 struct CostProfile {
   double dispatch_us = 0;         // fixed cost of one stage call on the device
@@ -45,8 +57,8 @@ struct CostProfile {
 };
 
 struct Device {
-  std::string name;  // "cpu", "cuda:0", "spyre:0", "emulated:0"
-  DeviceKind kind = DeviceKind::kCpu;
+  std::string name;  // "cpu", "cuda:0", "spyre:0", "emulated:0": the kind and, but for the host, the index
+  std::string kind = kCpuKind;
   int index = 0;
   std::string torch_device;  // how libtorch names it: "cpu", "cuda:0", "privateuseone:0"
   int64_t memory_bytes = 0;
@@ -68,7 +80,7 @@ struct Device {
 Device HostCpuDevice(const CostProfile& cost, int64_t memory_bytes);
 
 struct AbsentDevice {
-  DeviceKind kind;
+  std::string kind;
   std::string reason;  // why it is not available, e.g. "libtorch was built without CUDA"
 };
 
@@ -77,14 +89,17 @@ struct AbsentDevice {
 class DeviceRegistry {
  public:
   void Register(Device device);
-  void ReportAbsent(DeviceKind kind, std::string reason);
+  void ReportAbsent(std::string kind, std::string reason);
   // For tests and operators' "what if": drops every device of `kind`, recording `reason`.
-  void Remove(DeviceKind kind, const std::string& reason);
+  void Remove(const std::string& kind, const std::string& reason);
 
   // The first device of `kind`, or null.
-  const Device* Find(DeviceKind kind) const;
+  const Device* Find(std::string_view kind) const;
   // Why `kind` is absent; empty when present or never looked for.
-  std::string AbsenceReason(DeviceKind kind) const;
+  std::string AbsenceReason(std::string_view kind) const;
+  // Every kind looked for, present ones first, each once, in registry order: what error
+  // messages list as the known kinds.
+  std::vector<std::string> Kinds() const;
   const std::vector<Device>& devices() const { return devices_; }
   const std::vector<AbsentDevice>& absent() const { return absent_; }
 

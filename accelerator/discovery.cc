@@ -145,13 +145,13 @@ Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
   registry.Register(std::move(cpu));
 
   if (!at::globalContext().hasCUDA()) {
-    registry.ReportAbsent(DeviceKind::kCuda, "libtorch was built without CUDA");
+    registry.ReportAbsent(kCudaKind, "libtorch was built without CUDA");
   } else if (!torch::cuda::is_available()) {
-    registry.ReportAbsent(DeviceKind::kCuda, "libtorch has CUDA but sees no GPU");
+    registry.ReportAbsent(kCudaKind, "libtorch has CUDA but sees no GPU");
   } else {
     Device gpu;
     gpu.name = "cuda:0";
-    gpu.kind = DeviceKind::kCuda;
+    gpu.kind = kCudaKind;
     gpu.torch_device = "cuda:0";
     gpu.dtypes = {"float32", "bfloat16", "float16"};
     gpu.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation};
@@ -163,47 +163,25 @@ Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
     registry.Register(std::move(gpu));
   }
 
-  bool private_use_taken = false;
-  if (!options.backend_library.empty()) {
-    const std::string kind = DeviceKindName(options.backend_kind);
-    // The library registers its backend on PrivateUse1 from its static initialisers.
-    void* handle = dlopen(options.backend_library.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (handle == nullptr) {
-      registry.ReportAbsent(options.backend_kind, "cannot load " + options.backend_library + ": " + dlerror());
+  // The out-of-tree backend: whatever the library and the file say it is. Nothing here names
+  // one, so a new backend needs no change in this file.
+  if (!options.backend.library.empty()) {
+    Result<DescribedBackend> backend = LoadBackend(options.backend);
+    if (!backend.ok()) {
+      registry.ReportAbsent(AbsentBackendKind(options.backend), backend.error().message);
     } else {
-      private_use_taken = true;
-      Device d;
-      d.name = kind + ":0";
-      d.kind = options.backend_kind;
-      d.torch_device = "privateuseone:0";
-      d.dtypes = {"float16", "bfloat16"};
-      d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kActivation};
-      d.description = "out-of-tree PyTorch backend from " + options.backend_library;
-      Result<CostProfile> profile = Profile(d.name, d.torch_device, options.threads, &cache, &cache_changed);
+      Device& d = backend->device;
+      Result<CostProfile> profile =
+          backend->calibrate ? Profile(d.name, d.torch_device, options.threads, &cache, &cache_changed) : d.cost;
       if (!profile.ok()) {
-        registry.ReportAbsent(options.backend_kind,
-                              "loaded " + options.backend_library + " but " + profile.error().message);
+        registry.ReportAbsent(d.kind, "loaded " + options.backend.library + " but " + profile.error().message);
       } else {
         d.cost = *profile;
         registry.Register(std::move(d));
       }
     }
-  } else {
-    registry.ReportAbsent(DeviceKind::kSpyre, "no backend library configured: set devices.backend_library");
-  }
-
-  if (!options.emulated) {
-    registry.ReportAbsent(DeviceKind::kEmulated, "disabled in the pipeline file (devices.emulated.enabled: false)");
-  } else if (private_use_taken) {
-    registry.ReportAbsent(DeviceKind::kEmulated,
-                          "the out-of-tree backend " + options.backend_library + " holds PrivateUse1");
-  } else {
-    Status status = RegisterEmulatedDevice(options.emulated_model);
-    if (!status.ok()) {
-      registry.ReportAbsent(DeviceKind::kEmulated, status.error().message);
-    } else {
-      registry.Register(EmulatedDeviceDescription(options.emulated_model));
-    }
+  } else if (!options.backend.kind.empty()) {
+    registry.ReportAbsent(options.backend.kind, "no backend library configured: set devices.backend_library");
   }
   if (cache_changed) WriteCache(options.calibration_cache, cache);
   return registry;

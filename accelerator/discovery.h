@@ -2,27 +2,25 @@
 //
 //   cpu        always; profile calibrated (a few hundred milliseconds) or read from the cache
 //   cuda:0     when libtorch was built with CUDA and sees a GPU; calibrated likewise
-//   <kind>:0   an out-of-tree PyTorch backend (torch-spyre for Spyre, ...) loaded from the
-//              shared library named in the pipeline file; it registers itself on PrivateUse1
-//   emulated:0 txscore's emulated dataflow device, unless an out-of-tree backend holds
-//              PrivateUse1 (there is one such key per process)
+//   <kind>:<i> an out-of-tree PyTorch backend (torch-spyre for Spyre, txscore's emulated
+//              dataflow device, ...) loaded from the shared library the pipeline file names;
+//              it registers itself on PrivateUse1 (one such backend per process) and is
+//              described by its own C entry point and/or the file (accelerator/backend.h).
+//              Its profile comes from that description, or is calibrated like the others.
 //
 // An absent device is recorded with the reason, never replaced by another.
 #pragma once
 
 #include <string>
 
+#include "accelerator/backend.h"
 #include "accelerator/device.h"
-#include "accelerator/emulated_device.h"
 #include "common/result.h"
 
 namespace txscore::accelerator {
 
 struct DiscoveryOptions {
-  bool emulated = true;                          // Default: register the emulated device
-  EmulatedDeviceOptions emulated_model;          // its latency model
-  std::string backend_library;                   // Default: none. An out-of-tree backend's shared library
-  DeviceKind backend_kind = DeviceKind::kSpyre;  // what that backend is
+  BackendConfig backend;  // Default: no library, no out-of-tree device
   // Profiles measured before are read from here (keyed by device and thread count) and new
   // measurements written back. Default: none, calibrate at every start.
   std::string calibration_cache;

@@ -3,6 +3,12 @@
 // libtorch 1.13 has no API to rename the key, so libtorch calls its tensors "privateuseone:0";
 // txscore names it "emulated:0 (emulated)" everywhere it reports it.
 //
+// It is built as its own shared library, libtxscore_emulated_device.so, and txscore loads it
+// like any out-of-tree backend: `devices.backend_library` names it, and its C entry point
+// (emulated_device_backend.cc, accelerator/backend_abi.h) registers the backend with the
+// latency model from `devices.backend.options` and describes the device as an emulator. Tests
+// and benchmarks that drive it in-process link the library and call the functions below.
+//
 // What it is: host memory behind its own allocator, a device guard, the kernels a backend
 // must provide (empty.memory_format, empty_strided, _copy_from, _copy_from_and_resize,
 // resize_, plus the view ops), float16/bfloat16 storage and compute (matrix products in
@@ -27,8 +33,13 @@
 
 namespace txscore::accelerator {
 
+// The kind name the library describes the device under (a pipeline file may rename it with
+// devices.backend.kind).
+inline constexpr char kEmulatedKind[] = "emulated";
+
 // The latency model. These are assumptions for a generic PCIe dataflow card, not a measurement
-// of any product; a pipeline file may override them.
+// of any product; a pipeline file may override them in devices.backend.options (the same names,
+// with flops, bandwidths and memory as tflops, memory_gbps, copy_gbps and memory_gib).
 struct EmulatedDeviceOptions {
   double stage_dispatch_us = 150;     // Default: 150 us to launch one stage call (host -> card round trip)
   double op_dispatch_us = 2;          // Default: 2 us per op inside a call

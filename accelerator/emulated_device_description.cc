@@ -1,5 +1,6 @@
 // The emulated device as the registry and the planner see it: no libtorch needed (the backend
-// itself is in emulated_device.cc).
+// itself is in emulated_device.cc; its library hands this description to txscore through
+// emulated_device_backend.cc).
 #include "accelerator/emulated_device.h"
 
 namespace txscore::accelerator {
@@ -7,7 +8,7 @@ namespace txscore::accelerator {
 Device EmulatedDeviceDescription(const EmulatedDeviceOptions& options) {
   Device d;
   d.name = "emulated:0";
-  d.kind = DeviceKind::kEmulated;
+  d.kind = kEmulatedKind;
   d.torch_device = "privateuseone:0";
   d.memory_bytes = options.memory_bytes;
   d.dtypes = {"bfloat16", "float16"};

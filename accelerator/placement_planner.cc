@@ -120,16 +120,12 @@ Result<Placement> PlaceStage(const StageWorkload& work, std::string_view request
   Placement plan;
   plan.stage = work.stage;
   plan.requested = std::string(requested);
-  std::optional<DeviceKind> wanted;
-  if (requested != "auto") {
-    Result<DeviceKind> kind = ParseDeviceKind(requested);
-    if (!kind.ok()) return InvalidArgument("stage " + work.stage + ": " + kind.error().message);
-    wanted = *kind;
-  }
+  std::optional<std::string> wanted;
+  if (requested != "auto") wanted = std::string(requested);
   for (const Device& device : devices.devices()) plan.candidates.push_back(Evaluate(work, device));
   for (const AbsentDevice& absent : devices.absent()) {
     Candidate c;
-    c.device = DeviceKindName(absent.kind);
+    c.device = absent.kind;
     c.kind = absent.kind;
     c.why_not = "absent: " + absent.reason;
     plan.candidates.push_back(std::move(c));
@@ -146,9 +142,14 @@ Result<Placement> PlaceStage(const StageWorkload& work, std::string_view request
   if (wanted) {
     const Device* device = devices.Find(*wanted);
     if (device == nullptr) {
-      const std::string why = devices.AbsenceReason(*wanted);
+      std::string why = devices.AbsenceReason(*wanted);
+      if (why.empty()) {
+        std::string known;
+        for (const std::string& kind : devices.Kinds()) known += (known.empty() ? "" : ", ") + kind;
+        why = "no device of that kind was registered (known kinds: " + known + ")";
+      }
       return FailedPrecondition("stage " + work.stage + ": placement \"" + plan.requested +
-                                "\" names a device that is not available" + (why.empty() ? "" : ": " + why));
+                                "\" names a device that is not available: " + why);
     }
     for (const Candidate& c : plan.candidates) {
       if (c.kind == *wanted && c.device == device->DisplayName()) chosen = &c;

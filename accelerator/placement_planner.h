@@ -64,7 +64,7 @@ double DecoderParameters(const DecoderShape& shape);
 
 struct Candidate {
   std::string device;  // display name ("emulated:0 (emulated)"), or the kind when absent
-  DeviceKind kind = DeviceKind::kCpu;
+  std::string kind = kCpuKind;
   bool able = false;
   std::string why_not;  // when not able: absent, no dtype, missing op, not enough memory
   std::string dtype;
@@ -78,7 +78,7 @@ struct Placement {
   std::string stage;
   std::string requested;  // "auto" or a device kind
   std::string device;     // the chosen device's name, e.g. "cpu"
-  DeviceKind kind = DeviceKind::kCpu;
+  std::string kind = kCpuKind;
   std::string dtype;
   OpAdapters adapters;  // what the stage must use on the chosen device
   bool emulated = false;
@@ -89,7 +89,8 @@ struct Placement {
 };
 
 // `requested` is "auto" or a device kind name. Errors (kFailedPrecondition) name the stage, the
-// requested device and why it cannot be used; kInvalidArgument for an unknown kind.
+// requested device and why it cannot be used: the registry's absence reason, or, for a kind
+// nobody registered or looked for, the kinds the registry knows.
 Result<Placement> PlaceStage(const StageWorkload& work, std::string_view requested, const DeviceRegistry& devices);
 
 }  // namespace txscore::accelerator

@@ -35,7 +35,7 @@ for run in $(seq "$runs"); do
       cat > "$work/$name.yaml" <<YAML
 storage: {path: db-$name, durability: wal}
 security: {card_key_file: card.key}
-devices: {calibration_cache: profiles.json}
+devices: {calibration_cache: profiles.json, backend_library: $(realpath "$(dirname "$binary")")/libtxscore_emulated_device.so}
 stages:
   - {name: features, kind: claim_features}
   - {name: claims_model, kind: xgboost, after: features, model: $PWD/var/models/claims.ubj}

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -48,39 +49,125 @@ Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out
   return Status::Ok();
 }
 
-Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(
-      r.ExpectMap(node, "devices", {"emulated", "backend_library", "backend_kind", "calibration_cache"}));
-  TXSCORE_RETURN_IF_ERROR(
-      r.ReadPath(node, "backend_library", false, YamlReader::PathMustBe::kAnything, &out->backend_library));
-  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "backend_kind", false, &out->backend_kind));
-  if (out->backend_kind != "spyre") {
-    return r.ErrorAt(node["backend_kind"], "backend_kind must be spyre (the out-of-tree kind txscore knows), not \"" +
-                                               out->backend_kind + "\"");
+// A list of names ([a, b] or a block list), each passing `check`.
+Status ReadNameList(const Reader& r, const YAML::Node& map, const std::string& key,
+                    const std::function<Status(const std::string&)>& check, std::vector<std::string>* out) {
+  const YAML::Node list = map[key];
+  if (!list.IsSequence() || list.size() == 0) return r.ErrorAt(list, "\"" + key + "\" must be a non-empty list");
+  out->clear();
+  for (const YAML::Node& item : list) {
+    if (!item.IsScalar() || item.Scalar().empty()) return r.ErrorAt(item, "\"" + key + "\": each entry must be a name");
+    Status checked = check(item.Scalar());
+    if (!checked.ok()) return r.ErrorAt(item, checked.error().message);
+    out->push_back(item.Scalar());
   }
+  return Status::Ok();
+}
+
+// devices.backend: what the backend library is, where the file says it (accelerator/backend.h).
+Status ParseBackend(const Reader& r, const YAML::Node& node, accelerator::BackendConfig* out) {
+  TXSCORE_RETURN_IF_ERROR(
+      r.ExpectMap(node, "devices.backend",
+                  {"kind", "index", "dtypes", "native_ops", "memory_gib", "alignment", "emulator", "cost", "options"}));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "kind", false, &out->kind));
+  if (node["kind"]) {
+    Status valid = accelerator::CheckKindName(out->kind, "kind");
+    if (valid.ok() && (out->kind == accelerator::kCpuKind || out->kind == accelerator::kCudaKind)) {
+      valid = InvalidArgument("kind \"" + out->kind + "\" is PyTorch's own; an out-of-tree backend needs another");
+    }
+    if (!valid.ok()) return r.ErrorAt(node["kind"], valid.error().message);
+  }
+  if (node["index"]) {
+    int index = 0;
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "index", 0, 1024, &index));
+    out->index = index;
+  }
+  if (node["dtypes"]) {
+    std::vector<std::string> dtypes;
+    TXSCORE_RETURN_IF_ERROR(ReadNameList(
+        r, node, "dtypes",
+        [](const std::string& dtype) {
+          return accelerator::IsKnownDtype(dtype)
+                     ? Status::Ok()
+                     : Status(InvalidArgument("unknown dtype \"" + dtype + "\" (known: float32, bfloat16, float16)"));
+        },
+        &dtypes));
+    out->dtypes = std::move(dtypes);
+  }
+  if (node["native_ops"]) {
+    std::vector<std::string> ops;
+    TXSCORE_RETURN_IF_ERROR(ReadNameList(
+        r, node, "native_ops",
+        [](const std::string& op) {
+          return accelerator::IsKnownOp(op)
+                     ? Status::Ok()
+                     : Status(
+                           InvalidArgument("unknown op \"" + op + "\" (known: " + accelerator::KnownOpNames() + ")"));
+        },
+        &ops));
+    out->native_ops = std::set<std::string>(ops.begin(), ops.end());
+  }
+  if (node["memory_gib"]) {
+    double memory_gib = 0;
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(node, "memory_gib", 0.001, 1e6, &memory_gib));
+    out->memory_bytes = static_cast<int64_t>(memory_gib * (1LL << 30));
+  }
+  if (node["alignment"]) {
+    int alignment = 1;
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "alignment", 1, 4096, &alignment));
+    out->alignment = alignment;
+  }
+  if (node["emulator"]) {
+    bool emulator = false;
+    TXSCORE_RETURN_IF_ERROR(r.ReadBool(node, "emulator", &emulator));
+    out->emulator = emulator;
+  }
+  if (const YAML::Node cost = node["cost"]) {
+    TXSCORE_RETURN_IF_ERROR(
+        r.ExpectMap(cost, "devices.backend.cost", {"dispatch_us", "tflops", "memory_gbps", "copy_gbps"}));
+    for (const char* key : {"dispatch_us", "tflops", "memory_gbps", "copy_gbps"}) {
+      if (!cost[key]) return r.ErrorAt(cost, std::string("devices.backend.cost needs ") + key);
+    }
+    accelerator::CostProfile p;
+    double tflops = 0, memory_gbps = 0, copy_gbps = 0;
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "dispatch_us", 0, 1e6, &p.dispatch_us));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "tflops", 0.001, 1e4, &tflops));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "memory_gbps", 0.001, 1e5, &memory_gbps));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "copy_gbps", 0.001, 1e5, &copy_gbps));
+    p.flops_per_s = tflops * 1e12;
+    p.memory_bytes_per_s = memory_gbps * 1e9;
+    p.copy_bytes_per_s = copy_gbps * 1e9;
+    out->cost = p;
+  }
+  if (const YAML::Node options = node["options"]) {
+    if (!options.IsMap()) return r.ErrorAt(options, "devices.backend.options must be a mapping of option to value");
+    for (const auto& entry : options) {
+      if (!entry.second.IsScalar()) {
+        return r.ErrorAt(entry.second, "devices.backend.options: " + entry.first.Scalar() + " must be a single value");
+      }
+      out->options.emplace_back(entry.first.Scalar(), entry.second.Scalar());
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out) {
+  // The keys of earlier versions, named so that an old file says what to write instead.
+  if (node.IsMap() && node["emulated"]) {
+    return r.ErrorAt(node["emulated"],
+                     "devices.emulated is no longer read: the emulated device is a backend library now; load it "
+                     "with devices.backend_library (e.g. ../build/libtxscore_emulated_device.so) and put its "
+                     "latency model under devices.backend.options");
+  }
+  if (node.IsMap() && node["backend_kind"]) {
+    return r.ErrorAt(node["backend_kind"], "devices.backend_kind is now devices.backend.kind");
+  }
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "devices", {"backend_library", "backend", "calibration_cache"}));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(node, "backend_library", false, YamlReader::PathMustBe::kAnything, &out->backend.library));
+  if (const YAML::Node backend = node["backend"]) TXSCORE_RETURN_IF_ERROR(ParseBackend(r, backend, &out->backend));
   TXSCORE_RETURN_IF_ERROR(
       r.ReadPath(node, "calibration_cache", false, YamlReader::PathMustBe::kAnything, &out->calibration_cache));
-  if (const YAML::Node e = node["emulated"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(e, "devices.emulated",
-                                        {"enabled", "stage_dispatch_us", "op_dispatch_us", "tflops", "memory_gbps",
-                                         "copy_gbps", "memory_gib", "alignment"}));
-    TXSCORE_RETURN_IF_ERROR(r.Read<bool>(e, "enabled", "true or false", &out->emulated));
-    accelerator::EmulatedDeviceOptions& m = out->emulated_model;
-    double tflops = m.flops_per_s / 1e12, memory_gbps = m.memory_bytes_per_s / 1e9,
-           copy_gbps = m.copy_bytes_per_s / 1e9;
-    double memory_gib = static_cast<double>(m.memory_bytes) / (1LL << 30);
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "stage_dispatch_us", 0, 1e6, &m.stage_dispatch_us));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "op_dispatch_us", 0, 1e6, &m.op_dispatch_us));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "tflops", 0.001, 1e4, &tflops));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "memory_gbps", 0.001, 1e5, &memory_gbps));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "copy_gbps", 0.001, 1e5, &copy_gbps));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(e, "memory_gib", 0.001, 1e6, &memory_gib));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(e, "alignment", 1, 4096, &m.alignment));
-    m.flops_per_s = tflops * 1e12;
-    m.memory_bytes_per_s = memory_gbps * 1e9;
-    m.copy_bytes_per_s = copy_gbps * 1e9;
-    m.memory_bytes = static_cast<int64_t>(memory_gib * (1LL << 30));
-  }
   return Status::Ok();
 }
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "accelerator/emulated_device.h"
+#include "accelerator/backend.h"
 #include "common/result.h"
 #include "pipelines/stage_graph.h"
 #include "pipelines/stage_kind.h"
@@ -62,12 +62,32 @@ struct SecurityConfig {
 };
 
 // Which devices the process looks for (accelerator/discovery.h). Placement itself is per stage.
+// cpu (and cuda, when libtorch has it and sees a GPU) are always looked for; any other device
+// is an out-of-tree PyTorch backend on PrivateUse1, loaded from a shared library and described
+// by the library itself (accelerator/backend_abi.h) and/or by `backend:` here. Keys:
+//
+//   backend_library    Default: none, and no out-of-tree device. The backend's .so, relative to
+//                      the file: torch-spyre's, or txscore's emulated device
+//                      (../build/libtxscore_emulated_device.so). One per process (PrivateUse1).
+//   backend:           Each key overrides what the library says of itself; a library without
+//                      the txscore_describe_backend entry point needs kind, dtypes, native_ops.
+//     kind             Default: the library's own. The name `placement:` uses ([a-z0-9_])
+//     index            Default: the library's, else 0. Device index (privateuseone:<index>)
+//     dtypes           Default: the library's. List of float32, bfloat16, float16
+//     native_ops       Default: the library's. List from matmul, softmax, rms_norm, rope,
+//                      embedding, activation, tree_walk
+//     memory_gib       Default: the library's, else not known and not checked
+//     alignment        Default: the library's, else 1 (no padding by the op adapters)
+//     emulator         Default: the library's, else false. true: reported "(emulated)" everywhere
+//     cost:            Default: the library's, else calibrated at start (and cached). All four:
+//       dispatch_us, tflops, memory_gbps, copy_gbps
+//     options          Default: none. A map passed as text to the library's entry point (the
+//                      emulated device's latency model: stage_dispatch_us, op_dispatch_us,
+//                      tflops, memory_gbps, copy_gbps, memory_gib, alignment)
+//   calibration_cache  Default: none (calibrate at every start); measured profiles are kept here
 struct DevicesConfig {
-  bool emulated = true;                               // Default: the emulated dataflow device is registered
-  accelerator::EmulatedDeviceOptions emulated_model;  // its latency model; defaults in emulated_device.h
-  std::string backend_library;         // Default: none. An out-of-tree PyTorch backend (.so), e.g. torch-spyre's
-  std::string backend_kind = "spyre";  // Default: spyre; what that backend is
-  std::string calibration_cache;       // Default: none (calibrate at every start); measured profiles are kept here
+  accelerator::BackendConfig backend;  // backend_library and backend:, as above
+  std::string calibration_cache;
 };
 
 // Claims jobs on a running server (`jobs:`): submitted over Thrift, run one at a time in the

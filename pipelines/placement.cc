@@ -37,10 +37,7 @@ const accelerator::Placement* PipelinePlan::Find(const std::string& stage) const
 
 accelerator::DiscoveryOptions DiscoveryOptionsFor(const PipelineConfig& config) {
   accelerator::DiscoveryOptions options;
-  options.emulated = config.devices.emulated;
-  options.emulated_model = config.devices.emulated_model;
-  options.backend_library = config.devices.backend_library;
-  options.backend_kind = accelerator::ParseDeviceKind(config.devices.backend_kind).value();  // checked at load
+  options.backend = config.devices.backend;
   options.calibration_cache = config.devices.calibration_cache;
   options.threads = 1;
   for (const auto& stage : config.settings) options.threads = std::max(options.threads, stage->compute_threads);
@@ -101,7 +98,7 @@ std::string FormatPlan(const PipelinePlan& plan, const accelerator::DeviceRegist
     out << line;
   }
   for (const accelerator::AbsentDevice& a : devices.absent()) {
-    out << "  " << accelerator::DeviceKindName(a.kind) << ": absent (" << a.reason << ")\n";
+    out << "  " << a.kind << ": absent (" << a.reason << ")\n";
   }
   for (const accelerator::Placement& p : plan.stages) {
     out << "\nstage " << p.stage << " (placement: " << p.requested << ")\n";
@@ -138,10 +135,14 @@ std::string PlanToJson(const PipelinePlan& plan, const accelerator::DeviceRegist
   doc["devices"] = nlohmann::json::array();
   for (const accelerator::Device& d : devices.devices()) {
     doc["devices"].push_back({{"name", d.name},
-                              {"kind", accelerator::DeviceKindName(d.kind)},
+                              {"kind", d.kind},
+                              {"index", d.index},
                               {"emulated", d.emulated},
+                              {"description", d.description},
                               {"dtypes", d.dtypes},
+                              {"native_ops", d.native_ops},
                               {"memory_bytes", d.memory_bytes},
+                              {"alignment", d.alignment},
                               {"dispatch_us", d.cost.dispatch_us},
                               {"flops_per_s", d.cost.flops_per_s},
                               {"memory_bytes_per_s", d.cost.memory_bytes_per_s},
@@ -150,7 +151,7 @@ std::string PlanToJson(const PipelinePlan& plan, const accelerator::DeviceRegist
   }
   doc["absent"] = nlohmann::json::array();
   for (const accelerator::AbsentDevice& a : devices.absent()) {
-    doc["absent"].push_back({{"kind", accelerator::DeviceKindName(a.kind)}, {"reason", a.reason}});
+    doc["absent"].push_back({{"kind", a.kind}, {"reason", a.reason}});
   }
   doc["stages"] = nlohmann::json::array();
   for (const accelerator::Placement& p : plan.stages) {

@@ -52,9 +52,13 @@ Result<std::optional<accelerator::StageWorkload>> StageKind::Workload(const Stag
 
 Status ReadPlacement(const YamlReader& reader, const YAML::Node& stage, std::string* out) {
   TXSCORE_RETURN_IF_ERROR(reader.ReadString(stage, "placement", false, out));
-  if (*out != "auto" && !accelerator::ParseDeviceKind(*out).ok()) {
+  // Only the name's form is checked here: which kinds exist is known once devices are
+  // discovered, and the planner says then what is absent and why.
+  if (*out != "auto" && !accelerator::IsValidKindName(*out)) {
     return reader.ErrorAt(stage["placement"],
-                          "placement must be auto, cpu, cuda, spyre or emulated, not \"" + *out + "\"");
+                          "placement must be auto or a device kind (cpu, cuda, or an out-of-tree "
+                          "backend's kind such as spyre or emulated), not \"" +
+                              *out + "\"");
   }
   return Status::Ok();
 }

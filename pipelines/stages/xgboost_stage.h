@@ -7,7 +7,7 @@
 // Keys (defaults beside them):
 //   model      required: an XGBoost .json or .ubj file
 //   schema     Default: beside the model (fraud.ubj -> fraud.features.json)
-//   placement  Default: cpu. auto, cpu, cuda, spyre or emulated; tree ensembles are branchy
+//   placement  Default: cpu. auto or a device kind (cpu, cuda, a backend's); tree ensembles are branchy
 //              and small, so only the CPU walks trees, and auto finds that
 //   threads    Default: 1 XGBoost thread (fastest for single rows)
 //   evaluator  Default: fast (txscore's tree evaluator where the model allows); xgboost

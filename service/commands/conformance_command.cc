@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 struct ConformanceOptions {
   std::vector<std::string> models;   // empty: generate a tiny checkpoint of each family
   std::vector<std::string> devices;  // empty: every device found
+  std::string backend_library;       // Default: none. The out-of-tree backend to load (and check)
   int steps = 32;
   std::string out_dir = "var/conformance";
 };
@@ -48,7 +49,7 @@ std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const
   std::vector<Target> targets;
   const std::set<std::string> decoder_ops = accelerator::DecoderWorkload("llm", accelerator::DecoderShape{}).ops;
   for (const accelerator::Device& d : devices.devices()) {
-    const std::string kind = accelerator::DeviceKindName(d.kind);
+    const std::string& kind = d.kind;
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), kind) == wanted.end()) continue;
     std::vector<std::string> missing;
     const accelerator::OpAdapters adapters = accelerator::ChooseAdapters(decoder_ops, d.native_ops, &missing);
@@ -63,7 +64,7 @@ std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const
         unchecked->push_back({kind, d.DisplayName() + " " + dtype, std::string("does not run ") + dtype});
         continue;
       }
-      if (d.kind == accelerator::DeviceKind::kCpu && std::string(dtype) == "float32") continue;  // the reference
+      if (d.kind == accelerator::kCpuKind && std::string(dtype) == "float32") continue;  // the reference
       targets.push_back({kind, d.DisplayName() + " " + dtype, d.torch_device, dtype, adapters});
     }
   }
@@ -99,7 +100,9 @@ int RunConformance(ConformanceOptions options) {
       options.models.push_back(dir);
     }
   }
-  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices({});
+  accelerator::DiscoveryOptions discovery;
+  discovery.backend.library = options.backend_library;
+  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(discovery);
   if (!devices.ok()) {
     std::cerr << "device discovery failed: " << devices.error().ToString() << "\n";
     return 1;
@@ -107,10 +110,14 @@ int RunConformance(ConformanceOptions options) {
   std::vector<Unchecked> unchecked;
   const std::vector<Target> targets = TargetsFor(*devices, options.devices, &unchecked);
   for (const std::string& wanted : options.devices) {
-    Result<accelerator::DeviceKind> kind = accelerator::ParseDeviceKind(wanted);
-    if (!kind.ok() || devices->Find(*kind) == nullptr) {
-      std::cerr << "device " << wanted << " is not available"
-                << (kind.ok() ? ": " + devices->AbsenceReason(*kind) : std::string()) << "\n";
+    if (devices->Find(wanted) == nullptr) {
+      std::string why = devices->AbsenceReason(wanted);
+      if (why.empty()) {
+        why = "no device of that kind was found (known kinds:";
+        for (const std::string& kind : devices->Kinds()) why += " " + kind;
+        why += "; an out-of-tree backend is loaded with --backend-library)";
+      }
+      std::cerr << "device " << wanted << " is not available: " << why << "\n";
       return 1;
     }
     // A requested device with nothing checked on it is a failure, not an empty column.
@@ -193,8 +200,8 @@ int RunConformance(ConformanceOptions options) {
     not_checked.push_back({{"device", u.label}, {"reason", u.reason}});
   }
   for (const accelerator::AbsentDevice& a : devices->absent()) {
-    table << "Not checked: " << accelerator::DeviceKindName(a.kind) << " (" << a.reason << ").\n";
-    not_checked.push_back({{"device", accelerator::DeviceKindName(a.kind)}, {"reason", a.reason}});
+    table << "Not checked: " << a.kind << " (" << a.reason << ").\n";
+    not_checked.push_back({{"device", a.kind}, {"reason", a.reason}});
   }
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{
@@ -222,6 +229,9 @@ void AddConformanceCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--models", options->models, "Checkpoint directories (default: a generated tiny one per family)");
   cmd->add_option("--devices", options->devices, "Device kinds to check, e.g. cpu emulated cuda (default: all found)")
       ->delimiter(',');
+  cmd->add_option("--backend-library", options->backend_library,
+                  "An out-of-tree PyTorch backend (.so) that describes itself (accelerator/backend_abi.h), e.g. "
+                  "build/libtxscore_emulated_device.so (default: none)");
   cmd->add_option("--steps", options->steps, "Greedy steps after the prompt")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

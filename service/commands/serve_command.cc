@@ -40,7 +40,7 @@ int RunServe(const ServeOptions& options) {
   }
   const pipelines::PipelineConfig* config = &loaded->config;
   for (const accelerator::AbsentDevice& absent : loaded->devices->absent()) {
-    spdlog::info("device {}: absent ({})", accelerator::DeviceKindName(absent.kind), absent.reason);
+    spdlog::info("device {}: absent ({})", absent.kind, absent.reason);
   }
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
   Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config, runtime);

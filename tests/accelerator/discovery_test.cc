@@ -7,24 +7,30 @@
 namespace txscore::accelerator {
 namespace {
 
-TEST(DiscoverDevices, FindsTheCpuAndTheEmulatedDeviceAndSaysWhyOthersAreAbsent) {
+TEST(DiscoverDevices, FindsTheCpuAndSaysWhyCudaIsAbsent) {
   auto registry = DiscoverDevices({});
   ASSERT_TRUE(registry.ok()) << registry.error().ToString();
-  const Device* cpu = registry->Find(DeviceKind::kCpu);
+  const Device* cpu = registry->Find(kCpuKind);
   ASSERT_NE(cpu, nullptr);
   EXPECT_EQ(cpu->cost.source, "calibrated");
   EXPECT_GT(cpu->cost.flops_per_s, 0);
   EXPECT_GT(cpu->cost.memory_bytes_per_s, 0);
   EXPECT_GT(cpu->cost.dispatch_us, 0);
   EXPECT_EQ(cpu->cost.copy_bytes_per_s, 0);  // the host copies nothing to itself
-  const Device* emulated = registry->Find(DeviceKind::kEmulated);
-  ASSERT_NE(emulated, nullptr);
-  EXPECT_TRUE(emulated->emulated);
-  EXPECT_EQ(registry->AbsenceReason(DeviceKind::kSpyre), "no backend library configured: set devices.backend_library");
-  if (registry->Find(DeviceKind::kCuda) == nullptr) {
-    const std::string why = registry->AbsenceReason(DeviceKind::kCuda);
+  if (registry->Find(kCudaKind) == nullptr) {
+    const std::string why = registry->AbsenceReason(kCudaKind);
     EXPECT_TRUE(why == "libtorch was built without CUDA" || why == "libtorch has CUDA but sees no GPU") << why;
   }
+  // No backend library configured: no out-of-tree device, and none reported absent.
+  EXPECT_EQ(registry->devices().size(), registry->Find(kCudaKind) == nullptr ? 1u : 2u);
+}
+
+TEST(DiscoverDevices, AConfiguredKindWithoutALibraryIsAbsentWithTheKeyToSet) {
+  DiscoveryOptions options;
+  options.backend.kind = "spyre";
+  auto registry = DiscoverDevices(options);
+  ASSERT_TRUE(registry.ok());
+  EXPECT_EQ(registry->AbsenceReason("spyre"), "no backend library configured: set devices.backend_library");
 }
 
 TEST(DiscoverDevices, ReusesCachedProfiles) {
@@ -35,8 +41,8 @@ TEST(DiscoverDevices, ReusesCachedProfiles) {
   ASSERT_TRUE(first.ok());
   auto second = DiscoverDevices(options);
   ASSERT_TRUE(second.ok());
-  const CostProfile& measured = first->Find(DeviceKind::kCpu)->cost;
-  const CostProfile& cached = second->Find(DeviceKind::kCpu)->cost;
+  const CostProfile& measured = first->Find(kCpuKind)->cost;
+  const CostProfile& cached = second->Find(kCpuKind)->cost;
   EXPECT_EQ(measured.source, "calibrated");
   EXPECT_EQ(cached.source, "calibration cache");
   EXPECT_EQ(cached.flops_per_s, measured.flops_per_s);
@@ -46,23 +52,22 @@ TEST(DiscoverDevices, ReusesCachedProfiles) {
 
 TEST(DiscoverDevices, ABackendThatCannotBeLoadedIsAbsentWithTheLoadersReason) {
   DiscoveryOptions options;
-  options.backend_library = "/nonexistent/libtorch_spyre.so";
+  options.backend.library = "/nonexistent/libtorch_spyre.so";
+  options.backend.kind = "spyre";
   auto registry = DiscoverDevices(options);
   ASSERT_TRUE(registry.ok());
-  EXPECT_EQ(registry->Find(DeviceKind::kSpyre), nullptr);
-  EXPECT_EQ(registry->AbsenceReason(DeviceKind::kSpyre).rfind("cannot load /nonexistent/libtorch_spyre.so: ", 0), 0u)
-      << registry->AbsenceReason(DeviceKind::kSpyre);
-  EXPECT_NE(registry->Find(DeviceKind::kEmulated), nullptr);  // PrivateUse1 is still free
+  EXPECT_EQ(registry->Find("spyre"), nullptr);
+  EXPECT_EQ(registry->AbsenceReason("spyre"),
+            "cannot load /nonexistent/libtorch_spyre.so: /nonexistent/libtorch_spyre.so: cannot open shared object "
+            "file: No such file or directory");
 }
 
-TEST(DiscoverDevices, TheEmulatedDeviceCanBeTurnedOff) {
+TEST(DiscoverDevices, ABackendWithoutAKindIsAbsentUnderItsLibrarysFileName) {
   DiscoveryOptions options;
-  options.emulated = false;
+  options.backend.library = "/nonexistent/libtorch_spyre.so";
   auto registry = DiscoverDevices(options);
   ASSERT_TRUE(registry.ok());
-  EXPECT_EQ(registry->Find(DeviceKind::kEmulated), nullptr);
-  EXPECT_EQ(registry->AbsenceReason(DeviceKind::kEmulated),
-            "disabled in the pipeline file (devices.emulated.enabled: false)");
+  EXPECT_EQ(registry->Kinds(), (std::vector<std::string>{"cpu", "cuda", "libtorch_spyre.so"}));
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ Device Cpu() {
 Device Emulated() {
   Device d;
   d.name = "emulated:0";
-  d.kind = DeviceKind::kEmulated;
+  d.kind = "emulated";
   d.torch_device = "privateuseone:0";
   d.memory_bytes = 32LL << 30;
   d.dtypes = {"bfloat16", "float16"};
@@ -35,7 +35,7 @@ DeviceRegistry CpuAndEmulated() {
   DeviceRegistry registry;
   registry.Register(Cpu());
   registry.Register(Emulated());
-  registry.ReportAbsent(DeviceKind::kCuda, "libtorch was built without CUDA");
+  registry.ReportAbsent(kCudaKind, "libtorch was built without CUDA");
   return registry;
 }
 
@@ -93,7 +93,7 @@ TEST(PlaceStage, RemovingADeviceChangesThePlan) {
   work.expected_tokens = 1024;
   DeviceRegistry registry = CpuAndEmulated();
   EXPECT_EQ(PlaceStage(work, "auto", registry)->device, "emulated:0");
-  registry.Remove(DeviceKind::kEmulated, "disabled in the pipeline file");
+  registry.Remove("emulated", "disabled in the pipeline file");
   auto plan = PlaceStage(work, "auto", registry);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->device, "cpu");
@@ -106,10 +106,29 @@ TEST(PlaceStage, ExplicitPlacementOnAnAbsentDeviceIsAnErrorThatSaysWhy) {
   EXPECT_EQ(plan.error().code, ErrorCode::kFailedPrecondition);
   EXPECT_EQ(plan.error().message,
             "stage forensic: placement \"cuda\" names a device that is not available: libtorch was built without CUDA");
+}
+
+TEST(PlaceStage, AKindNoBackendRegisteredIsNotAvailableAndTheKnownKindsAreNamed) {
   auto spyre = PlaceStage(DecoderWorkload("forensic", Tiny()), "spyre", CpuAndEmulated());
-  EXPECT_EQ(spyre.error().message, "stage forensic: placement \"spyre\" names a device that is not available");
-  EXPECT_EQ(PlaceStage(DecoderWorkload("forensic", Tiny()), "tpu", CpuAndEmulated()).error().code,
-            ErrorCode::kInvalidArgument);
+  ASSERT_FALSE(spyre.ok());
+  EXPECT_EQ(spyre.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(spyre.error().message,
+            "stage forensic: placement \"spyre\" names a device that is not available: no device of that kind was "
+            "registered (known kinds: cpu, emulated, cuda)");
+}
+
+TEST(PlaceStage, AnyRegisteredKindCanBeNamed) {
+  DeviceRegistry registry = CpuAndEmulated();
+  Device other = Emulated();
+  other.kind = "dataflow_b";
+  other.name = "dataflow_b:0";
+  other.emulated = false;
+  registry.Register(other);
+  auto plan = PlaceStage(DecoderWorkload("forensic", Tiny()), "dataflow_b", registry);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  EXPECT_EQ(plan->device, "dataflow_b:0");
+  EXPECT_EQ(plan->kind, "dataflow_b");
+  EXPECT_EQ(plan->reason, "placement names dataflow_b");
 }
 
 TEST(PlaceStage, ExplicitPlacementOnADeviceThatCannotRunTheStageIsAnError) {

@@ -88,7 +88,7 @@ def main():
         with open(config, "w") as f:
             f.write(f"""storage: {{path: db, durability: sync}}
 security: {{card_key_file: card.key}}
-devices: {{calibration_cache: profiles.json, emulated: {{enabled: false}}}}
+devices: {{calibration_cache: profiles.json}}
 stages:
   - {{name: features, kind: claim_features}}
   - {{name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}}

@@ -39,6 +39,12 @@ def main():
         for name in ("pipeline.yaml", "claims.yaml"):
             with open(os.path.join(args.source, "config", name)) as f:
                 text = f.read()
+            # The emulated device's library, as the shipped configs name it from the repository
+            # (../build/...), is named here where this build put it.
+            shipped_library = "backend_library: ../build/libtxscore_emulated_device.so"
+            assert shipped_library in text, name
+            text = text.replace(shipped_library, "backend_library: " + os.path.join(
+                os.path.dirname(os.path.abspath(txscore)), "libtxscore_emulated_device.so"))
             if name == "pipeline.yaml":
                 assert "  port: 9090\n" in text and "  port: 9091\n" in text
                 text = text.replace("  port: 9090\n", "  port: 0\n").replace("  port: 9091\n", "  port: 0\n")
@@ -62,7 +68,8 @@ def main():
         assert f"calibration cache {cache} is not a JSON object; calibrating again and rewriting it" in r.stdout + r.stderr, r
         with open(cache) as f:
             assert "cpu/threads=" in json.load(f).__repr__()
-        for line in ("stage fraud (placement: cpu)", "stage forensic (placement: cpu)", "-> cpu, float32"):
+        for line in ("stage fraud (placement: cpu)", "stage forensic (placement: cpu)", "-> cpu, float32",
+                     "  emulated:0 (emulated)  dispatch 150.0 us"):
             assert line in r.stdout, (line, r.stdout)
 
         server = subprocess.Popen([txscore, "serve", "--config", pipeline], stdout=subprocess.PIPE,

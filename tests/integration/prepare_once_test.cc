@@ -1,5 +1,6 @@
 // "Prepare once, run many" with the real decoder: a server whose forensic stage runs a tiny
-// generated checkpoint on libtorch, placed on the emulated device so that its weights are
+// generated checkpoint on libtorch, placed on the emulated device (loaded from
+// libtxscore_emulated_device.so through devices.backend_library) so that its weights are
 // moved onto a device at start-up, writes findings for every request while the request path
 // builds no model, compiles no constraint and moves no weights.
 #include <gtest/gtest.h>
@@ -39,6 +40,10 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
   std::string yaml = testing::ReadFile(testing::WriteTestPipeline(dir));
   yaml = Replaced(Replaced(yaml, "review_threshold: 0.5", "review_threshold: 0.0"), "decline_threshold: 0.9",
                   "decline_threshold: 1.0");
+  // The emulated device comes from its library, loaded by discovery with dlopen as `txscore
+  // serve` loads it; this binary does not link it.
+  yaml.insert(yaml.find("stages:\n"),
+              "devices:\n  backend_library: " + std::string(TXSCORE_EMULATED_DEVICE_LIBRARY) + "\n");
   yaml +=
       "  - {name: forensic, kind: llm_findings, after: decision, model: llm, placement: emulated, "
       "budget_ms: 600000}\n";
@@ -57,6 +62,7 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
   (*server)->Start();
   const PrepareSnapshot at_start = PrepareCountersNow() - before_start;
   EXPECT_EQ((*server)->pipeline()->plan().Find("forensic")->device, "emulated:0");
+  EXPECT_TRUE((*server)->pipeline()->plan().Find("forensic")->emulated);
   EXPECT_GT(at_start.weight_bytes_moved, 0u);  // the decoder's weights, onto the emulated device
   EXPECT_GE(at_start.model_builds, 2u);        // the trees and the decoder
   EXPECT_GE(at_start.graph_builds, 1u);        // the findings constraint

@@ -234,15 +234,18 @@ TEST_F(ConfigTest, StagesMayFanOutAndJoin) {
             Where(9, 64) + "stage \"blend\": input \"score\" joins every stage it comes after; it cannot be named");
 }
 
-TEST_F(ConfigTest, UnavailablePlacementIsRejected) {
+TEST_F(ConfigTest, PlacementTakesAnyKindNameAndRejectsAMalformedOne) {
   std::string yaml = kValid;
+  // Whether a device of the kind exists and can run the stage is decided at start-up by the
+  // planner: any backend's kind name is accepted here.
   yaml.replace(yaml.find("model: model.ubj"), 16, "model: model.ubj, placement: tpu");
   auto config = Parse(yaml);
-  ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.error().message, Where(7, 80) + "placement must be auto, cpu, cuda, spyre or emulated, not \"tpu\"");
-  // Whether a named device exists and can run the stage is decided at start-up by the planner.
-  yaml.replace(yaml.find("placement: tpu"), 14, "placement: spyre");
-  EXPECT_EQ(Parse(yaml)->settings[1]->placement, "spyre");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->settings[1]->placement, "tpu");
+  yaml.replace(yaml.find("placement: tpu"), 14, "placement: Tpu");
+  EXPECT_EQ(Parse(yaml).error().message, Where(7, 80) +
+                                             "placement must be auto or a device kind (cpu, cuda, or an out-of-tree "
+                                             "backend's kind such as spyre or emulated), not \"Tpu\"");
 }
 
 TEST_F(ConfigTest, EvaluatorChoosesFastOrXGBoost) {
@@ -290,8 +293,10 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   const std::string stage = "  - {name: forensic, kind: llm_findings, after: decision, model: llm, ";
   EXPECT_EQ(Parse(kValid + stage + "dtype: float16}\n").error().message,
             Where(9, 78) + "dtype must be \"float32\" or \"bfloat16\", not \"float16\"");
-  EXPECT_EQ(Parse(kValid + stage + "placement: tpu}\n").error().message,
-            Where(9, 82) + "placement must be auto, cpu, cuda, spyre or emulated, not \"tpu\"");
+  EXPECT_EQ(Parse(kValid + stage + "placement: Tpu}\n").error().message,
+            Where(9, 82) +
+                "placement must be auto or a device kind (cpu, cuda, or an out-of-tree backend's kind such as spyre or "
+                "emulated), not \"Tpu\"");
   EXPECT_EQ(Parse(kValid + stage + "max_new_tokens: 10}\n").error().message,
             Where(9, 87) + "\"max_new_tokens\" must be between 50 and 4096");
   EXPECT_EQ(Parse(std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: fraud, model: llm}\n")
@@ -309,25 +314,71 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
             Where(9, 66) + "\"model\": file " + dir_.file("nowhere") + " does not exist");
 }
 
-TEST_F(ConfigTest, DevicesSectionSetsDiscoveryAndTheEmulatorsModel) {
-  EXPECT_TRUE(Parse(kValid)->devices.emulated);
+TEST_F(ConfigTest, DevicesSectionNamesTheBackendLibraryAndDescribesIt) {
+  EXPECT_EQ(Parse(kValid)->devices.backend.library, "");
   auto config = Parse(std::string(kValid) +
                       "devices:\n"
                       "  calibration_cache: profiles.json\n"
-                      "  backend_library: /opt/spyre/libtorch_spyre.so\n"
-                      "  emulated: {enabled: false, tflops: 100, memory_gbps: 400, copy_gbps: 32, memory_gib: 16}\n");
+                      "  backend_library: lib/libtorch_spyre.so\n"
+                      "  backend:\n"
+                      "    kind: spyre\n"
+                      "    index: 1\n"
+                      "    dtypes: [float16, bfloat16]\n"
+                      "    native_ops: [matmul, softmax]\n"
+                      "    memory_gib: 64\n"
+                      "    alignment: 128\n"
+                      "    emulator: false\n"
+                      "    cost: {dispatch_us: 80, tflops: 100, memory_gbps: 400, copy_gbps: 32}\n"
+                      "    options: {cards: 2, mode: fast}\n");
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   const DevicesConfig& d = config->devices;
   EXPECT_EQ(d.calibration_cache, dir_.file("profiles.json"));
-  EXPECT_EQ(d.backend_library, "/opt/spyre/libtorch_spyre.so");
-  EXPECT_FALSE(d.emulated);
-  EXPECT_EQ(d.emulated_model.flops_per_s, 100e12);
-  EXPECT_EQ(d.emulated_model.memory_bytes_per_s, 400e9);
-  EXPECT_EQ(d.emulated_model.copy_bytes_per_s, 32e9);
-  EXPECT_EQ(d.emulated_model.memory_bytes, 16LL << 30);
-  EXPECT_EQ(d.emulated_model.stage_dispatch_us, 150);  // unchanged default
-  EXPECT_EQ(Parse(std::string(kValid) + "devices:\n  emulated: {tflops: 0}\n").error().message,
-            Where(10, 22) + "\"tflops\" must be between 0.001 and 10000");
+  EXPECT_EQ(d.backend.library, dir_.file("lib/libtorch_spyre.so"));  // relative to the file
+  EXPECT_EQ(d.backend.kind, "spyre");
+  EXPECT_EQ(d.backend.index, 1);
+  EXPECT_EQ(d.backend.dtypes, (std::vector<std::string>{"float16", "bfloat16"}));
+  EXPECT_EQ(d.backend.native_ops, (std::set<std::string>{"matmul", "softmax"}));
+  EXPECT_EQ(d.backend.memory_bytes, 64LL << 30);
+  EXPECT_EQ(d.backend.alignment, 128);
+  EXPECT_EQ(d.backend.emulator, false);
+  ASSERT_TRUE(d.backend.cost.has_value());
+  EXPECT_EQ(d.backend.cost->dispatch_us, 80);
+  EXPECT_EQ(d.backend.cost->flops_per_s, 100e12);
+  EXPECT_EQ(d.backend.cost->memory_bytes_per_s, 400e9);
+  EXPECT_EQ(d.backend.cost->copy_bytes_per_s, 32e9);
+  using Options = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(d.backend.options, (Options{{"cards", "2"}, {"mode", "fast"}}));
+}
+
+TEST_F(ConfigTest, BackendDescriptionKeysAreChecked) {
+  const std::string devices = std::string(kValid) + "devices:\n  backend:\n";
+  EXPECT_EQ(
+      Parse(devices + "    kind: Spyre-1\n").error().message,
+      Where(11, 11) +
+          "kind \"Spyre-1\" is not a device kind name (1-32 characters of a-z, 0-9 and _, starting with a letter)");
+  EXPECT_EQ(Parse(devices + "    kind: cuda\n").error().message,
+            Where(11, 11) + "kind \"cuda\" is PyTorch's own; an out-of-tree backend needs another");
+  EXPECT_EQ(Parse(devices + "    dtypes: [bfloat16, int8]\n").error().message,
+            Where(11, 24) + "unknown dtype \"int8\" (known: float32, bfloat16, float16)");
+  EXPECT_EQ(Parse(devices + "    native_ops: [matmul, conv2d]\n").error().message,
+            Where(11, 26) +
+                "unknown op \"conv2d\" (known: matmul, softmax, rms_norm, rope, embedding, activation, tree_walk)");
+  EXPECT_EQ(Parse(devices + "    native_ops: []\n").error().message,
+            Where(11, 17) + "\"native_ops\" must be a non-empty list");
+  EXPECT_EQ(Parse(devices + "    cost: {dispatch_us: 80}\n").error().message,
+            Where(11, 11) + "devices.backend.cost needs tflops");
+  EXPECT_EQ(Parse(devices + "    options: {latency: [1, 2]}\n").error().message,
+            Where(11, 24) + "devices.backend.options: latency must be a single value");
+}
+
+TEST_F(ConfigTest, TheOldEmulatedSectionSaysWhereItsKeysWent) {
+  EXPECT_EQ(Parse(std::string(kValid) + "devices:\n  emulated: {tflops: 100}\n").error().message,
+            Where(10, 13) +
+                "devices.emulated is no longer read: the emulated device is a backend library now; load it with "
+                "devices.backend_library (e.g. ../build/libtxscore_emulated_device.so) and put its latency model "
+                "under devices.backend.options");
+  EXPECT_EQ(Parse(std::string(kValid) + "devices:\n  backend_kind: spyre\n").error().message,
+            Where(10, 17) + "devices.backend_kind is now devices.backend.kind");
 }
 
 TEST_F(ConfigTest, MissingStorageSectionIsNamed) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accelerator/emulated_device.h"
 #include "llm/checkpoint_maker.h"
 #include "pipelines/scoring_pipeline.h"
 #include "tests/test_support.h"
@@ -19,7 +20,7 @@ accelerator::DeviceRegistry Devices() {
       24LL << 30);
   registry.Register(cpu);
   registry.Register(accelerator::EmulatedDeviceDescription({}));
-  registry.ReportAbsent(accelerator::DeviceKind::kCuda, "libtorch was built without CUDA");
+  registry.ReportAbsent(accelerator::kCudaKind, "libtorch was built without CUDA");
   return registry;
 }
 
@@ -62,7 +63,7 @@ TEST_F(PlacementTest, OneShortPromptOnATinyModelStaysOnTheCpu) {
 
 TEST_F(PlacementTest, RemovingTheEmulatedDeviceMovesTheLlmToTheCpu) {
   accelerator::DeviceRegistry devices = Devices();
-  devices.Remove(accelerator::DeviceKind::kEmulated, "disabled in the pipeline file");
+  devices.Remove(accelerator::kEmulatedKind, "disabled in the pipeline file");
   auto plan = PlanPipeline(Config(", placement: auto, expected_batch: 16, expected_tokens: 1024"), devices);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->Find("forensic")->device, "cpu");
