@@ -120,7 +120,9 @@ class TorchDecoder : public Decoder {
       return InvalidArgument(
           "head_dim " + std::to_string(config->head_dim) + " is odd: RoPE's halves cannot be padded alike", "adapters");
     }
-    accelerator::SetComputeThreads(options.threads);
+    // The loading work (casts, NaN checks) runs with the decoder's own thread count, on this
+    // thread only: the process-wide settings are the program's (accelerator/compute_threads.h).
+    accelerator::ScopedComputeThreads threads(options.threads);
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     if (!checkpoint.ok()) return checkpoint.error();
     auto decoder = std::unique_ptr<TorchDecoder>(new TorchDecoder());
@@ -129,6 +131,7 @@ class TorchDecoder : public Decoder {
     decoder->device_ = torch::Device(options.device);
     decoder->adapters_ = options.adapters;
     decoder->attention_block_elements_ = options.attention_block_elements;
+    decoder->threads_ = options.threads;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
     decoder->PadHeadDim();
@@ -158,6 +161,7 @@ class TorchDecoder : public Decoder {
                                                   const std::vector<std::vector<int32_t>>& new_tokens) const override {
     // libtorch reports failures as c10::Error exceptions; they become Errors here.
     try {
+      const accelerator::ScopedComputeThreads threads(threads_);
       return ForwardUnchecked(static_cast<TorchCache*>(cache), new_tokens);
     } catch (const c10::Error& e) {
       return Internal(std::string("libtorch failed in the decoder: ") + e.what_without_backtrace());
@@ -569,6 +573,7 @@ class TorchDecoder : public Decoder {
   torch::Device device_ = torch::kCPU;
   accelerator::OpAdapters adapters_;
   int64_t attention_block_elements_ = 0;  // DecoderOptions::attention_block_elements
+  int threads_ = 0;                       // DecoderOptions::threads
   int64_t head_dim_ = 0;                  // config_.head_dim, or padded to the head_dim adapter's alignment
   torch::Tensor rotate_half_;             // with rope_as_matmul
   torch::Tensor embed_tokens_host_;       // with embedding_on_host (on a non-CPU device)

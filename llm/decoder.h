@@ -19,7 +19,11 @@ namespace txscore::llm {
 
 struct DecoderOptions {
   std::string dtype = "float32";  // Default: float32; or "bfloat16" (weights and activations)
-  int threads = 0;                // Default: 0 = libtorch's choice
+  // Default: 0, the calling thread's count as it is. libtorch intra-op threads for the
+  // decoder's own work (loading, each Forward), set on the calling thread only for that work
+  // (accelerator::ScopedComputeThreads): other threads and the process-wide settings, which
+  // are the program's (accelerator::SetComputeThreads), are left alone.
+  int threads = 0;
   // Default: "cpu". A libtorch device name: "cuda:0", or "privateuseone:0" for an out-of-tree
   // backend (the emulated device). Weights are moved there once, at load; logits come back.
   std::string device = "cpu";

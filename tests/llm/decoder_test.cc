@@ -5,7 +5,9 @@
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "accelerator/compute_threads.h"
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters_torch.h"
 #include "llm/checkpoint_maker.h"
@@ -280,6 +282,36 @@ TEST(Decoder, MissingTensorIsNamed) {
   ASSERT_FALSE(decoder.ok());
   EXPECT_EQ(decoder.error().code, ErrorCode::kNotFound);
   EXPECT_EQ(decoder.error().message, "checkpoint " + dir.path() + " has no tensor \"model.norm.weight\"");
+}
+
+// Logits of one prompt, prefilled at once.
+std::vector<float> PromptLogits(const Decoder& decoder, const std::vector<int32_t>& prompt) {
+  auto cache = decoder.NewCache(1, 32);
+  auto logits = decoder.Forward(cache.get(), {prompt});
+  EXPECT_TRUE(logits.ok()) << logits.error().ToString();
+  return logits.ok() ? (*logits)[0] : std::vector<float>{};
+}
+
+TEST(Decoder, LoadingAndRunningADecoderLeavesOtherThreadsComputeSettingsAlone) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
+  auto count_on_a_new_thread = [] {
+    int count = 0;
+    std::thread([&] { count = accelerator::ComputeThreads(); }).join();
+    return count;
+  };
+  const int here = accelerator::ComputeThreads();
+  const int new_threads = count_on_a_new_thread();
+  const int blas = accelerator::BlasThreads();
+  const int decoder_threads = std::max({here, new_threads, blas}) + 1;  // differs from every one of them
+
+  auto decoder = Decoder::Load(dir.path(), {.threads = decoder_threads});
+  ASSERT_TRUE(decoder.ok()) << decoder.error().ToString();
+  EXPECT_EQ(PromptLogits(**decoder, {1, 2, 3}).size(), static_cast<size_t>((*decoder)->config().vocab_size));
+
+  EXPECT_EQ(accelerator::ComputeThreads(), here);   // the loading thread's own, after the load and a Forward
+  EXPECT_EQ(count_on_a_new_thread(), new_threads);  // what another stage's thread starts with
+  EXPECT_EQ(accelerator::BlasThreads(), blas);      // OpenBLAS's pool, shared by every stage
 }
 
 }  // namespace
