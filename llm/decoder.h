@@ -34,6 +34,9 @@ struct DecoderOptions {
   // many elements at a time, in blocks of query rows: a long batched prefill then reuses
   // allocations of a few MB instead of mapping and faulting in hundreds of MB per layer.
   int64_t attention_block_elements = 1 << 20;
+  // Default: null, BuiltinModelFamilies(). The families config.json's family is found in;
+  // must outlive the decoder.
+  const ModelFamilyRegistry* families = nullptr;
 };
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.
