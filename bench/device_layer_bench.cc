@@ -18,6 +18,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "accelerator/compute_threads.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/decoder.h"
 #include "llm/safetensors.h"
@@ -218,7 +219,7 @@ bool SameLogits() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  torch::set_num_threads(1);
+  accelerator::SetComputeThreads(1);  // libtorch and OpenBLAS, as txscore sets them at start-up
   g_dir = (std::filesystem::temp_directory_path() / "txscore-device-layer-bench").string();
   // A Llama-architecture checkpoint without rope scaling, so the hand-written forward stays plain.
   if (!llm::MakeCheckpoint({.family = "llama", .size = "small"}, g_dir).ok()) return 1;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 
+#include "accelerator/compute_threads.h"
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters.h"
 #include "common/malloc_tuning.h"
@@ -106,7 +107,8 @@ BENCHMARK_CAPTURE(BM_GenerateBatch, emulated_bfloat16, "privateuseone:0", "bfloa
 }  // namespace
 
 int main(int argc, char** argv) {
-  txscore::KeepFreedHeapMemory();  // as txscore's main does
+  txscore::KeepFreedHeapMemory();              // as txscore's main does
+  txscore::accelerator::SetComputeThreads(1);  // as txscore sets it at start-up for a 1-thread stage
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--model=", 8) == 0) g_model = argv[i] + 8;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) g_model = argv[i + 1];

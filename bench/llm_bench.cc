@@ -20,6 +20,7 @@
 #include <cstring>
 #include <map>
 
+#include "accelerator/compute_threads.h"
 #include "llm/decoder.h"
 
 namespace {
@@ -168,7 +169,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: llm_bench --model CHECKPOINT_DIR [--threads N] [benchmark flags]\n");
     return 2;
   }
-  at::set_num_threads(g_threads);
+  // Process-wide, as txscore sets it at start-up: libtorch and OpenBLAS.
+  txscore::accelerator::SetComputeThreads(g_threads);
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("torch_threads", std::to_string(at::get_num_threads()));
   benchmark::AddCustomContext("model", g_model);

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "llm/model_config.h"
+#include "llm/model_family.h"
 #include "llm/tokenizer_trainer.h"
 
 namespace txscore::llm {
@@ -15,16 +17,26 @@ namespace {
 using nlohmann::json;
 
 struct Dimensions {
-  int64_t hidden, layers, heads, kv_heads, head_dim, intermediate, tokenizer_vocab, corpus_documents;
+  CheckpointDimensions model;
+  int64_t tokenizer_vocab, corpus_documents;
   int64_t config_vocab;  // 0: the tokenizer's size rounded up to a multiple of 64
-  int64_t sliding_window;
 };
 
 Result<Dimensions> DimensionsFor(const std::string& size) {
-  if (size == "tiny") return Dimensions{64, 2, 4, 2, 16, 128, 512, 600, 0, 8};
-  if (size == "small") return Dimensions{256, 4, 8, 2, 32, 704, 2048, 3000, 0, 64};
-  if (size == "0.5b") return Dimensions{896, 24, 14, 2, 64, 4864, 4096, 6000, 151936, 4096};
+  // hidden, layers, heads, kv_heads, head_dim, intermediate, sliding_window
+  if (size == "tiny") return Dimensions{{64, 2, 4, 2, 16, 128, 8}, 512, 600, 0};
+  if (size == "small") return Dimensions{{256, 4, 8, 2, 32, 704, 64}, 2048, 3000, 0};
+  if (size == "0.5b") return Dimensions{{896, 24, 14, 2, 64, 4864, 4096}, 4096, 6000, 151936};
   return InvalidArgument("size must be tiny, small or 0.5b, not \"" + size + "\"", "size");
+}
+
+// "a, b or c"
+std::string OneOf(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return out;
 }
 
 // Normal random numbers from a fully specified generator (SplitMix64 + Box-Muller).
@@ -47,94 +59,31 @@ class Normal {
   uint64_t state_;
 };
 
-json FamilyConfig(const std::string& family, const Dimensions& d, int64_t vocab, int64_t eos, int64_t bos) {
-  json c = {{"hidden_size", d.hidden},
-            {"num_hidden_layers", d.layers},
-            {"num_attention_heads", d.heads},
-            {"num_key_value_heads", d.kv_heads},
-            {"intermediate_size", d.intermediate},
-            {"vocab_size", vocab},
-            {"max_position_embeddings", 4096},
-            {"rms_norm_eps", 1e-6},
-            {"tie_word_embeddings", true},
-            {"attention_bias", false},
-            {"bos_token_id", bos},
-            {"eos_token_id", eos},
-            {"torch_dtype", "bfloat16"}};
-  if (family == "llama") {
-    c["model_type"] = "llama";
-    c["architectures"] = {"LlamaForCausalLM"};
-    c["hidden_act"] = "silu";
-    c["head_dim"] = d.head_dim;
-    c["rope_theta"] = 500000.0;
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", 8.0},
-                         {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0},
-                         {"original_max_position_embeddings", 8192}};
-    c["rms_norm_eps"] = 1e-5;
-    c["hidden_size"] = d.head_dim * d.heads;
-  } else if (family == "qwen3") {
-    c["model_type"] = "qwen3";
-    c["architectures"] = {"Qwen3ForCausalLM"};
-    c["hidden_act"] = "silu";
-    c["head_dim"] = d.head_dim * 2;  // explicit and different from hidden / heads, as in Qwen3
-    c["rope_theta"] = 1000000.0;
-    c["use_sliding_window"] = false;
-  } else if (family == "granite") {
-    c["model_type"] = "granite";
-    c["architectures"] = {"GraniteForCausalLM"};
-    c["hidden_act"] = "silu";
-    c["rope_theta"] = 10000000.0;
-    c["embedding_multiplier"] = 12.0;
-    c["attention_multiplier"] = 0.0625;
-    c["residual_multiplier"] = 0.22;
-    c["logits_scaling"] = 8.0;
-    c["hidden_size"] = d.head_dim * d.heads;
-  } else if (family == "gemma2") {
-    c["model_type"] = "gemma2";
-    c["architectures"] = {"Gemma2ForCausalLM"};
-    c["hidden_activation"] = "gelu_pytorch_tanh";
-    c["head_dim"] = d.head_dim;
-    c["query_pre_attn_scalar"] = d.head_dim + 8;  // differs from head_dim, so the scale is exercised
-    c["attn_logit_softcapping"] = 20.0;
-    c["final_logit_softcapping"] = 10.0;
-    c["sliding_window"] = d.sliding_window;
-    c["rope_theta"] = 10000.0;
-  } else if (family == "gemma3") {
-    c["model_type"] = "gemma3_text";
-    c["architectures"] = {"Gemma3ForCausalLM"};
-    c["hidden_activation"] = "gelu_pytorch_tanh";
-    c["head_dim"] = d.head_dim;
-    c["query_pre_attn_scalar"] = d.head_dim + 8;
-    c["attn_logit_softcapping"] = nullptr;
-    c["final_logit_softcapping"] = nullptr;
-    c["sliding_window"] = d.sliding_window;
-    c["sliding_window_pattern"] = 2;  // with few layers, both kinds appear
-    c["rope_theta"] = 1000000.0;
-    c["rope_local_base_freq"] = 10000.0;
-    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
-  }
-  return c;
+// The keys every template shares; the family's template is written over them.
+json SharedConfig(const CheckpointDimensions& d, int64_t vocab, int64_t eos, int64_t bos) {
+  return {{"hidden_size", d.hidden},
+          {"num_hidden_layers", d.layers},
+          {"num_attention_heads", d.heads},
+          {"num_key_value_heads", d.kv_heads},
+          {"intermediate_size", d.intermediate},
+          {"vocab_size", vocab},
+          {"max_position_embeddings", 4096},
+          {"rms_norm_eps", 1e-6},
+          {"tie_word_embeddings", true},
+          {"attention_bias", false},
+          {"bos_token_id", bos},
+          {"eos_token_id", eos},
+          {"torch_dtype", "bfloat16"}};
 }
 
-// The BOS the family's real tokenizer puts before every text, as its files say it: Llama 3.x
-// with a TemplateProcessing after the ByteLevel post-processor, Gemma with a TemplateProcessing
-// and add_bos_token in tokenizer_config.json. Empty for families whose tokenizer adds none
-// (Qwen3) or whose checkpoints here do not imitate one.
-std::string FamilyBosToken(const std::string& family) {
-  if (family == "llama") return "<|begin_of_text|>";
-  if (family == "gemma2" || family == "gemma3") return "<bos>";
-  return "";
-}
-
-json BosPostProcessor(const std::string& family, const std::string& bos, int64_t bos_id) {
+// The BOS the family's real tokenizer puts before every text, as its files say it.
+json BosPostProcessor(BosConvention convention, const std::string& bos, int64_t bos_id) {
   const json single = {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
                        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}};
   const json template_processing = {{"type", "TemplateProcessing"},
                                     {"single", single},
                                     {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
-  if (family != "llama") return template_processing;
+  if (convention != BosConvention::kAfterByteLevel) return template_processing;
   return {{"type", "Sequence"},
           {"processors",
            {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}},
@@ -144,18 +93,19 @@ json BosPostProcessor(const std::string& family, const std::string& bos, int64_t
 }  // namespace
 
 Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::string& out_dir) {
-  static const char* const kFamilies[] = {"llama", "qwen3", "granite", "gemma2", "gemma3"};
-  if (std::find(std::begin(kFamilies), std::end(kFamilies), spec.family) == std::end(kFamilies)) {
-    return InvalidArgument("family must be llama, qwen3, granite, gemma2 or gemma3, not \"" + spec.family + "\"",
-                           "family");
+  const ModelFamilyRegistry& families = spec.families != nullptr ? *spec.families : BuiltinModelFamilies();
+  const ModelFamily* family = families.Find(spec.family);
+  if (family == nullptr) {
+    return InvalidArgument("family must be " + OneOf(families.Names()) + ", not \"" + spec.family + "\"", "family");
   }
   Result<Dimensions> dims = DimensionsFor(spec.size);
   if (!dims.ok()) return dims.error();
   const Dimensions& d = *dims;
+  const CheckpointTemplate family_template = family->MakeCheckpointTemplate(d.model);
 
   BpeTrainingOptions training;
   training.vocab_size = static_cast<int>(d.tokenizer_vocab);
-  const std::string bos = FamilyBosToken(spec.family);
+  const std::string& bos = family_template.bos_token;
   if (!bos.empty()) training.special_tokens.push_back(bos);  // last: the other ids stay as they were
   Result<std::string> tokenizer =
       TrainByteLevelBpe(GenerateTrainingCorpus(spec.seed, static_cast<int>(d.corpus_documents)), training);
@@ -172,8 +122,8 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
   const int64_t vocab = d.config_vocab > 0 ? d.config_vocab : (tokenizer_vocab + 63) / 64 * 64;
   std::vector<std::pair<std::string, std::string>> tokenizer_files;
   if (bos_id >= 0) {
-    tokenizer_doc["post_processor"] = BosPostProcessor(spec.family, bos, bos_id);
-    if (spec.family != "llama") {
+    tokenizer_doc["post_processor"] = BosPostProcessor(family_template.bos, bos, bos_id);
+    if (family_template.bos == BosConvention::kTemplateAndTokenizerConfig) {
       tokenizer_files.emplace_back("tokenizer_config.json",
                                    json({{"add_bos_token", true}, {"bos_token", bos}}).dump(2) + "\n");
     }
@@ -182,12 +132,16 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
 
   // Qwen3's config names <|endoftext|> as bos_token_id though its tokenizer adds no BOS, as
   // the real one does.
-  json config = FamilyConfig(spec.family, d, vocab, im_end, bos_id >= 0 ? bos_id : endoftext);
+  json config = SharedConfig(d.model, vocab, im_end, bos_id >= 0 ? bos_id : endoftext);
+  config.update(family_template.config);
   config["eos_token_id"] = {im_end, endoftext};
-  const int64_t hidden = config["hidden_size"].get<int64_t>();
-  const int64_t head_dim = config.contains("head_dim") ? config["head_dim"].get<int64_t>() : hidden / d.heads;
-  const bool gemma = spec.family == "gemma2" || spec.family == "gemma3";
-  const bool qk_norm = spec.family == "qwen3" || spec.family == "gemma3";
+  // The tensors are the ones the decoder will read from this config, under the family's names.
+  Result<ModelConfig> parsed = ParseModelConfig(config.dump(), "the " + spec.family + " checkpoint template", families);
+  if (!parsed.ok()) return parsed.error();
+  const ModelConfig& c = *parsed;
+  const WeightNames names = family->weight_layouts().front();
+  const int64_t hidden = c.hidden_size, head_dim = c.head_dim;
+  const int64_t q_dim = c.num_attention_heads * head_dim, kv_dim = c.num_key_value_heads * head_dim;
 
   Normal normal(spec.seed);
   SafetensorsWriter writer;
@@ -208,36 +162,44 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
     return add(name, {out, in}, 1.0f / std::sqrt(static_cast<float>(in)), 0.0f);
   };
   // Gemma norms scale by (1 + w): weights near 0; the others scale by w: weights near 1.
-  auto norm = [&](const std::string& name, int64_t size) { return add(name, {size}, 0.1f, gemma ? 0.0f : 1.0f); };
+  auto norm = [&](const std::string& name, int64_t size) {
+    return add(name, {size}, 0.1f, c.norm_weight_plus_one ? 0.0f : 1.0f);
+  };
+  using W = DecoderWeight;
 
-  const int steps = static_cast<int>(d.layers) + 2;  // the embedding, each layer, writing
+  const int steps = static_cast<int>(c.num_hidden_layers) + 2;  // the embedding, each layer, writing
   auto report = [&](int done) {
     if (spec.progress) spec.progress(done, steps);
   };
-  TXSCORE_RETURN_IF_ERROR(add("model.embed_tokens.weight", {vocab, hidden}, 0.5f, 0.0f));
+  TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kEmbedTokens), {vocab, hidden}, 0.5f, 0.0f));
   report(1);
-  for (int64_t l = 0; l < d.layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    TXSCORE_RETURN_IF_ERROR(norm(p + "input_layernorm.weight", hidden));
-    TXSCORE_RETURN_IF_ERROR(norm(p + "post_attention_layernorm.weight", hidden));
-    if (gemma) {
-      TXSCORE_RETURN_IF_ERROR(norm(p + "pre_feedforward_layernorm.weight", hidden));
-      TXSCORE_RETURN_IF_ERROR(norm(p + "post_feedforward_layernorm.weight", hidden));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kInputNorm, l), hidden));
+    TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kPostAttentionNorm, l), hidden));
+    if (c.sandwich_norms) {
+      TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kPreFeedforwardNorm, l), hidden));
+      TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kPostFeedforwardNorm, l), hidden));
     }
-    TXSCORE_RETURN_IF_ERROR(linear(p + "self_attn.q_proj.weight", d.heads * head_dim, hidden));
-    TXSCORE_RETURN_IF_ERROR(linear(p + "self_attn.k_proj.weight", d.kv_heads * head_dim, hidden));
-    TXSCORE_RETURN_IF_ERROR(linear(p + "self_attn.v_proj.weight", d.kv_heads * head_dim, hidden));
-    TXSCORE_RETURN_IF_ERROR(linear(p + "self_attn.o_proj.weight", hidden, d.heads * head_dim));
-    if (qk_norm) {
-      TXSCORE_RETURN_IF_ERROR(norm(p + "self_attn.q_norm.weight", head_dim));
-      TXSCORE_RETURN_IF_ERROR(norm(p + "self_attn.k_norm.weight", head_dim));
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kQProj, l), q_dim, hidden));
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kKProj, l), kv_dim, hidden));
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kVProj, l), kv_dim, hidden));
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kOProj, l), hidden, q_dim));
+    if (c.attention_bias) {
+      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kQBias, l), {q_dim}, 0.02f, 0.0f));
+      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kKBias, l), {kv_dim}, 0.02f, 0.0f));
+      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kVBias, l), {kv_dim}, 0.02f, 0.0f));
     }
-    TXSCORE_RETURN_IF_ERROR(linear(p + "mlp.gate_proj.weight", d.intermediate, hidden));
-    TXSCORE_RETURN_IF_ERROR(linear(p + "mlp.up_proj.weight", d.intermediate, hidden));
-    TXSCORE_RETURN_IF_ERROR(linear(p + "mlp.down_proj.weight", hidden, d.intermediate));
+    if (c.qk_norm) {
+      TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kQNorm, l), head_dim));
+      TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kKNorm, l), head_dim));
+    }
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kGateProj, l), c.intermediate_size, hidden));
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kUpProj, l), c.intermediate_size, hidden));
+    TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kDownProj, l), hidden, c.intermediate_size));
     report(static_cast<int>(l) + 2);
   }
-  TXSCORE_RETURN_IF_ERROR(norm("model.norm.weight", hidden));
+  TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kFinalNorm), hidden));
+  if (!c.tie_word_embeddings) TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kLmHead), vocab, hidden));
   writer.SetMetadata("format", "pt");
   writer.SetMetadata("generator", "txscore llm make-checkpoint (random weights)");
 

@@ -13,8 +13,10 @@
 
 namespace txscore::llm {
 
+class ModelFamilyRegistry;  // model_family.h
+
 struct CheckpointSpec {
-  std::string family = "qwen3";  // llama, qwen3, granite, gemma2, gemma3
+  std::string family = "qwen3";  // a registered family's name: llama, qwen3, granite, gemma2, gemma3
   // tiny (tests: 2 layers, hidden 64), small (4 layers, hidden 256), 0.5b (Qwen2.5-0.5B's
   // dimensions: 24 layers, hidden 896, 14 heads, 2 KV heads, vocabulary 151936).
   std::string size = "tiny";
@@ -23,6 +25,9 @@ struct CheckpointSpec {
   // Default: none. Called with (steps done, steps) as the weights are made (the embedding,
   // each layer) and once the files are written: a 0.5b checkpoint takes tens of seconds.
   std::function<void(int done, int total)> progress;
+  // Default: null, BuiltinModelFamilies(). Where `family` is looked up (its checkpoint
+  // template and weight names); must outlive the call.
+  const ModelFamilyRegistry* families = nullptr;
 };
 
 struct CheckpointSummary {
@@ -31,9 +36,12 @@ struct CheckpointSummary {
   int64_t config_vocab = 0;     // rows of the embedding (>= tokenizer_vocab)
 };
 
-// Creates `out_dir` if needed and writes the files (each to a temporary name first). The
-// tokenizer of llama, gemma2 and gemma3 adds a BOS as the real ones do (config.json's
-// bos_token_id names it); qwen3's and granite's add none.
+// Creates `out_dir` if needed and writes the files (each to a temporary name first): the
+// family's template (llm/model_family.h) over the keys every checkpoint shares, and the tensors
+// the decoder reads from that config, under the family's weight names. The tokenizer of llama,
+// gemma2 and gemma3 adds a BOS as the real ones do (config.json's bos_token_id names it);
+// qwen3's and granite's add none. kInvalidArgument naming the registered families for an
+// unknown one.
 Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::string& out_dir);
 
 }  // namespace txscore::llm

@@ -1,6 +1,7 @@
 // The decoder on libtorch. Formulas follow Hugging Face's modeling files for each family
 // (modeling_llama, modeling_qwen3, modeling_granite, modeling_gemma2, modeling_gemma3); every
-// family difference is a ModelConfig field, so there is one forward pass.
+// family difference is a ModelConfig field or a weight name the family gives
+// (llm/model_family.h), so there is one forward pass and no family is named here.
 #include "llm/decoder.h"
 
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include "accelerator/compute_threads.h"
 #include "accelerator/op_adapters_torch.h"
 #include "common/prepare_counters.h"
+#include "llm/model_family.h"
 #include "llm/rope.h"
 #include "llm/safetensors.h"
 
@@ -111,7 +113,8 @@ struct Layer {
 class TorchDecoder : public Decoder {
  public:
   static Result<std::unique_ptr<TorchDecoder>> Create(const std::string& dir, const DecoderOptions& options) {
-    Result<ModelConfig> config = LoadModelConfig(dir);
+    Result<ModelConfig> config =
+        LoadModelConfig(dir, options.families != nullptr ? *options.families : BuiltinModelFamilies());
     if (!config.ok()) return config.error();
     if (options.dtype != "float32" && options.dtype != "bfloat16") {
       return InvalidArgument("dtype must be float32 or bfloat16 (libtorch has no float16 matmul on CPU)", "dtype");
@@ -120,7 +123,9 @@ class TorchDecoder : public Decoder {
       return InvalidArgument(
           "head_dim " + std::to_string(config->head_dim) + " is odd: RoPE's halves cannot be padded alike", "adapters");
     }
-    accelerator::SetComputeThreads(options.threads);
+    // The loading work (casts, NaN checks) runs with the decoder's own thread count, on this
+    // thread only: the process-wide settings are the program's (accelerator/compute_threads.h).
+    accelerator::ScopedComputeThreads threads(options.threads);
     auto checkpoint = SafetensorsCheckpoint::Open(dir);
     if (!checkpoint.ok()) return checkpoint.error();
     auto decoder = std::unique_ptr<TorchDecoder>(new TorchDecoder());
@@ -129,6 +134,7 @@ class TorchDecoder : public Decoder {
     decoder->device_ = torch::Device(options.device);
     decoder->adapters_ = options.adapters;
     decoder->attention_block_elements_ = options.attention_block_elements;
+    decoder->threads_ = options.threads;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
     decoder->PadHeadDim();
@@ -158,6 +164,7 @@ class TorchDecoder : public Decoder {
                                                   const std::vector<std::vector<int32_t>>& new_tokens) const override {
     // libtorch reports failures as c10::Error exceptions; they become Errors here.
     try {
+      const accelerator::ScopedComputeThreads threads(threads_);
       return ForwardUnchecked(static_cast<TorchCache*>(cache), new_tokens);
     } catch (const c10::Error& e) {
       // The device's runtime failed, not the request: another device may run it.
@@ -401,14 +408,18 @@ class TorchDecoder : public Decoder {
 
   Status LoadWeights(const SafetensorsCheckpoint& checkpoint) {
     const ModelConfig& c = config_;
-    // Multimodal Gemma 3 checkpoints keep the text model under language_model.
-    std::string prefix = "model.";
-    std::string head_name = "lm_head.weight";
-    if (!checkpoint.Contains("model.embed_tokens.weight") &&
-        checkpoint.Contains("language_model.model.embed_tokens.weight")) {
-      prefix = "language_model.model.";
-      head_name = "language_model.lm_head.weight";
+    // The family's first layout whose embedding the checkpoint holds (multimodal Gemma 3 keeps
+    // the text model under language_model.); the usual one when none does, for its errors.
+    const std::vector<WeightNames> layouts = c.family->weight_layouts();
+    WeightNames names = layouts.front();
+    for (const WeightNames& layout : layouts) {
+      if (checkpoint.Contains(layout.Name(DecoderWeight::kEmbedTokens))) {
+        names = layout;
+        break;
+      }
     }
+    const std::string head_name = names.Name(DecoderWeight::kLmHead);
+    using W = DecoderWeight;
     auto load = [&](const std::string& name, std::vector<int64_t> shape, torch::Tensor* out) -> Status {
       Result<TensorView> view = checkpoint.Get(name);
       if (!view.ok()) return view.error();
@@ -431,8 +442,8 @@ class TorchDecoder : public Decoder {
     };
     const int64_t hidden = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
                   kv_dim = c.num_key_value_heads * c.head_dim;
-    TXSCORE_RETURN_IF_ERROR(load(prefix + "embed_tokens.weight", {c.vocab_size, hidden}, &embed_tokens_));
-    TXSCORE_RETURN_IF_ERROR(load(prefix + "norm.weight", {hidden}, &final_norm_));
+    TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kEmbedTokens), {c.vocab_size, hidden}, &embed_tokens_));
+    TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kFinalNorm), {hidden}, &final_norm_));
     if (c.tie_word_embeddings || !checkpoint.Contains(head_name)) {
       if (!c.tie_word_embeddings)
         return NotFound("checkpoint has no \"" + head_name + "\" and embeddings are not tied");
@@ -441,34 +452,33 @@ class TorchDecoder : public Decoder {
       TXSCORE_RETURN_IF_ERROR(load(head_name, {c.vocab_size, hidden}, &lm_head_));
     }
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string p = prefix + "layers." + std::to_string(l) + ".";
       Layer layer;
       layer.sliding = c.layer_is_sliding[static_cast<size_t>(l)];
-      TXSCORE_RETURN_IF_ERROR(load(p + "input_layernorm.weight", {hidden}, &layer.input_norm));
-      TXSCORE_RETURN_IF_ERROR(load(p + "post_attention_layernorm.weight", {hidden}, &layer.post_attention_norm));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kInputNorm, l), {hidden}, &layer.input_norm));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kPostAttentionNorm, l), {hidden}, &layer.post_attention_norm));
       if (c.sandwich_norms) {
-        TXSCORE_RETURN_IF_ERROR(load(p + "pre_feedforward_layernorm.weight", {hidden}, &layer.pre_feedforward_norm));
-        TXSCORE_RETURN_IF_ERROR(load(p + "post_feedforward_layernorm.weight", {hidden}, &layer.post_feedforward_norm));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kPreFeedforwardNorm, l), {hidden}, &layer.pre_feedforward_norm));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kPostFeedforwardNorm, l), {hidden}, &layer.post_feedforward_norm));
       }
-      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.q_proj.weight", {q_dim, hidden}, &layer.q));
-      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.k_proj.weight", {kv_dim, hidden}, &layer.k));
-      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.v_proj.weight", {kv_dim, hidden}, &layer.v));
-      TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.o_proj.weight", {hidden, q_dim}, &layer.o));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kQProj, l), {q_dim, hidden}, &layer.q));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kKProj, l), {kv_dim, hidden}, &layer.k));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kVProj, l), {kv_dim, hidden}, &layer.v));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kOProj, l), {hidden, q_dim}, &layer.o));
       if (c.attention_bias) {
-        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.q_proj.bias", {q_dim}, &layer.q_bias));
-        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.k_proj.bias", {kv_dim}, &layer.k_bias));
-        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.v_proj.bias", {kv_dim}, &layer.v_bias));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kQBias, l), {q_dim}, &layer.q_bias));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kKBias, l), {kv_dim}, &layer.k_bias));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kVBias, l), {kv_dim}, &layer.v_bias));
         layer.q_bias = layer.q_bias.to(dtype_);
         layer.k_bias = layer.k_bias.to(dtype_);
         layer.v_bias = layer.v_bias.to(dtype_);
       }
       if (c.qk_norm) {
-        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.q_norm.weight", {c.head_dim}, &layer.q_norm));
-        TXSCORE_RETURN_IF_ERROR(load(p + "self_attn.k_norm.weight", {c.head_dim}, &layer.k_norm));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kQNorm, l), {c.head_dim}, &layer.q_norm));
+        TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kKNorm, l), {c.head_dim}, &layer.k_norm));
       }
-      TXSCORE_RETURN_IF_ERROR(load(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}, &layer.gate));
-      TXSCORE_RETURN_IF_ERROR(load(p + "mlp.up_proj.weight", {c.intermediate_size, hidden}, &layer.up));
-      TXSCORE_RETURN_IF_ERROR(load(p + "mlp.down_proj.weight", {hidden, c.intermediate_size}, &layer.down));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kGateProj, l), {c.intermediate_size, hidden}, &layer.gate));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kUpProj, l), {c.intermediate_size, hidden}, &layer.up));
+      TXSCORE_RETURN_IF_ERROR(load(names.Name(W::kDownProj, l), {hidden, c.intermediate_size}, &layer.down));
       if (!c.norm_weight_plus_one) {
         // Llama-style norms multiply in the activation dtype (weight * normed.to(dtype)).
         layer.input_norm = layer.input_norm.to(dtype_);
@@ -570,6 +580,7 @@ class TorchDecoder : public Decoder {
   torch::Device device_ = torch::kCPU;
   accelerator::OpAdapters adapters_;
   int64_t attention_block_elements_ = 0;  // DecoderOptions::attention_block_elements
+  int threads_ = 0;                       // DecoderOptions::threads
   int64_t head_dim_ = 0;                  // config_.head_dim, or padded to the head_dim adapter's alignment
   torch::Tensor rotate_half_;             // with rope_as_matmul
   torch::Tensor embed_tokens_host_;       // with embedding_on_host (on a non-CPU device)

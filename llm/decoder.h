@@ -19,7 +19,11 @@ namespace txscore::llm {
 
 struct DecoderOptions {
   std::string dtype = "float32";  // Default: float32; or "bfloat16" (weights and activations)
-  int threads = 0;                // Default: 0 = libtorch's choice
+  // Default: 0, the calling thread's count as it is. libtorch intra-op threads for the
+  // decoder's own work (loading, each Forward), set on the calling thread only for that work
+  // (accelerator::ScopedComputeThreads): other threads and the process-wide settings, which
+  // are the program's (accelerator::SetComputeThreads), are left alone.
+  int threads = 0;
   // Default: "cpu". A libtorch device name: "cuda:0", or "privateuseone:0" for an out-of-tree
   // backend (the emulated device). Weights are moved there once, at load; logits come back.
   std::string device = "cpu";
@@ -30,6 +34,9 @@ struct DecoderOptions {
   // many elements at a time, in blocks of query rows: a long batched prefill then reuses
   // allocations of a few MB instead of mapping and faulting in hundreds of MB per layer.
   int64_t attention_block_elements = 1 << 20;
+  // Default: null, BuiltinModelFamilies(). The families config.json's family is found in;
+  // must outlive the decoder.
+  const ModelFamilyRegistry* families = nullptr;
 };
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.

@@ -6,110 +6,31 @@
 #include <sstream>
 
 #include "common/file_io.h"
+#include "llm/config_keys.h"
+#include "llm/model_family.h"
 
 namespace txscore::llm {
 namespace {
 
 using nlohmann::json;
 
-constexpr char kSupported[] = "llama, qwen3, granite, gemma2, gemma3_text, gemma3";
-
-// Reads keys from one config object; missing keys fall back to the family defaults already in
-// the target, null counts as missing (Hugging Face writes null for "off").
-class Keys {
- public:
-  Keys(const json& object, std::string source) : object_(object), source_(std::move(source)) {}
-
-  Status Int(const char* key, int64_t* out, bool required = false) const {
-    const json* v = Find(key);
-    if (v == nullptr) return required && *out == 0 ? Missing(key) : Status::Ok();
-    if (!v->is_number_integer() || v->get<int64_t>() < 0) return Wrong(key, "a non-negative integer");
-    *out = v->get<int64_t>();
-    return Status::Ok();
+// config.json's "architectures": the Hugging Face classes that load it.
+Status ReadArchitectures(const ConfigKeys& keys, std::vector<std::string>* out) {
+  const json* v = keys.Find("architectures");
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) return keys.Wrong("architectures", "a list of strings");
+  for (const json& a : *v) {
+    if (!a.is_string()) return keys.Wrong("architectures", "a list of strings");
+    out->push_back(a.get<std::string>());
   }
-  Status Double(const char* key, double* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_number()) return Wrong(key, "a number");
-    *out = v->get<double>();
-    return Status::Ok();
-  }
-  Status OptionalDouble(const char* key, std::optional<double>* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_number()) return Wrong(key, "a number");
-    *out = v->get<double>();
-    return Status::Ok();
-  }
-  Status Bool(const char* key, bool* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_boolean()) return Wrong(key, "true or false");
-    *out = v->get<bool>();
-    return Status::Ok();
-  }
-  Status String(const char* key, std::string* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return Status::Ok();
-    if (!v->is_string()) return Wrong(key, "a string");
-    *out = v->get<std::string>();
-    return Status::Ok();
-  }
-  // An id or a list of ids (eos_token_id is either).
-  Status Ids(const char* key, std::vector<int64_t>* out) const {
-    const json* v = Find(key);
-    if (v == nullptr) return Status::Ok();
-    out->clear();
-    if (v->is_number_integer()) {
-      out->push_back(v->get<int64_t>());
-      return Status::Ok();
-    }
-    if (!v->is_array()) return Wrong(key, "an integer or a list of integers");
-    for (const json& id : *v) {
-      if (!id.is_number_integer()) return Wrong(key, "an integer or a list of integers");
-      out->push_back(id.get<int64_t>());
-    }
-    return Status::Ok();
-  }
-  const json* Find(const char* key) const {
-    auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-  Error Missing(const char* key) const { return InvalidArgument(source_ + ": missing \"" + key + "\"", key); }
-  Error Wrong(const char* key, const char* expected) const {
-    return InvalidArgument(source_ + ": \"" + key + "\" must be " + expected, key);
-  }
-  const std::string& source() const { return source_; }
-
- private:
-  const json& object_;
-  std::string source_;
-};
-
-// Hugging Face's Gemma3TextConfig defaults: the gemma3 (multimodal) config.json omits
-// whatever equals them from its text_config.
-void ApplyGemma3Defaults(ModelConfig* c) {
-  c->vocab_size = 262208;
-  c->hidden_size = 2304;
-  c->intermediate_size = 9216;
-  c->num_hidden_layers = 26;
-  c->num_attention_heads = 8;
-  c->num_key_value_heads = 4;
-  c->head_dim = 256;
-  c->hidden_act = "gelu_pytorch_tanh";
-  c->max_position_embeddings = 131072;
-  c->rope.theta = 1000000.0;
-  c->local_rope.theta = 10000.0;
-  c->query_pre_attn_scalar = 256;
-  c->sliding_window = 4096;
-  c->tie_word_embeddings = true;
+  return Status::Ok();
 }
 
-Status ParseRopeScaling(const Keys& keys, RopeConfig* rope) {
+Status ParseRopeScaling(const ConfigKeys& keys, RopeConfig* rope) {
   const json* scaling = keys.Find("rope_scaling");
   if (scaling == nullptr) return Status::Ok();
   if (!scaling->is_object()) return keys.Wrong("rope_scaling", "an object or null");
-  Keys s(*scaling, keys.source() + ": rope_scaling");
+  ConfigKeys s(*scaling, keys.source() + ": rope_scaling");
   std::string type = "default";
   TXSCORE_RETURN_IF_ERROR(s.String("rope_type", &type));
   if (type == "default" && scaling->contains("type")) TXSCORE_RETURN_IF_ERROR(s.String("type", &type));
@@ -128,22 +49,6 @@ Status ParseRopeScaling(const Keys& keys, RopeConfig* rope) {
 
 }  // namespace
 
-const char* ModelFamilyName(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::kLlama:
-      return "llama";
-    case ModelFamily::kQwen3:
-      return "qwen3";
-    case ModelFamily::kGranite:
-      return "granite";
-    case ModelFamily::kGemma2:
-      return "gemma2";
-    case ModelFamily::kGemma3:
-      return "gemma3";
-  }
-  return "?";
-}
-
 double ModelConfig::attention_scale() const {
   if (attention_multiplier) return *attention_multiplier;
   if (query_pre_attn_scalar) return 1.0 / std::sqrt(*query_pre_attn_scalar);
@@ -151,59 +56,41 @@ double ModelConfig::attention_scale() const {
 }
 
 double ModelConfig::embedding_scale() const {
-  if (family == ModelFamily::kGemma2 || family == ModelFamily::kGemma3) {
-    return std::sqrt(static_cast<double>(hidden_size));
-  }
+  if (embedding_scale_is_sqrt_hidden) return std::sqrt(static_cast<double>(hidden_size));
   return embedding_multiplier;
 }
 
 Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
+  return ParseModelConfig(json_text, source, BuiltinModelFamilies());
+}
+
+Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source,
+                                     const ModelFamilyRegistry& families) {
   const json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) return InvalidArgument(source + ": not a JSON object");
   ModelConfig c;
-  Keys top(root, source);
+  ConfigKeys top(root, source);
   TXSCORE_RETURN_IF_ERROR(top.String("model_type", &c.model_type));
-  if (c.model_type.empty()) return top.Missing("model_type");
+  std::vector<std::string> architectures;
+  if (c.model_type.empty()) TXSCORE_RETURN_IF_ERROR(ReadArchitectures(top, &architectures));
+  if (c.model_type.empty() && architectures.empty()) return top.Missing("model_type");
+  TXSCORE_ASSIGN_OR_RETURN(DetectedFamily detected, families.Detect(c.model_type, architectures, source));
+  const ModelFamily& family = *detected.family;
+  c.family = &family;
+  if (c.model_type.empty()) c.model_type = detected.form.model_type;
 
   const json* text = &root;
   std::string where = source;
-  if (c.model_type == "gemma3") {
-    // Multimodal Gemma 3: the language model is described by text_config.
-    const json* text_config = top.Find("text_config");
-    if (text_config == nullptr || !text_config->is_object()) return top.Missing("text_config");
+  if (!detected.form.text_config.empty()) {
+    // Multimodal: the language model is described by a nested object.
+    const char* key = detected.form.text_config.c_str();
+    const json* text_config = top.Find(key);
+    if (text_config == nullptr || !text_config->is_object()) return top.Missing(key);
     text = text_config;
-    where = source + ": text_config";
+    where = source + ": " + detected.form.text_config;
   }
-  Keys keys(*text, where);
-
-  if (c.model_type == "llama") {
-    c.family = ModelFamily::kLlama;
-  } else if (c.model_type == "qwen3") {
-    c.family = ModelFamily::kQwen3;
-    c.qk_norm = true;
-    c.rms_norm_eps = 1e-6;
-  } else if (c.model_type == "granite") {
-    c.family = ModelFamily::kGranite;
-  } else if (c.model_type == "gemma2") {
-    c.family = ModelFamily::kGemma2;
-    c.norm_weight_plus_one = true;
-    c.sandwich_norms = true;
-    c.hidden_act = "gelu_pytorch_tanh";
-    c.tie_word_embeddings = true;
-    c.query_pre_attn_scalar = 256;
-    c.attn_logit_softcapping = 50.0;
-    c.final_logit_softcapping = 30.0;
-    c.sliding_window = 4096;
-  } else if (c.model_type == "gemma3_text" || c.model_type == "gemma3") {
-    c.family = ModelFamily::kGemma3;
-    c.norm_weight_plus_one = true;
-    c.sandwich_norms = true;
-    c.qk_norm = true;
-    ApplyGemma3Defaults(&c);
-  } else {
-    return FailedPrecondition(source + ": model_type \"" + c.model_type +
-                              "\" is not supported (supported: " + kSupported + ")");
-  }
+  ConfigKeys keys(*text, where);
+  family.ApplyDefaults(&c);
 
   TXSCORE_RETURN_IF_ERROR(keys.Int("vocab_size", &c.vocab_size, true));
   TXSCORE_RETURN_IF_ERROR(keys.Int("hidden_size", &c.hidden_size, true));
@@ -230,31 +117,8 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
   TXSCORE_RETURN_IF_ERROR(keys.Double("logits_scaling", &c.logits_scaling));
   TXSCORE_RETURN_IF_ERROR(keys.OptionalDouble("attention_multiplier", &c.attention_multiplier));
   TXSCORE_RETURN_IF_ERROR(keys.OptionalDouble("query_pre_attn_scalar", &c.query_pre_attn_scalar));
-  if (c.family == ModelFamily::kGemma2 || c.family == ModelFamily::kGemma3) {
-    // Present-and-null means "off"; absent means the family default.
-    if (text->contains("attn_logit_softcapping") && (*text)["attn_logit_softcapping"].is_null()) {
-      c.attn_logit_softcapping = 0;
-    }
-    if (text->contains("final_logit_softcapping") && (*text)["final_logit_softcapping"].is_null()) {
-      c.final_logit_softcapping = 0;
-    }
-    TXSCORE_RETURN_IF_ERROR(keys.Double("attn_logit_softcapping", &c.attn_logit_softcapping));
-    TXSCORE_RETURN_IF_ERROR(keys.Double("final_logit_softcapping", &c.final_logit_softcapping));
-    TXSCORE_RETURN_IF_ERROR(keys.Int("sliding_window", &c.sliding_window));
-  }
-  if (c.family == ModelFamily::kGemma3) {
-    c.local_rope.theta = 10000.0;
-    TXSCORE_RETURN_IF_ERROR(keys.Double("rope_local_base_freq", &c.local_rope.theta));
-  } else {
-    c.local_rope = c.rope;
-  }
-  if (c.family == ModelFamily::kQwen3) {
-    bool use_sliding_window = false;
-    TXSCORE_RETURN_IF_ERROR(keys.Bool("use_sliding_window", &use_sliding_window));
-    if (use_sliding_window) {
-      return FailedPrecondition(where + ": use_sliding_window=true is not supported for qwen3");
-    }
-  }
+  c.local_rope = c.rope;
+  TXSCORE_RETURN_IF_ERROR(family.ReadFamilyKeys(keys, &c));
 
   TXSCORE_RETURN_IF_ERROR(top.Ids("eos_token_id", &c.eos_token_ids));
   if (c.eos_token_ids.empty() && text != &root) TXSCORE_RETURN_IF_ERROR(keys.Ids("eos_token_id", &c.eos_token_ids));
@@ -305,15 +169,8 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
         return keys.Wrong("layer_types", "a list of \"sliding_attention\" and \"full_attention\"");
       }
     }
-  } else if (c.family == ModelFamily::kGemma2) {
-    for (size_t i = 0; i < c.layer_is_sliding.size(); ++i) c.layer_is_sliding[i] = i % 2 == 0;
-  } else if (c.family == ModelFamily::kGemma3) {
-    int64_t pattern = 6;
-    TXSCORE_RETURN_IF_ERROR(keys.Int("sliding_window_pattern", &pattern));
-    if (pattern == 0) return keys.Wrong("sliding_window_pattern", "a positive integer");
-    for (size_t i = 0; i < c.layer_is_sliding.size(); ++i) {
-      c.layer_is_sliding[i] = (static_cast<int64_t>(i) + 1) % pattern != 0;
-    }
+  } else {
+    TXSCORE_RETURN_IF_ERROR(family.SetSlidingLayers(keys, &c));
   }
   bool any_sliding = false;
   for (bool s : c.layer_is_sliding) any_sliding = any_sliding || s;
@@ -322,10 +179,14 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
 }
 
 Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir) {
+  return LoadModelConfig(checkpoint_dir, BuiltinModelFamilies());
+}
+
+Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir, const ModelFamilyRegistry& families) {
   const std::string path = checkpoint_dir + "/config.json";
   Result<std::string> text = ReadFileBounded(path, 16 << 20, "checkpoint config");
   if (!text.ok()) return text.error();
-  return ParseModelConfig(*text, path);
+  return ParseModelConfig(*text, path, families);
 }
 
 }  // namespace txscore::llm

@@ -2,7 +2,9 @@
 //
 // One struct covers the supported families; each difference between them is a field here,
 // set from the config's keys (or the family's Hugging Face default when a key is absent), so
-// the model code branches on fields, never on the family name.
+// the model code branches on fields, never on the family. Which family a config.json
+// describes, and how its keys are read, is the family's own file's business
+// (llm/model_family.h, llm/families/).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +16,8 @@
 
 namespace txscore::llm {
 
-enum class ModelFamily { kLlama, kQwen3, kGranite, kGemma2, kGemma3 };
-const char* ModelFamilyName(ModelFamily family);
+class ModelFamily;          // model_family.h
+class ModelFamilyRegistry;  // model_family.h
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -28,8 +30,10 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  ModelFamily family = ModelFamily::kLlama;
-  std::string model_type;  // as written in config.json (text part for gemma3)
+  // The family that read this config: owned by the registry ParseModelConfig was given, which
+  // must outlive it (the built-in one is never freed). Null only in a ModelConfig built by hand.
+  const ModelFamily* family = nullptr;
+  std::string model_type;  // as written in config.json (the family's own when config.json names only architectures)
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -54,6 +58,7 @@ struct ModelConfig {
   // pre/post-feed-forward); embeddings multiplied by sqrt(hidden_size).
   bool norm_weight_plus_one = false;
   bool sandwich_norms = false;
+  bool embedding_scale_is_sqrt_hidden = false;
 
   // Granite: embeddings * embedding_multiplier, residual branches * residual_multiplier,
   // logits / logits_scaling, attention softmax scale = attention_multiplier.
@@ -84,10 +89,15 @@ struct ModelConfig {
   int64_t num_query_groups() const { return num_attention_heads / num_key_value_heads; }
 };
 
-// `source` names the file in errors. kInvalidArgument naming the key for missing or wrong
-// values; kFailedPrecondition naming the model_type (or option) txscore does not support.
+// `source` names the file in errors. The family is found in `families` by model_type (or, when
+// config.json has none, by architectures). kInvalidArgument naming the key for missing or wrong
+// values; kFailedPrecondition naming the model_type (or option) `families` does not support.
+// Default registry: BuiltinModelFamilies().
 Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source);
+Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source,
+                                     const ModelFamilyRegistry& families);
 // Reads DIR/config.json.
 Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir);
+Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir, const ModelFamilyRegistry& families);
 
 }  // namespace txscore::llm

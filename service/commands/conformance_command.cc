@@ -12,6 +12,7 @@
 #include "llm/conformance.h"
 #include "llm/decoder.h"
 #include "llm/model_config.h"
+#include "llm/model_family.h"
 #include "llm/tokenizer.h"
 #include "service/commands/commands.h"
 
@@ -88,7 +89,7 @@ int RunConformance(ConformanceOptions options) {
   std::error_code ignored;
   fs::create_directories(options.out_dir, ignored);
   if (options.models.empty()) {
-    for (const char* family : {"llama", "qwen3", "granite", "gemma2", "gemma3"}) {
+    for (const std::string& family : llm::BuiltinModelFamilies().Names()) {
       const std::string dir = options.out_dir + "/checkpoints/" + family;
       if (!fs::exists(dir + "/config.json")) {
         Result<llm::CheckpointSummary> made = llm::MakeCheckpoint({.family = family, .size = "tiny"}, dir);

@@ -14,6 +14,7 @@
 #include "llm/claim_analysis.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
+#include "llm/model_family.h"
 #include "llm/tokenizer.h"
 #include "pipelines/stages/llm_findings_stage.h"
 #include "service/commands/commands.h"
@@ -209,7 +210,9 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   auto dtype = std::make_shared<std::string>("bfloat16");
   CLI::App* make =
       llm->add_subcommand("make-checkpoint", "Write a random-weight checkpoint in the Hugging Face layout");
-  make->add_option("--family", spec->family, "llama, qwen3, granite, gemma2 or gemma3")->required();
+  std::string families;
+  for (const std::string& name : llm::BuiltinModelFamilies().Names()) families += (families.empty() ? "" : ", ") + name;
+  make->add_option("--family", spec->family, "One of the registered families: " + families)->required();
   make->add_option("--size", spec->size, "tiny, small or 0.5b")->capture_default_str();
   make->add_option("--out", *out_dir, "Output directory")->required();
   make->add_option("--seed", spec->seed, "Weight and tokenizer seed")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "service/commands/pipeline_setup.h"
 
+#include "accelerator/compute_threads.h"
 #include "accelerator/discovery.h"
 #include "llm/decoder.h"
 #include "pipelines/placement.h"
@@ -20,7 +21,12 @@ Result<LoadedPipeline> LoadPipelineAndDevices(const std::string& config_path) {
     e.message = "invalid pipeline file: " + e.message;
     return e;
   }
-  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
+  const accelerator::DiscoveryOptions discovery = pipelines::DiscoveryOptionsFor(*config);
+  // The process-wide thread counts (OpenBLAS's pool, libtorch's count for new threads), set once
+  // here from the file: the most threads any stage asks for (default 1). Each decoder sets its
+  // own stage's count on its own thread for its own work (llm::DecoderOptions::threads).
+  accelerator::SetComputeThreads(discovery.threads);
+  Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(discovery);
   if (!devices.ok()) {
     Error e = devices.error();
     e.message = "device discovery failed: " + e.message;

@@ -1,5 +1,6 @@
-// What `txscore serve`, `batch run` and `plan` all do first: load the pipeline file and find
-// this process's devices. Errors are Results; each command reports them in its own way.
+// What `txscore serve`, `batch run` and `plan` all do first: load the pipeline file, set the
+// process-wide compute thread counts from it and find this process's devices. Errors are Results; each command reports
+// them in its own way.
 #pragma once
 
 #include <memory>

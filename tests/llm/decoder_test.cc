@@ -3,17 +3,22 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "accelerator/compute_threads.h"
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters_torch.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
 #include "llm/conformance.h"
 #include "llm/generator.h"
+#include "llm/model_family.h"
 #include "llm/rope.h"
 #include "llm/tokenizer.h"
+#include "tests/llm/test_model_family.h"
 #include "tests/test_support.h"
 
 namespace txscore::llm {
@@ -280,6 +285,97 @@ TEST(Decoder, MissingTensorIsNamed) {
   ASSERT_FALSE(decoder.ok());
   EXPECT_EQ(decoder.error().code, ErrorCode::kNotFound);
   EXPECT_EQ(decoder.error().message, "checkpoint " + dir.path() + " has no tensor \"model.norm.weight\"");
+}
+
+// Logits of one prompt, prefilled at once.
+std::vector<float> PromptLogits(const Decoder& decoder, const std::vector<int32_t>& prompt) {
+  auto cache = decoder.NewCache(1, 32);
+  auto logits = decoder.Forward(cache.get(), {prompt});
+  EXPECT_TRUE(logits.ok()) << logits.error().ToString();
+  return logits.ok() ? (*logits)[0] : std::vector<float>{};
+}
+
+TEST(Decoder, ATestFamilysCheckpointLoadsThroughItsRegistryAndRunsTheSharedForwardPass) {
+  ModelFamilyRegistry registry;
+  ASSERT_TRUE(registry.Register(std::make_unique<TestModelFamily>()).ok());
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "txscore-test", .families = &registry}, dir.path()).ok());
+  auto decoder = Decoder::Load(dir.path(), {.families = &registry});
+  ASSERT_TRUE(decoder.ok()) << decoder.error().ToString();
+  const ModelConfig& c = (*decoder)->config();
+  EXPECT_EQ(c.family, registry.Find("txscore-test"));
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.rms_norm_eps, 1e-3);
+  const std::vector<float> logits = PromptLogits(**decoder, {1, 2, 3, 4});
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), c.vocab_size);
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  // Token by token, the same logits (the shared forward pass and its cache).
+  auto cache = (*decoder)->NewCache(1, 32);
+  std::vector<float> last;
+  for (int32_t id : {1, 2, 3, 4}) last = (*(*decoder)->Forward(cache.get(), {{id}}))[0];
+  float worst = 0;
+  for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::fabs(logits[i] - last[i]));
+  EXPECT_LE(worst, 1e-4);
+  // The built-in families do not include it.
+  auto builtin = Decoder::Load(dir.path());
+  ASSERT_FALSE(builtin.ok());
+  EXPECT_EQ(builtin.error().message, dir.file("config.json") +
+                                         ": model_type \"txscore_test\" is not supported "
+                                         "(supported: llama, qwen3, granite, gemma2, gemma3_text, gemma3)");
+}
+
+TEST(Decoder, MultimodalGemma3CheckpointReadsTheLanguageModelWeightsUnderTheirPrefix) {
+  testing::TempDir text_only, multimodal;
+  ASSERT_TRUE(MakeCheckpoint({.family = "gemma3"}, text_only.path()).ok());
+  ASSERT_TRUE(MakeCheckpoint({.family = "gemma3"}, multimodal.path()).ok());
+  // The same model as Gemma3ForConditionalGeneration: the config nested in text_config, the
+  // tensors under language_model.
+  nlohmann::json text_config = nlohmann::json::parse(std::ifstream(text_only.file("config.json")));
+  nlohmann::json config = {{"model_type", "gemma3"},
+                           {"architectures", nlohmann::json::array({"Gemma3ForConditionalGeneration"})},
+                           {"eos_token_id", text_config["eos_token_id"]},
+                           {"text_config", text_config}};
+  std::ofstream(multimodal.file("config.json")) << config.dump(2);
+  {
+    auto file = SafetensorsFile::Open(text_only.file("model.safetensors"));
+    ASSERT_TRUE(file.ok());
+    SafetensorsWriter writer;
+    for (const TensorInfo& t : (*file)->tensors()) {
+      const TensorView view = (*file)->View(t);
+      ASSERT_TRUE(writer
+                      .Add("language_model." + t.name, t.dtype, t.shape,
+                           std::string(reinterpret_cast<const char*>(view.data), t.size_bytes))
+                      .ok());
+    }
+    ASSERT_TRUE(writer.Write(multimodal.file("model.safetensors")).ok());
+  }
+  auto want = Decoder::Load(text_only.path());
+  ASSERT_TRUE(want.ok()) << want.error().ToString();
+  auto got = Decoder::Load(multimodal.path());
+  ASSERT_TRUE(got.ok()) << got.error().ToString();
+  EXPECT_EQ(PromptLogits(**got, {5, 6, 7}), PromptLogits(**want, {5, 6, 7}));
+}
+
+TEST(Decoder, LoadingAndRunningADecoderLeavesOtherThreadsComputeSettingsAlone) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "llama"}, dir.path()).ok());
+  auto count_on_a_new_thread = [] {
+    int count = 0;
+    std::thread([&] { count = accelerator::ComputeThreads(); }).join();
+    return count;
+  };
+  const int here = accelerator::ComputeThreads();
+  const int new_threads = count_on_a_new_thread();
+  const int blas = accelerator::BlasThreads();
+  const int decoder_threads = std::max({here, new_threads, blas}) + 1;  // differs from every one of them
+
+  auto decoder = Decoder::Load(dir.path(), {.threads = decoder_threads});
+  ASSERT_TRUE(decoder.ok()) << decoder.error().ToString();
+  EXPECT_EQ(PromptLogits(**decoder, {1, 2, 3}).size(), static_cast<size_t>((*decoder)->config().vocab_size));
+
+  EXPECT_EQ(accelerator::ComputeThreads(), here);   // the loading thread's own, after the load and a Forward
+  EXPECT_EQ(count_on_a_new_thread(), new_threads);  // what another stage's thread starts with
+  EXPECT_EQ(accelerator::BlasThreads(), blas);      // OpenBLAS's pool, shared by every stage
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "llm/model_family.h"
+
 namespace txscore::llm {
 namespace {
 
@@ -54,7 +56,7 @@ constexpr char kGemma3_4b[] = R"({"architectures": ["Gemma3ForConditionalGenerat
 TEST(ParseModelConfig, Llama32WithLlama3RopeScaling) {
   auto c = ParseModelConfig(kLlama32, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_EQ(c->family, ModelFamily::kLlama);
+  EXPECT_EQ(c->family->name(), "llama");
   EXPECT_EQ(c->head_dim, 64);
   EXPECT_EQ(c->num_query_groups(), 4);
   EXPECT_EQ(c->rope.type, "llama3");
@@ -72,7 +74,7 @@ TEST(ParseModelConfig, Llama32WithLlama3RopeScaling) {
 TEST(ParseModelConfig, Qwen3HasExplicitHeadDimAndQkNorm) {
   auto c = ParseModelConfig(kQwen3, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_EQ(c->family, ModelFamily::kQwen3);
+  EXPECT_EQ(c->family->name(), "qwen3");
   EXPECT_EQ(c->head_dim, 128);  // not hidden_size / heads (= 64)
   EXPECT_TRUE(c->qk_norm);
   EXPECT_EQ(c->rope.type, "default");
@@ -82,7 +84,7 @@ TEST(ParseModelConfig, Qwen3HasExplicitHeadDimAndQkNorm) {
 TEST(ParseModelConfig, GraniteMultipliers) {
   auto c = ParseModelConfig(kGranite33, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_EQ(c->family, ModelFamily::kGranite);
+  EXPECT_EQ(c->family->name(), "granite");
   EXPECT_EQ(c->embedding_scale(), 12.0);
   EXPECT_EQ(c->residual_multiplier, 0.22);
   EXPECT_EQ(c->logits_scaling, 8.0);
@@ -93,7 +95,7 @@ TEST(ParseModelConfig, GraniteMultipliers) {
 TEST(ParseModelConfig, Gemma2SoftcapsAndAlternatesSlidingLayers) {
   auto c = ParseModelConfig(kGemma2, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_EQ(c->family, ModelFamily::kGemma2);
+  EXPECT_EQ(c->family->name(), "gemma2");
   EXPECT_TRUE(c->norm_weight_plus_one);
   EXPECT_TRUE(c->sandwich_norms);
   EXPECT_FALSE(c->qk_norm);
@@ -112,7 +114,7 @@ TEST(ParseModelConfig, Gemma2SoftcapsAndAlternatesSlidingLayers) {
 TEST(ParseModelConfig, Gemma3TextPatternLocalRopeAndNoSoftcapping) {
   auto c = ParseModelConfig(kGemma3_1b, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_EQ(c->family, ModelFamily::kGemma3);
+  EXPECT_EQ(c->family->name(), "gemma3");
   EXPECT_TRUE(c->qk_norm);
   EXPECT_EQ(c->attn_logit_softcapping, 0.0);
   EXPECT_EQ(c->final_logit_softcapping, 0.0);
@@ -127,7 +129,7 @@ TEST(ParseModelConfig, Gemma3TextPatternLocalRopeAndNoSoftcapping) {
 TEST(ParseModelConfig, Gemma3MultimodalReadsTextConfigOverDefaults) {
   auto c = ParseModelConfig(kGemma3_4b, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
-  EXPECT_EQ(c->family, ModelFamily::kGemma3);
+  EXPECT_EQ(c->family->name(), "gemma3");
   EXPECT_EQ(c->hidden_size, 2560);  // from text_config
   EXPECT_EQ(c->num_hidden_layers, 34);
   EXPECT_EQ(c->num_attention_heads, 8);  // Gemma3TextConfig default
