@@ -9,22 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_forms.h"
 #include "fraud/pan_scan.h"
 
 namespace txscore::pipelines {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-json ReasonsJson(const std::vector<Reason>& reasons) {
-  json out = json::array();
-  for (const Reason& r : reasons) {
-    out.push_back({{"feature", r.feature},
-                   {"contribution", r.contribution},
-                   {"value", std::isnan(r.value) ? json(nullptr) : json(r.value)}});
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -33,20 +24,10 @@ std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
               {"claim_id", o.claim_id},
               {"score", o.score},
               {"decision", DecisionName(o.decision)},
-              {"reasons", ReasonsJson(o.reasons)}};
-  json rule_hits = json::array();
-  for (const RuleHit& hit : o.rule_hits) {
-    rule_hits.push_back({{"rule", hit.rule}, {"decision", hit.decision ? json(DecisionName(*hit.decision)) : json()}});
-  }
-  doc["rule_hits"] = rule_hits;
-  if (o.findings) {
-    doc["findings"] = {{"risk_level", o.findings->risk_level},
-                       {"flags", o.findings->flags},
-                       {"summary", o.findings->summary},
-                       {"model_id", o.findings->model_id}};
-  } else {
-    doc["findings"] = nullptr;
-  }
+              {"reasons", ReasonsToJson<json>(o.reasons)}};
+  doc["rule_hits"] = RuleHitsToJson<json>(
+      o.rule_hits, [](const RuleHit& hit) { return hit.decision ? DecisionName(*hit.decision) : nullptr; });
+  doc["findings"] = o.findings ? FindingsToJson<json>(*o.findings) : json(nullptr);
   json scores = json::object(), devices = json::object(), timings = json::object();
   for (const auto& [stage, score] : o.stage_scores) scores[stage] = score;
   for (const auto& [stage, device] : o.devices) devices[stage] = device;
