@@ -4,451 +4,25 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "common/durable_file.h"
 #include "common/sha256.h"
 #include "fraud/pan_scan.h"
+#include "pipelines/claims_rows.h"
 
 namespace txscore::pipelines {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
 using SteadyClock = std::chrono::steady_clock;
 
 // Rows per chunk: at least 64, and 8 LLM batches' worth, since only the suspicious share of a
 // chunk (often a tenth) reaches the LLM and its batches should still fill.
 constexpr int kMinChunk = 64;
 constexpr int kChunkBatches = 8;
-constexpr char kJobKeyPrefix[] = "claims-job/";
-
-// One input row: where it starts, and the claim or why there is none.
-struct Row {
-  int64_t line = 0;
-  Result<fraud::RawClaim> claim = InvalidArgument("unread");
-};
-
-// Reads rows from a JSON-lines or CSV claims file, in time linear in its size. A row (a JSON
-// line, or a CSV record with its quoted newlines) longer than kMaxRowBytes becomes an error
-// row and is skipped. `should_stop` (optional), checked at every line, ends the reading early
-// when it returns true (stopped() says so): a stop needs no row to end.
-class RowReader {
- public:
-  static constexpr size_t kMaxRowBytes = 1 << 20;
-
-  static Result<RowReader> Open(const std::string& path, std::function<bool()> should_stop = nullptr) {
-    RowReader reader;
-    reader.should_stop_ = std::move(should_stop);
-    reader.csv_ = fs::path(path).extension() == ".csv";
-    reader.in_.open(path, std::ios::binary);
-    if (!reader.in_) return NotFound("input file " + path + " does not exist or cannot be read");
-    // A UTF-8 byte order mark (as spreadsheet programs write) is not part of the first row.
-    char bom[3] = {0, 0, 0};
-    reader.in_.read(bom, 3);
-    if (!(reader.in_.gcount() == 3 && bom[0] == '\xEF' && bom[1] == '\xBB' && bom[2] == '\xBF')) {
-      reader.in_.clear();
-      reader.in_.seekg(0);
-    }
-    if (reader.csv_) {
-      std::optional<CsvRecord> header = reader.NextCsvRecord();
-      if (!header || header->too_long) return InvalidArgument(path + ": the CSV file has no header row");
-      Result<fraud::ClaimCsvHeader> parsed = fraud::ClaimCsvHeader::Parse(header->fields);
-      if (!parsed.ok()) return InvalidArgument(path + ":1: " + parsed.error().message, parsed.error().field);
-      reader.header_ = std::move(parsed).value();
-    }
-    return reader;
-  }
-
-  // False at the end of the input, or when stopped.
-  bool Next(Row* row) {
-    if (csv_) {
-      std::optional<CsvRecord> record = NextCsvRecord();
-      if (!record) return false;
-      row->line = record->first_line;
-      row->claim = record->too_long ? TooLong() : header_->Read(record->fields);
-      return true;
-    }
-    std::string text;
-    while (std::getline(in_, text)) {
-      ++line_;
-      if (StopAsked()) return false;
-      if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
-      row->line = line_;
-      row->claim = text.size() > kMaxRowBytes ? TooLong() : fraud::ParseClaimJson(text);
-      return true;
-    }
-    return false;
-  }
-
-  bool stopped() const { return stopped_; }
-
- private:
-  struct CsvRecord {
-    int64_t first_line = 0;
-    std::vector<std::string> fields;
-    bool too_long = false;  // over kMaxRowBytes: skipped, fields empty
-  };
-
-  RowReader() = default;
-
-  static Result<fraud::RawClaim> TooLong() {
-    return InvalidArgument("the row is longer than " + std::to_string(kMaxRowBytes) +
-                           " bytes (in a CSV file: is a quote left open?)");
-  }
-
-  bool StopAsked() {
-    if (!stopped_ && should_stop_ && should_stop_()) stopped_ = true;
-    return stopped_;
-  }
-
-  // The next record: lines are added while a quote is open, which a running count of quote
-  // characters tells (an escaped quote is two), so each line is scanned once.
-  std::optional<CsvRecord> NextCsvRecord() {
-    CsvRecord out;
-    std::string record, text;
-    bool started = false, in_quotes = false;
-    while (std::getline(in_, text)) {
-      ++line_;
-      if (StopAsked()) return std::nullopt;
-      if (!started && text.find_first_not_of(" \t\r") == std::string::npos) continue;
-      if (!started) out.first_line = line_;
-      for (char c : text) in_quotes = in_quotes != (c == '"');
-      if (!out.too_long) {
-        if (started) record += '\n';
-        record += text;
-        if (record.size() > kMaxRowBytes) {
-          out.too_long = true;
-          std::string().swap(record);
-        }
-      }
-      started = true;
-      if (!in_quotes) break;
-    }
-    if (!started) return std::nullopt;
-    if (!out.too_long) {
-      bool complete = false;  // false only for an unclosed quote at the end of the file
-      out.fields = fraud::SplitCsvRecord(record, &complete);
-    }
-    return out;
-  }
-
-  std::ifstream in_;
-  bool csv_ = false;
-  int64_t line_ = 0;
-  std::optional<fraud::ClaimCsvHeader> header_;
-  std::function<bool()> should_stop_;
-  bool stopped_ = false;
-};
-
-// What RocksDB keeps about a job between runs. A record without input_sha256 is of a job that
-// has not begun (queued, or failed before it began): only its paths and state mean anything.
-struct JobState {
-  std::string input, output, input_sha256;
-  int chunk_size = 0;
-  int64_t total = 0, rows_done = 0, output_bytes = 0;
-  std::string error;     // state "failed": why
-  bool restart = false;  // state "queued": to start over
-  ClaimsJobSummary summary;
-
-  bool begun() const { return !input_sha256.empty(); }
-
-  std::string Encode() const {
-    const ClaimsJobSummary& s = summary;
-    json doc = {{"input", input},
-                {"output", output},
-                {"input_sha256", input_sha256},
-                {"chunk_size", chunk_size},
-                {"total", total},
-                {"rows_done", rows_done},
-                {"output_bytes", output_bytes},
-                {"state", s.state},
-                {"error", error},
-                {"restart", restart},
-                {"errors", s.errors},
-                {"analysed", s.analysed},
-                {"llm_selected", s.llm_selected},
-                {"llm_shortfalls", s.llm_shortfalls},
-                {"decisions", s.decisions},
-                {"flags", s.flags},
-                {"stage_us", s.stage_us},
-                {"devices", s.devices},
-                {"elapsed_s", s.elapsed_s},
-                {"runs", s.runs}};
-    return doc.dump();
-  }
-
-  static Result<JobState> Decode(const std::string& text) {
-    JobState state;
-    try {
-      const json doc = json::parse(text);
-      state.input = doc.at("input").get<std::string>();
-      state.output = doc.at("output").get<std::string>();
-      ClaimsJobSummary& s = state.summary;
-      s.state = doc.at("state").get<std::string>();
-      state.error = doc.value("error", std::string());
-      state.restart = doc.value("restart", false);
-      // Records of jobs that have not begun (and of earlier versions) lack what follows.
-      state.input_sha256 = doc.value("input_sha256", std::string());
-      state.chunk_size = doc.value("chunk_size", 0);
-      state.total = doc.value("total", int64_t{0});
-      state.rows_done = doc.value("rows_done", int64_t{0});
-      state.output_bytes = doc.value("output_bytes", int64_t{0});
-      s.errors = doc.value("errors", int64_t{0});
-      s.analysed = doc.value("analysed", int64_t{0});
-      s.llm_selected = doc.value("llm_selected", int64_t{0});
-      s.llm_shortfalls = doc.value("llm_shortfalls", std::map<std::string, int64_t>());
-      s.decisions = doc.value("decisions", std::map<std::string, int64_t>());
-      s.flags = doc.value("flags", std::map<std::string, int64_t>());
-      s.stage_us = doc.value("stage_us", std::map<std::string, int64_t>());
-      s.devices = doc.value("devices", std::map<std::string, std::string>());
-      s.elapsed_s = doc.value("elapsed_s", 0.0);
-      s.runs = doc.value("runs", 0);
-    } catch (const json::exception& e) {
-      return DataLoss(std::string("a claims job record is malformed: ") + e.what());
-    }
-    return state;
-  }
-};
-
-Status SaveState(storage::Database& db, const std::string& key, const JobState& state) {
-  storage::WriteBatch batch;
-  batch.Put(storage::ColumnFamily::kJobs, key, state.Encode());
-  return db.Write(batch);
-}
-
-json ReasonsJson(const std::vector<Reason>& reasons) {
-  json out = json::array();
-  for (const Reason& r : reasons) {
-    out.push_back({{"feature", r.feature},
-                   {"contribution", r.contribution},
-                   {"value", std::isnan(r.value) ? json(nullptr) : json(r.value)}});
-  }
-  return out;
-}
-
-std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
-  json doc = {{"line", line},
-              {"claim_id", o.claim_id},
-              {"score", o.score},
-              {"decision", DecisionName(o.decision)},
-              {"reasons", ReasonsJson(o.reasons)}};
-  json rule_hits = json::array();
-  for (const RuleHit& hit : o.rule_hits) {
-    rule_hits.push_back({{"rule", hit.rule}, {"decision", hit.decision ? json(DecisionName(*hit.decision)) : json()}});
-  }
-  doc["rule_hits"] = rule_hits;
-  if (o.findings) {
-    doc["findings"] = {{"risk_level", o.findings->risk_level},
-                       {"flags", o.findings->flags},
-                       {"summary", o.findings->summary},
-                       {"model_id", o.findings->model_id}};
-  } else {
-    doc["findings"] = nullptr;
-  }
-  json scores = json::object(), devices = json::object(), timings = json::object();
-  for (const auto& [stage, score] : o.stage_scores) scores[stage] = score;
-  for (const auto& [stage, device] : o.devices) devices[stage] = device;
-  for (const StageTiming& t : o.timings) timings[t.stage] = t.elapsed_us;
-  doc["stage_scores"] = scores;
-  doc["devices"] = devices;
-  json shortfalls = json::array();
-  for (const LlmShortfall& s : o.llm_shortfalls) {
-    shortfalls.push_back({{"stage", s.stage}, {"reason", s.reason}, {"detail", s.detail}});
-  }
-  doc["llm_shortfalls"] = shortfalls;
-  doc["timings"] = timings;
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
-std::string ErrorLine(int64_t line, const Error& error) {
-  // Messages may quote a row's own values: card numbers in them are redacted, as in free text.
-  json doc = {{"line", line}, {"error", fraud::RedactPans(error.message)}};
-  if (!error.field.empty()) doc["field"] = error.field;
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
-Status WriteSummaryFile(const std::string& output_path, const ClaimsJobSummary& summary) {
-  const std::string path = output_path + ".summary.json";
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << summary.ToJson() << "\n";
-    if (!out) return Internal("cannot write " + path);
-  }
-  std::error_code ec;
-  fs::rename(path + ".tmp", path, ec);
-  if (ec) return Internal("cannot write " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
-}  // namespace
-
-namespace {
-
-Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
-  TXSCORE_ASSIGN_OR_RETURN(const JobState state, JobState::Decode(stored));
-  ClaimsJobRecord record;
-  record.input = state.input;
-  record.output = state.output;
-  record.state = state.summary.state;
-  record.error = state.error;
-  record.restart = state.restart;
-  record.total = state.total;
-  record.done = state.rows_done;
-  record.errors = state.summary.errors;
-  record.llm_selected = state.summary.llm_selected;
-  record.llm_shortfalls = state.summary.llm_shortfalls;
-  record.elapsed_s = state.summary.elapsed_s;
-  return record;
-}
-
-}  // namespace
-
-Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
-  TXSCORE_ASSIGN_OR_RETURN(const std::optional<std::string> stored,
-                           db.Get(storage::ColumnFamily::kJobs, kJobKeyPrefix + job_id));
-  if (!stored.has_value()) return std::optional<ClaimsJobRecord>();
-  TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(*stored));
-  return std::optional<ClaimsJobRecord>(std::move(record));
-}
-
-Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db) {
-  TXSCORE_ASSIGN_OR_RETURN(const auto stored, db.ReadAll(storage::ColumnFamily::kJobs));
-  const std::string_view prefix = kJobKeyPrefix;
-  std::map<std::string, ClaimsJobRecord> jobs;
-  for (const auto& [key, value] : stored) {
-    if (key.compare(0, prefix.size(), prefix) != 0) continue;
-    TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(value));
-    jobs.emplace(key.substr(prefix.size()), std::move(record));
-  }
-  return jobs;
-}
-
-std::string ShortDigest(const std::string& text) {
-  Result<std::string> digest = Sha256Hex(text);
-  if (!digest.ok()) {
-    // Only an allocation failure inside OpenSSL gets here. A made-up digest would give two
-    // jobs one id (and one output file): stop instead.
-    spdlog::critical("cannot name a claims job: {}", digest.error().ToString());
-    std::abort();
-  }
-  return digest->substr(0, 16);
-}
-
-std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
-                        const std::set<int64_t>& only_lines) {
-  std::string identity = input_path + "\n" + output_path;
-  if (!only_lines.empty()) {
-    identity += "\nlines";
-    for (int64_t line : only_lines) identity += " " + std::to_string(line);
-  }
-  return ShortDigest(identity);
-}
-
-Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
-                         const std::string& state, const std::string& error, bool restart) {
-  const std::string key = kJobKeyPrefix + ClaimsJobId(input, output);
-  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
-  if (!stored.ok()) return stored.error();
-  JobState job;
-  if (stored->has_value()) {
-    Result<JobState> decoded = JobState::Decode(**stored);
-    if (!decoded.ok()) return decoded.error();
-    job = std::move(decoded).value();
-  } else {
-    job.input = input;
-    job.output = output;
-  }
-  job.summary.state = state;
-  job.error = error;
-  job.restart = restart;
-  return SaveState(db, key, job);
-}
-
-int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share) {
-  if (summary.errors == summary.total) return 3;  // no row scored, an empty input included
-  if (static_cast<double>(summary.errors) > max_error_share * static_cast<double>(summary.total)) return 3;
-  if (summary.LlmShortfallShare() > max_llm_shortfall_share) return 4;
-  return 0;
-}
-
-int64_t ClaimsJobSummary::llm_shortfall_total() const {
-  int64_t total = 0;
-  for (const auto& [reason, claims] : llm_shortfalls) total += claims;
-  return total;
-}
-
-double ClaimsJobSummary::LlmShortfallShare() const {
-  return llm_selected > 0 ? static_cast<double>(llm_shortfall_total()) / static_cast<double>(llm_selected) : 0;
-}
-
-std::string ClaimsJobSummary::ToJson() const {
-  json flags_by_count = json::array();
-  std::vector<std::pair<std::string, int64_t>> sorted(flags.begin(), flags.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  for (const auto& [flag, count] : sorted) flags_by_count.push_back({{"flag", flag}, {"claims", count}});
-  json stages = json::object();
-  for (const auto& [stage, us] : stage_us) {
-    auto device = devices.find(stage);
-    stages[stage] = {{"seconds", static_cast<double>(us) / 1e6},
-                     {"device", device != devices.end() ? json(device->second) : json(nullptr)}};
-  }
-  json doc = {{"job_id", job_id},
-              {"state", state},
-              {"total", total},
-              {"done", done},
-              {"errors", errors},
-              {"llm_selected", llm_selected},
-              {"analysed", analysed},
-              {"llm_shortfalls", llm_shortfalls},
-              {"decisions", decisions},
-              {"flags", flags_by_count},
-              {"stages", stages},
-              {"elapsed_s", elapsed_s},
-              {"claims_per_s", claims_per_s()},
-              {"runs", runs}};
-  return doc.dump(2);
-}
-
-std::string ClaimsJobSummary::ToText() const {
-  char line[256];
-  std::string text;
-  std::snprintf(line, sizeof line, "job %s %s: %lld of %lld rows, %lld errors, %.1f claims/s over %.1f s (%d run%s)\n",
-                job_id.c_str(), state.c_str(), static_cast<long long>(done), static_cast<long long>(total),
-                static_cast<long long>(errors), claims_per_s(), elapsed_s, runs, runs == 1 ? "" : "s");
-  text += line;
-  text += "decisions:";
-  for (const auto& [decision, count] : decisions) text += " " + decision + " " + std::to_string(count);
-  text += "\nLLM findings for " + std::to_string(analysed) + " of " + std::to_string(llm_selected) +
-          " claims it was asked to read";
-  if (llm_shortfall_total() > 0) {
-    text += " (no findings:";
-    for (const auto& [reason, claims] : llm_shortfalls) text += " " + reason + " " + std::to_string(claims);
-    text += "; see \"llm_shortfalls\" in the output)";
-  }
-  text += "; most frequent flags:";
-  std::vector<std::pair<std::string, int64_t>> sorted(flags.begin(), flags.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  for (size_t i = 0; i < sorted.size() && i < 5; ++i)
-    text += " " + sorted[i].first + " " + std::to_string(sorted[i].second);
-  text += "\ntime per stage:";
-  for (const auto& [stage, us] : stage_us) {
-    auto device = devices.find(stage);
-    std::snprintf(line, sizeof line, " %s %.2f s%s%s;", stage.c_str(), static_cast<double>(us) / 1e6,
-                  device != devices.end() ? " on " : "", device != devices.end() ? device->second.c_str() : "");
-    text += line;
-  }
-  return text + "\n";
-}
-
-namespace {
 
 // One run of a job whose paths, id and key RunClaimsJob worked out. `state` is what the
 // database should say when this returns; `*recorded` is set once the database holds a record
@@ -457,7 +31,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
                                 const std::string& input, const std::string& output, const std::string& job_id,
                                 JobState* job, bool* recorded) {
   const SteadyClock::time_point started = SteadyClock::now();
-  const std::string key = kJobKeyPrefix + job_id;
+  const std::string key = ClaimsJobKey(job_id);
   JobState& state = *job;
   Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
   if (!stored.ok()) return stored.error();
@@ -710,6 +284,13 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
 
 }  // namespace
 
+int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share) {
+  if (summary.errors == summary.total) return 3;  // no row scored, an empty input included
+  if (static_cast<double>(summary.errors) > max_error_share * static_cast<double>(summary.total)) return 3;
+  if (summary.LlmShortfallShare() > max_llm_shortfall_share) return 4;
+  return 0;
+}
+
 Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db,
                                       const ClaimsJobOptions& options) {
   if (options.input_path.empty()) return InvalidArgument("an input file is required", "input");
@@ -731,7 +312,7 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
       state.input = input;
       state.output = output;
     }
-    if (Status saved = SaveState(db, kJobKeyPrefix + job_id, state); !saved.ok()) {
+    if (Status saved = SaveState(db, ClaimsJobKey(job_id), state); !saved.ok()) {
       spdlog::error("job {}: cannot record that it failed: {}", job_id, saved.error().ToString());
     }
   }

@@ -32,6 +32,11 @@
 // The job's record (ClaimsJobRecord) has a state: queued (by a server, before it starts),
 // running (and after a crash, still running), interrupted (a server stop), cancelled, failed
 // (with its error), done.
+//
+// The job's parts: this file's RunClaimsJob is the job loop; pipelines/claims_rows.h reads
+// the input rows, pipelines/claims_output.h writes the output lines and the summary,
+// pipelines/claims_job_record.h encodes the record in RocksDB, and common/durable_file.h
+// appends to the output file durably.
 #pragma once
 
 #include <atomic>
@@ -44,6 +49,8 @@
 #include <vector>
 
 #include "common/result.h"
+#include "pipelines/claims_job_record.h"  // ClaimsJobRecord, ReadClaimsJob, ClaimsJobId, ...
+#include "pipelines/claims_output.h"      // ClaimsJobSummary
 #include "pipelines/claims_pipeline.h"
 #include "storage/database.h"
 
@@ -87,31 +94,6 @@ struct ClaimsJobOptions {
   std::function<void(int64_t chunk, size_t claims)> before_llm;
 };
 
-struct ClaimsJobSummary {
-  std::string job_id;
-  std::string state;          // "done"; "cancelled" when stopped by `cancel`; "interrupted" by `interrupt`
-  bool already_done = false;  // this call found the job finished earlier and scored nothing (not stored)
-  int64_t total = 0;
-  int64_t done = 0;
-  int64_t errors = 0;
-  int64_t analysed = 0;                           // claims the LLM wrote findings for
-  int64_t llm_selected = 0;                       // claims the LLM stage was asked to read (analysed + shortfalls)
-  std::map<std::string, int64_t> llm_shortfalls;  // reason (failed, cut_short, skipped) -> claims
-  std::map<std::string, int64_t> decisions;       // APPROVE/REVIEW/DECLINE -> claims
-  std::map<std::string, int64_t> flags;           // findings flag -> claims
-  std::map<std::string, int64_t>
-      stage_us;  // stage -> microseconds, summed over claims (an LLM stage: over its batches)
-  std::map<std::string, std::string> devices;  // stage -> device
-  double elapsed_s = 0;                        // working time, over every run of the job
-  int runs = 0;                                // how many times the job was started before it finished
-  double claims_per_s() const { return elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0; }
-  int64_t llm_shortfall_total() const;
-  // Shortfalls over claims the LLM stage was asked to read; 0 when it was asked for none.
-  double LlmShortfallShare() const;
-  std::string ToJson() const;  // what OUTPUT.summary.json holds
-  std::string ToText() const;  // what `txscore batch run` prints
-};
-
 // The exit code of `txscore batch run` for a run that finished: 3 when no row was scored (an
 // empty input too) or
 // more than `max_error_share` of the rows are errors; otherwise 4 when the LLM stage wrote no
@@ -123,34 +105,5 @@ int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, do
 // (kFailedPrecondition), storage or model failures (kInternal, kDataLoss); the output then ends
 // at the last durable chunk and the job can be resumed.
 Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Database& db, const ClaimsJobOptions& options);
-
-// What the database holds about a job: its state and last recorded progress.
-struct ClaimsJobRecord {
-  std::string input, output;
-  std::string state;     // queued, running (also: stopped by a crash), interrupted, cancelled, failed, done
-  std::string error;     // failed: why
-  bool restart = false;  // queued: to start over (ClaimsJobOptions::restart)
-  int64_t total = 0, done = 0, errors = 0;
-  int64_t llm_selected = 0;
-  std::map<std::string, int64_t> llm_shortfalls;
-  double elapsed_s = 0;
-};
-// nullopt for a job the database has no record of.
-Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id);
-// Every job the database has a record of, by job id.
-Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db);
-// Sets the state (and error) of the job with these absolute paths, keeping its progress; a
-// job with no record gets one without progress (a server records "queued" this way).
-// `restart`: the job was queued to start over (a server queueing it again after a stop keeps that).
-Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
-                         const std::string& state, const std::string& error = "", bool restart = false);
-
-// The first 16 hex characters of the SHA-256 of `text`: names derived from content.
-std::string ShortDigest(const std::string& text);
-
-// The id of the job with these input and output paths (absolute) and `only_lines`: 16 hex
-// characters.
-std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
-                        const std::set<int64_t>& only_lines = {});
 
 }  // namespace txscore::pipelines

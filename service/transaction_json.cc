@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/json_forms.h"
+
 namespace txscore::service {
 namespace {
 
@@ -149,43 +151,27 @@ rpc::Transaction ToThriftTransaction(const fraud::RawTransaction& raw) {
 }
 
 std::string ScoreResultToJson(const rpc::ScoreResult& r) {
-  json reasons = json::array();
-  for (const auto& reason : r.reasons) {
-    reasons.push_back({{"feature", reason.feature},
-                       {"contribution", std::round(reason.contribution * 1e4) / 1e4},
-                       {"value", reason.value}});
-  }
   json timings = json::object();
   for (const auto& t : r.timings) timings[t.stage] = t.elapsed_us;
   auto decision = rpc::_Decision_VALUES_TO_NAMES.find(r.decision);
   json doc = {{"request_id", r.request_id},
               {"score", r.score},
               {"decision", decision != rpc::_Decision_VALUES_TO_NAMES.end() ? decision->second : "?"},
-              {"reasons", reasons},
+              {"reasons", ReasonsToJson<json>(r.reasons, ContributionDigits::kFour)},
               {"model", r.model_id + "@" + r.model_version},
               {"pipeline_version", r.pipeline_version},
               {"timings_us", timings}};
   if (r.__isset.stage_scores && r.stage_scores.size() > 1)
     doc["stage_scores"] = r.stage_scores;  // shadow models, blends
   if (r.__isset.rule_hits && !r.rule_hits.empty()) {
-    json hits = json::array();
-    for (const auto& hit : r.rule_hits) {
+    doc["rule_hits"] = RuleHitsToJson<json>(r.rule_hits, [](const rpc::RuleHit& hit) -> const char* {
       auto forced = rpc::_Decision_VALUES_TO_NAMES.find(hit.decision);
-      hits.push_back(
-          {{"rule", hit.rule},
-           {"decision",
-            hit.__isset.decision && forced != rpc::_Decision_VALUES_TO_NAMES.end() ? json(forced->second) : json()}});
-    }
-    doc["rule_hits"] = hits;
+      return hit.__isset.decision && forced != rpc::_Decision_VALUES_TO_NAMES.end() ? forced->second : nullptr;
+    });
   }
   if (!r.degraded_stages.empty()) doc["degraded_stages"] = r.degraded_stages;
   if (!r.skipped_stages.empty()) doc["skipped_stages"] = r.skipped_stages;
-  if (r.__isset.findings) {
-    doc["findings"] = {{"risk_level", r.findings.risk_level},
-                       {"flags", r.findings.flags},
-                       {"summary", r.findings.summary},
-                       {"model_id", r.findings.model_id}};
-  }
+  if (r.__isset.findings) doc["findings"] = FindingsToJson<json>(r.findings);
   return doc.dump();
 }
 

@@ -5,18 +5,16 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
+#include "common/json_forms.h"
 
 namespace txscore::storage {
 
 std::string EncodeAuditRecord(const AuditRecord& r) {
-  nlohmann::json reasons = nlohmann::json::array();
-  for (const AuditReason& reason : r.reasons) {
-    reasons.push_back({{"feature", reason.feature}, {"contribution", reason.contribution}, {"value", reason.value}});
-  }
   nlohmann::json timings = nlohmann::json::object();
   for (const auto& [stage, us] : r.timings_us) timings[stage] = us;
   nlohmann::json stage_scores = nlohmann::json::array();
   for (const auto& [stage, score] : r.stage_scores) stage_scores.push_back({{"stage", stage}, {"score", score}});
+  // Not RuleHitsToJson's shape: a stored record says "" for a hit without a decision.
   nlohmann::json rule_hits = nlohmann::json::array();
   for (const AuditRuleHit& hit : r.rule_hits) rule_hits.push_back({{"rule", hit.rule}, {"decision", hit.decision}});
   nlohmann::json doc = {
@@ -29,7 +27,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"pipeline_version", r.pipeline_version},
       {"score", r.score},
       {"decision", r.decision},
-      {"reasons", reasons},
+      {"reasons", ReasonsToJson<nlohmann::json>(r.reasons)},
       {"timings_us", timings},
       {"degraded_stages", r.degraded_stages},
       {"skipped_stages", r.skipped_stages},
@@ -38,13 +36,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"rule_hits", rule_hits},
       {"traceparent", r.traceparent},
   };
-  if (r.findings) {
-    doc["findings"] = {{"risk_level", r.findings->risk_level},
-                       {"flags", r.findings->flags},
-                       {"summary", r.findings->summary},
-                       {"model_id", r.findings->model_id}};
-  }
-  // NaN feature values (missing) are written as null: JSON has no NaN.
+  if (r.findings) doc["findings"] = FindingsToJson<nlohmann::json>(*r.findings);
   return doc.dump();
 }
 

@@ -1,0 +1,163 @@
+#include "pipelines/claims_job_record.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "common/sha256.h"
+
+namespace txscore::pipelines {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr char kJobKeyPrefix[] = "claims-job/";
+
+Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
+  TXSCORE_ASSIGN_OR_RETURN(const JobState state, JobState::Decode(stored));
+  ClaimsJobRecord record;
+  record.input = state.input;
+  record.output = state.output;
+  record.state = state.summary.state;
+  record.error = state.error;
+  record.restart = state.restart;
+  record.total = state.total;
+  record.done = state.rows_done;
+  record.errors = state.summary.errors;
+  record.llm_selected = state.summary.llm_selected;
+  record.llm_shortfalls = state.summary.llm_shortfalls;
+  record.elapsed_s = state.summary.elapsed_s;
+  return record;
+}
+
+}  // namespace
+
+std::string JobState::Encode() const {
+  const ClaimsJobSummary& s = summary;
+  json doc = {{"input", input},
+              {"output", output},
+              {"input_sha256", input_sha256},
+              {"chunk_size", chunk_size},
+              {"total", total},
+              {"rows_done", rows_done},
+              {"output_bytes", output_bytes},
+              {"state", s.state},
+              {"error", error},
+              {"restart", restart},
+              {"errors", s.errors},
+              {"analysed", s.analysed},
+              {"llm_selected", s.llm_selected},
+              {"llm_shortfalls", s.llm_shortfalls},
+              {"decisions", s.decisions},
+              {"flags", s.flags},
+              {"stage_us", s.stage_us},
+              {"devices", s.devices},
+              {"elapsed_s", s.elapsed_s},
+              {"runs", s.runs}};
+  return doc.dump();
+}
+
+Result<JobState> JobState::Decode(const std::string& text) {
+  JobState state;
+  try {
+    const json doc = json::parse(text);
+    state.input = doc.at("input").get<std::string>();
+    state.output = doc.at("output").get<std::string>();
+    ClaimsJobSummary& s = state.summary;
+    s.state = doc.at("state").get<std::string>();
+    state.error = doc.value("error", std::string());
+    state.restart = doc.value("restart", false);
+    // Records of jobs that have not begun (and of earlier versions) lack what follows.
+    state.input_sha256 = doc.value("input_sha256", std::string());
+    state.chunk_size = doc.value("chunk_size", 0);
+    state.total = doc.value("total", int64_t{0});
+    state.rows_done = doc.value("rows_done", int64_t{0});
+    state.output_bytes = doc.value("output_bytes", int64_t{0});
+    s.errors = doc.value("errors", int64_t{0});
+    s.analysed = doc.value("analysed", int64_t{0});
+    s.llm_selected = doc.value("llm_selected", int64_t{0});
+    s.llm_shortfalls = doc.value("llm_shortfalls", std::map<std::string, int64_t>());
+    s.decisions = doc.value("decisions", std::map<std::string, int64_t>());
+    s.flags = doc.value("flags", std::map<std::string, int64_t>());
+    s.stage_us = doc.value("stage_us", std::map<std::string, int64_t>());
+    s.devices = doc.value("devices", std::map<std::string, std::string>());
+    s.elapsed_s = doc.value("elapsed_s", 0.0);
+    s.runs = doc.value("runs", 0);
+  } catch (const json::exception& e) {
+    return DataLoss(std::string("a claims job record is malformed: ") + e.what());
+  }
+  return state;
+}
+
+std::string ClaimsJobKey(const std::string& job_id) { return kJobKeyPrefix + job_id; }
+
+Status SaveState(storage::Database& db, const std::string& key, const JobState& state) {
+  storage::WriteBatch batch;
+  batch.Put(storage::ColumnFamily::kJobs, key, state.Encode());
+  return db.Write(batch);
+}
+
+Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id) {
+  TXSCORE_ASSIGN_OR_RETURN(const std::optional<std::string> stored,
+                           db.Get(storage::ColumnFamily::kJobs, ClaimsJobKey(job_id)));
+  if (!stored.has_value()) return std::optional<ClaimsJobRecord>();
+  TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(*stored));
+  return std::optional<ClaimsJobRecord>(std::move(record));
+}
+
+Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db) {
+  TXSCORE_ASSIGN_OR_RETURN(const auto stored, db.ReadAll(storage::ColumnFamily::kJobs));
+  const std::string_view prefix = kJobKeyPrefix;
+  std::map<std::string, ClaimsJobRecord> jobs;
+  for (const auto& [key, value] : stored) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(value));
+    jobs.emplace(key.substr(prefix.size()), std::move(record));
+  }
+  return jobs;
+}
+
+std::string ShortDigest(const std::string& text) {
+  Result<std::string> digest = Sha256Hex(text);
+  if (!digest.ok()) {
+    // Only an allocation failure inside OpenSSL gets here. A made-up digest would give two
+    // jobs one id (and one output file): stop instead.
+    spdlog::critical("cannot name a claims job: {}", digest.error().ToString());
+    std::abort();
+  }
+  return digest->substr(0, 16);
+}
+
+std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
+                        const std::set<int64_t>& only_lines) {
+  std::string identity = input_path + "\n" + output_path;
+  if (!only_lines.empty()) {
+    identity += "\nlines";
+    for (int64_t line : only_lines) identity += " " + std::to_string(line);
+  }
+  return ShortDigest(identity);
+}
+
+Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
+                         const std::string& state, const std::string& error, bool restart) {
+  const std::string key = ClaimsJobKey(ClaimsJobId(input, output));
+  Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
+  if (!stored.ok()) return stored.error();
+  JobState job;
+  if (stored->has_value()) {
+    Result<JobState> decoded = JobState::Decode(**stored);
+    if (!decoded.ok()) return decoded.error();
+    job = std::move(decoded).value();
+  } else {
+    job.input = input;
+    job.output = output;
+  }
+  job.summary.state = state;
+  job.error = error;
+  job.restart = restart;
+  return SaveState(db, key, job);
+}
+
+}  // namespace txscore::pipelines
