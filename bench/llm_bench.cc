@@ -2,7 +2,7 @@
 // in the same run: streaming every weight matrix once through a matrix-vector product of the
 // same shape and dtype (what one decode step cannot beat on a memory-bound machine).
 //
-// README's "Speed" table comes from these commands (a block comment, so the shell's line
+// docs/llm.md's "Speed" table comes from these commands (a block comment, so the shell's line
 // continuation stays as README has it):
 /*
 ./build/txscore llm make-checkpoint --family llama --size 0.5b --out var/models/bench-0.5b

@@ -15,7 +15,7 @@ inline constexpr size_t kKeptFreeHeapBytes = size_t{256} << 20;
 // Why: by default glibc returns a heap's free top (madvise) and unmaps large blocks on every
 // free, so a libtorch forward pass, which frees and allocates the same sizes layer after
 // layer, faults its memory back in page by page, and the kernel's work for those faults
-// delayed other threads and processes on the same cores (README, "Priority"). Measured on the
+// delayed other threads and processes on the same cores (docs/claims-jobs.md, "Priority"). Measured on the
 // claims job's LLM stage (`perf stat -e page-faults` over 5 s): 162,000 faults without this
 // setting, 1,249 with it.
 void KeepFreedHeapMemory();

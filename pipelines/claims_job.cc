@@ -68,11 +68,11 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     state.input_sha256 = *digest;
     state.chunk_size =
         options.chunk_size > 0 ? options.chunk_size : std::max(kMinChunk, kChunkBatches * pipeline.preferred_chunk());
-    state.summary.state = "running";
+    state.summary.state = ClaimsJobState::kRunning;
   }
   ClaimsJobSummary& summary = state.summary;
   summary.job_id = job_id;
-  if (summary.state == "done") {  // finished before: the output is complete
+  if (summary.state == ClaimsJobState::kDone) {  // finished before: the output is complete
     summary.total = state.total;
     summary.done = state.rows_done;
     TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
@@ -87,7 +87,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   // Ends a run stopped by `cancel` or `interrupt`: the record says which (a stopping server
   // queues an interrupted job again when it starts: it must find the job's record).
   auto stop = [&]() -> Result<ClaimsJobSummary> {
-    summary.state = cancel->load() ? "cancelled" : "interrupted";
+    summary.state = cancel->load() ? ClaimsJobState::kCancelled : ClaimsJobState::kInterrupted;
     summary.done = state.rows_done;
     summary.elapsed_s += std::chrono::duration<double>(SteadyClock::now() - started).count();
     TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
@@ -142,7 +142,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     }
     if (reader->stopped() || cancel->load() || interrupt->load()) {
       if (!*recorded && cancel->load()) {  // nothing of this job was written: leave nothing behind
-        summary.state = "cancelled";
+        summary.state = ClaimsJobState::kCancelled;
         return summary;
       }
       return stop();
@@ -151,7 +151,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   state.total = total;
   summary.total = total;
   summary.runs += 1;
-  summary.state = "running";
+  summary.state = ClaimsJobState::kRunning;
   for (int i : pipeline.config().graph.order()) {
     const GraphStage& stage = pipeline.config().graph.stage(i);
     if (const accelerator::Placement* p = pipeline.plan().Find(stage.name)) summary.devices[stage.name] = p->device;
@@ -274,7 +274,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     progress.llm_shortfalls = summary.llm_shortfalls;
     if (options.progress) options.progress(progress);
   }
-  summary.state = "done";
+  summary.state = ClaimsJobState::kDone;
   summary.done = state.rows_done;
   summary.elapsed_s = elapsed_before + std::chrono::duration<double>(SteadyClock::now() - started).count();
   TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));
@@ -306,7 +306,7 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   Result<ClaimsJobSummary> summary = RunJob(pipeline, db, options, input, output, job_id, &state, &recorded);
   if (!summary.ok() && recorded) {
     // The record says why the job stopped; its progress stays, so that it can resume.
-    state.summary.state = "failed";
+    state.summary.state = ClaimsJobState::kFailed;
     state.error = fraud::RedactPans(summary.error().message);
     if (state.input.empty()) {
       state.input = input;

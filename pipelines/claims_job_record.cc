@@ -43,7 +43,7 @@ std::string JobState::Encode() const {
               {"total", total},
               {"rows_done", rows_done},
               {"output_bytes", output_bytes},
-              {"state", s.state},
+              {"state", ClaimsJobStateName(s.state)},
               {"error", error},
               {"restart", restart},
               {"errors", s.errors},
@@ -66,7 +66,10 @@ Result<JobState> JobState::Decode(const std::string& text) {
     state.input = doc.at("input").get<std::string>();
     state.output = doc.at("output").get<std::string>();
     ClaimsJobSummary& s = state.summary;
-    s.state = doc.at("state").get<std::string>();
+    const std::string state_name = doc.at("state").get<std::string>();
+    const std::optional<ClaimsJobState> parsed_state = ParseClaimsJobState(state_name);
+    if (!parsed_state) return DataLoss("a claims job record is malformed: unknown state \"" + state_name + "\"");
+    s.state = *parsed_state;
     state.error = doc.value("error", std::string());
     state.restart = doc.value("restart", false);
     // Records of jobs that have not begun (and of earlier versions) lack what follows.
@@ -141,7 +144,7 @@ std::string ClaimsJobId(const std::string& input_path, const std::string& output
 }
 
 Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
-                         const std::string& state, const std::string& error, bool restart) {
+                         ClaimsJobState state, const std::string& error, bool restart) {
   const std::string key = ClaimsJobKey(ClaimsJobId(input, output));
   Result<std::optional<std::string>> stored = db.Get(storage::ColumnFamily::kJobs, key);
   if (!stored.ok()) return stored.error();

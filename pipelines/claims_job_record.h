@@ -28,8 +28,8 @@ struct JobState {
   std::string input, output, input_sha256;  // absolute paths; the input's SHA-256 (hex) when the job began
   int chunk_size = 0;
   int64_t total = 0, rows_done = 0, output_bytes = 0;
-  std::string error;         // state "failed": why
-  bool restart = false;      // state "queued": to start over
+  std::string error;         // kFailed: why
+  bool restart = false;      // kQueued: to start over
   ClaimsJobSummary summary;  // its state and running totals (job_id and already_done are not stored)
 
   bool begun() const { return !input_sha256.empty(); }
@@ -48,7 +48,7 @@ Status SaveState(storage::Database& db, const std::string& key, const JobState& 
 // What the database holds about a job: its state and last recorded progress.
 struct ClaimsJobRecord {
   std::string input, output;
-  std::string state;     // queued, running (also: stopped by a crash), interrupted, cancelled, failed, done
+  ClaimsJobState state = ClaimsJobState::kQueued;
   std::string error;     // failed: why
   bool restart = false;  // queued: to start over (ClaimsJobOptions::restart)
   int64_t total = 0, done = 0, errors = 0;
@@ -64,7 +64,7 @@ Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database&
 // job with no record gets one without progress (a server records "queued" this way).
 // `restart`: the job was queued to start over (a server queueing it again after a stop keeps that).
 Status SetClaimsJobState(storage::Database& db, const std::string& input, const std::string& output,
-                         const std::string& state, const std::string& error = "", bool restart = false);
+                         ClaimsJobState state, const std::string& error = "", bool restart = false);
 
 // The first 16 hex characters of the SHA-256 of `text`: names derived from content.
 std::string ShortDigest(const std::string& text);

@@ -13,6 +13,30 @@
 #include "fraud/pan_scan.h"
 
 namespace txscore::pipelines {
+
+namespace {
+
+constexpr std::pair<ClaimsJobState, const char*> kStateNames[] = {
+    {ClaimsJobState::kQueued, "queued"},           {ClaimsJobState::kRunning, "running"},
+    {ClaimsJobState::kInterrupted, "interrupted"}, {ClaimsJobState::kCancelled, "cancelled"},
+    {ClaimsJobState::kFailed, "failed"},           {ClaimsJobState::kDone, "done"},
+};
+
+}  // namespace
+
+const char* ClaimsJobStateName(ClaimsJobState state) {
+  for (const auto& [s, name] : kStateNames) {
+    if (s == state) return name;
+  }
+  return "unknown";
+}
+
+std::optional<ClaimsJobState> ParseClaimsJobState(std::string_view name) {
+  for (const auto& [s, n] : kStateNames) {
+    if (name == n) return s;
+  }
+  return std::nullopt;
+}
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -85,7 +109,7 @@ std::string ClaimsJobSummary::ToJson() const {
                      {"device", device != devices.end() ? json(device->second) : json(nullptr)}};
   }
   json doc = {{"job_id", job_id},
-              {"state", state},
+              {"state", ClaimsJobStateName(state)},
               {"total", total},
               {"done", done},
               {"errors", errors},
@@ -105,7 +129,7 @@ std::string ClaimsJobSummary::ToText() const {
   char line[256];
   std::string text;
   std::snprintf(line, sizeof line, "job %s %s: %lld of %lld rows, %lld errors, %.1f claims/s over %.1f s (%d run%s)\n",
-                job_id.c_str(), state.c_str(), static_cast<long long>(done), static_cast<long long>(total),
+                job_id.c_str(), ClaimsJobStateName(state), static_cast<long long>(done), static_cast<long long>(total),
                 static_cast<long long>(errors), claims_per_s(), elapsed_s, runs, runs == 1 ? "" : "s");
   text += line;
   text += "decisions:";

@@ -17,17 +17,32 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 #include "pipelines/claims_pipeline.h"
 
 namespace txscore::pipelines {
 
+// Where a claims job stands, as its record stores it (by name).
+enum class ClaimsJobState {
+  kQueued,       // a server accepted it and has not started it
+  kRunning,      // started (and, found so after a crash, stopped by it)
+  kInterrupted,  // a stopping server stopped it; resumable
+  kCancelled,    // stopped by a cancel
+  kFailed,       // stopped by an error (its record says which)
+  kDone,         // every row is in the output
+};
+const char* ClaimsJobStateName(ClaimsJobState state);  // "queued", "running", ..., "done"
+std::optional<ClaimsJobState> ParseClaimsJobState(std::string_view name);
+
 struct ClaimsJobSummary {
   std::string job_id;
-  std::string state;          // "done"; "cancelled" when stopped by `cancel`; "interrupted" by `interrupt`
-  bool already_done = false;  // this call found the job finished earlier and scored nothing (not stored)
+  ClaimsJobState state =
+      ClaimsJobState::kRunning;  // kDone; kCancelled when stopped by `cancel`; kInterrupted by `interrupt`
+  bool already_done = false;     // this call found the job finished earlier and scored nothing (not stored)
   int64_t total = 0;
   int64_t done = 0;
   int64_t errors = 0;

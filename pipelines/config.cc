@@ -324,10 +324,12 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
   if (const YAML::Node j = root["jobs"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
         j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority", "max_llm_shortfall_share"}));
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &config.jobs.priority));
-    if (config.jobs.priority != "idle" && config.jobs.priority != "normal") {
-      return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + config.jobs.priority + "\"");
+    std::string priority = "idle";
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &priority));
+    if (priority != "idle" && priority != "normal") {
+      return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + priority + "\"");
     }
+    config.jobs.priority = priority == "idle" ? JobsConfig::Priority::kIdle : JobsConfig::Priority::kNormal;
     TXSCORE_RETURN_IF_ERROR(
         r.ReadPath(j, "claims_pipeline", true, YamlReader::PathMustBe::kRegularFile, &config.jobs.claims_pipeline));
     TXSCORE_RETURN_IF_ERROR(

@@ -102,7 +102,8 @@ struct JobsConfig {
   // Default: idle. The jobs' threads (the job runner and its LLM stage) run in the OS's idle
   // class: they get only CPU time no request wants, and wait while the machine is kept busy.
   // normal: they compete with requests as equals.
-  std::string priority = "idle";
+  enum class Priority { kIdle, kNormal };
+  Priority priority = Priority::kIdle;
   // Default: 0.1. A job that finishes with the LLM stage writing no findings for more than
   // this share of the claims it was asked to read ends DEGRADED rather than DONE (as
   // `txscore batch run --max-llm-shortfall-share`).

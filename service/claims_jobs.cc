@@ -54,16 +54,19 @@ txscore::Status ClaimsJobManager::ResumeInterruptedJobs() {
   for (const auto& [id, record] : *records) {
     // Only jobs this server ran: `txscore batch run` against the same database is left alone.
     if (id != JobIdOf(record.input)) continue;
-    if (record.state != "queued" && record.state != "running" && record.state != "interrupted") continue;
+    if (record.state != pipelines::ClaimsJobState::kQueued && record.state != pipelines::ClaimsJobState::kRunning &&
+        record.state != pipelines::ClaimsJobState::kInterrupted)
+      continue;
     Result<ClaimsJobView> queued =
         Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), record.restart);
     if (!queued.ok()) return queued.error();
-    if (record.state == "queued") {
+    if (record.state == pipelines::ClaimsJobState::kQueued) {
       spdlog::info("claims job {} was queued when the server stopped; queued again", id);
     } else {
-      spdlog::info("claims job {} was {} at {} of {} rows; resuming it", id,
-                   record.state == "running" ? "stopped by a crash" : "interrupted by a server stop", record.done,
-                   record.total);
+      spdlog::info(
+          "claims job {} was {} at {} of {} rows; resuming it", id,
+          record.state == pipelines::ClaimsJobState::kRunning ? "stopped by a crash" : "interrupted by a server stop",
+          record.done, record.total);
     }
   }
   return txscore::Status::Ok();
@@ -142,8 +145,9 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool i
     if (restart && !known->second->restart) {
       // Kept in the record too, for a server stop before the job starts.
       std::error_code ec;
-      TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(
-          *db_, input, fs::absolute(output, ec).lexically_normal().string(), "queued", "", true));
+      TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(*db_, input,
+                                                           fs::absolute(output, ec).lexically_normal().string(),
+                                                           pipelines::ClaimsJobState::kQueued, "", true));
       known->second->restart = true;
     }
     return known->second->view;  // already on its way
@@ -154,8 +158,9 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool i
   const std::string absolute_output = fs::absolute(output, ec).lexically_normal().string();
   Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, id);
   if (!record.ok()) return record.error();
-  if (restart || !record->has_value() || (*record)->state != "done") {
-    TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(*db_, input, absolute_output, "queued", "", restart));
+  if (restart || !record->has_value() || (*record)->state != pipelines::ClaimsJobState::kDone) {
+    TXSCORE_RETURN_IF_ERROR(
+        pipelines::SetClaimsJobState(*db_, input, absolute_output, pipelines::ClaimsJobState::kQueued, "", restart));
   }
   auto job = std::make_shared<Job>();
   job->input = input;
@@ -190,20 +195,21 @@ Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {
   view.claims_per_s = r.elapsed_s > 0 ? static_cast<double>(r.done) / r.elapsed_s : 0;
   view.llm_selected = r.llm_selected;
   view.llm_shortfalls = r.llm_shortfalls;
-  if (r.state == "done") {
+  if (r.state == pipelines::ClaimsJobState::kDone) {
     SetFinished(&view);
-  } else if (r.state == "failed") {
+  } else if (r.state == pipelines::ClaimsJobState::kFailed) {
     view.state = JobState::kFailed;
     view.detail = r.error;
-  } else if (r.state == "cancelled") {
+  } else if (r.state == pipelines::ClaimsJobState::kCancelled) {
     view.state = JobState::kCancelled;
     view.detail = "cancelled; submit it again to resume";
-  } else if (r.state == "queued") {
+  } else if (r.state == pipelines::ClaimsJobState::kQueued) {
     view.state = JobState::kQueued;
   } else {  // running or interrupted, and not running here: a job of `txscore batch run`, or of another server
     view.state = JobState::kInterrupted;
-    view.detail = "stopped by a " + std::string(r.state == "running" ? "crash" : "stop") + " at " +
-                  std::to_string(r.done) + " of " + std::to_string(r.total) + " rows; submit it again to resume";
+    view.detail = "stopped by a " + std::string(r.state == pipelines::ClaimsJobState::kRunning ? "crash" : "stop") +
+                  " at " + std::to_string(r.done) + " of " + std::to_string(r.total) +
+                  " rows; submit it again to resume";
   }
   return view;
 }
@@ -225,7 +231,8 @@ Result<ClaimsJobView> ClaimsJobManager::Cancel(const std::string& job_id) {
         job.view.detail = "cancelled before it started";
         std::error_code ec;
         TXSCORE_RETURN_IF_ERROR(pipelines::SetClaimsJobState(
-            *db_, job.input, fs::absolute(job.view.output_path, ec).lexically_normal().string(), "cancelled"));
+            *db_, job.input, fs::absolute(job.view.output_path, ec).lexically_normal().string(),
+            pipelines::ClaimsJobState::kCancelled));
       } else if (job.view.state == JobState::kRunning) {
         job.cancel.store(true);
       }
@@ -256,7 +263,7 @@ void ClaimsJobManager::SetFinished(ClaimsJobView* view) const {
 }
 
 void ClaimsJobManager::Work() {
-  if (options_.config.priority == "idle") {
+  if (options_.config.priority == pipelines::JobsConfig::Priority::kIdle) {
     if (txscore::Status lowered = LowerThisThreadPriority(); !lowered.ok()) {
       spdlog::warn("claims jobs run at normal priority: {}", lowered.error().message);
     }
@@ -291,7 +298,7 @@ void ClaimsJobManager::Work() {
     spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
     // Inline claims are personal data kept only for the job: gone once it is done or failed.
-    if (job->inline_input && (!summary.ok() || summary->state == "done")) {
+    if (job->inline_input && (!summary.ok() || summary->state == pipelines::ClaimsJobState::kDone)) {
       std::error_code removed;
       if (!fs::remove(job->input, removed) && removed) {
         spdlog::warn("claims job {}: cannot remove its inline input {}: {}", job->view.job_id, job->input,
@@ -311,8 +318,8 @@ void ClaimsJobManager::Work() {
       // RunClaimsJob recorded the failure in its own words; the record gets the server's.
       std::error_code ec;
       if (txscore::Status saved = pipelines::SetClaimsJobState(
-              *db_, job->input, fs::absolute(job->view.output_path, ec).lexically_normal().string(), "failed",
-              job->view.detail);
+              *db_, job->input, fs::absolute(job->view.output_path, ec).lexically_normal().string(),
+              pipelines::ClaimsJobState::kFailed, job->view.detail);
           !saved.ok()) {
         spdlog::error("claims job {}: cannot record its failure: {}", job->view.job_id, saved.error().ToString());
       }
@@ -332,16 +339,17 @@ void ClaimsJobManager::Work() {
     job->view.claims_per_s = summary->claims_per_s();
     job->view.llm_selected = summary->llm_selected;
     job->view.llm_shortfalls = summary->llm_shortfalls;
-    if (summary->state == "done") {
+    if (summary->state == pipelines::ClaimsJobState::kDone) {
       SetFinished(&job->view);
-    } else if (summary->state == "interrupted") {
+    } else if (summary->state == pipelines::ClaimsJobState::kInterrupted) {
       job->view.state = JobState::kInterrupted;
       job->view.detail = "interrupted by the server stopping; it resumes when the server starts again";
     } else {
       job->view.state = JobState::kCancelled;
       job->view.detail = "stopped after " + std::to_string(summary->done) + " rows; submit it again to resume";
     }
-    spdlog::info("claims job {} {}: {} of {} rows", job->view.job_id, summary->state, summary->done, summary->total);
+    spdlog::info("claims job {} {}: {} of {} rows", job->view.job_id, pipelines::ClaimsJobStateName(summary->state),
+                 summary->done, summary->total);
   }
 }
 

@@ -75,7 +75,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
     // The claims pipeline may share the transaction pipeline's engines (an LLM on an
     // accelerator: one engine, one batcher, requests first); each kind decides (its Prepare).
     pipelines::PipelineRuntime background = runtime;
-    background.background = config.jobs.priority == "idle";  // the jobs' threads leave the cores to requests
+    background.background = config.jobs.priority ==
+                            pipelines::JobsConfig::Priority::kIdle;  // the jobs' threads leave the cores to requests
     Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline =
         pipelines::ClaimsPipeline::Create(*claims, background);
     if (!claims_pipeline.ok()) return claims_pipeline.error();

@@ -1,5 +1,5 @@
 // The model families txscore ships. A new family is its own file plus one line here and one in
-// CMakeLists.txt (README, "Adding a model family").
+// CMakeLists.txt (docs/llm.md, "Adding a model family").
 #include "llm/families/gemma2.h"
 #include "llm/families/gemma3.h"
 #include "llm/families/granite.h"

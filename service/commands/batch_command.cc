@@ -140,7 +140,7 @@ int RunBatch(BatchRunOptions& options) {
     }
     return 1;
   }
-  if (summary->state == "cancelled") {
+  if (summary->state == pipelines::ClaimsJobState::kCancelled) {
     std::fprintf(stderr, "stopped after %lld of %lld rows; run the same command to resume\n",
                  static_cast<long long>(summary->done), static_cast<long long>(summary->total));
     return 130;

@@ -66,7 +66,8 @@ int RunServe(const ServeOptions& options) {
   }
   if (!config->jobs.claims_pipeline.empty()) {
     spdlog::info("claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",
-                 config->jobs.claims_pipeline, config->jobs.input_dir, config->jobs.output_dir, config->jobs.priority);
+                 config->jobs.claims_pipeline, config->jobs.input_dir, config->jobs.output_dir,
+                 config->jobs.priority == pipelines::JobsConfig::Priority::kIdle ? "idle" : "normal");
   }
   spdlog::info(
       "serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "

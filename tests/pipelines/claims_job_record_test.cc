@@ -23,7 +23,7 @@ JobState EveryField() {
   state.error = "disk full";
   state.restart = true;
   ClaimsJobSummary& s = state.summary;
-  s.state = "failed";
+  s.state = ClaimsJobState::kFailed;
   s.errors = 2;
   s.analysed = 3;
   s.llm_selected = 4;
@@ -61,7 +61,7 @@ TEST(JobState, DecodeRestoresEveryFieldEncodeWrote) {
   EXPECT_TRUE(d.restart);
   EXPECT_TRUE(d.begun());
   const ClaimsJobSummary& s = d.summary;
-  EXPECT_EQ(s.state, "failed");
+  EXPECT_EQ(s.state, ClaimsJobState::kFailed);
   EXPECT_EQ(s.errors, 2);
   EXPECT_EQ(s.analysed, 3);
   EXPECT_EQ(s.llm_selected, 4);
@@ -79,7 +79,7 @@ TEST(JobState, ARecordOfAJobThatHasNotBegunDecodesWithDefaults) {
   Result<JobState> decoded = JobState::Decode(R"({"input":"/in","output":"/out","state":"queued"})");
   ASSERT_TRUE(decoded.ok()) << decoded.error().ToString();
   EXPECT_FALSE(decoded->begun());
-  EXPECT_EQ(decoded->summary.state, "queued");
+  EXPECT_EQ(decoded->summary.state, ClaimsJobState::kQueued);
   EXPECT_EQ(decoded->error, "");
   EXPECT_FALSE(decoded->restart);
   EXPECT_EQ(decoded->chunk_size, 0);
@@ -96,6 +96,15 @@ TEST(JobState, RefusesACorruptRecordWithDataLoss) {
     ASSERT_FALSE(decoded.ok()) << corrupt;
     EXPECT_EQ(decoded.error().code, ErrorCode::kDataLoss) << corrupt;
     EXPECT_EQ(decoded.error().message.rfind("a claims job record is malformed: ", 0), 0u) << decoded.error().message;
+  }
+}
+
+TEST(JobState, RefusesAStateItDoesNotKnow) {
+  EXPECT_TRUE(testing::IsError(JobState::Decode(R"({"input":"/in","output":"/out","state":"paused"})"),
+                               ErrorCode::kDataLoss, "a claims job record is malformed: unknown state \"paused\""));
+  for (ClaimsJobState state : {ClaimsJobState::kQueued, ClaimsJobState::kRunning, ClaimsJobState::kInterrupted,
+                               ClaimsJobState::kCancelled, ClaimsJobState::kFailed, ClaimsJobState::kDone}) {
+    EXPECT_EQ(ParseClaimsJobState(ClaimsJobStateName(state)), state);
   }
 }
 
@@ -124,7 +133,7 @@ TEST_F(ClaimsJobRecordTest, ReadsWhatSaveStateWrote) {
   const ClaimsJobRecord& r = **record;
   EXPECT_EQ(r.input, "/data/in.jsonl");
   EXPECT_EQ(r.output, "/data/out.jsonl");
-  EXPECT_EQ(r.state, "failed");
+  EXPECT_EQ(r.state, ClaimsJobState::kFailed);
   EXPECT_EQ(r.error, "disk full");
   EXPECT_TRUE(r.restart);
   EXPECT_EQ(r.total, 10);
@@ -140,35 +149,35 @@ TEST_F(ClaimsJobRecordTest, ReadsWhatSaveStateWrote) {
 }
 
 TEST_F(ClaimsJobRecordTest, SetStateRecordsAQueuedJobAndLaterKeepsItsProgress) {
-  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", "queued", "", true).ok());
+  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", ClaimsJobState::kQueued, "", true).ok());
   auto queued = ReadClaimsJob(*db_, "825db671240b25f2");
   ASSERT_TRUE(queued.ok() && queued->has_value());
-  EXPECT_EQ((*queued)->state, "queued");
+  EXPECT_EQ((*queued)->state, ClaimsJobState::kQueued);
   EXPECT_TRUE((*queued)->restart);
   EXPECT_EQ((*queued)->done, 0);
 
   ASSERT_TRUE(SaveState(*db_, ClaimsJobKey("825db671240b25f2"), EveryField()).ok());
-  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", "interrupted").ok());
+  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", ClaimsJobState::kInterrupted).ok());
   auto stored = db_->Get(storage::ColumnFamily::kJobs, "claims-job/825db671240b25f2");
   ASSERT_TRUE(stored.ok() && stored->has_value());
   JobState expected = EveryField();
-  expected.summary.state = "interrupted";
+  expected.summary.state = ClaimsJobState::kInterrupted;
   expected.error = "";
   expected.restart = false;
   EXPECT_EQ(**stored, expected.Encode());
 }
 
 TEST_F(ClaimsJobRecordTest, ListsJobsByIdAndIgnoresOtherKeys) {
-  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", "queued").ok());
-  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/other.jsonl", "done").ok());
+  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", ClaimsJobState::kQueued).ok());
+  ASSERT_TRUE(SetClaimsJobState(*db_, "/data/in.jsonl", "/data/other.jsonl", ClaimsJobState::kDone).ok());
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kJobs, "other-job/1", "not a claims job");
   ASSERT_TRUE(db_->Write(batch).ok());
   auto jobs = ListClaimsJobs(*db_);
   ASSERT_TRUE(jobs.ok()) << jobs.error().ToString();
   ASSERT_EQ(jobs->size(), 2u);
-  EXPECT_EQ(jobs->at("825db671240b25f2").state, "queued");
-  EXPECT_EQ(jobs->at(ClaimsJobId("/data/in.jsonl", "/data/other.jsonl")).state, "done");
+  EXPECT_EQ(jobs->at("825db671240b25f2").state, ClaimsJobState::kQueued);
+  EXPECT_EQ(jobs->at(ClaimsJobId("/data/in.jsonl", "/data/other.jsonl")).state, ClaimsJobState::kDone);
   EXPECT_EQ(jobs->at(ClaimsJobId("/data/in.jsonl", "/data/other.jsonl")).output, "/data/other.jsonl");
 }
 
@@ -182,7 +191,7 @@ TEST_F(ClaimsJobRecordTest, ACorruptStoredRecordIsDataLossForEveryReader) {
   auto listed = ListClaimsJobs(*db_);
   ASSERT_FALSE(listed.ok());
   EXPECT_EQ(listed.error().code, ErrorCode::kDataLoss);
-  Status set = SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", "queued");
+  Status set = SetClaimsJobState(*db_, "/data/in.jsonl", "/data/out.jsonl", ClaimsJobState::kQueued);
   ASSERT_FALSE(set.ok());
   EXPECT_EQ(set.error().code, ErrorCode::kDataLoss);
 }

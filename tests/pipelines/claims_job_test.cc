@@ -70,7 +70,7 @@ class ClaimsJobTest : public ::testing::Test {
 TEST_F(ClaimsJobTest, ScoresEveryRowInInputOrderAndWritesASummary) {
   auto summary = RunClaimsJob(*pipeline_, *db_, Options());
   ASSERT_TRUE(summary.ok()) << summary.error().ToString();
-  EXPECT_EQ(summary->state, "done");
+  EXPECT_EQ(summary->state, ClaimsJobState::kDone);
   EXPECT_EQ(summary->total, 50);
   EXPECT_EQ(summary->done, 50);
   EXPECT_EQ(summary->errors, 0);
@@ -147,7 +147,7 @@ TEST_F(ClaimsJobTest, ResumesExactlyOnceAfterACrashBetweenWritingAndRecordingACh
   options.progress = [&](const ClaimsJobProgress& p) { cancel.store(p.done >= 16); };
   auto first = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_TRUE(first.ok()) << first.error().ToString();
-  EXPECT_EQ(first->state, "cancelled");
+  EXPECT_EQ(first->state, ClaimsJobState::kCancelled);
   EXPECT_EQ(first->done, 16);
   // ...then leave what a crash between appending a chunk and recording it leaves: lines the
   // job's record does not cover, and half a line.
@@ -159,7 +159,7 @@ TEST_F(ClaimsJobTest, ResumesExactlyOnceAfterACrashBetweenWritingAndRecordingACh
   options.cancel = nullptr;
   auto resumed = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
-  EXPECT_EQ(resumed->state, "done");
+  EXPECT_EQ(resumed->state, ClaimsJobState::kDone);
   EXPECT_EQ(resumed->runs, 2);
   EXPECT_EQ(resumed->done, 50);
   EXPECT_EQ(resumed->decisions, reference->decisions);  // the totals span both runs
@@ -175,13 +175,13 @@ TEST_F(ClaimsJobTest, AnInterruptedJobIsRecordedAsInterruptedAndResumes) {
   options.progress = [&](const ClaimsJobProgress& p) { interrupt.store(p.done >= 8); };
   auto first = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_TRUE(first.ok()) << first.error().ToString();
-  EXPECT_EQ(first->state, "interrupted");
+  EXPECT_EQ(first->state, ClaimsJobState::kInterrupted);
   EXPECT_EQ(first->done, 8);
   const std::string id = ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl"));
   auto jobs = ListClaimsJobs(*db_);
   ASSERT_TRUE(jobs.ok()) << jobs.error().ToString();
   ASSERT_EQ(jobs->count(id), 1u);
-  EXPECT_EQ(jobs->at(id).state, "interrupted");
+  EXPECT_EQ(jobs->at(id).state, ClaimsJobState::kInterrupted);
   EXPECT_EQ(jobs->at(id).done, 8);
   EXPECT_EQ(jobs->at(id).input, dir_.file("claims.jsonl"));
 
@@ -189,11 +189,11 @@ TEST_F(ClaimsJobTest, AnInterruptedJobIsRecordedAsInterruptedAndResumes) {
   options.progress = nullptr;
   auto resumed = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
-  EXPECT_EQ(resumed->state, "done");
+  EXPECT_EQ(resumed->state, ClaimsJobState::kDone);
   EXPECT_EQ(resumed->runs, 2);
   ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, Options("reference.jsonl")).ok());
   EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
-  EXPECT_EQ(ListClaimsJobs(*db_)->at(id).state, "done");
+  EXPECT_EQ(ListClaimsJobs(*db_)->at(id).state, ClaimsJobState::kDone);
 }
 
 TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {
@@ -218,7 +218,7 @@ TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {
   // The record says the job failed, and why; its progress stays for a resume.
   auto record = ReadClaimsJob(*db_, id);
   ASSERT_TRUE(record.ok() && record->has_value());
-  EXPECT_EQ((*record)->state, "failed");
+  EXPECT_EQ((*record)->state, ClaimsJobState::kFailed);
   EXPECT_EQ((*record)->error, changed.error().message);
   EXPECT_EQ((*record)->done, 8);
   options.restart = true;  // the way out the message names
@@ -241,7 +241,7 @@ TEST_F(ClaimsJobTest, AFinishedJobRunAgainScoresNothing) {
   const std::string output = testing::ReadFile(dir_.file("out.jsonl"));
   auto again = RunClaimsJob(*pipeline_, *db_, Options());
   ASSERT_TRUE(again.ok()) << again.error().ToString();
-  EXPECT_EQ(again->state, "done");
+  EXPECT_EQ(again->state, ClaimsJobState::kDone);
   EXPECT_EQ(again->runs, 1);
   EXPECT_EQ(testing::ReadFile(dir_.file("out.jsonl")), output);
 }
@@ -345,23 +345,23 @@ TEST_F(ClaimsJobTest, ACancelledJobIsRecordedAsCancelled) {
   ClaimsJobOptions options = Options();
   options.cancel = &cancel;
   options.progress = [&](const ClaimsJobProgress& p) { cancel.store(p.done >= 8); };
-  ASSERT_EQ(RunClaimsJob(*pipeline_, *db_, options)->state, "cancelled");
+  ASSERT_EQ(RunClaimsJob(*pipeline_, *db_, options)->state, ClaimsJobState::kCancelled);
   auto record = ReadClaimsJob(*db_, ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl")));
   ASSERT_TRUE(record.ok() && record->has_value());
-  EXPECT_EQ((*record)->state, "cancelled");
+  EXPECT_EQ((*record)->state, ClaimsJobState::kCancelled);
   EXPECT_EQ((*record)->done, 8);
 }
 
 TEST_F(ClaimsJobTest, AQueuedRecordWithoutProgressRunsAsANewJob) {
   // How a server queues a job: a record with a state and no progress.
-  ASSERT_TRUE(SetClaimsJobState(*db_, dir_.file("claims.jsonl"), dir_.file("out.jsonl"), "queued").ok());
+  ASSERT_TRUE(SetClaimsJobState(*db_, dir_.file("claims.jsonl"), dir_.file("out.jsonl"), ClaimsJobState::kQueued).ok());
   const std::string id = ClaimsJobId(dir_.file("claims.jsonl"), dir_.file("out.jsonl"));
-  EXPECT_EQ(ReadClaimsJob(*db_, id)->value().state, "queued");
+  EXPECT_EQ(ReadClaimsJob(*db_, id)->value().state, ClaimsJobState::kQueued);
   auto summary = RunClaimsJob(*pipeline_, *db_, Options());
   ASSERT_TRUE(summary.ok()) << summary.error().ToString();
   EXPECT_EQ(summary->done, 50);
   EXPECT_EQ(summary->runs, 1);
-  EXPECT_EQ(ReadClaimsJob(*db_, id)->value().state, "done");
+  EXPECT_EQ(ReadClaimsJob(*db_, id)->value().state, ClaimsJobState::kDone);
 }
 
 TEST_F(ClaimsJobTest, AFailureBeforeTheJobBeganIsRecordedOnlyWhereARecordExists) {
@@ -370,12 +370,13 @@ TEST_F(ClaimsJobTest, AFailureBeforeTheJobBeganIsRecordedOnlyWhereARecordExists)
   options.input_path = dir_.file("missing.jsonl");
   ASSERT_FALSE(RunClaimsJob(*pipeline_, *db_, options).ok());
   EXPECT_TRUE(ListClaimsJobs(*db_)->empty());
-  ASSERT_TRUE(SetClaimsJobState(*db_, dir_.file("missing.jsonl"), dir_.file("out.jsonl"), "queued").ok());
+  ASSERT_TRUE(
+      SetClaimsJobState(*db_, dir_.file("missing.jsonl"), dir_.file("out.jsonl"), ClaimsJobState::kQueued).ok());
   auto failed = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_FALSE(failed.ok());
   auto record = ReadClaimsJob(*db_, ClaimsJobId(dir_.file("missing.jsonl"), dir_.file("out.jsonl")));
   ASSERT_TRUE(record.ok() && record->has_value());
-  EXPECT_EQ((*record)->state, "failed");
+  EXPECT_EQ((*record)->state, ClaimsJobState::kFailed);
   EXPECT_EQ((*record)->error, failed.error().message);
 }
 
@@ -487,7 +488,7 @@ TEST_F(ClaimsJobTest, AStopAskedWhileCountingRowsEndsTheJobAtOnce) {
   options.cancel = &cancel;
   auto summary = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_TRUE(summary.ok()) << summary.error().ToString();
-  EXPECT_EQ(summary->state, "cancelled");
+  EXPECT_EQ(summary->state, ClaimsJobState::kCancelled);
   EXPECT_EQ(summary->done, 0);
   EXPECT_FALSE(std::filesystem::exists(dir_.file("stopped.jsonl")));  // nothing written yet
 }

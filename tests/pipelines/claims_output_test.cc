@@ -67,7 +67,7 @@ TEST(ErrorLine, ReplacesInvalidUtf8) {
 ClaimsJobSummary ASummary() {
   ClaimsJobSummary s;
   s.job_id = "j1";
-  s.state = "done";
+  s.state = ClaimsJobState::kDone;
   s.total = 3;
   s.done = 3;
   s.errors = 1;

@@ -96,7 +96,7 @@ TEST_F(ConfigTest, TheShippedDemoPipelineParses) {
   const StageGraph& graph = config->graph;
   EXPECT_EQ(graph.InputStage(graph.sink(), kDecisionVerdict), graph.Find("rules"));
   EXPECT_EQ(config->jobs.claims_pipeline, dir_.file("card.key"));
-  EXPECT_EQ(config->jobs.priority, "idle");
+  EXPECT_EQ(config->jobs.priority, JobsConfig::Priority::kIdle);
 }
 
 TEST_F(ConfigTest, TheShippedClaimsPipelineParses) {

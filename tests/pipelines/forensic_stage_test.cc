@@ -260,7 +260,7 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
   auto summary = RunClaimsJob(**claims, *db_, options);
   spdlog::set_default_logger(previous);
   ASSERT_TRUE(summary.ok()) << summary.error().ToString();
-  EXPECT_EQ(summary->state, "done");
+  EXPECT_EQ(summary->state, ClaimsJobState::kDone);
   ASSERT_GT(summary->llm_selected, 0);
   EXPECT_EQ(summary->analysed, 0);
   EXPECT_EQ(summary->llm_shortfalls, (std::map<std::string, int64_t>{{"failed", summary->llm_selected}}));
