@@ -14,6 +14,10 @@ struct PrepareSnapshot {
   uint64_t graph_builds = 0;        // decoding constraints compiled for a vocabulary and schema
   uint64_t weight_bytes_moved = 0;  // weights copied onto a device
 
+  PrepareSnapshot operator+(const PrepareSnapshot& more) const {
+    return {model_builds + more.model_builds, graph_builds + more.graph_builds,
+            weight_bytes_moved + more.weight_bytes_moved};
+  }
   PrepareSnapshot operator-(const PrepareSnapshot& earlier) const {
     return {model_builds - earlier.model_builds, graph_builds - earlier.graph_builds,
             weight_bytes_moved - earlier.weight_bytes_moved};

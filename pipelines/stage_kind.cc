@@ -38,7 +38,7 @@ Status PreparedStage::RunChunk(const std::vector<ChunkItem>& items) const {
 std::shared_ptr<void> SharedStageResources::Find(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = objects_.find(key);
-  return it == objects_.end() ? nullptr : it->second;
+  return it == objects_.end() ? nullptr : it->second.lock();
 }
 
 void SharedStageResources::Put(const std::string& key, std::shared_ptr<void> value) {

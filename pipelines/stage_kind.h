@@ -145,7 +145,8 @@ class PreparedStage {
 
 // Cross-pipeline sharing: an object stages of several pipelines may use (an LLM engine loaded
 // once for the server's transaction pipeline and its claims pipeline), by a key the kind
-// chooses. Thread-safe.
+// chooses. It holds weak references: an object lives as long as a prepared stage uses it.
+// Thread-safe.
 class SharedStageResources {
  public:
   std::shared_ptr<void> Find(const std::string& key) const;
@@ -153,7 +154,7 @@ class SharedStageResources {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<void>> objects_;
+  std::map<std::string, std::weak_ptr<void>> objects_;
 };
 
 // What the program provides beyond the pipeline file.

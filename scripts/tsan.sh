@@ -17,6 +17,7 @@ if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test >build-tsan/bu
 fi
 # halt_on_error: the first race fails the run; second_deadlock_stack: both stacks of a
 # lock-order report; tests/tsan.supp: races inside uninstrumented Debian libraries only.
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+# OMP_NUM_THREADS=1: XGBoost's OpenMP (uninstrumented libgomp) starts no threads.
+OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/hot_reload_test --gtest_filter='HotReloadTest.*'
 echo "tsan: hot_reload_test is clean under ThreadSanitizer"

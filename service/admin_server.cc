@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -70,24 +71,42 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
 }
 
 // Runs slow handlers on threads of their own, and waits for them at Stop.
+// Threads that finished are joined when the next one starts, so they do not pile up.
 class SlowHandlers {
  public:
   void Run(std::function<void()> work) {
     std::lock_guard<std::mutex> lock(mu_);
-    threads_.emplace_back(std::move(work));
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.push_back({std::thread([work = std::move(work), done] {
+                          work();
+                          done->store(true);
+                        }),
+                        done});
   }
   void JoinAll() {
-    std::vector<std::thread> threads;
+    std::vector<Worker> threads;
     {
       std::lock_guard<std::mutex> lock(mu_);
       threads.swap(threads_);
     }
-    for (std::thread& t : threads) t.join();
+    for (Worker& w : threads) w.thread.join();
   }
 
  private:
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   std::mutex mu_;
-  std::vector<std::thread> threads_;
+  std::vector<Worker> threads_;
 };
 
 class Session : public std::enable_shared_from_this<Session> {

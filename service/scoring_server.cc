@@ -263,9 +263,11 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
   outcome.trigger = trigger;
   std::unique_lock<std::mutex> one_at_a_time(reload_mutex_, std::try_to_lock);
   if (!one_at_a_time.owns_lock()) {
+    outcome.busy = true;
     outcome.detail = "another reload is running";
     return outcome;
   }
+  const PrepareSnapshot before = PrepareCountersNow();
   Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(config_.source_path);
   if (!loaded.ok()) {
     outcome.detail = loaded.error().ToString();
@@ -296,9 +298,10 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
   active_.Set(Serve(pipeline));
   config_ = std::move(loaded).value();
   {
-    // Building the new set was a start-up's work, not the request path's.
+    // Building the new set was a start-up's work, not the request path's: it is left out of
+    // the request-path counters (which then still count what requests did meanwhile).
     std::lock_guard<std::mutex> lock(prepared_mutex_);
-    prepared_ = PrepareCountersNow();
+    prepared_ = prepared_ + (PrepareCountersNow() - before);
   }
   outcome.applied = true;
   outcome.detail = "pipeline " + config_.name + " v" + config_.version + ", model " + pipeline->model_id() + "@" +
@@ -320,7 +323,7 @@ HttpResponse ScoringServer::ReloadOverHttp() {
                          {"detail", outcome.detail},
                          {"pipeline_version", outcome.pipeline_version},
                          {"model", outcome.model_id + "@" + outcome.model_version}};
-  const int status = outcome.applied ? 200 : outcome.detail == "another reload is running" ? 409 : 422;
+  const int status = outcome.applied ? 200 : outcome.busy ? 409 : 422;
   return {status, "application/json", body.dump() + "\n"};
 }
 

@@ -76,6 +76,7 @@ class ScoringServer {
 
   struct ReloadOutcome {
     bool applied = false;
+    bool busy = false;    // refused because another reload was running
     std::string trigger;  // "SIGHUP", "admin", or the test's
     int64_t time_ms = 0;  // when it finished, ms since the epoch
     // Applied: what now serves; refused: why (a reload already running, a restart-only

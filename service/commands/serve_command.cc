@@ -52,17 +52,20 @@ int RunServe(const ServeOptions& options) {
     return 1;
   }
   (*server)->Start([] { kill(getpid(), SIGTERM); });
-  const std::shared_ptr<pipelines::ScoringPipeline> serving = (*server)->pipeline();
-  const pipelines::ScoringPipeline& pipeline = *serving;
-  spdlog::info("pipeline {} v{}: model {}@{}", config->name, config->version, pipeline.model_id(),
-               pipeline.model_version());
-  for (int i : config->graph.order()) {
-    const pipelines::GraphStage& stage = config->graph.stage(i);
-    spdlog::info("stage {} ({}){}: {}", stage.name, stage.kind, stage.when ? " when " + stage.when->text() : "",
-                 pipeline.stage(i).Describe());
-  }
-  for (const accelerator::Placement& p : pipeline.plan().stages) {
-    spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+  {
+    // Held for the start-up log only: a reload must be able to free this pipeline.
+    const std::shared_ptr<pipelines::ScoringPipeline> serving = (*server)->pipeline();
+    const pipelines::ScoringPipeline& pipeline = *serving;
+    spdlog::info("pipeline {} v{}: model {}@{}", config->name, config->version, pipeline.model_id(),
+                 pipeline.model_version());
+    for (int i : config->graph.order()) {
+      const pipelines::GraphStage& stage = config->graph.stage(i);
+      spdlog::info("stage {} ({}){}: {}", stage.name, stage.kind, stage.when ? " when " + stage.when->text() : "",
+                   pipeline.stage(i).Describe());
+    }
+    for (const accelerator::Placement& p : pipeline.plan().stages) {
+      spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+    }
   }
   if (!config->jobs.claims_pipeline.empty()) {
     spdlog::info("claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",

@@ -131,6 +131,7 @@ struct Reply {
   std::string model_version;
   std::string pipeline_version;
   std::set<std::string> stages;  // from its timings
+  bool shadow_scored = false;    // stage_scores has the shadow's
 };
 
 TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFails) {
@@ -157,6 +158,7 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
           client.client->score(result, ToThriftTransaction(tx));
           Reply r{result.request_id, result.model_version, result.pipeline_version, {}};
           for (const rpc::StageTiming& t : result.timings) r.stages.insert(t.stage);
+          r.shadow_scored = result.stage_scores.count("shadow") > 0;
           replies[static_cast<size_t>(c)].push_back(std::move(r));
         } catch (const std::exception& e) {
           ADD_FAILURE() << "client " << c << " request " << i << ": " << e.what();
@@ -171,13 +173,17 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
   const auto served = [&](const std::string&) {
     std::array<int, kClients> before;
     for (int c = 0; c < kClients; ++c) before[static_cast<size_t>(c)] = answered[static_cast<size_t>(c)].load();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (int c = 0; c < kClients; ++c) {
       while (answered[static_cast<size_t>(c)].load() < before[static_cast<size_t>(c)] + 2 && failures.load() == 0) {
+        ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "client " << c << " was not answered for 60 s";
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
   };
   served("p1");
+  // The first pipeline is freed once the reload has swapped it out and its requests are done.
+  const std::weak_ptr<pipelines::ScoringPipeline> first = server_->pipeline();
 
   // 1. A new model (B) and pipeline version: applied, over the admin port.
   InstallModel(testing::ChallengerModelDir());
@@ -187,6 +193,7 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
   EXPECT_EQ(nlohmann::json::parse(answer.body)["applied"], true);
   EXPECT_EQ(nlohmann::json::parse(answer.body)["model"], "fraud@" + model_b);
   served("p2");
+  EXPECT_TRUE(first.expired()) << "the replaced pipeline is still held";
 
   // 2. A corrupt model: refused with the loader's reason; B keeps serving.
   CorruptModel();
@@ -227,6 +234,7 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
       EXPECT_GE(version->second.first, last) << r.request_id;
       last = version->second.first;
       EXPECT_EQ(r.stages.count("shadow"), r.pipeline_version == "p4" ? 1u : 0u) << r.request_id;
+      EXPECT_EQ(r.shadow_scored, r.pipeline_version == "p4") << r.request_id;
       by_id[r.request_id] = r;
     }
     EXPECT_EQ(last, 5) << "client " << c;
