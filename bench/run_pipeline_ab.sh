@@ -4,11 +4,11 @@
 #
 #   bench/run_pipeline_ab.sh OLD/score_bench NEW/score_bench [ROUNDS] [FILTER]
 #
-# FILTER (default BM_PipelineScore/wal/tree_ensemble$) picks the benchmark; both binaries read
+# FILTER (default 'BM_PipelineScore/wal / tree_ensemble$') picks the benchmark; both binaries read
 # var/models/fraud.ubj. Each run: --benchmark_min_time=2, one repetition; the figure is its
 # real time per request.
 set -euo pipefail
-a=$1 b=$2 rounds=${3:-5} filter=${4:-'BM_PipelineScore/wal/tree_ensemble$'}
+a=$1 b=$2 rounds=${3:-5} filter=${4:-'BM_PipelineScore/wal / tree_ensemble$'}
 run() {
   "$1" --model var/models/fraud.ubj --benchmark_filter="$filter" --benchmark_min_time=2 \
     --benchmark_format=json 2>/dev/null |
