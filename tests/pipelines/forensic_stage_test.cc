@@ -154,6 +154,17 @@ class ForensicPipelineTest : public ::testing::Test {
     return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(testing::kTestPan);
   }
 
+  // The host CPU with a fixed profile, and the emulated device (the forensic stage's
+  // "emulated" placement, with the CPU as its fallback).
+  static accelerator::DeviceRegistry CpuAndEmulatedDevices() {
+    accelerator::DeviceRegistry devices;
+    devices.Register(accelerator::HostCpuDevice(
+        {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"},
+        24LL << 30));
+    devices.Register(accelerator::EmulatedDeviceDescription({}));
+    return devices;
+  }
+
   // The transaction pipeline's LLM engine.
   ForensicStage* Engine() const { return ForensicStageOf(*pipeline_->FindStage("forensic")); }
 
@@ -324,11 +335,7 @@ TEST_F(ForensicPipelineTest, ScoringBuildsNoConstraintOrModel) {
 }
 
 TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPassedOverAfterwards) {
-  accelerator::DeviceRegistry devices;
-  devices.Register(accelerator::HostCpuDevice(
-      {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"},
-      24LL << 30));
-  devices.Register(accelerator::EmulatedDeviceDescription({}));
+  const accelerator::DeviceRegistry devices = CpuAndEmulatedDevices();
   control_.failing_device = "privateuseone:0";
   CreatePipeline(/*review_threshold=*/0.0, 60000, "", "emulated", &devices);
   EXPECT_EQ(pipeline_->plan().Find("forensic")->device, "emulated:0");
@@ -353,11 +360,7 @@ TEST_F(ForensicPipelineTest, AFailingDeviceHandsTheRequestToTheNextOneAndIsPasse
 }
 
 TEST_F(ForensicPipelineTest, AnInternalErrorIsNotRetriedOnTheNextDevice) {
-  accelerator::DeviceRegistry devices;
-  devices.Register(accelerator::HostCpuDevice(
-      {.dispatch_us = 3, .flops_per_s = 40e9, .memory_bytes_per_s = 16e9, .copy_bytes_per_s = 0, .source = "test"},
-      24LL << 30));
-  devices.Register(accelerator::EmulatedDeviceDescription({}));
+  const accelerator::DeviceRegistry devices = CpuAndEmulatedDevices();
   control_.failing_device = "privateuseone:0";
   control_.failure = ErrorCode::kInternal;  // not the device's fault: the CPU would fail the same way
   CreatePipeline(/*review_threshold=*/0.0, 60000, "", "emulated", &devices);
