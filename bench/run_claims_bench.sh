@@ -12,6 +12,7 @@
 # Needs ./scripts/setup.sh to have run (build, the claims model, llm-tiny).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 runs=${RUNS:-3}
 claims=${CLAIMS:-400}
 when=${WHEN:-claims_model.score >= 0.3}
@@ -32,10 +33,13 @@ for run in $(seq "$runs"); do
   for device in "${devices[@]}"; do
     for batch in "${batches[@]}"; do
       name="$device-b$batch-r$run-x$index"
-      cat > "$work/$name.yaml" <<YAML
+      cat > "$work/$name.settings.yaml" <<YAML
+pipeline: $name.yaml
 storage: {path: db-$name, durability: wal}
 security: {card_key_file: card.key}
 devices: {calibration_cache: profiles.json, backend_library: $(realpath "$(dirname "$binary")")/libtxscore_emulated_device.so}
+YAML
+      cat > "$work/$name.yaml" <<YAML
 stages:
   - {name: features, kind: claim_features}
   - {name: claims_model, kind: xgboost, after: features, model: $PWD/var/models/claims.ubj}
@@ -43,7 +47,7 @@ stages:
      threads: 1, placement: $device, dtype: $([ "$device" = cpu ] && echo float32 || echo bfloat16), max_batch: $batch}
   - {name: decision, kind: decision, after: [claims_model, analysis]}
 YAML
-      "$binary" batch run --config "$work/$name.yaml" --input "$work/claims.jsonl" --output "$work/$name.out" \
+      "$binary" batch run --config "$(config_for "$binary" "$work/$name.settings.yaml")" --input "$work/claims.jsonl" --output "$work/$name.out" \
         --quiet > /dev/null
       /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], \
 '%.1f claims/s' % s['claims_per_s'], 'analysed', s['analysed'], 'llm %.2f s' % s['stages']['analysis']['seconds'])" \

@@ -22,7 +22,7 @@ job_pid=""
 trap '[ -n "$job_pid" ] && kill "$job_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 write_claims_pipeline "$work" 1
 ./build/txscore data generate --kind claims --format jsonl --claims "$claims" --seed 9 --out "$work/claims.jsonl" 2>/dev/null
-"$txscore" batch run --config "$work/claims.yaml" --input "$work/claims.jsonl" --output "$work/out.jsonl" \
+"$txscore" batch run --config "$(config_for "$txscore" "$work/batch.yaml")" --input "$work/claims.jsonl" --output "$work/out.jsonl" \
   > "$work/job.out" 2>&1 &
 job_pid=$!
 sleep "$start"

@@ -37,20 +37,23 @@ trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; 
 mkdir -p "$work/in"
 ./build/txscore data generate --kind claims --format jsonl --claims "$claims" --seed 9 --out "$work/in/claims.jsonl" 2>/dev/null
 write_claims_pipeline "$work" "$llm"
-cat > "$work/pipeline.yaml" <<YAML
-pipeline: {name: bench, version: "bench"}
+cat > "$work/txscore.yaml" <<YAML
+pipeline: pipeline.yaml
 server: {host: 127.0.0.1, port: 0, workers: 8}
 admin: {host: 127.0.0.1, port: 0}
 storage: {path: db, durability: wal}
 security: {card_key_file: card.key}
 devices: {calibration_cache: profiles.json}
 jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, priority: $priority}
+YAML
+cat > "$work/pipeline.yaml" <<YAML
+pipeline: {name: bench, version: "bench"}
 stages:
   - {name: features, kind: features}
   - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
   - {name: decision, kind: decision, after: fraud}
 YAML
-env ${SERVE_ENV:-} ./build/txscore serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" &
+env ${SERVE_ENV:-} ./build/txscore serve --config "$work/txscore.yaml" --log-level warn > "$work/serve.out" &
 server_pid=$!
 for _ in $(seq 300); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$work/serve.out")
@@ -71,7 +74,7 @@ for run in $(seq "$runs"); do
       before=$(job_field "$id" 2) ;;
     process)
       rm -rf "$work/batch-db" "$work/batch.out"*
-      chrt --idle 0 ./build/txscore batch run --config "$work/claims.yaml" --input "$work/in/claims.jsonl" \
+      chrt --idle 0 ./build/txscore batch run --config "$work/batch.yaml" --input "$work/in/claims.jsonl" \
         --output "$work/batch.out" --quiet > /dev/null 2>&1 &
       background_pid=$!
       sleep 2 ;;

@@ -34,7 +34,7 @@ for entry in "${binaries[@]}"; do
   dir="$work/$name"
   mkdir -p "$dir"
   write_scoring_pipeline "$dir" "$durability"
-  "$binary" serve --config "$dir/pipeline.yaml" --log-level warn > "$dir/serve.out" 2>&1 &
+  "$binary" serve --config "$(config_for "$binary" "$dir/txscore.yaml")" --log-level warn > "$dir/serve.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
   port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$dir/serve.out")

@@ -22,7 +22,7 @@ work=$(mktemp -d)
 server_pid=""
 trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 write_scoring_pipeline "$work" "$durability"
-"$txscore" serve --config "$work/pipeline.yaml" --log-level warn > "$work/serve.out" 2>&1 &
+"$txscore" serve --config "$(config_for "$txscore" "$work/txscore.yaml")" --log-level warn > "$work/serve.out" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$work/serve.out")

@@ -123,10 +123,9 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
   testing::WriteFile(key, std::string(32, 'k'));
   ::chmod(key.c_str(), 0600);
   const std::string yaml = dir.file("p.yaml");
-  testing::WriteFile(yaml, std::string("storage: {path: db, durability: ") + durability +
-                               "}\nsecurity: {card_key_file: card.key}\nstages:\n"
-                               "  - {name: features, kind: features}\n"
-                               "  - {name: fraud, kind: xgboost, after: features, model: " +
+  testing::WriteFile(yaml, std::string("stages:\n"
+                                       "  - {name: features, kind: features}\n"
+                                       "  - {name: fraud, kind: xgboost, after: features, model: ") +
                                g_model_path + (fast ? "" : ", evaluator: xgboost") +
                                "}\n"
                                "  - {name: decision, kind: decision, after: fraud}\n");
@@ -135,8 +134,9 @@ void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast
     state.SkipWithError(config.error().ToString().c_str());
     return;
   }
-  auto db = storage::Database::Open(config->storage.path, {.durability = config->storage.durability});
-  auto pipeline = pipelines::ScoringPipeline::Create(*config, db->get());
+  Result<storage::Durability> parsed_durability = storage::ParseDurability(durability);
+  auto db = storage::Database::Open(dir.file("db"), {.durability = parsed_durability.value()});
+  auto pipeline = pipelines::ScoringPipeline::Create(*config, db->get(), key);
   if (!pipeline.ok()) {
     state.SkipWithError(pipeline.error().ToString().c_str());
     return;

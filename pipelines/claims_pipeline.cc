@@ -13,6 +13,7 @@ constexpr std::chrono::hours kBatchStageLimit{1};
 }  // namespace
 
 Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineConfig& config,
+                                                               const std::string& card_key_file,
                                                                const PipelineRuntime& runtime) {
   if (config.items != ItemKind::kClaim) {
     return FailedPrecondition(config.source_path +
@@ -20,7 +21,7 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
                               "claim_features");
   }
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
-  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(config.security.card_key_file));
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(card_key_file));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
   return pipeline;

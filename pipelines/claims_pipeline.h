@@ -54,9 +54,10 @@ struct ClaimOutcome {
 
 class ClaimsPipeline {
  public:
-  // Loads the claimant key, the models and the LLM stage named in a claims pipeline file.
-  // `runtime.devices` must outlive the pipeline.
-  static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config,
+  // Loads the claimant key (`card_key_file`: claimant ids are tokenized like card numbers), the
+  // models and the LLM stage named in a claims pipeline file. `runtime.devices` must outlive
+  // the pipeline.
+  static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config, const std::string& card_key_file,
                                                         const PipelineRuntime& runtime = {});
 
   // `provider_claims[i]`: claims of the batch naming claims[i]'s provider (fraud/features.h).

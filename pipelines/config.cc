@@ -22,155 +22,6 @@ namespace fs = std::filesystem;
 
 using Reader = YamlReader;
 
-Status ParseServer(const Reader& r, const YAML::Node& node, RpcServerConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "server",
-                                      {"host", "port", "workers", "io_threads", "max_connections",
-                                       "max_queued_requests", "frame_timeout_ms", "idle_timeout_ms", "limits"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "host", false, &out->host));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "port", 0, 65535, &out->port));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "workers", 1, 1024, &out->workers));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "io_threads", 1, 64, &out->io_threads));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_connections", 1, 1000000, &out->max_connections));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_queued_requests", 1, 1000000, &out->max_queued_requests));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "frame_timeout_ms", 1, 600000, &out->frame_timeout_ms));
-  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "idle_timeout_ms", 1, 86400000, &out->idle_timeout_ms));
-  if (const YAML::Node limits = node["limits"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
-        limits, "server.limits",
-        {"max_message_bytes", "max_frame_bytes", "max_string_bytes", "max_container_items", "max_recursion_depth"}));
-    ThriftLimits& l = out->limits;
-    constexpr int64_t kGiB = 1LL << 30;
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_message_bytes", 1024, kGiB, &l.max_message_bytes));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_frame_bytes", 1024, kGiB, &l.max_frame_bytes));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_string_bytes", 16, kGiB, &l.max_string_bytes));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_container_items", 1, 10000000, &l.max_container_items));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(limits, "max_recursion_depth", 4, 1000, &l.max_recursion_depth));
-  }
-  return Status::Ok();
-}
-
-// A list of names ([a, b] or a block list), each passing `check`.
-Status ReadNameList(const Reader& r, const YAML::Node& map, const std::string& key,
-                    const std::function<Status(const std::string&)>& check, std::vector<std::string>* out) {
-  const YAML::Node list = map[key];
-  if (!list.IsSequence() || list.size() == 0) return r.ErrorAt(list, "\"" + key + "\" must be a non-empty list");
-  out->clear();
-  for (const YAML::Node& item : list) {
-    if (!item.IsScalar() || item.Scalar().empty()) return r.ErrorAt(item, "\"" + key + "\": each entry must be a name");
-    Status checked = check(item.Scalar());
-    if (!checked.ok()) return r.ErrorAt(item, checked.error().message);
-    out->push_back(item.Scalar());
-  }
-  return Status::Ok();
-}
-
-// devices.backend: what the backend library is, where the file says it (accelerator/backend.h).
-Status ParseBackend(const Reader& r, const YAML::Node& node, accelerator::BackendConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(
-      r.ExpectMap(node, "devices.backend",
-                  {"kind", "index", "dtypes", "native_ops", "memory_gib", "alignment", "emulator", "cost", "options"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "kind", false, &out->kind));
-  if (node["kind"]) {
-    Status valid = accelerator::CheckKindName(out->kind, "kind");
-    if (valid.ok() && (out->kind == accelerator::kCpuKind || out->kind == accelerator::kCudaKind)) {
-      valid = InvalidArgument("kind \"" + out->kind + "\" is PyTorch's own; an out-of-tree backend needs another");
-    }
-    if (!valid.ok()) return r.ErrorAt(node["kind"], valid.error().message);
-  }
-  if (node["index"]) {
-    int index = 0;
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "index", 0, 1024, &index));
-    out->index = index;
-  }
-  if (node["dtypes"]) {
-    std::vector<std::string> dtypes;
-    TXSCORE_RETURN_IF_ERROR(ReadNameList(
-        r, node, "dtypes",
-        [](const std::string& dtype) {
-          return accelerator::IsKnownDtype(dtype)
-                     ? Status::Ok()
-                     : Status(InvalidArgument("unknown dtype \"" + dtype + "\" (known: float32, bfloat16, float16)"));
-        },
-        &dtypes));
-    out->dtypes = std::move(dtypes);
-  }
-  if (node["native_ops"]) {
-    std::vector<std::string> ops;
-    TXSCORE_RETURN_IF_ERROR(ReadNameList(
-        r, node, "native_ops",
-        [](const std::string& op) {
-          return accelerator::IsKnownOp(op)
-                     ? Status::Ok()
-                     : Status(
-                           InvalidArgument("unknown op \"" + op + "\" (known: " + accelerator::KnownOpNames() + ")"));
-        },
-        &ops));
-    out->native_ops = std::set<std::string>(ops.begin(), ops.end());
-  }
-  if (node["memory_gib"]) {
-    double memory_gib = 0;
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(node, "memory_gib", 0.001, 1e6, &memory_gib));
-    out->memory_bytes = static_cast<int64_t>(memory_gib * (1LL << 30));
-  }
-  if (node["alignment"]) {
-    int alignment = 1;
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "alignment", 1, 4096, &alignment));
-    out->alignment = alignment;
-  }
-  if (node["emulator"]) {
-    bool emulator = false;
-    TXSCORE_RETURN_IF_ERROR(r.ReadBool(node, "emulator", &emulator));
-    out->emulator = emulator;
-  }
-  if (const YAML::Node cost = node["cost"]) {
-    TXSCORE_RETURN_IF_ERROR(
-        r.ExpectMap(cost, "devices.backend.cost", {"dispatch_us", "tflops", "memory_gbps", "copy_gbps"}));
-    for (const char* key : {"dispatch_us", "tflops", "memory_gbps", "copy_gbps"}) {
-      if (!cost[key]) return r.ErrorAt(cost, std::string("devices.backend.cost needs ") + key);
-    }
-    accelerator::CostProfile p;
-    double tflops = 0, memory_gbps = 0, copy_gbps = 0;
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "dispatch_us", 0, 1e6, &p.dispatch_us));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "tflops", 0.001, 1e4, &tflops));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "memory_gbps", 0.001, 1e5, &memory_gbps));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(cost, "copy_gbps", 0.001, 1e5, &copy_gbps));
-    p.flops_per_s = tflops * 1e12;
-    p.memory_bytes_per_s = memory_gbps * 1e9;
-    p.copy_bytes_per_s = copy_gbps * 1e9;
-    out->cost = p;
-  }
-  if (const YAML::Node options = node["options"]) {
-    if (!options.IsMap()) return r.ErrorAt(options, "devices.backend.options must be a mapping of option to value");
-    for (const auto& entry : options) {
-      if (!entry.second.IsScalar()) {
-        return r.ErrorAt(entry.second, "devices.backend.options: " + entry.first.Scalar() + " must be a single value");
-      }
-      out->options.emplace_back(entry.first.Scalar(), entry.second.Scalar());
-    }
-  }
-  return Status::Ok();
-}
-
-Status ParseDevices(const Reader& r, const YAML::Node& node, DevicesConfig* out) {
-  // The keys of earlier versions, named so that an old file says what to write instead.
-  if (node.IsMap() && node["emulated"]) {
-    return r.ErrorAt(node["emulated"],
-                     "devices.emulated is no longer read: the emulated device is a backend library now; load it "
-                     "with devices.backend_library (e.g. ../build/libtxscore_emulated_device.so) and put its "
-                     "latency model under devices.backend.options");
-  }
-  if (node.IsMap() && node["backend_kind"]) {
-    return r.ErrorAt(node["backend_kind"], "devices.backend_kind is now devices.backend.kind");
-  }
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "devices", {"backend_library", "backend", "calibration_cache"}));
-  TXSCORE_RETURN_IF_ERROR(
-      r.ReadPath(node, "backend_library", false, YamlReader::PathMustBe::kAnything, &out->backend.library));
-  if (const YAML::Node backend = node["backend"]) TXSCORE_RETURN_IF_ERROR(ParseBackend(r, backend, &out->backend));
-  TXSCORE_RETURN_IF_ERROR(
-      r.ReadPath(node, "calibration_cache", false, YamlReader::PathMustBe::kAnything, &out->calibration_cache));
-  return Status::Ok();
-}
-
 SourceLocation LocationOf(const YAML::Node& node) { return YamlReader::LocationOf(node); }
 
 // The keys every stage may have; each kind adds its own.
@@ -274,22 +125,19 @@ Status ParseStages(const Reader& r, const YAML::Node& node, const StageKindRegis
   return Status::Ok();
 }
 
-// Every scalar under `node`, by its dotted path ("server.limits.max_frame_bytes"; list items
-// as "devices.x[0]").
-void Flatten(const YAML::Node& node, const std::string& path, std::map<std::string, std::string>* out) {
-  if (node.IsMap()) {
-    for (const auto& entry : node) Flatten(entry.second, path + "." + entry.first.Scalar(), out);
-  } else if (node.IsSequence()) {
-    for (size_t i = 0; i < node.size(); ++i) Flatten(node[i], path + "[" + std::to_string(i) + "]", out);
-  } else {
-    (*out)[path] = node.IsNull() ? "null" : node.Scalar();
-  }
-}
-
 Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std::string& source_path,
                              const StageKindRegistry& kinds) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
-      root, "the pipeline file", {"pipeline", "server", "admin", "storage", "security", "devices", "jobs", "stages"}));
+  // A pipeline file of earlier versions held the service's settings too: say where they went.
+  if (root.IsMap()) {
+    for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
+      if (const YAML::Node node = root[section]) {
+        return r.ErrorAt(node, std::string("\"") + section +
+                                   "\" is a service setting, not a pipeline's: move it to the settings file that "
+                                   "names this pipeline (config/txscore.yaml: `pipeline: FILE`; service/settings.h)");
+      }
+    }
+  }
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the pipeline file", {"pipeline", "stages"}));
   PipelineConfig config;
   config.source_path = source_path;
   if (const YAML::Node p = root["pipeline"]) {
@@ -298,50 +146,6 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(p, "deadline_ms", 1, 600000, &config.deadline_ms));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(p, "version", false, &config.version));
   }
-  if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &config.server));
-  if (const YAML::Node a = root["admin"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port"}));
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(a, "host", false, &config.admin.host));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(a, "port", 0, 65535, &config.admin.port));
-  }
-  const YAML::Node storage = root["storage"];
-  if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(storage, "storage", {"path", "durability"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(storage, "path", true, YamlReader::PathMustBe::kAnything, &config.storage.path));
-  if (storage["durability"]) {
-    std::string durability;
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(storage, "durability", false, &durability));
-    Result<storage::Durability> parsed = storage::ParseDurability(durability);
-    if (!parsed.ok()) return r.ErrorAt(storage["durability"], parsed.error().message);
-    config.storage.durability = *parsed;
-  }
-  const YAML::Node security = root["security"];
-  if (!security) return r.ErrorAt(root, "missing required key \"security\"");
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, YamlReader::PathMustBe::kRegularFile,
-                                     &config.security.card_key_file));
-  if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &config.devices));
-  if (const YAML::Node j = root["jobs"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
-        j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority", "max_llm_shortfall_share"}));
-    std::string priority = "idle";
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &priority));
-    if (priority != "idle" && priority != "normal") {
-      return r.ErrorAt(j["priority"], "priority must be idle or normal, not \"" + priority + "\"");
-    }
-    config.jobs.priority = priority == "idle" ? JobsConfig::Priority::kIdle : JobsConfig::Priority::kNormal;
-    TXSCORE_RETURN_IF_ERROR(
-        r.ReadPath(j, "claims_pipeline", true, YamlReader::PathMustBe::kRegularFile, &config.jobs.claims_pipeline));
-    TXSCORE_RETURN_IF_ERROR(
-        r.ReadPath(j, "input_dir", true, YamlReader::PathMustBe::kAnything, &config.jobs.input_dir));
-    TXSCORE_RETURN_IF_ERROR(
-        r.ReadPath(j, "output_dir", true, YamlReader::PathMustBe::kAnything, &config.jobs.output_dir));
-    TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &config.jobs.chunk));
-    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &config.jobs.max_llm_shortfall_share));
-  }
-  for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
-    if (const YAML::Node node = root[section]) Flatten(node, section, &config.restart_only);
-  }
   const YAML::Node stages = root["stages"];
   if (!stages) return r.ErrorAt(root, "missing required key \"stages\"");
   TXSCORE_RETURN_IF_ERROR(ParseStages(r, stages, kinds, &config));
@@ -349,21 +153,6 @@ Result<PipelineConfig> Parse(const YAML::Node& root, const Reader& r, const std:
 }
 
 }  // namespace
-
-std::vector<std::string> RestartOnlyChanges(const PipelineConfig& running, const PipelineConfig& loaded) {
-  std::vector<std::string> changes;
-  std::set<std::string> keys;
-  for (const auto& [key, value] : running.restart_only) keys.insert(key);
-  for (const auto& [key, value] : loaded.restart_only) keys.insert(key);
-  for (const std::string& key : keys) {
-    const auto before = running.restart_only.find(key);
-    const auto after = loaded.restart_only.find(key);
-    const std::string was = before == running.restart_only.end() ? "(default)" : before->second;
-    const std::string now = after == loaded.restart_only.end() ? "(default)" : after->second;
-    if (was != now) changes.push_back(key + ": " + was + " -> " + now);
-  }
-  return changes;
-}
 
 const StageSettings* PipelineConfig::FindSettings(const std::string& stage_name) const {
   for (const auto& s : settings) {

@@ -1,4 +1,7 @@
-// The pipeline YAML (config/pipeline.yaml), loaded into typed structs.
+// A pipeline file (config/pipeline.yaml), loaded into typed structs: the pipeline's name and
+// version, its deadline and its stages. The process's own settings (ports, storage, keys,
+// devices, jobs) are not a pipeline's: they are in the service settings file that names the
+// pipeline file (service/settings.h).
 //
 // Loading is strict: an unknown key, a value of the wrong type or out of range, or a file
 // that does not exist is an error that names the YAML file, line and column. Relative paths
@@ -7,108 +10,15 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "accelerator/backend.h"
 #include "common/result.h"
 #include "pipelines/stage_graph.h"
 #include "pipelines/stage_kind.h"
-#include "storage/database.h"
 
 namespace txscore::pipelines {
-
-// Thrift's protection against hostile or broken clients.
-struct ThriftLimits {
-  int64_t max_message_bytes = 1 << 20;  // Default: 1 MiB per message
-  int64_t max_frame_bytes = 1 << 20;    // Default: 1 MiB per frame (framed transport)
-  int64_t max_string_bytes = 64 << 10;  // Default: 64 KiB per string field
-  int64_t max_container_items = 10000;  // Default: 10000 items per list/map/set (scoreBatch size)
-  int max_recursion_depth = 64;         // Default: 64 nested structs
-};
-
-struct RpcServerConfig {
-  std::string host = "0.0.0.0";  // Default: all interfaces
-  int port = 9090;               // Default: 9090; 0 picks a free port
-  // Default: 8 requests run at once. A connection holds no thread: only a complete frame
-  // needs one (service/rpc_server.h).
-  int workers = 8;
-  // Default: 1. Threads always left to accept connections, read frames and shed load; the
-  // server runs io_threads + workers threads in all.
-  int io_threads = 1;
-  int max_connections = 4096;      // Default: 4096 open connections; one more is closed at once
-  int max_queued_requests = 1024;  // Default: 1024 complete frames waiting to run; more are shed
-  // Default: 5 s. A frame must arrive whole within this of its first byte, and a reply be
-  // taken within this; a client that trickles bytes or does not read is disconnected.
-  int frame_timeout_ms = 5000;
-  int idle_timeout_ms = 600000;  // Default: 10 min of silence between frames closes a connection
-  ThriftLimits limits;
-};
-
-struct AdminConfig {
-  std::string host = "127.0.0.1";  // Default: loopback only
-  int port = 9091;                 // Default: 9091; 0 picks a free port
-};
-
-struct StorageConfig {
-  std::string path;                                             // required: RocksDB directory, created when missing
-  storage::Durability durability = storage::Durability::kSync;  // Default: sync (see storage/database.h)
-};
-
-struct SecurityConfig {
-  std::string card_key_file;  // required: >= 32 random bytes, mode 0600
-};
-
-// Which devices the process looks for (accelerator/discovery.h). Placement itself is per stage.
-// cpu (and cuda, when libtorch has it and sees a GPU) are always looked for; any other device
-// is an out-of-tree PyTorch backend on PrivateUse1, loaded from a shared library and described
-// by the library itself (accelerator/backend_abi.h) and/or by `backend:` here. Keys:
-//
-//   backend_library    Default: none, and no out-of-tree device. The backend's .so, relative to
-//                      the file: torch-spyre's, or txscore's emulated device
-//                      (../build/libtxscore_emulated_device.so). One per process (PrivateUse1).
-//   backend:           Each key overrides what the library says of itself; a library without
-//                      the txscore_describe_backend entry point needs kind, dtypes, native_ops.
-//     kind             Default: the library's own. The name `placement:` uses ([a-z0-9_])
-//     index            Default: the library's, else 0. Device index (privateuseone:<index>)
-//     dtypes           Default: the library's. List of float32, bfloat16, float16
-//     native_ops       Default: the library's. List from matmul, softmax, rms_norm, rope,
-//                      embedding, activation, tree_walk
-//     memory_gib       Default: the library's, else not known and not checked
-//     alignment        Default: the library's, else 1 (no padding by the op adapters)
-//     emulator         Default: the library's, else false. true: reported "(emulated)" everywhere
-//     cost:            Default: the library's, else calibrated at start (and cached). All four:
-//       dispatch_us, tflops, memory_gbps, copy_gbps
-//     options          Default: none. A map passed as text to the library's entry point (the
-//                      emulated device's latency model: stage_dispatch_us, op_dispatch_us,
-//                      tflops, memory_gbps, copy_gbps, memory_gib, alignment)
-//   calibration_cache  Default: none (calibrate at every start); measured profiles are kept here
-struct DevicesConfig {
-  accelerator::BackendConfig backend;  // backend_library and backend:, as above
-  std::string calibration_cache;
-};
-
-// Claims jobs on a running server (`jobs:`): submitted over Thrift, run one at a time in the
-// background through the claims pipeline named here (service/claims_jobs.h).
-struct JobsConfig {
-  // Default: none, and no jobs. A claims pipeline file; its storage section is not used (jobs'
-  // progress goes to this server's database) and its LLM stage runs at the lowest OS priority.
-  std::string claims_pipeline;
-  std::string input_dir;   // required with claims_pipeline: a server-side input must be inside it
-  std::string output_dir;  // required with claims_pipeline: outputs and inline inputs go here (created)
-  int chunk = 0;           // Default: 0, as `txscore batch run --chunk`
-  // Default: idle. The jobs' threads (the job runner and its LLM stage) run in the OS's idle
-  // class: they get only CPU time no request wants, and wait while the machine is kept busy.
-  // normal: they compete with requests as equals.
-  enum class Priority { kIdle, kNormal };
-  Priority priority = Priority::kIdle;
-  // Default: 0.1. A job that finishes with the LLM stage writing no findings for more than
-  // this share of the claims it was asked to read ends DEGRADED rather than DONE (as
-  // `txscore batch run --max-llm-shortfall-share`).
-  double max_llm_shortfall_share = 0.1;
-};
 
 struct PipelineConfig {
   std::string source_path;  // the YAML file this came from
@@ -117,12 +27,6 @@ struct PipelineConfig {
   ItemKind items = ItemKind::kTransaction;
   std::string name = "transactions";
   std::string version = "1";  // reported in every ScoreResult and audit record
-  RpcServerConfig server;
-  AdminConfig admin;
-  StorageConfig storage;
-  SecurityConfig security;
-  DevicesConfig devices;
-  JobsConfig jobs;
   // Default: 1500 ms. The deadline, from a request's arrival, of every stage that sets no
   // budget_ms of its own. A request may ask for less (Transaction.budget_ms): that caps every
   // stage's deadline. What happens at a deadline: see ScoringPipeline.
@@ -137,15 +41,7 @@ struct PipelineConfig {
 
   // The settings of the stage named `name`, or null.
   const StageSettings* FindSettings(const std::string& name) const;
-
-  // The settings a running server cannot change (server, admin, storage, security, devices,
-  // jobs) as the file wrote them, flattened: "server.port" -> "9090". Compared by a reload.
-  std::map<std::string, std::string> restart_only;
 };
-
-// The restart-only settings that differ between the running config and a newly loaded one,
-// e.g. "server.port: 9090 -> 9095" ("(default)" where the file has no such key), sorted.
-std::vector<std::string> RestartOnlyChanges(const PipelineConfig& running, const PipelineConfig& loaded);
 
 // `kinds` must outlive the config. Default: the builtin kinds.
 Result<PipelineConfig> LoadPipelineConfig(const std::string& path,

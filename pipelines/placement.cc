@@ -35,13 +35,10 @@ const accelerator::Placement* PipelinePlan::Find(const std::string& stage) const
   return nullptr;
 }
 
-accelerator::DiscoveryOptions DiscoveryOptionsFor(const PipelineConfig& config) {
-  accelerator::DiscoveryOptions options;
-  options.backend = config.devices.backend;
-  options.calibration_cache = config.devices.calibration_cache;
-  options.threads = 1;
-  for (const auto& stage : config.settings) options.threads = std::max(options.threads, stage->compute_threads);
-  return options;
+int MostComputeThreads(const PipelineConfig& config) {
+  int threads = 1;
+  for (const auto& stage : config.settings) threads = std::max(threads, stage->compute_threads);
+  return threads;
 }
 
 Result<PipelinePlan> PlanPipeline(const PipelineConfig& config, const accelerator::DeviceRegistry& devices) {

@@ -36,9 +36,9 @@ Result<std::vector<std::unique_ptr<PreparedStage>>> PrepareStages(const Pipeline
                                                                   const PipelinePlan& plan,
                                                                   const PipelineRuntime& runtime);
 
-// What to look for, from the pipeline file's devices section; devices are profiled with the
-// most compute threads any stage asks for.
-accelerator::DiscoveryOptions DiscoveryOptionsFor(const PipelineConfig& config);
+// The most compute threads any stage asks for (at least 1): the count the process's devices
+// are profiled with (accelerator::DiscoveryOptions::threads).
+int MostComputeThreads(const PipelineConfig& config);
 
 // What `txscore plan` prints: the devices (emulated ones marked), then per stage every
 // candidate with its predicted time and why it was or was not chosen.

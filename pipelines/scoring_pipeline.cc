@@ -47,9 +47,9 @@ std::mutex& ScoringLedger::CardLock(const std::string& card_token) {
 }
 
 Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
+                                                                 const std::string& card_key_file,
                                                                  const PipelineRuntime& runtime) {
-  TXSCORE_ASSIGN_OR_RETURN(std::shared_ptr<ScoringLedger> ledger,
-                           ScoringLedger::Create(db, config.security.card_key_file));
+  TXSCORE_ASSIGN_OR_RETURN(std::shared_ptr<ScoringLedger> ledger, ScoringLedger::Create(db, card_key_file));
   return Create(config, std::move(ledger), runtime);
 }
 
@@ -57,8 +57,9 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
                                                                  std::shared_ptr<ScoringLedger> ledger,
                                                                  const PipelineRuntime& runtime) {
   if (config.items != ItemKind::kTransaction) {
-    return FailedPrecondition(config.source_path + " is a claims pipeline; run it with `txscore batch run --config " +
-                              config.source_path + "`");
+    return FailedPrecondition(config.source_path +
+                              " is a claims pipeline: `txscore batch run` runs it, or a server's claims jobs "
+                              "(jobs.claims_pipeline in the settings file)");
   }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, std::move(ledger)));
   pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };

@@ -107,8 +107,9 @@ class ScoringPipeline {
   static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config,
                                                          std::shared_ptr<ScoringLedger> ledger,
                                                          const PipelineRuntime& runtime = {});
-  // The same with a ledger of its own over `db` and the config's card key.
+  // The same with a ledger of its own over `db`, tokenizing with the key in `card_key_file`.
   static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db,
+                                                         const std::string& card_key_file,
                                                          const PipelineRuntime& runtime = {});
 
   // A dry run before the pipeline serves (a reload's check): scores a fixed synthetic

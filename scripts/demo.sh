@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec ./build/txscore serve --config config/pipeline.yaml "$@"
+exec ./build/txscore serve --config config/txscore.yaml "$@"

@@ -182,7 +182,7 @@ struct AdminServer::Impl {
 
 AdminServer::AdminServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<AdminServer>> AdminServer::Create(const pipelines::AdminConfig& config,
+Result<std::unique_ptr<AdminServer>> AdminServer::Create(const AdminConfig& config,
                                                          std::map<std::string, AdminRoute> routes) {
   auto impl = std::make_unique<Impl>();
   impl->routes = std::move(routes);

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "common/result.h"
-#include "pipelines/config.h"
+#include "service/settings.h"
 
 namespace txscore::service {
 
@@ -40,7 +40,7 @@ class AdminServer {
   using Handler = AdminHandler;
 
   // Binds and listens before returning; routes map exact paths ("/healthz") to handlers.
-  static Result<std::unique_ptr<AdminServer>> Create(const pipelines::AdminConfig& config,
+  static Result<std::unique_ptr<AdminServer>> Create(const AdminConfig& config,
                                                      std::map<std::string, AdminRoute> routes);
   ~AdminServer();  // stops if still running
 

@@ -263,7 +263,7 @@ void ClaimsJobManager::SetFinished(ClaimsJobView* view) const {
 }
 
 void ClaimsJobManager::Work() {
-  if (options_.config.priority == pipelines::JobsConfig::Priority::kIdle) {
+  if (options_.config.priority == JobsConfig::Priority::kIdle) {
     if (txscore::Status lowered = LowerThisThreadPriority(); !lowered.ok()) {
       spdlog::warn("claims jobs run at normal priority: {}", lowered.error().message);
     }

@@ -30,6 +30,7 @@
 #include "fraud/claim.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/config.h"
+#include "service/settings.h"
 #include "storage/database.h"
 
 namespace txscore::service {
@@ -59,7 +60,7 @@ struct ClaimsJobView {
 };
 
 struct ClaimsJobManagerOptions {
-  pipelines::JobsConfig config;
+  JobsConfig config;
   // Tests: called on the worker thread before each job starts (to hold it there).
   std::function<void(const std::string& job_id)> before_job;
   // Tests: called when the manager is stopping, after the running job was told to stop.

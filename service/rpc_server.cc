@@ -97,7 +97,7 @@ class Connection;
 void Dispatch(const std::shared_ptr<Connection>& connection);
 
 struct RpcServer::Shared {
-  Shared(const pipelines::RpcServerConfig& config, std::shared_ptr<rpc::TxScoreIf> handler)
+  Shared(const RpcServerConfig& config, std::shared_ptr<rpc::TxScoreIf> handler)
       : config(config),
         thrift_config(std::make_shared<TConfiguration>(static_cast<int>(config.limits.max_message_bytes),
                                                        static_cast<int>(config.limits.max_frame_bytes),
@@ -110,7 +110,7 @@ struct RpcServer::Shared {
         work(io.get_executor()),
         free_slots(config.workers) {}
 
-  const pipelines::RpcServerConfig config;
+  const RpcServerConfig config;
   int max_connections = 0;
   // The largest frame accepted: a framed message is its frame, so both limits apply.
   int64_t max_frame_bytes = 0;
@@ -665,7 +665,7 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
 
 }  // namespace
 
-Result<std::unique_ptr<RpcServer>> RpcServer::Create(const pipelines::RpcServerConfig& config,
+Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config,
                                                      std::shared_ptr<rpc::TxScoreIf> handler) {
   // Thrift reports trouble through GlobalOutput (stderr by default); send it to our log.
   apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { spdlog::warn("thrift: {}", message); });

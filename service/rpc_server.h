@@ -25,7 +25,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "pipelines/config.h"
+#include "service/settings.h"
 
 namespace txscore::rpc {
 class TxScoreIf;
@@ -50,7 +50,7 @@ struct RpcServerStats {
 class RpcServer {
  public:
   // Binds and listens before returning, so port() is known and connections queue at once.
-  static Result<std::unique_ptr<RpcServer>> Create(const pipelines::RpcServerConfig& config,
+  static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config,
                                                    std::shared_ptr<rpc::TxScoreIf> handler);
   ~RpcServer();  // Stop()s
 

@@ -7,7 +7,8 @@
 
 namespace txscore::service {
 
-Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::PipelineConfig& config,
+Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettings& settings,
+                                                             const pipelines::PipelineConfig& config,
                                                              const pipelines::PipelineRuntime& given_runtime,
                                                              const Hooks& runtime_hooks) {
   // The server's pipelines share what their kinds allow (one LLM engine on an accelerator).
@@ -27,7 +28,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   AdminRoute reload([self] { return self->ReloadOverHttp(); });
   reload.post = reload.slow = reload.local_only = true;
   routes["/admin/reload"] = std::move(reload);
-  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(config.admin, std::move(routes));
+  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(settings.admin, std::move(routes));
   if (!admin.ok()) return admin.error();
   server->admin_ = std::move(admin).value();
   server->admin_->Start();
@@ -35,15 +36,15 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
   if (runtime_hooks.on_starting) runtime_hooks.on_starting(server->admin_->port());
 
   storage::DatabaseOptions db_options;
-  db_options.durability = config.storage.durability;
-  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(config.storage.path, db_options);
+  db_options.durability = settings.storage.durability;
+  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
   TXSCORE_ASSIGN_OR_RETURN(server->ledger_,
-                           pipelines::ScoringLedger::Create(server->db_.get(), config.security.card_key_file));
+                           pipelines::ScoringLedger::Create(server->db_.get(), settings.security.card_key_file));
   TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipelines::ScoringPipeline> pipeline,
                            pipelines::ScoringPipeline::Create(config, server->ledger_, runtime));
-  server->config_ = config;
+  server->settings_ = std::make_shared<const ServiceSettings>(settings);
   server->runtime_ = runtime;
   server->active_.Set(server->Serve(std::move(pipeline)));
   server->reloads_applied_ =
@@ -69,20 +70,20 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
                                          [counters, field = c.field] { return counters->RequestPathWork().*field; });
   }
 
-  if (!config.jobs.claims_pipeline.empty()) {
-    Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(config.jobs.claims_pipeline);
+  if (!settings.jobs.claims_pipeline.empty()) {
+    Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(settings.jobs.claims_pipeline);
     if (!claims.ok()) return claims.error();
     // The claims pipeline may share the transaction pipeline's engines (an LLM on an
     // accelerator: one engine, one batcher, requests first); each kind decides (its Prepare).
     pipelines::PipelineRuntime background = runtime;
-    background.background = config.jobs.priority ==
-                            pipelines::JobsConfig::Priority::kIdle;  // the jobs' threads leave the cores to requests
+    background.background =
+        settings.jobs.priority == JobsConfig::Priority::kIdle;  // the jobs' threads leave the cores to requests
     Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline =
-        pipelines::ClaimsPipeline::Create(*claims, background);
+        pipelines::ClaimsPipeline::Create(*claims, settings.security.card_key_file, background);
     if (!claims_pipeline.ok()) return claims_pipeline.error();
     server->claims_pipeline_ = std::move(claims_pipeline).value();
     ClaimsJobManagerOptions job_options;
-    job_options.config = config.jobs;
+    job_options.config = settings.jobs;
     job_options.before_job = runtime_hooks.before_job;
     job_options.on_stopping = runtime_hooks.on_jobs_stopping;
     Result<std::unique_ptr<ClaimsJobManager>> jobs =
@@ -91,7 +92,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const pipelines::Pi
     server->jobs_ = std::move(jobs).value();
   }
   auto handler = std::make_shared<TxScoreHandler>(&server->active_, &server->ready_, server->jobs_.get());
-  Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(config.server, handler);
+  Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(settings.server, handler);
   if (!rpc.ok()) return rpc.error();
   server->rpc_ = std::move(rpc).value();
   RpcServer* const rpc_server = server->rpc_.get();
@@ -268,16 +269,21 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     return outcome;
   }
   const PrepareSnapshot before = PrepareCountersNow();
-  Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(config_.source_path);
-  if (!loaded.ok()) {
-    outcome.detail = loaded.error().ToString();
+  Result<ServiceSettings> settings = LoadServiceSettings(settings_->source_path);
+  if (!settings.ok()) {
+    outcome.detail = settings.error().ToString();
     return outcome;
   }
-  const std::vector<std::string> changes = pipelines::RestartOnlyChanges(config_, *loaded);
+  const std::vector<std::string> changes = RestartOnlyChanges(*settings_, *settings);
   if (!changes.empty()) {
     std::string list;
     for (const std::string& c : changes) list += (list.empty() ? "" : "; ") + c;
     outcome.detail = "these settings change only with a restart: " + list;
+    return outcome;
+  }
+  Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(settings->pipeline);
+  if (!loaded.ok()) {
+    outcome.detail = loaded.error().ToString();
     return outcome;
   }
   // The new pipeline loads its own engines (a checkpoint may have changed in place); claims
@@ -296,7 +302,8 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     return outcome;
   }
   active_.Set(Serve(pipeline));
-  config_ = std::move(loaded).value();
+  settings_ = std::make_shared<const ServiceSettings>(std::move(settings).value());
+  const pipelines::PipelineConfig& config = pipeline->config();
   {
     // Building the new set was a start-up's work, not the request path's: it is left out of
     // the request-path counters (which then still count what requests did meanwhile).
@@ -304,8 +311,9 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     prepared_ = prepared_ + (PrepareCountersNow() - before);
   }
   outcome.applied = true;
-  outcome.detail = "pipeline " + config_.name + " v" + config_.version + ", model " + pipeline->model_id() + "@" +
-                   pipeline->model_version() + ", " + std::to_string(config_.graph.size()) + " stages";
+  outcome.detail = "pipeline " + config.name + " v" + config.version + " (" + config.source_path + "), model " +
+                   pipeline->model_id() + "@" + pipeline->model_version() + ", " + std::to_string(config.graph.size()) +
+                   " stages";
   return outcome;
 }
 

@@ -3,14 +3,12 @@
 // both run exactly this.
 //
 // Hot reload: Reload() (SIGHUP in `txscore serve`, or POST /admin/reload from a local caller)
-// reads the pipeline file again and loads the new pipeline, models, schemas and checkpoints
-// beside the running ones; checks them (every stage prepared, a canary transaction scored
-// without writing anything); then swaps them in atomically (ActivePipeline). Every request
-// runs entirely on the old or entirely on the new pipeline; the old is freed when its last
-// request finishes. A bad new set (a missing file, a wrong feature count, a YAML error, a
-// failing canary) or a change to a restart-only setting (server, admin, storage, security,
-// devices, jobs: named in the refusal) is refused, and the old keeps serving. Claims jobs keep
-// the claims pipeline they started with until the server restarts.
+// reads the settings file and the pipeline file it names again, and loads the new pipeline, models, schemas and
+// checkpoints beside the running ones; checks them (every stage prepared, a canary transaction scored without writing
+// anything); then swaps them in atomically (ActivePipeline). Every request runs entirely on the old or entirely on the
+// new pipeline; the old is freed when its last request finishes. A bad new set (a missing file, a wrong feature count,
+// a YAML error, a failing canary) or a change to a restart-only setting (any but `pipeline:`: named in the refusal) is
+// refused, and the old keeps serving. Claims jobs keep the claims pipeline they started with until the server restarts.
 #pragma once
 
 #include <atomic>
@@ -30,6 +28,7 @@
 #include "service/claims_jobs.h"
 #include "service/metrics.h"
 #include "service/rpc_server.h"
+#include "service/settings.h"
 #include "service/thrift_handler.h"
 #include "storage/database.h"
 
@@ -49,7 +48,10 @@ class ScoringServer {
     // Called by Stop() once readiness is off ("draining"), before requests are drained.
     std::function<void()> on_draining;
   };
-  static Result<std::unique_ptr<ScoringServer>> Create(const pipelines::PipelineConfig& config,
+  // `pipeline`: the transactions pipeline the settings name (loaded by the caller, who sized
+  // the devices for it).
+  static Result<std::unique_ptr<ScoringServer>> Create(const ServiceSettings& settings,
+                                                       const pipelines::PipelineConfig& pipeline,
                                                        const pipelines::PipelineRuntime& runtime = {},
                                                        const Hooks& runtime_hooks = {});
   ~ScoringServer();  // Stop()s if needed
@@ -109,7 +111,9 @@ class ScoringServer {
   std::unique_ptr<storage::Database> db_;
   std::shared_ptr<pipelines::ScoringLedger> ledger_;
   ActivePipeline active_;
-  pipelines::PipelineConfig config_;    // what serves now; replaced by a reload (under reload_mutex_)
+  // The settings in force: loaded again by each reload (under reload_mutex_), replaced when it
+  // applies (only `pipeline:` may have changed).
+  std::shared_ptr<const ServiceSettings> settings_;
   pipelines::PipelineRuntime runtime_;  // as given to Create
   std::mutex reload_mutex_;
   mutable std::mutex history_mutex_;

@@ -103,8 +103,6 @@ std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& s
 std::string WriteClaimsPipelineWithLlmStage(const TempDir& dir, const std::string& when) {
   const std::string yaml = dir.file("claims.yaml");
   WriteFile(yaml,
-            "storage: {path: unused}\n"
-            "security: {card_key_file: card.key}\n"
             "stages:\n"
             "  - {name: features, kind: claim_features}\n"
             "  - {name: claims_model, kind: xgboost, after: features, model: " +
@@ -121,19 +119,21 @@ std::string WriteTestPipeline(const TempDir& dir, const std::string& durability)
   const std::string key = dir.file("card.key");
   WriteFile(key, std::string(32, 'k'));
   ::chmod(key.c_str(), 0600);
-  const std::string yaml = dir.file("pipeline.yaml");
-  WriteFile(yaml,
-            "pipeline:\n  name: test\n  version: \"t1\"\n"
+  WriteFile(TestSettingsPath(dir),
+            "pipeline: pipeline.yaml\n"
             "server:\n  host: 127.0.0.1\n  port: 0\n  workers: 4\n  frame_timeout_ms: 2000\n"
             "  limits:\n    max_string_bytes: 1024\n    max_container_items: 100\n"
             "admin:\n  host: 127.0.0.1\n  port: 0\n"
             "storage:\n  path: db\n  durability: " +
                 durability +
                 "\n"
-                "security:\n  card_key_file: card.key\n"
-                "stages:\n"
-                "  - {name: features, kind: features}\n"
-                "  - {name: fraud, kind: xgboost, after: features, model: " +
+                "security:\n  card_key_file: card.key\n");
+  const std::string yaml = dir.file("pipeline.yaml");
+  WriteFile(yaml,
+            "pipeline:\n  name: test\n  version: \"t1\"\n"
+            "stages:\n"
+            "  - {name: features, kind: features}\n"
+            "  - {name: fraud, kind: xgboost, after: features, model: " +
                 SmallModelDir() +
                 "/fraud.ubj}\n"
                 "  - {name: decision, kind: decision, after: fraud, review_threshold: 0.5, decline_threshold: 0.9}\n");

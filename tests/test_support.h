@@ -49,9 +49,13 @@ std::string ReadFile(const std::string& path);
 // and ubj copies. Returns the directory holding fraud.json, fraud.ubj and fraud.features.json.
 const std::string& SmallModelDir();
 
-// Writes a 32-byte key (mode 0600) and a pipeline YAML using the small model, a database
-// under `dir`, and ports 0. Returns the YAML path.
+// Writes a 32-byte key DIR/card.key (mode 0600), a pipeline file DIR/pipeline.yaml using the
+// small model, and service settings DIR/settings.yaml naming it (database DIR/db with
+// `durability`, ports 0). Returns the pipeline file's path.
 std::string WriteTestPipeline(const TempDir& dir, const std::string& durability = "wal");
+// What WriteTestPipeline wrote beside the pipeline file.
+inline std::string TestSettingsPath(const TempDir& dir) { return dir.file("settings.yaml"); }
+inline std::string TestCardKeyPath(const TempDir& dir) { return dir.file("card.key"); }
 // A second, different model (other data seed, fewer rounds) in the same layout: a challenger.
 const std::string& ChallengerModelDir();
 // A small claims model (fraud/claims_synthetic.h), claims.ubj + claims.features.json.

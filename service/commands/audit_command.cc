@@ -1,8 +1,8 @@
 // txscore audit --last N: recent audit records, newest first, one JSON object per line.
 #include <cstdio>
 
-#include "pipelines/config.h"
 #include "service/commands/commands.h"
+#include "service/settings.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
 
@@ -10,7 +10,7 @@ namespace txscore::service {
 namespace {
 
 struct AuditOptions {
-  std::string config_path = "config/pipeline.yaml";
+  std::string config_path = "config/txscore.yaml";
   std::string db_path;
   size_t last = 10;
 };
@@ -18,12 +18,12 @@ struct AuditOptions {
 int RunAudit(const AuditOptions& options) {
   std::string path = options.db_path;
   if (path.empty()) {
-    Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(options.config_path);
-    if (!config.ok()) {
-      std::fprintf(stderr, "%s\n", config.error().ToString().c_str());
+    Result<ServiceSettings> settings = LoadServiceSettings(options.config_path);
+    if (!settings.ok()) {
+      std::fprintf(stderr, "%s\n", settings.error().ToString().c_str());
       return 1;
     }
-    path = config->storage.path;
+    path = settings->storage.path;
   }
   storage::DatabaseOptions db_options;
   db_options.read_only = true;  // may run beside a live server
@@ -51,7 +51,7 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--last", options->last, "How many records (1 or more)")
       ->check(CLI::Range(static_cast<size_t>(1), static_cast<size_t>(1000000)))
       ->capture_default_str();
-  cmd->add_option("--config", options->config_path, "Pipeline YAML file naming the database")->capture_default_str();
+  cmd->add_option("--config", options->config_path, "Service settings file naming the database")->capture_default_str();
   cmd->add_option("--db", options->db_path, "Database directory (overrides --config)");
   cmd->callback([options, exit_code] { *exit_code = RunAudit(*options); });
 }

@@ -1,4 +1,4 @@
-// txscore batch run --config FILE --input FILE --output FILE: a claims job (pipelines/claims_job.h),
+// txscore batch run --config SETTINGS --input FILE --output FILE: a claims job (pipelines/claims_job.h),
 // resumable exactly once: run the same command again after a crash, a kill or Ctrl-C.
 #include <spdlog/spdlog.h>
 
@@ -24,7 +24,7 @@ namespace txscore::service {
 namespace {
 
 struct BatchRunOptions {
-  std::string config_path = "config/claims.yaml";
+  std::string config_path = "config/batch.yaml";
   std::string log_level = "info";
   pipelines::ClaimsJobOptions job;
   bool quiet = false;
@@ -90,9 +90,10 @@ int RunBatch(BatchRunOptions& options) {
     spdlog::error("{}", loaded.error().ToString());
     return 1;
   }
-  const pipelines::PipelineConfig* config = &loaded->config;
+  const ServiceSettings& settings = loaded->settings;
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
-  Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline = pipelines::ClaimsPipeline::Create(*config, runtime);
+  Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline =
+      pipelines::ClaimsPipeline::Create(loaded->config, settings.security.card_key_file, runtime);
   if (!pipeline.ok()) {
     spdlog::error("cannot start: {}", pipeline.error().ToString());
     if (pipeline.error().code == ErrorCode::kNotFound)
@@ -103,8 +104,8 @@ int RunBatch(BatchRunOptions& options) {
     spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
   }
   storage::DatabaseOptions db_options;
-  db_options.durability = config->storage.durability;
-  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(config->storage.path, db_options);
+  db_options.durability = settings.storage.durability;
+  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) {
     spdlog::error("cannot open the database: {}", db.error().ToString());
     return 1;
@@ -194,7 +195,9 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   CLI::App* run = batch->add_subcommand(
       "run",
       "Score every claim of a file through the claims pipeline; resumable: run it again after a crash or Ctrl-C");
-  run->add_option("--config", options->config_path, "Claims pipeline file")->capture_default_str();
+  run->add_option("--config", options->config_path,
+                  "Service settings file: storage, key and devices, and the claims pipeline file it names")
+      ->capture_default_str();
   run->add_option("--input", options->job.input_path, "Claims: JSON lines, or CSV with a header (.csv)")->required();
   run->add_option("--output", options->job.output_path, "One JSON line per input row; OUTPUT.summary.json at the end")
       ->required();

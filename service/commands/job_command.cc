@@ -45,7 +45,7 @@ void Print(const rpc::ClaimsJobStatus& s) {
   if (s.__isset.detail) std::printf("%s\n", s.detail.c_str());
 }
 
-constexpr size_t kDefaultServerFrameBytes = 1 << 20;  // pipelines/config.h ThriftLimits
+constexpr size_t kDefaultServerFrameBytes = 1 << 20;  // service/settings.h ThriftLimits
 
 // What the request weighs on the wire (binary protocol), to explain a refused frame.
 size_t SerializedBytes(const rpc::ClaimsJobRequest& request) {

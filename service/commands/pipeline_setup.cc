@@ -14,17 +14,26 @@ pipelines::PipelineRuntime LoadedPipeline::Runtime() const {
   return runtime;
 }
 
-Result<LoadedPipeline> LoadPipelineAndDevices(const std::string& config_path) {
-  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(config_path);
+Result<LoadedPipeline> LoadPipelineAndDevices(const std::string& settings_path) {
+  Result<ServiceSettings> settings = LoadServiceSettings(settings_path);
+  if (!settings.ok()) {
+    Error e = settings.error();
+    e.message = "invalid settings file: " + e.message;
+    return e;
+  }
+  Result<pipelines::PipelineConfig> config = pipelines::LoadPipelineConfig(settings->pipeline);
   if (!config.ok()) {
     Error e = config.error();
     e.message = "invalid pipeline file: " + e.message;
     return e;
   }
-  const accelerator::DiscoveryOptions discovery = pipelines::DiscoveryOptionsFor(*config);
+  accelerator::DiscoveryOptions discovery;
+  discovery.backend = settings->devices.backend;
+  discovery.calibration_cache = settings->devices.calibration_cache;
   // The process-wide thread counts (OpenBLAS's pool, libtorch's count for new threads), set once
-  // here from the file: the most threads any stage asks for (default 1). Each decoder sets its
-  // own stage's count on its own thread for its own work (llm::DecoderOptions::threads).
+  // here from the pipeline: the most threads any stage asks for (default 1). Each decoder sets
+  // its own stage's count on its own thread for its own work (llm::DecoderOptions::threads).
+  discovery.threads = pipelines::MostComputeThreads(*config);
   accelerator::SetComputeThreads(discovery.threads);
   Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(discovery);
   if (!devices.ok()) {
@@ -33,6 +42,7 @@ Result<LoadedPipeline> LoadPipelineAndDevices(const std::string& config_path) {
     return e;
   }
   LoadedPipeline loaded;
+  loaded.settings = std::move(settings).value();
   loaded.config = std::move(config).value();
   loaded.devices = std::make_unique<accelerator::DeviceRegistry>(std::move(devices).value());
   return loaded;

@@ -1,4 +1,4 @@
-// txscore plan --config FILE: where each model stage of a pipeline would run, and why.
+// txscore plan --config SETTINGS: where each model stage of a pipeline would run, and why.
 #include <iostream>
 
 #include "accelerator/discovery.h"
@@ -11,7 +11,7 @@ namespace txscore::service {
 namespace {
 
 struct PlanOptions {
-  std::string config_path = "config/pipeline.yaml";
+  std::string config_path = "config/txscore.yaml";
   bool json = false;
 };
 
@@ -38,7 +38,9 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "Show where each stage of a pipeline runs: every device, its predicted time, the choice and why");
-  cmd->add_option("--config", options->config_path, "Pipeline YAML file")->capture_default_str();
+  cmd->add_option("--config", options->config_path,
+                  "Service settings file: its devices, and the pipeline file it names")
+      ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print the plan as JSON");
   cmd->callback([options, exit_code] { *exit_code = RunPlan(*options); });
 }

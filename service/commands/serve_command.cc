@@ -1,4 +1,4 @@
-// txscore serve --config FILE: the scoring service, until SIGINT or SIGTERM; SIGHUP reloads
+// txscore serve --config SETTINGS: the scoring service, until SIGINT or SIGTERM; SIGHUP reloads
 // the pipeline (service/scoring_server.h).
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -19,7 +19,7 @@ namespace txscore::service {
 namespace {
 
 struct ServeOptions {
-  std::string config_path = "config/pipeline.yaml";
+  std::string config_path = "config/txscore.yaml";
   std::string log_level = "info";
 };
 
@@ -38,12 +38,13 @@ int RunServe(const ServeOptions& options) {
     spdlog::error("{}", loaded.error().ToString());
     return 1;
   }
+  const ServiceSettings& settings = loaded->settings;
   const pipelines::PipelineConfig* config = &loaded->config;
   for (const accelerator::AbsentDevice& absent : loaded->devices->absent()) {
     spdlog::info("device {}: absent ({})", absent.kind, absent.reason);
   }
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
-  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(*config, runtime);
+  Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(settings, *config, runtime);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", server.error().ToString());
     if (server.error().code == ErrorCode::kNotFound) {
@@ -67,16 +68,16 @@ int RunServe(const ServeOptions& options) {
       spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
     }
   }
-  if (!config->jobs.claims_pipeline.empty()) {
+  if (!settings.jobs.claims_pipeline.empty()) {
     spdlog::info("claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",
-                 config->jobs.claims_pipeline, config->jobs.input_dir, config->jobs.output_dir,
-                 config->jobs.priority == pipelines::JobsConfig::Priority::kIdle ? "idle" : "normal");
+                 settings.jobs.claims_pipeline, settings.jobs.input_dir, settings.jobs.output_dir,
+                 PriorityName(settings.jobs.priority));
   }
   spdlog::info(
       "serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
       "http://{}:{}/ (healthz, readyz, metrics; POST admin/reload or SIGHUP reloads the pipeline)",
-      config->server.host, (*server)->rpc_port(), config->server.workers, config->server.io_threads,
-      config->server.max_connections, config->admin.host, (*server)->admin_port());
+      settings.server.host, (*server)->rpc_port(), settings.server.workers, settings.server.io_threads,
+      settings.server.max_connections, settings.admin.host, (*server)->admin_port());
   spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}", (*server)->rpc_port());
   // One machine-readable line for scripts and tests that asked for port 0.
   std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()
@@ -84,7 +85,7 @@ int RunServe(const ServeOptions& options) {
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGHUP) {
-    spdlog::info("received SIGHUP; reloading {}", config->source_path);
+    spdlog::info("received SIGHUP; reloading {} and the pipeline it names", settings.source_path);
     (*server)->Reload("SIGHUP");  // logs what happened
   }
   spdlog::info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
@@ -102,7 +103,8 @@ int RunServe(const ServeOptions& options) {
 void AddServeCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve fraud scores over Thrift, with health and metrics over HTTP");
-  cmd->add_option("--config", options->config_path, "Pipeline YAML file")->capture_default_str();
+  cmd->add_option("--config", options->config_path, "Service settings file (it names the pipeline file)")
+      ->capture_default_str();
   cmd->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

@@ -48,15 +48,17 @@ class BackendPlanTest : public ::testing::Test {
     ASSERT_EQ(made.exit_code, 0) << made.err;
   }
 
-  // The test pipeline with `devices_yaml` and a forensic stage placed on `placement`.
+  // The test settings with `devices_yaml`, naming the test pipeline with a forensic stage placed
+  // on `placement`. Returns the settings file's path.
   std::string Pipeline(const std::string& devices_yaml, const std::string& placement) {
     const std::string path = testing::WriteTestPipeline(dir_);
-    std::string yaml = testing::ReadFile(path);
-    yaml.insert(yaml.find("stages:\n"), devices_yaml);
-    yaml += "  - {name: forensic, kind: llm_findings, after: decision, model: llm, dtype: bfloat16, placement: " +
-            placement + "}\n";
-    testing::WriteFile(path, yaml);
-    return path;
+    testing::WriteFile(path, testing::ReadFile(path) +
+                                 "  - {name: forensic, kind: llm_findings, after: decision, model: llm, dtype: "
+                                 "bfloat16, placement: " +
+                                 placement + "}\n");
+    const std::string settings = testing::TestSettingsPath(dir_);
+    testing::WriteFile(settings, testing::ReadFile(settings) + devices_yaml);
+    return settings;
   }
 
   CommandRun Plan(const std::string& config) {
@@ -109,7 +111,7 @@ TEST_F(BackendPlanTest, BackendOptionsReachTheLibrarysLatencyModel) {
   EXPECT_EQ(device["alignment"], 32);
 }
 
-TEST_F(BackendPlanTest, ASecondBackendDescribedOnlyByThePipelineFileIsPlacedOn) {
+TEST_F(BackendPlanTest, ASecondBackendDescribedOnlyByTheSettingsFileIsPlacedOn) {
   const nlohmann::json plan =
       PlanJson(Pipeline("devices:\n  backend_library: " + std::string(TXSCORE_UNDESCRIBED_BACKEND_LIBRARY) +
                             "\n"
@@ -201,20 +203,21 @@ TEST_F(BackendPlanTest, ABatchJobRunsItsLlmStageOnTheEmulatedDeviceLoadedFromIts
       dir_);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
-  testing::WriteFile(dir_.file("claims.yaml"),
+  testing::WriteFile(dir_.file("batch.yaml"),
+                     "pipeline: claims.yaml\n"
                      "storage: {path: db}\n"
                      "security: {card_key_file: card.key}\n"
                      "devices: {backend_library: " +
-                         std::string(TXSCORE_EMULATED_DEVICE_LIBRARY) +
-                         "}\n"
-                         "stages:\n"
-                         "  - {name: features, kind: claim_features}\n"
-                         "  - {name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}\n"
-                         "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
-                         "\"claims_model.score >= 0.0\", max_new_tokens: 60, dtype: bfloat16, placement: emulated}\n"
-                         "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+                         std::string(TXSCORE_EMULATED_DEVICE_LIBRARY) + "}\n");
+  testing::WriteFile(dir_.file("claims.yaml"),
+                     "stages:\n"
+                     "  - {name: features, kind: claim_features}\n"
+                     "  - {name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}\n"
+                     "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: "
+                     "\"claims_model.score >= 0.0\", max_new_tokens: 60, dtype: bfloat16, placement: emulated}\n"
+                     "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
   ::chmod(dir_.file("card.key").c_str(), 0600);
-  run = RunCommand(txscore + " batch run --log-level info --config " + dir_.file("claims.yaml") + " --input " +
+  run = RunCommand(txscore + " batch run --log-level info --config " + dir_.file("batch.yaml") + " --input " +
                        dir_.file("claims.jsonl") + " --output " + dir_.file("out.jsonl"),
                    dir_);
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -84,12 +84,15 @@ def main():
         with open(key, "wb") as f:
             f.write(os.urandom(32))
         os.chmod(key, 0o600)
-        config = os.path.join(work, "claims.yaml")
+        config = os.path.join(work, "batch.yaml")
         with open(config, "w") as f:
-            f.write(f"""storage: {{path: db, durability: sync}}
-security: {{card_key_file: card.key}}
-devices: {{calibration_cache: profiles.json}}
-stages:
+            f.write("""pipeline: claims.yaml
+storage: {path: db, durability: sync}
+security: {card_key_file: card.key}
+devices: {calibration_cache: profiles.json}
+""")
+        with open(os.path.join(work, "claims.yaml"), "w") as f:
+            f.write(f"""stages:
   - {{name: features, kind: claim_features}}
   - {{name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}}
   - {{name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.1",

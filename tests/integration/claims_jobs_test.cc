@@ -19,6 +19,7 @@
 #include "llm/model_config.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
+#include "tests/server_test_support.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
@@ -58,10 +59,9 @@ class FailingDecoder : public llm::Decoder {
 class ClaimsJobsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string pipeline = testing::WriteTestPipeline(dir_);
+    testing::WriteTestPipeline(dir_);
+    const std::string settings = testing::TestSettingsPath(dir_);
     testing::WriteFile(dir_.file("claims.yaml"),
-                       "storage: {path: unused}\n"
-                       "security: {card_key_file: card.key}\n"
                        "stages:\n"
                        "  - {name: features, kind: claim_features}\n"
                        "  - {name: claims_model, kind: xgboost, after: features, model: " +
@@ -69,19 +69,17 @@ class ClaimsJobsTest : public ::testing::Test {
                            "/claims.ubj}\n"
                            "  - {name: decision, kind: decision, after: claims_model}\n");
     std::filesystem::create_directories(dir_.file("in"));
-    std::ofstream(pipeline, std::ios::app)
+    std::ofstream(settings, std::ios::app)
         << "jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, chunk: 4, priority: normal}\n";
     // priority normal: on a test machine kept busy by other tests, an idle-class job could wait
     // for minutes. bench/run_job_priority_bench.sh measures the idle class.
-    pipeline_ = pipeline;
+    settings_ = settings;
     released_future_ = release_.get_future().share();
     StartServer();
   }
 
   // A server (again) on the same directory and database, and a client connected to it.
   void StartServer() {
-    auto config = pipelines::LoadPipelineConfig(pipeline_);
-    ASSERT_TRUE(config.ok()) << config.error().ToString();
     ScoringServer::Hooks hooks;
     hooks.before_job = [this, released = released_future_](const std::string& job_id) {
       jobs_started_.fetch_add(1);
@@ -102,7 +100,7 @@ class ClaimsJobsTest : public ::testing::Test {
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
       return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FailingDecoder>(*model_config));
     };
-    auto server = ScoringServer::Create(*config, runtime, hooks);
+    auto server = testing::CreateTestServer(settings_, runtime, hooks);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
@@ -151,10 +149,10 @@ class ClaimsJobsTest : public ::testing::Test {
     spec.size = "tiny";
     ASSERT_TRUE(llm::MakeCheckpoint(spec, dir_.file("llm")).ok());
     testing::WriteClaimsPipelineWithLlmStage(dir_, "claims_model.score >= 0");
-    std::string yaml = testing::ReadFile(pipeline_);
+    std::string yaml = testing::ReadFile(settings_);
     yaml.replace(yaml.find("priority: normal}"), 17,
                  "priority: normal, max_llm_shortfall_share: " + std::to_string(max_llm_shortfall_share) + "}");
-    testing::WriteFile(pipeline_, yaml);
+    testing::WriteFile(settings_, yaml);
     StopServer();
     StartServer();
   }
@@ -172,7 +170,7 @@ class ClaimsJobsTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  std::string pipeline_;
+  std::string settings_;  // the service settings (with a jobs section)
   std::unique_ptr<ScoringServer> server_;
   std::shared_ptr<TFramedTransport> transport_;
   std::unique_ptr<rpc::TxScoreClient> client_;
@@ -439,9 +437,8 @@ TEST_F(ClaimsJobsTest, ARestartAskedForAQueuedJobSurvivesAServerStop) {
 
 TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {
   testing::TempDir dir;
-  auto config = pipelines::LoadPipelineConfig(testing::WriteTestPipeline(dir));
-  ASSERT_TRUE(config.ok());
-  auto server = ScoringServer::Create(*config);
+  testing::WriteTestPipeline(dir);
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir));
   ASSERT_TRUE(server.ok());
   (*server)->Start();
   auto socket = std::make_shared<TSocket>("127.0.0.1", (*server)->rpc_port());

@@ -115,9 +115,10 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         with open(os.path.join(work, "card.key"), "wb") as f:
             f.write(os.urandom(32))
         os.chmod(os.path.join(work, "card.key"), 0o600)
+        with open(os.path.join(work, "batch.yaml"), "w") as f:
+            f.write("pipeline: claims.yaml\nstorage: {path: db}\nsecurity: {card_key_file: card.key}\n")
         with open(os.path.join(work, "claims.yaml"), "w") as f:
-            f.write("storage: {path: db}\nsecurity: {card_key_file: card.key}\n"
-                    "stages:\n"
+            f.write("stages:\n"
                     "  - {name: features, kind: claim_features}\n"
                     "  - {name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}\n"
                     "  - {name: decision, kind: decision, after: claims_model}\n")
@@ -127,7 +128,7 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "20",
                    "--out", os.path.join(work, "claims.csv")).returncode == 0
         os.rename(os.path.join(work, "claims.csv"), csv_named_jsonl)
-        config = os.path.join(work, "claims.yaml")
+        config = os.path.join(work, "batch.yaml")
         r = run(txscore, "batch", "run", "--config", config, "--input", csv_named_jsonl,
                 "--output", os.path.join(work, "out.jsonl"), "--quiet")
         assert r.returncode == 3, r

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The demo configuration exactly as shipped (config/pipeline.yaml and config/claims.yaml, only
-the two ports set to 0 and the files placed in a scratch folder), driven the way README's
-commands drive it: `txscore serve`, `score`, `audit`, `plan`, `job submit|status|cancel`, then
-SIGTERM. Needs scripts/setup.sh to have made var/ (the demo key, models and LLM checkpoint)."""
+"""The demo configuration exactly as shipped (config/txscore.yaml, batch.yaml, pipeline.yaml and
+claims.yaml, only the two ports set to 0 and the files placed in a scratch folder), driven the
+way README's commands drive it: `txscore serve`, `score`, `audit`, `plan`, `job
+submit|status|cancel`, `batch run`, then SIGTERM. Needs scripts/setup.sh to have made var/ (the demo key, models and LLM checkpoint)."""
 import argparse
 import json
 import os
@@ -36,16 +36,17 @@ def main():
         config_dir, var = os.path.join(work, "config"), os.path.join(work, "var")
         os.makedirs(config_dir)
         os.makedirs(var)
-        for name in ("pipeline.yaml", "claims.yaml"):
+        for name in ("txscore.yaml", "batch.yaml", "pipeline.yaml", "claims.yaml"):
             with open(os.path.join(args.source, "config", name)) as f:
                 text = f.read()
-            # The emulated device's library, as the shipped configs name it from the repository
+            # The emulated device's library, as the shipped settings name it from the repository
             # (../build/...), is named here where this build put it.
             shipped_library = "backend_library: ../build/libtxscore_emulated_device.so"
-            assert shipped_library in text, name
-            text = text.replace(shipped_library, "backend_library: " + os.path.join(
-                os.path.dirname(os.path.abspath(txscore)), "libtxscore_emulated_device.so"))
-            if name == "pipeline.yaml":
+            if name in ("txscore.yaml", "batch.yaml"):
+                assert shipped_library in text, name
+                text = text.replace(shipped_library, "backend_library: " + os.path.join(
+                    os.path.dirname(os.path.abspath(txscore)), "libtxscore_emulated_device.so"))
+            if name == "txscore.yaml":
                 assert "  port: 9090\n" in text and "  port: 9091\n" in text
                 text = text.replace("  port: 9090\n", "  port: 0\n").replace("  port: 9091\n", "  port: 0\n")
             with open(os.path.join(config_dir, name), "w") as f:
@@ -57,13 +58,14 @@ def main():
         r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "40", "--seed", "11",
                 "--out", os.path.join(var, "claims-small.jsonl"))
         assert r.returncode == 0, r.stderr
+        settings = os.path.join(config_dir, "txscore.yaml")
         pipeline = os.path.join(config_dir, "pipeline.yaml")
 
         # A corrupt calibration cache is said, measured again and rewritten (it was silently ignored).
         cache = os.path.join(var, "device-profiles.json")
         with open(cache, "w") as f:
             f.write("not json")
-        r = run(txscore, "plan", "--config", pipeline)
+        r = run(txscore, "plan", "--config", settings)
         assert r.returncode == 0, r.stderr
         assert f"calibration cache {cache} is not a JSON object; calibrating again and rewriting it" in r.stdout + r.stderr, r
         with open(cache) as f:
@@ -72,7 +74,7 @@ def main():
                      "  emulated:0 (emulated)  dispatch 150.0 us"):
             assert line in r.stdout, (line, r.stdout)
 
-        server = subprocess.Popen([txscore, "serve", "--config", pipeline], stdout=subprocess.PIPE,
+        server = subprocess.Popen([txscore, "serve", "--config", settings], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         first = server.stdout.readline()
         assert first.startswith("listening thrift_port="), (first, server.stderr.read() if server.poll() else "")
@@ -97,18 +99,20 @@ def main():
             return [(x["decision"], [reason["feature"] for reason in x.get("reasons", [])]) for x in xs]
         assert story(again) == story(results), (story(results)[:5], story(again)[:5])
 
-        r = run(txscore, "audit", "--last", "3", "--config", pipeline)
+        r = run(txscore, "audit", "--last", "3", "--config", settings)
         assert r.returncode == 0, r.stderr
         audited = [json.loads(line) for line in r.stdout.splitlines()]
         assert len(audited) == 3 and all("card_token" in a for a in audited), r.stdout
         assert all("rule_hits" in a for a in audited), r.stdout
 
-        # SIGHUP reloads the pipeline file: a new version serves without a restart; a change to
-        # a restart-only setting is refused (named in the log, checked at the end) and the
-        # running pipeline keeps serving.
+        # SIGHUP reloads the settings and the pipeline file: a new version serves without a
+        # restart; a change to a restart-only setting is refused (named in the log, checked at
+        # the end) and the running pipeline keeps serving.
         with open(pipeline) as f:
             shipped = f.read()
-        assert 'version: "2026.11"' in shipped and "  workers: 8 " in shipped
+        with open(settings) as f:
+            shipped_settings = f.read()
+        assert 'version: "2026.11"' in shipped and "  workers: 8 " in shipped_settings
         with open(pipeline, "w") as f:
             f.write(shipped.replace('version: "2026.11"', 'version: "2026.12"'))
         server.send_signal(signal.SIGHUP)
@@ -122,7 +126,9 @@ def main():
             assert time.monotonic() < deadline, f"still {scored[0]['pipeline_version']} 60 s after SIGHUP"
             time.sleep(0.2)
         with open(pipeline, "w") as f:
-            f.write(shipped.replace('version: "2026.11"', 'version: "2026.13"').replace("  workers: 8 ", "  workers: 9 "))
+            f.write(shipped.replace('version: "2026.11"', 'version: "2026.13"'))
+        with open(settings, "w") as f:
+            f.write(shipped_settings.replace("  workers: 8 ", "  workers: 9 "))
         server.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 60
         while True:  # /readyz names the last reload
@@ -137,6 +143,8 @@ def main():
         assert r.returncode == 0 and '"pipeline_version": "2026.12"' in r.stdout.replace('":"', '": "'), r.stdout
         with open(pipeline, "w") as f:
             f.write(shipped)
+        with open(settings, "w") as f:
+            f.write(shipped_settings)
 
         def wait_for_job(job_id):
             deadline = time.monotonic() + 240
@@ -172,6 +180,16 @@ def main():
         assert second_run == first_run
         r = run(txscore, "job", "cancel", "--server", address, "--id", job_id)  # done: nothing to stop
         assert r.returncode == 0 and " DONE:" in r.stdout, r
+
+        # The batch settings as shipped: the same claims in a process of its own (its own database).
+        r = run(txscore, "batch", "run", "--config", os.path.join(config_dir, "batch.yaml"), "--input",
+                os.path.join(var, "claims-small.jsonl"), "--output", os.path.join(work, "batch.jsonl"), "--quiet")
+        assert r.returncode == 0, r.stderr
+        with open(os.path.join(work, "batch.jsonl")) as f:
+            batch_run = [json.loads(line) for line in f]
+        for line in batch_run:
+            line.pop("timings", None)
+        assert batch_run == first_run, (batch_run[:2], first_run[:2])
 
         # Inline claims over the server's 1 MiB frame limit: told so, and what to do instead.
         big = os.path.join(work, "big.jsonl")

@@ -66,8 +66,8 @@ std::string NonLoopbackAddress() {
   return found;
 }
 
-// A server whose pipeline file and model file (models/fraud.ubj) the test rewrites between
-// reloads. Models: A (the small test model) and B (the challenger), with their schemas.
+// A server whose settings, pipeline file and model file (models/fraud.ubj) the test rewrites
+// between reloads. Models: A (the small test model) and B (the challenger), with their schemas.
 class HotReloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -75,9 +75,15 @@ class HotReloadTest : public ::testing::Test {
     fs::create_directories(dir_.file("models"));
     InstallModel(testing::SmallModelDir());
     WritePipeline("p1", "");
-    auto config = pipelines::LoadPipelineConfig(dir_.file("pipeline.yaml"));
+    WriteSettings("pipeline.yaml");
+    StartServer();
+  }
+  void StartServer() {
+    auto settings = LoadServiceSettings(dir_.file("settings.yaml"));
+    ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+    auto config = pipelines::LoadPipelineConfig(settings->pipeline);
     ASSERT_TRUE(config.ok()) << config.error().ToString();
-    auto server = ScoringServer::Create(*config);
+    auto server = ScoringServer::Create(*settings, *config);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
@@ -100,17 +106,22 @@ class HotReloadTest : public ::testing::Test {
     testing::WriteFile(dir_.file("models/.fraud.ubj"), bytes.substr(0, bytes.size() / 2));
     fs::rename(dir_.file("models/.fraud.ubj"), dir_.file("models/fraud.ubj"));
   }
-  // The pipeline file: version `version`, and `extra` stages after the decision's inputs.
-  void WritePipeline(const std::string& version, const std::string& extra) {
-    testing::WriteFile(dir_.file("pipeline.yaml"),
+  // The service settings, naming the pipeline file `pipeline`.
+  void WriteSettings(const std::string& pipeline) {
+    testing::WriteFile(dir_.file("settings.yaml"), "pipeline: " + pipeline +
+                                                       "\n"
+                                                       "server: {host: 127.0.0.1, port: 0, workers: 4}\n"
+                                                       "admin: {host: " +
+                                                       admin_host_ +
+                                                       ", port: 0}\n"
+                                                       "storage: {path: db, durability: wal}\n"
+                                                       "security: {card_key_file: card.key}\n");
+  }
+  // The pipeline file `file`: version `version`, and `extra` stages after the decision's inputs.
+  void WritePipeline(const std::string& version, const std::string& extra, const std::string& file = "pipeline.yaml") {
+    testing::WriteFile(dir_.file(file),
                        "pipeline: {name: test, version: \"" + version +
                            "\"}\n"
-                           "server: {host: 127.0.0.1, port: 0, workers: 4}\n"
-                           "admin: {host: " +
-                           admin_host_ +
-                           ", port: 0}\n"
-                           "storage: {path: db, durability: wal}\n"
-                           "security: {card_key_file: card.key}\n"
                            "stages:\n"
                            "  - {name: features, kind: features}\n"
                            "  - {name: fraud, kind: xgboost, after: features, model: models/fraud.ubj}\n" +
@@ -284,12 +295,9 @@ TEST_F(HotReloadTest, ABadNewSetIsRefusedWithItsReasonAndTheOldKeepsServing) {
     EXPECT_EQ(outcome.model_version, model_a);
     return outcome.detail;
   };
-  const std::string head =
-      "pipeline: {name: test, version: \"p9\"}\nserver: {host: 127.0.0.1, port: 0, workers: 4}\n"
-      "admin: {host: 127.0.0.1, port: 0}\nstorage: {path: db, durability: wal}\n"
-      "security: {card_key_file: card.key}\nstages:\n  - {name: features, kind: features}\n";
+  const std::string head = "pipeline: {name: test, version: \"p9\"}\nstages:\n  - {name: features, kind: features}\n";
   // A YAML error, with its line.
-  EXPECT_NE(refused(head + "  - {name: fraud, kind: xgboost\n").find("pipeline.yaml:9:1: end of map flow not found"),
+  EXPECT_NE(refused(head + "  - {name: fraud, kind: xgboost\n").find("pipeline.yaml:5:1: end of map flow not found"),
             std::string::npos);
   // A missing model file.
   EXPECT_NE(refused(head + "  - {name: fraud, kind: xgboost, after: features, model: models/none.ubj}\n"
@@ -315,16 +323,31 @@ TEST_F(HotReloadTest, ABadNewSetIsRefusedWithItsReasonAndTheOldKeepsServing) {
 
 TEST_F(HotReloadTest, ARestartOnlySettingIsNamedInTheRefusal) {
   WritePipeline("p2", "");
-  std::string yaml = testing::ReadFile(dir_.file("pipeline.yaml"));
+  std::string yaml = testing::ReadFile(dir_.file("settings.yaml"));
   yaml.replace(yaml.find("workers: 4}"), 11, "workers: 5, max_connections: 10}");
   yaml.replace(yaml.find("durability: wal"), 15, "durability: sync");
-  testing::WriteFile(dir_.file("pipeline.yaml"), yaml);
+  testing::WriteFile(dir_.file("settings.yaml"), yaml);
   const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
   EXPECT_FALSE(outcome.applied);
   EXPECT_EQ(outcome.detail,
             "these settings change only with a restart: server.max_connections: (default) -> 10; "
             "server.workers: 4 -> 5; storage.durability: wal -> sync");
   EXPECT_EQ(outcome.pipeline_version, "p1");
+}
+
+TEST_F(HotReloadTest, AReloadMayPointTheSettingsAtAnotherPipelineFile) {
+  WritePipeline("v2", "", "pipeline-v2.yaml");
+  WriteSettings("pipeline-v2.yaml");
+  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_TRUE(outcome.applied) << outcome.detail;
+  EXPECT_EQ(server_->pipeline()->config().version, "v2");
+  EXPECT_EQ(server_->pipeline()->config().source_path, dir_.file("pipeline-v2.yaml"));
+  // A settings file that no longer parses is refused like a bad pipeline.
+  testing::WriteFile(dir_.file("settings.yaml"), "pipeline: absent.yaml\n");
+  const ScoringServer::ReloadOutcome refused = server_->Reload("test");
+  EXPECT_FALSE(refused.applied);
+  EXPECT_NE(refused.detail.find("absent.yaml does not exist"), std::string::npos) << refused.detail;
+  EXPECT_EQ(server_->pipeline()->config().version, "v2");
 }
 
 TEST_F(HotReloadTest, TheAdminReloadRouteIsPostOnly) {
@@ -350,12 +373,8 @@ TEST_F(HotReloadTest, OnlyLocalCallersMayReload) {
   server_->Stop();
   admin_host_ = "0.0.0.0";
   WritePipeline("p1", "");
-  auto config = pipelines::LoadPipelineConfig(dir_.file("pipeline.yaml"));
-  ASSERT_TRUE(config.ok());
-  auto server = ScoringServer::Create(*config);
-  ASSERT_TRUE(server.ok()) << server.error().ToString();
-  server_ = std::move(server).value();
-  server_->Start();
+  WriteSettings("pipeline.yaml");
+  StartServer();
   WritePipeline("p2", "");
   const HttpAnswer remote = Http(address, server_->admin_port(), boost::beast::http::verb::post, "/admin/reload");
   EXPECT_EQ(remote.status, 403);

@@ -8,6 +8,8 @@
 #include <thrift/transport/TBufferTransports.h>
 #include <thrift/transport/TSocket.h>
 
+#include <fstream>
+
 #include "accelerator/discovery.h"
 #include "common/prepare_counters.h"
 #include "gen-cpp/TxScore.h"
@@ -42,22 +44,27 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
                   "decline_threshold: 1.0");
   // The emulated device comes from its library, loaded by discovery with dlopen as `txscore
   // serve` loads it; this binary does not link it.
-  yaml.insert(yaml.find("stages:\n"),
-              "devices:\n  backend_library: " + std::string(TXSCORE_EMULATED_DEVICE_LIBRARY) + "\n");
+  std::ofstream(testing::TestSettingsPath(dir), std::ios::app)
+      << "devices:\n  backend_library: " << TXSCORE_EMULATED_DEVICE_LIBRARY << "\n";
   yaml +=
       "  - {name: forensic, kind: llm_findings, after: decision, model: llm, placement: emulated, "
       "budget_ms: 600000}\n";
   testing::WriteFile(dir.file("pipeline.yaml"), yaml);
-  auto config = pipelines::LoadPipelineConfig(dir.file("pipeline.yaml"));
+  auto settings = LoadServiceSettings(testing::TestSettingsPath(dir));
+  ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+  auto config = pipelines::LoadPipelineConfig(settings->pipeline);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  auto devices = accelerator::DiscoverDevices(pipelines::DiscoveryOptionsFor(*config));
+  accelerator::DiscoveryOptions discovery;
+  discovery.backend = settings->devices.backend;
+  discovery.threads = pipelines::MostComputeThreads(*config);
+  auto devices = accelerator::DiscoverDevices(discovery);
   ASSERT_TRUE(devices.ok()) << devices.error().ToString();
   pipelines::PipelineRuntime runtime;
   runtime.load_decoder = llm::Decoder::Load;
   runtime.devices = &*devices;
 
   const PrepareSnapshot before_start = PrepareCountersNow();
-  auto server = ScoringServer::Create(*config, runtime);
+  auto server = ScoringServer::Create(*settings, *config, runtime);
   ASSERT_TRUE(server.ok()) << server.error().ToString();
   (*server)->Start();
   const PrepareSnapshot at_start = PrepareCountersNow() - before_start;

@@ -39,13 +39,16 @@ def main():
         with open(key, "wb") as f:
             f.write(os.urandom(32))
         os.chmod(key, 0o600)
-        config = os.path.join(work, "pipeline.yaml")
+        config = os.path.join(work, "txscore.yaml")
         with open(config, "w") as f:
-            f.write("""pipeline: {name: py, version: "py1"}
+            f.write("""pipeline: pipeline.yaml
 server: {host: 127.0.0.1, port: 0, workers: 2}
 admin: {host: 127.0.0.1, port: 0}
 storage: {path: db, durability: wal}
 security: {card_key_file: card.key}
+""")
+        with open(os.path.join(work, "pipeline.yaml"), "w") as f:
+            f.write("""pipeline: {name: py, version: "py1"}
 stages:
   - {name: features, kind: features}
   - {name: fraud, kind: xgboost, after: features, model: models/fraud.ubj}

@@ -27,6 +27,7 @@
 #include "service/transaction_json.h"
 #include "storage/audit_log.h"
 #include "tests/rpc_test_support.h"
+#include "tests/server_test_support.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
@@ -61,13 +62,12 @@ HttpAnswer HttpRequest(int port, const std::string& target,
 class RpcServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto config = pipelines::LoadPipelineConfig(testing::WriteTestPipeline(dir_));
-    ASSERT_TRUE(config.ok()) << config.error().ToString();
-    auto server = ScoringServer::Create(*config);
+    testing::WriteTestPipeline(dir_);
+    auto server = testing::CreateTestServer(testing::TestSettingsPath(dir_));
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
-    db_path_ = config->storage.path;
+    db_path_ = dir_.file("db");
   }
   void TearDown() override {
     if (server_) server_->Stop();
@@ -472,8 +472,7 @@ TEST_F(RpcServerTest, ReadinessFollowsTheDatabase) {
 
 TEST(ScoringServerReadiness, IsStartingWhileLoadingAndDrainingWhileStopping) {
   testing::TempDir dir;
-  auto config = pipelines::LoadPipelineConfig(testing::WriteTestPipeline(dir));
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  testing::WriteTestPipeline(dir);
   int admin_port = 0;
   std::vector<HttpAnswer> seen;
   ScoringServer::Hooks hooks;
@@ -483,7 +482,7 @@ TEST(ScoringServerReadiness, IsStartingWhileLoadingAndDrainingWhileStopping) {
     seen.push_back(HttpRequest(port, "/healthz"));  // live while starting
   };
   hooks.on_draining = [&] { seen.push_back(HttpRequest(admin_port, "/readyz")); };
-  auto server = ScoringServer::Create(*config, {}, hooks);
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir), {}, hooks);
   ASSERT_TRUE(server.ok()) << server.error().ToString();
   EXPECT_EQ(HttpRequest(admin_port, "/readyz").status, 503);  // created, not started
   (*server)->Start();

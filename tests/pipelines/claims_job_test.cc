@@ -21,8 +21,6 @@ class ClaimsJobTest : public ::testing::Test {
     testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
     ::chmod(dir_.file("card.key").c_str(), 0600);
     testing::WriteFile(dir_.file("claims.yaml"),
-                       "storage: {path: db, durability: wal}\n"
-                       "security: {card_key_file: card.key}\n"
                        "stages:\n"
                        "  - {name: features, kind: claim_features}\n"
                        "  - {name: claims_model, kind: xgboost, after: features, model: " +
@@ -31,7 +29,7 @@ class ClaimsJobTest : public ::testing::Test {
                            "  - {name: decision, kind: decision, after: claims_model, review_threshold: 0.3}\n");
     auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
     ASSERT_TRUE(config.ok()) << config.error().ToString();
-    auto pipeline = ClaimsPipeline::Create(*config);
+    auto pipeline = ClaimsPipeline::Create(*config, dir_.file("card.key"));
     ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
     pipeline_ = std::move(pipeline).value();
     db_ = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal}).value();

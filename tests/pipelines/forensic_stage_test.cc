@@ -128,7 +128,7 @@ class ForensicPipelineTest : public ::testing::Test {
     testing::WriteFile(dir_.file("forensic.yaml"), yaml);
     auto config = LoadPipelineConfig(dir_.file("forensic.yaml"));
     ASSERT_TRUE(config.ok()) << config.error().ToString();
-    auto db = storage::Database::Open(config->storage.path, {.durability = storage::Durability::kWal});
+    auto db = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal});
     ASSERT_TRUE(db.ok()) << db.error().ToString();
     db_ = std::move(db).value();
     PipelineRuntime runtime;
@@ -140,7 +140,7 @@ class ForensicPipelineTest : public ::testing::Test {
       return Result<std::unique_ptr<llm::Decoder>>(
           std::make_unique<FlatLogitsDecoder>(*model_config, &control_, options.device == control_.failing_device));
     };
-    auto pipeline = ScoringPipeline::Create(*config, db_.get(), runtime);
+    auto pipeline = ScoringPipeline::Create(*config, db_.get(), testing::TestCardKeyPath(dir_), runtime);
     ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
     pipeline_ = std::move(pipeline).value();
   }
@@ -216,7 +216,7 @@ TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmSt
   runtime.load_decoder = [](const std::string&, const llm::DecoderOptions&) {
     return Result<std::unique_ptr<llm::Decoder>>(Internal("a shared stage loads no model"));
   };
-  auto claims = ClaimsPipeline::Create(*config, runtime);
+  auto claims = ClaimsPipeline::Create(*config, testing::TestCardKeyPath(dir_), runtime);
   ASSERT_TRUE(claims.ok()) << claims.error().ToString();
   EXPECT_EQ(ForensicStageOf(*(*claims)->FindStage("analysis")), Engine());
   fraud::SyntheticClaimsOptions data;
@@ -248,7 +248,7 @@ TEST_F(ForensicPipelineTest, AClaimsJobCountsLogsAndListsEveryClaimTheLlmWroteNo
     return Result<std::unique_ptr<llm::Decoder>>(
         std::make_unique<FlatLogitsDecoder>(*model_config, &control_, options.device == control_.failing_device));
   };
-  auto claims = ClaimsPipeline::Create(*config, runtime);
+  auto claims = ClaimsPipeline::Create(*config, testing::TestCardKeyPath(dir_), runtime);
   ASSERT_TRUE(claims.ok()) << claims.error().ToString();
   db_ = storage::Database::Open(dir_.file("jobs-db"), {.durability = storage::Durability::kWal}).value();
   fraud::SyntheticClaimsOptions data;
@@ -466,9 +466,9 @@ TEST_F(ForensicPipelineTest, WithoutTheLlmRuntimeThePipelineDoesNotStart) {
   testing::WriteFile(dir_.file("forensic.yaml"), yaml);
   auto config = LoadPipelineConfig(dir_.file("forensic.yaml"));
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  auto db = storage::Database::Open(config->storage.path, {});
+  auto db = storage::Database::Open(dir_.file("db"), {});
   ASSERT_TRUE(db.ok());
-  auto pipeline = ScoringPipeline::Create(*config, db->get());
+  auto pipeline = ScoringPipeline::Create(*config, db->get(), testing::TestCardKeyPath(dir_));
   ASSERT_FALSE(pipeline.ok());
   EXPECT_EQ(pipeline.error().code, ErrorCode::kFailedPrecondition);
   EXPECT_EQ(pipeline.error().message, "stage forensic needs the LLM runtime, which this program does not include");

@@ -71,17 +71,18 @@ TEST_F(PlacementTest, RemovingTheEmulatedDeviceMovesTheLlmToTheCpu) {
 
 TEST_F(PlacementTest, AnExplicitPlacementOnAnAbsentDeviceStopsTheStart) {
   const PipelineConfig config = Config(", placement: cuda");
-  auto db = storage::Database::Open(config.storage.path, {});
+  auto db = storage::Database::Open(dir_.file("db"), {});
   ASSERT_TRUE(db.ok());
   const accelerator::DeviceRegistry devices = Devices();
   PipelineRuntime runtime;
   runtime.devices = &devices;
-  auto pipeline = ScoringPipeline::Create(config, db->get(), runtime);
+  auto pipeline = ScoringPipeline::Create(config, db->get(), testing::TestCardKeyPath(dir_), runtime);
   ASSERT_FALSE(pipeline.ok());
   EXPECT_EQ(pipeline.error().message,
             "stage forensic: placement \"cuda\" names a device that is not available: libtorch was built without CUDA");
   // Without discovery only the CPU exists, and a placement naming another device says so.
-  auto undiscovered = ScoringPipeline::Create(Config(", placement: emulated"), db->get(), {});
+  auto undiscovered =
+      ScoringPipeline::Create(Config(", placement: emulated"), db->get(), testing::TestCardKeyPath(dir_));
   ASSERT_FALSE(undiscovered.ok());
   EXPECT_EQ(undiscovered.error().message,
             "stage forensic: placement \"emulated\" needs device discovery, which this program did not run");

@@ -165,35 +165,35 @@ TEST_F(RulesStageTest, MistakesInRulesAreReportedWithFileLineAndColumn) {
   // The rules stage starts on line 23 of the file; its keys from line 26.
   const std::string rule = "    rules:\n      - {id: R1, when: ";
   EXPECT_EQ(error(rule + "\"velocity > 5\"}\n"),
-            Where(27, 24) + "rule R1: when: \"velocity\" is neither a feature nor a field (at character 1)");
+            Where(11, 24) + "rule R1: when: \"velocity\" is neither a feature nor a field (at character 1)");
   EXPECT_EQ(error(rule + "\"merchant_id > 5\"}\n"),
-            Where(27, 24) + "rule R1: when: merchant_id is text; compare it with a quoted string (at character 15)");
+            Where(11, 24) + "rule R1: when: merchant_id is text; compare it with a quoted string (at character 15)");
   EXPECT_EQ(error(rule + "\"amount == 'x'\"}\n"),
-            Where(27, 24) + "rule R1: when: amount is a number; compare it with a number (at character 11)");
+            Where(11, 24) + "rule R1: when: amount is a number; compare it with a number (at character 11)");
   EXPECT_EQ(error(rule + "\"merchant_id in nowhere\"}\n"),
-            Where(27, 24) + "rule R1: when: no list named \"nowhere\" (lists: none) (at character 16)");
+            Where(11, 24) + "rule R1: when: no list named \"nowhere\" (lists: none) (at character 16)");
   EXPECT_EQ(error(rule + "\"amount > 5 and\"}\n"),
-            Where(27, 24) + "rule R1: when: expected a condition, found the end (at character 15)");
-  EXPECT_EQ(error(rule + "\"(amount > 5\"}\n"), Where(27, 24) + "rule R1: when: expected \")\" (at character 12)");
+            Where(11, 24) + "rule R1: when: expected a condition, found the end (at character 15)");
+  EXPECT_EQ(error(rule + "\"(amount > 5\"}\n"), Where(11, 24) + "rule R1: when: expected \")\" (at character 12)");
   EXPECT_EQ(error(rule + "\"mcc == '5411\"}\n"),
-            Where(27, 24) + "rule R1: when: a quoted string is not closed (at character 8)");
+            Where(11, 24) + "rule R1: when: a quoted string is not closed (at character 8)");
   EXPECT_EQ(error(rule + "\"amount > 5 and provider_id == 'p'\"}\n"),
-            Where(27, 24) +
+            Where(11, 24) +
                 "rule R1: when: provider_id is a claim's and amount a transaction's; a rule reads one "
                 "kind of item");
   EXPECT_EQ(error(rule + "\"amount > 5\", decision: BLOCK}\n"),
-            Where(27, 48) + "decision must be APPROVE, REVIEW or DECLINE, not \"BLOCK\"");
+            Where(11, 48) + "decision must be APPROVE, REVIEW or DECLINE, not \"BLOCK\"");
   EXPECT_EQ(error(rule + "\"amount > 5\"}\n      - {id: R1, when: \"amount > 6\"}\n"),
-            Where(28, 14) + "two rules have the id R1");
-  EXPECT_EQ(error("    rules: []\n"), Where(26, 12) + "rules: must be a list of rules");
+            Where(12, 14) + "two rules have the id R1");
+  EXPECT_EQ(error("    rules: []\n"), Where(10, 12) + "rules: must be a list of rules");
   EXPECT_EQ(error("    rule: []\n"),
-            Where(26, 5) +
+            Where(10, 5) +
                 "unknown key \"rule\" in stage rules (expected one of: after, inputs, kind, lists, name, "
                 "rules, when)");
   EXPECT_EQ(error("    lists: {and: x.txt}\n" + rule + "\"amount > 5\"}\n"),
-            Where(26, 13) + "lists: \"and\" is not a usable list name (letters, digits, _)");
+            Where(10, 13) + "lists: \"and\" is not a usable list name (letters, digits, _)");
   EXPECT_EQ(error("    lists: {deny: absent.txt}\n" + rule + "\"amount > 5\"}\n"),
-            Where(26, 19) + "\"deny\": file " + dir_.file("absent.txt") + " does not exist");
+            Where(10, 19) + "\"deny\": file " + dir_.file("absent.txt") + " does not exist");
 }
 
 TEST_F(RulesStageTest, AClaimsRuleInATransactionsPipelineIsRefusedWhenPrepared) {
@@ -201,9 +201,9 @@ TEST_F(RulesStageTest, AClaimsRuleInATransactionsPipelineIsRefusedWhenPrepared) 
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   auto db = storage::Database::Open(dir_.file("db"), {});
   ASSERT_TRUE(db.ok());
-  EXPECT_TRUE(
-      testing::IsError(ScoringPipeline::Create(*config, db->get()), ErrorCode::kInvalidArgument,
-                       Where(27, 24) + "rule C1: amount_claimed is a claim's; this pipeline scores transactions"));
+  EXPECT_TRUE(testing::IsError(
+      ScoringPipeline::Create(*config, db->get(), testing::TestCardKeyPath(dir_)), ErrorCode::kInvalidArgument,
+      Where(11, 24) + "rule C1: amount_claimed is a claim's; this pipeline scores transactions"));
 }
 
 TEST_F(RulesStageTest, AForcedDecisionAndItsReasonCodeReachTheResultAndTheAuditRecord) {
@@ -214,9 +214,9 @@ TEST_F(RulesStageTest, AForcedDecisionAndItsReasonCodeReachTheResultAndTheAuditR
       "      - {id: N01, when: \"amount > 1\"}\n"
       "      - {id: R20, when: \"merchant_id in deny_merchants\", decision: DECLINE}\n");
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  auto db = storage::Database::Open(config->storage.path, {.durability = storage::Durability::kWal});
+  auto db = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal});
   ASSERT_TRUE(db.ok());
-  auto pipeline = ScoringPipeline::Create(*config, db->get());
+  auto pipeline = ScoringPipeline::Create(*config, db->get(), testing::TestCardKeyPath(dir_));
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
 
   auto denied = (*pipeline)->Score(testing::ValidTransaction("req-1"));  // merchant m-US-17, 42.50 USD

@@ -20,10 +20,10 @@ class ScoringPipelineTest : public ::testing::Test {
     auto config = LoadPipelineConfig(testing::WriteTestPipeline(dir_));
     ASSERT_TRUE(config.ok()) << config.error().ToString();
     config_ = *config;
-    auto db = storage::Database::Open(config_.storage.path, {.durability = storage::Durability::kWal});
+    auto db = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal});
     ASSERT_TRUE(db.ok()) << db.error().ToString();
     db_ = std::move(db).value();
-    auto pipeline = ScoringPipeline::Create(config_, db_.get());
+    auto pipeline = ScoringPipeline::Create(config_, db_.get(), testing::TestCardKeyPath(dir_));
     ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
     pipeline_ = std::move(pipeline).value();
   }
@@ -154,8 +154,8 @@ class PipelineGraphTest : public ::testing::Test {
     if (!config.ok()) return config.error();
     config_ = *config;
     if (db_ == nullptr)
-      db_ = storage::Database::Open(config_.storage.path, {.durability = storage::Durability::kWal}).value();
-    return ScoringPipeline::Create(config_, db_.get(), runtime);
+      db_ = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal}).value();
+    return ScoringPipeline::Create(config_, db_.get(), testing::TestCardKeyPath(dir_), runtime);
   }
   static std::string Model(const std::string& dir) { return dir + "/fraud.ubj"; }
   // Each reading is 1 ms after the previous one: any stage that checks its deadline after
@@ -312,7 +312,7 @@ TEST_F(ScoringPipelineTest, TheCanaryScoresWithoutWritingAndNamesAStageThatFails
   yaml += "  - {name: tripwire, kind: explodes, after: features}\n";
   auto config = ParsePipelineConfig(yaml, dir_.file("pipeline.yaml"), kinds);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
-  auto pipeline = ScoringPipeline::Create(*config, db_.get());
+  auto pipeline = ScoringPipeline::Create(*config, db_.get(), testing::TestCardKeyPath(dir_));
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
   EXPECT_TRUE(testing::IsError((*pipeline)->Canary(), ErrorCode::kFailedPrecondition,
                                "the canary transaction failed in stage tripwire: boom"));

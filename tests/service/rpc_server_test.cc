@@ -99,7 +99,7 @@ bool Eventually(const std::function<bool()>& condition) {
 
 class RpcServerUnitTest : public ::testing::Test {
  protected:
-  void Start(pipelines::RpcServerConfig config) {
+  void Start(RpcServerConfig config) {
     config.host = "127.0.0.1";
     config.port = 0;
     auto server = RpcServer::Create(config, handler_);
@@ -371,7 +371,7 @@ TEST_F(RpcServerUnitTest, StopAnswersTheRequestInFlightThenEndsServe) {
 // Each limit, with a request that is valid except for that limit, and the same request
 // within it as the control.
 TEST_F(RpcServerUnitTest, FrameOverTheFrameLimitClosesTheConnection) {
-  pipelines::RpcServerConfig config;
+  RpcServerConfig config;
   config.limits.max_frame_bytes = 2048;
   Start(config);
   std::vector<rpc::BatchItem> items;
@@ -387,7 +387,7 @@ TEST_F(RpcServerUnitTest, FrameOverTheFrameLimitClosesTheConnection) {
 }
 
 TEST_F(RpcServerUnitTest, MessageOverTheMessageLimitClosesTheConnection) {
-  pipelines::RpcServerConfig config;
+  RpcServerConfig config;
   config.limits.max_message_bytes = 2048;
   Start(config);
   std::vector<rpc::BatchItem> items;
@@ -402,7 +402,7 @@ TEST_F(RpcServerUnitTest, MessageOverTheMessageLimitClosesTheConnection) {
 }
 
 TEST_F(RpcServerUnitTest, StringOverTheStringLimitClosesTheConnection) {
-  pipelines::RpcServerConfig config;
+  RpcServerConfig config;
   config.limits.max_string_bytes = 64;
   Start(config);
   rpc::ScoreResult result;
@@ -415,7 +415,7 @@ TEST_F(RpcServerUnitTest, StringOverTheStringLimitClosesTheConnection) {
 }
 
 TEST_F(RpcServerUnitTest, ListOverTheContainerLimitClosesTheConnection) {
-  pipelines::RpcServerConfig config;
+  RpcServerConfig config;
   config.limits.max_container_items = 3;
   Start(config);
   std::vector<rpc::BatchItem> items;
@@ -429,7 +429,7 @@ TEST_F(RpcServerUnitTest, ListOverTheContainerLimitClosesTheConnection) {
 }
 
 TEST_F(RpcServerUnitTest, NestingOverTheRecursionLimitClosesTheConnection) {
-  pipelines::RpcServerConfig config;
+  RpcServerConfig config;
   config.limits.max_recursion_depth = 8;
   Start(config);
   EXPECT_TRUE(Answers(HealthCallWithNesting(6)));

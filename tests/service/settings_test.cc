@@ -1,0 +1,252 @@
+#include "service/settings.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+// A valid settings file whose relative paths resolve inside `dir`.
+class SettingsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+    testing::WriteFile(dir_.file("p.yaml"), "stages: []\n");  // only its existence is checked here
+  }
+  Result<ServiceSettings> Parse(const std::string& yaml) { return ParseServiceSettings(yaml, dir_.file("s.yaml")); }
+  std::string Where(int line, int column) {
+    return dir_.file("s.yaml") + ":" + std::to_string(line) + ":" + std::to_string(column) + ": ";
+  }
+
+  // `relative` beside the test's directory: what "../relative" in its file resolves to.
+  std::string Beside(const std::string& relative) const {
+    return (std::filesystem::path(dir_.path()).parent_path() / relative).string();
+  }
+
+  static constexpr char kValid[] =
+      "pipeline: p.yaml\n"
+      "storage:\n"
+      "  path: db\n"
+      "security:\n"
+      "  card_key_file: card.key\n";
+  testing::TempDir dir_;
+};
+
+TEST_F(SettingsTest, MinimalFileGetsDefaultsAndResolvedPaths) {
+  auto settings = Parse(kValid);
+  ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+  EXPECT_EQ(settings->source_path, dir_.file("s.yaml"));
+  EXPECT_EQ(settings->pipeline, dir_.file("p.yaml"));
+  EXPECT_EQ(settings->server.host, "0.0.0.0");
+  EXPECT_EQ(settings->server.port, 9090);
+  EXPECT_EQ(settings->server.workers, 8);
+  EXPECT_EQ(settings->server.io_threads, 1);
+  EXPECT_EQ(settings->server.max_connections, 4096);
+  EXPECT_EQ(settings->server.max_queued_requests, 1024);
+  EXPECT_EQ(settings->server.frame_timeout_ms, 5000);
+  EXPECT_EQ(settings->server.idle_timeout_ms, 600000);
+  EXPECT_EQ(settings->server.limits.max_string_bytes, 65536);
+  EXPECT_EQ(settings->admin.host, "127.0.0.1");
+  EXPECT_EQ(settings->admin.port, 9091);
+  EXPECT_EQ(settings->storage.path, dir_.file("db"));
+  EXPECT_EQ(settings->storage.durability, storage::Durability::kSync);
+  EXPECT_EQ(settings->security.card_key_file, dir_.file("card.key"));
+  EXPECT_EQ(settings->jobs.claims_pipeline, "");
+  EXPECT_EQ(settings->devices.backend.library, "");
+}
+
+// config/txscore.yaml and config/batch.yaml name var/ files that exist only after set-up;
+// their shape is checked with the paths pointed at this test's files.
+TEST_F(SettingsTest, TheShippedServeSettingsParse) {
+  std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/txscore.yaml");
+  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+                          {"pipeline: pipeline.yaml", "pipeline: p.yaml"},
+                          {"claims_pipeline: claims.yaml", "claims_pipeline: p.yaml"}}) {
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  auto settings = Parse(yaml);
+  ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+  EXPECT_EQ(settings->server.host, "127.0.0.1");
+  EXPECT_EQ(settings->server.port, 9090);
+  EXPECT_EQ(settings->admin.port, 9091);
+  EXPECT_EQ(settings->storage.path, Beside("var/db"));
+  EXPECT_EQ(settings->jobs.claims_pipeline, dir_.file("p.yaml"));
+  EXPECT_EQ(settings->jobs.priority, JobsConfig::Priority::kIdle);
+  EXPECT_EQ(settings->devices.backend.library, Beside("build/libtxscore_emulated_device.so"));
+}
+
+TEST_F(SettingsTest, TheShippedBatchSettingsParse) {
+  std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/batch.yaml");
+  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+                          {"pipeline: claims.yaml", "pipeline: p.yaml"}}) {
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  auto settings = Parse(yaml);
+  ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+  EXPECT_EQ(settings->storage.path, Beside("var/db-claims"));
+  EXPECT_EQ(settings->storage.durability, storage::Durability::kSync);
+}
+
+TEST_F(SettingsTest, APipelineFileGivenAsSettingsIsNamedForWhatItIs) {
+  EXPECT_EQ(Parse(std::string(kValid) + "stages:\n  - {name: features, kind: features}\n").error().message,
+            Where(7, 3) +
+                "this is a pipeline file, not the service's settings: pass the settings file (e.g. "
+                "config/txscore.yaml), whose `pipeline:` names the pipeline file");
+}
+
+TEST_F(SettingsTest, RestartOnlyChangesNameEverySettingButThePipeline) {
+  testing::WriteFile(dir_.file("q.yaml"), "stages: []\n");
+  auto running = Parse(std::string(kValid) + "server: {port: 9090, workers: 4}\n");
+  ASSERT_TRUE(running.ok()) << running.error().ToString();
+  // Another pipeline file is not a restart-only change.
+  std::string yaml = std::string(kValid) + "server: {port: 9090, workers: 4}\n";
+  yaml.replace(yaml.find("p.yaml"), 6, "q.yaml");
+  EXPECT_TRUE(RestartOnlyChanges(*running, *Parse(yaml)).empty());
+  auto changed = Parse(std::string(kValid) + "server: {port: 9095}\nadmin: {port: 0}\n");
+  ASSERT_TRUE(changed.ok()) << changed.error().ToString();
+  EXPECT_EQ(RestartOnlyChanges(*running, *changed),
+            (std::vector<std::string>{"admin.port: (default) -> 0", "server.port: 9090 -> 9095",
+                                      "server.workers: 4 -> (default)"}));
+}
+
+TEST(LoadServiceSettings, MissingFileIsNotFound) {
+  auto settings = LoadServiceSettings("/nonexistent/s.yaml");
+  ASSERT_FALSE(settings.ok());
+  EXPECT_EQ(settings.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(settings.error().message, "settings file /nonexistent/s.yaml does not exist or cannot be read");
+}
+
+TEST_F(SettingsTest, UnknownKeyIsRejectedWithLineAndColumn) {
+  auto config = Parse(std::string("server:\n  prot: 9090\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message,
+            Where(2, 3) +
+                "unknown key \"prot\" in server (expected one of: frame_timeout_ms, host, idle_timeout_ms, io_threads, "
+                "limits, max_connections, max_queued_requests, port, workers)");
+}
+
+TEST_F(SettingsTest, ServerTransportSettingsAreReadAndBounded) {
+  auto config = Parse(std::string("server:\n  io_threads: 3\n  max_connections: 50\n  max_queued_requests: 7\n"
+                                  "  frame_timeout_ms: 250\n  idle_timeout_ms: 9000\n") +
+                      kValid);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->server.io_threads, 3);
+  EXPECT_EQ(config->server.max_connections, 50);
+  EXPECT_EQ(config->server.max_queued_requests, 7);
+  EXPECT_EQ(config->server.frame_timeout_ms, 250);
+  EXPECT_EQ(config->server.idle_timeout_ms, 9000);
+  auto zero = Parse(std::string("server:\n  max_connections: 0\n") + kValid);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().message, Where(2, 20) + "\"max_connections\" must be between 1 and 1000000");
+}
+
+TEST_F(SettingsTest, AKeyGivenTwiceIsRefusedWithBothLines) {
+  auto config = Parse(std::string("server:\n  port: 9090\n  workers: 4\n  port: 9191\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(4, 3) + "\"port\" is given twice in server (first on line 2)");
+}
+
+TEST_F(SettingsTest, WrongTypeIsRejectedWithLineAndColumn) {
+  auto config = Parse(std::string("server:\n  workers: many\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(2, 12) + "\"workers\" must be an integer");
+}
+
+TEST_F(SettingsTest, OutOfRangeIsRejected) {
+  auto config = Parse(std::string("server:\n  port: 70000\n") + kValid);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(2, 9) + "\"port\" must be between 0 and 65535");
+}
+
+TEST_F(SettingsTest, DevicesSectionNamesTheBackendLibraryAndDescribesIt) {
+  EXPECT_EQ(Parse(kValid)->devices.backend.library, "");
+  auto config = Parse(std::string(kValid) +
+                      "devices:\n"
+                      "  calibration_cache: profiles.json\n"
+                      "  backend_library: lib/libtorch_spyre.so\n"
+                      "  backend:\n"
+                      "    kind: spyre\n"
+                      "    index: 1\n"
+                      "    dtypes: [float16, bfloat16]\n"
+                      "    native_ops: [matmul, softmax]\n"
+                      "    memory_gib: 64\n"
+                      "    alignment: 128\n"
+                      "    emulator: false\n"
+                      "    cost: {dispatch_us: 80, tflops: 100, memory_gbps: 400, copy_gbps: 32}\n"
+                      "    options: {cards: 2, mode: fast}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  const DevicesConfig& d = config->devices;
+  EXPECT_EQ(d.calibration_cache, dir_.file("profiles.json"));
+  EXPECT_EQ(d.backend.library, dir_.file("lib/libtorch_spyre.so"));  // relative to the file
+  EXPECT_EQ(d.backend.kind, "spyre");
+  EXPECT_EQ(d.backend.index, 1);
+  EXPECT_EQ(d.backend.dtypes, (std::vector<std::string>{"float16", "bfloat16"}));
+  EXPECT_EQ(d.backend.native_ops, (std::set<std::string>{"matmul", "softmax"}));
+  EXPECT_EQ(d.backend.memory_bytes, 64LL << 30);
+  EXPECT_EQ(d.backend.alignment, 128);
+  EXPECT_EQ(d.backend.emulator, false);
+  ASSERT_TRUE(d.backend.cost.has_value());
+  EXPECT_EQ(d.backend.cost->dispatch_us, 80);
+  EXPECT_EQ(d.backend.cost->flops_per_s, 100e12);
+  EXPECT_EQ(d.backend.cost->memory_bytes_per_s, 400e9);
+  EXPECT_EQ(d.backend.cost->copy_bytes_per_s, 32e9);
+  using Options = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(d.backend.options, (Options{{"cards", "2"}, {"mode", "fast"}}));
+}
+
+TEST_F(SettingsTest, BackendDescriptionKeysAreChecked) {
+  const std::string devices = std::string(kValid) + "devices:\n  backend:\n";
+  EXPECT_EQ(
+      Parse(devices + "    kind: Spyre-1\n").error().message,
+      Where(8, 11) +
+          "kind \"Spyre-1\" is not a device kind name (1-32 characters of a-z, 0-9 and _, starting with a letter)");
+  EXPECT_EQ(Parse(devices + "    kind: cuda\n").error().message,
+            Where(8, 11) + "kind \"cuda\" is PyTorch's own; an out-of-tree backend needs another");
+  EXPECT_EQ(Parse(devices + "    dtypes: [bfloat16, int8]\n").error().message,
+            Where(8, 24) + "unknown dtype \"int8\" (known: float32, bfloat16, float16)");
+  EXPECT_EQ(Parse(devices + "    native_ops: [matmul, conv2d]\n").error().message,
+            Where(8, 26) +
+                "unknown op \"conv2d\" (known: matmul, softmax, rms_norm, rope, embedding, activation, tree_walk)");
+  EXPECT_EQ(Parse(devices + "    native_ops: []\n").error().message,
+            Where(8, 17) + "\"native_ops\" must be a non-empty list");
+  EXPECT_EQ(Parse(devices + "    cost: {dispatch_us: 80}\n").error().message,
+            Where(8, 11) + "devices.backend.cost needs tflops");
+  EXPECT_EQ(Parse(devices + "    options: {latency: [1, 2]}\n").error().message,
+            Where(8, 24) + "devices.backend.options: latency must be a single value");
+}
+
+TEST_F(SettingsTest, TheOldEmulatedSectionSaysWhereItsKeysWent) {
+  EXPECT_EQ(Parse(std::string(kValid) + "devices:\n  emulated: {tflops: 100}\n").error().message,
+            Where(7, 13) +
+                "devices.emulated is no longer read: the emulated device is a backend library now; load it with "
+                "devices.backend_library (e.g. ../build/libtxscore_emulated_device.so) and put its latency model "
+                "under devices.backend.options");
+  EXPECT_EQ(Parse(std::string(kValid) + "devices:\n  backend_kind: spyre\n").error().message,
+            Where(7, 17) + "devices.backend_kind is now devices.backend.kind");
+}
+
+TEST_F(SettingsTest, RequiredKeysAreNamed) {
+  EXPECT_EQ(Parse("security:\n  card_key_file: card.key\n").error().message,
+            Where(1, 1) + "missing required key \"pipeline\"");
+  EXPECT_EQ(Parse("pipeline: p.yaml\nsecurity:\n  card_key_file: card.key\n").error().message,
+            Where(1, 1) + "missing required key \"storage\"");
+  EXPECT_EQ(Parse("pipeline: p.yaml\nstorage: {path: db}\n").error().message,
+            Where(1, 1) + "missing required key \"security\"");
+  EXPECT_EQ(Parse("pipeline: absent.yaml\nstorage: {path: db}\nsecurity: {card_key_file: card.key}\n").error().message,
+            Where(1, 11) + "\"pipeline\": file " + dir_.file("absent.yaml") + " does not exist");
+}
+
+TEST_F(SettingsTest, BadDurabilityIsRejected) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("path: db"), 8, "path: db\n  durability: maybe");
+  auto config = Parse(yaml);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message, Where(4, 15) + "durability must be \"sync\" or \"wal\", not \"maybe\"");
+}
+
+}  // namespace
+}  // namespace txscore::service
