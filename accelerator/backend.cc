@@ -39,7 +39,13 @@ Result<DescribedBackend> DescribeBackend(const TxscoreBackendDescription* descri
     if (described->kind != nullptr) d.kind = described->kind;
     device_count = described->device_count;
     d.index = described->device_index;
-    d.dtypes = SplitCommas(described->dtypes);
+    for (const std::string& name : SplitCommas(described->dtypes)) {
+      const std::optional<Dtype> dtype = ParseDtype(name);
+      if (!dtype) {
+        return InvalidArgument(from + ": unknown dtype \"" + name + "\" (known: " + kKnownDtypeNames + ")");
+      }
+      d.dtypes.push_back(*dtype);
+    }
     has_dtypes = described->dtypes != nullptr;
     for (std::string& op : SplitCommas(described->native_ops)) d.native_ops.insert(std::move(op));
     has_ops = described->native_ops != nullptr;
@@ -83,11 +89,6 @@ Result<DescribedBackend> DescribeBackend(const TxscoreBackendDescription* descri
   TXSCORE_RETURN_IF_ERROR(CheckKindName(d.kind, from + ": kind"));
   if (d.kind == kCpuKind || d.kind == kCudaKind) {
     return InvalidArgument(from + ": kind \"" + d.kind + "\" is PyTorch's own; an out-of-tree backend needs another");
-  }
-  for (const std::string& dtype : d.dtypes) {
-    if (!IsKnownDtype(dtype)) {
-      return InvalidArgument(from + ": unknown dtype \"" + dtype + "\" (known: float32, bfloat16, float16)");
-    }
   }
   for (const std::string& op : d.native_ops) {
     if (!IsKnownOp(op)) return InvalidArgument(from + ": unknown op \"" + op + "\" (known: " + KnownOpNames() + ")");

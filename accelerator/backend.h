@@ -32,7 +32,7 @@ struct BackendConfig {
   // Default: the library's own. Required when the library does not describe itself.
   std::string kind;
   std::optional<int> index;                                  // Default: the library's, else 0
-  std::optional<std::vector<std::string>> dtypes;            // Default: the library's; required without
+  std::optional<std::vector<Dtype>> dtypes;                  // Default: the library's; required without
   std::optional<std::set<std::string>> native_ops;           // Default: the library's; required without
   std::optional<int64_t> memory_bytes;                       // Default: the library's, else 0 (not checked)
   std::optional<int> alignment;                              // Default: the library's, else 1 (no padding)

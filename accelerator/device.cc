@@ -31,11 +31,28 @@ std::string KnownOpNames() {
   return names;
 }
 
-bool IsKnownDtype(std::string_view dtype) { return dtype == "float32" || dtype == "bfloat16" || dtype == "float16"; }
-
-bool Device::Supports(std::string_view dtype) const {
-  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+const char* DtypeName(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat32:
+      return "float32";
+    case Dtype::kBFloat16:
+      return "bfloat16";
+    case Dtype::kFloat16:
+      return "float16";
+  }
+  return "unknown";
 }
+
+std::optional<Dtype> ParseDtype(std::string_view name) {
+  for (Dtype dtype : {Dtype::kFloat32, Dtype::kBFloat16, Dtype::kFloat16}) {
+    if (name == DtypeName(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
+int DtypeBytes(Dtype dtype) { return dtype == Dtype::kFloat32 ? 4 : 2; }
+
+bool Device::Supports(Dtype dtype) const { return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end(); }
 
 std::string Device::DisplayName() const { return emulated ? name + " (emulated)" : name; }
 
@@ -45,7 +62,7 @@ Device HostCpuDevice(const CostProfile& cost, int64_t memory_bytes) {
   cpu.kind = kCpuKind;
   cpu.torch_device = "cpu";
   cpu.memory_bytes = memory_bytes;
-  cpu.dtypes = {"float32", "bfloat16"};
+  cpu.dtypes = {Dtype::kFloat32, Dtype::kBFloat16};
   cpu.native_ops = {ops::kMatmul,    ops::kSoftmax,    ops::kRmsNorm, ops::kRope,
                     ops::kEmbedding, ops::kActivation, ops::kTreeWalk};
   cpu.cost = cost;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -44,8 +45,13 @@ inline constexpr char kTreeWalk[] = "tree_walk";     // branchy tree-ensemble tr
 // error messages: a backend's description may claim only these.
 bool IsKnownOp(std::string_view op);
 std::string KnownOpNames();
-// "float32", "bfloat16" or "float16": the dtypes stages and devices speak of.
-bool IsKnownDtype(std::string_view dtype);
+// The element types stages and devices speak of; files, plans and logs name them float32,
+// bfloat16, float16.
+enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+const char* DtypeName(Dtype dtype);
+std::optional<Dtype> ParseDtype(std::string_view name);  // nullopt for any other name
+inline constexpr char kKnownDtypeNames[] = "float32, bfloat16, float16";
+int DtypeBytes(Dtype dtype);  // 4 for float32, 2 for the others
 
 // The numbers placement predicts with. Units are in the names.
 struct CostProfile {
@@ -62,14 +68,14 @@ struct Device {
   int index = 0;
   std::string torch_device;  // how libtorch names it: "cpu", "cuda:0", "privateuseone:0"
   int64_t memory_bytes = 0;
-  std::vector<std::string> dtypes;   // "float32", "bfloat16", "float16"
+  std::vector<Dtype> dtypes;
   std::set<std::string> native_ops;  // from accelerator::ops
   int alignment = 1;                 // preferred multiple for head_dim and vocabulary (op adapters pad to it)
   CostProfile cost;
   bool emulated = false;  // an emulator: every plan, log line and metric says so
   std::string description;
 
-  bool Supports(std::string_view dtype) const;
+  bool Supports(Dtype dtype) const;
   // "emulated:0 (emulated)" for emulators, else the name: what plans and logs print.
   std::string DisplayName() const;
 };

@@ -153,7 +153,7 @@ Result<DeviceRegistry> DiscoverDevices(const DiscoveryOptions& options) {
     gpu.name = "cuda:0";
     gpu.kind = kCudaKind;
     gpu.torch_device = "cuda:0";
-    gpu.dtypes = {"float32", "bfloat16", "float16"};
+    gpu.dtypes = {Dtype::kFloat32, Dtype::kBFloat16, Dtype::kFloat16};
     gpu.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation};
     gpu.alignment = 8;
     gpu.description = "CUDA GPU (memory not known to this build: not checked)";

@@ -83,7 +83,9 @@ struct DescriptionText {
 const DescriptionText& Text() {
   static const DescriptionText* text = [] {
     const Device d = EmulatedDeviceDescription({});
-    return new DescriptionText{d.kind, Joined(d.dtypes), Joined({d.native_ops.begin(), d.native_ops.end()}),
+    std::vector<std::string> dtypes;
+    for (Dtype dtype : d.dtypes) dtypes.push_back(DtypeName(dtype));
+    return new DescriptionText{d.kind, Joined(dtypes), Joined({d.native_ops.begin(), d.native_ops.end()}),
                                d.description};
   }();
   return *text;

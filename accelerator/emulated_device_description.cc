@@ -11,7 +11,7 @@ Device EmulatedDeviceDescription(const EmulatedDeviceOptions& options) {
   d.kind = kEmulatedKind;
   d.torch_device = "privateuseone:0";
   d.memory_bytes = options.memory_bytes;
-  d.dtypes = {"bfloat16", "float16"};
+  d.dtypes = {Dtype::kBFloat16, Dtype::kFloat16};
   d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kActivation};
   d.alignment = options.alignment;
   d.cost = {options.stage_dispatch_us, options.flops_per_s, options.memory_bytes_per_s, options.copy_bytes_per_s,

@@ -8,8 +8,6 @@
 namespace txscore::accelerator {
 namespace {
 
-int DtypeBytes(const std::string& dtype) { return dtype == "float32" ? 4 : 2; }
-
 std::string Megabytes(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
@@ -28,17 +26,17 @@ Candidate Evaluate(const StageWorkload& work, const Device& device) {
     return c;
   }
   c.adapters = c.op_adapters.Describe();
-  for (const std::string& dtype : work.dtypes) {
+  for (Dtype dtype : work.dtypes) {
     if (device.Supports(dtype)) {
       c.dtype = dtype;
       break;
     }
   }
-  if (c.dtype.empty()) {
+  if (!c.dtype) {
     c.why_not = "supports none of the stage's dtypes";
     return c;
   }
-  const WorkEstimate w = work.estimate(work.expected_batch, work.expected_tokens, DtypeBytes(c.dtype));
+  const WorkEstimate w = work.estimate(work.expected_batch, work.expected_tokens, DtypeBytes(*c.dtype));
   if (device.memory_bytes > 0 && w.resident_bytes > static_cast<double>(device.memory_bytes)) {
     c.why_not = "needs " + Megabytes(w.resident_bytes) + " of memory, has " +
                 Megabytes(static_cast<double>(device.memory_bytes));
@@ -69,7 +67,7 @@ std::string Microseconds(double us) {
 StageWorkload TreeEnsembleWorkload(const std::string& stage, int trees, int max_depth, int features) {
   StageWorkload w;
   w.stage = stage;
-  w.dtypes = {"float32"};
+  w.dtypes = {Dtype::kFloat32};
   w.ops = {ops::kTreeWalk};
   // One comparison per level per tree; the nodes visited are the memory traffic.
   w.estimate = [trees, max_depth, features](int batch, int, int) {
@@ -94,7 +92,7 @@ double DecoderParameters(const DecoderShape& s) {
 StageWorkload DecoderWorkload(const std::string& stage, const DecoderShape& shape) {
   StageWorkload w;
   w.stage = stage;
-  w.dtypes = {"bfloat16", "float32"};
+  w.dtypes = {Dtype::kBFloat16, Dtype::kFloat32};
   w.ops = {ops::kMatmul, ops::kSoftmax, ops::kRmsNorm, ops::kRope, ops::kEmbedding, ops::kActivation};
   w.vocab = shape.vocab;
   w.head_dim = shape.head_dim;
@@ -169,7 +167,7 @@ Result<Placement> PlaceStage(const StageWorkload& work, std::string_view request
     }
   }
   plan.kind = chosen->kind;
-  plan.dtype = chosen->dtype;
+  plan.dtype = *chosen->dtype;
   plan.adapters = chosen->op_adapters;
   for (const Device& d : devices.devices()) {
     if (d.DisplayName() == chosen->device) {

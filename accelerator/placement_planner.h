@@ -33,8 +33,8 @@ struct WorkEstimate {
 
 struct StageWorkload {
   std::string stage;
-  std::vector<std::string> dtypes;  // what the stage can run in, preferred first
-  std::set<std::string> ops;        // from accelerator::ops
+  std::vector<Dtype> dtypes;  // what the stage can run in, preferred first
+  std::set<std::string> ops;  // from accelerator::ops
   // Work of one call at `batch` items of `tokens` tokens each; `dtype_bytes` is the size of
   // the dtype chosen for the device (4 for float32, 2 for bfloat16/float16).
   std::function<WorkEstimate(int batch, int tokens, int dtype_bytes)> estimate;
@@ -66,8 +66,8 @@ struct Candidate {
   std::string device;  // display name ("emulated:0 (emulated)"), or the kind when absent
   std::string kind = kCpuKind;
   bool able = false;
-  std::string why_not;  // when not able: absent, no dtype, missing op, not enough memory
-  std::string dtype;
+  std::string why_not;                // when not able: absent, no dtype, missing op, not enough memory
+  std::optional<Dtype> dtype;         // the first of the stage's dtypes the device supports
   OpAdapters op_adapters;             // op adapters the stage would use there
   std::vector<std::string> adapters;  // the same, described
   double dispatch_us = 0, compute_us = 0, memory_us = 0, transfer_us = 0;
@@ -79,7 +79,7 @@ struct Placement {
   std::string requested;  // "auto" or a device kind
   std::string device;     // the chosen device's name, e.g. "cpu"
   std::string kind = kCpuKind;
-  std::string dtype;
+  Dtype dtype = Dtype::kFloat32;
   OpAdapters adapters;  // what the stage must use on the chosen device
   bool emulated = false;
   std::string reason;

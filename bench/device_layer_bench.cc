@@ -147,7 +147,8 @@ std::vector<int64_t> Prompt(int64_t vocab) {
 }
 
 llm::Decoder& Txscore() {
-  static std::unique_ptr<llm::Decoder> decoder = llm::Decoder::Load(g_dir, {.dtype = "float32", .threads = 1}).value();
+  static std::unique_ptr<llm::Decoder> decoder =
+      llm::Decoder::Load(g_dir, {.dtype = accelerator::Dtype::kFloat32, .threads = 1}).value();
   return *decoder;
 }
 HandWritten& Direct() {

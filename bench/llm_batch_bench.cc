@@ -41,7 +41,7 @@ Loaded& Model(const std::string& device, const std::string& dtype) {
   Loaded& slot = models[device + dtype];
   if (!slot.decoder) {
     llm::DecoderOptions options;
-    options.dtype = dtype;
+    options.dtype = *accelerator::ParseDtype(dtype);
     options.device = device;
     options.threads = 1;
     if (device != "cpu") {

@@ -34,7 +34,8 @@ txscore::llm::Decoder& Model(const std::string& dtype) {
   static std::map<std::string, std::unique_ptr<txscore::llm::Decoder>> models;
   auto& slot = models[dtype];
   if (!slot) {
-    auto loaded = txscore::llm::Decoder::Load(g_model, {.dtype = dtype, .threads = g_threads});
+    auto loaded =
+        txscore::llm::Decoder::Load(g_model, {.dtype = *txscore::accelerator::ParseDtype(dtype), .threads = g_threads});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().ToString().c_str());
       std::exit(1);

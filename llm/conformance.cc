@@ -23,8 +23,8 @@ int32_t Argmax(const std::vector<float>& v) {
 
 }  // namespace
 
-ConformanceThresholds ThresholdsFor(const std::string& dtype) {
-  if (dtype == "float32") return {.min_cosine = 0.99999, .min_agreement = 1.0};
+ConformanceThresholds ThresholdsFor(accelerator::Dtype dtype) {
+  if (dtype == accelerator::Dtype::kFloat32) return {.min_cosine = 0.99999, .min_agreement = 1.0};
   return {.min_cosine = 0.999, .min_agreement = 0.0};
 }
 

@@ -20,7 +20,7 @@ struct ConformanceThresholds {
 
 // Default thresholds by dtype: float32 must agree everywhere (cosine >= 0.99999, every token);
 // bfloat16/float16 keep cosine >= 0.999 at every step.
-ConformanceThresholds ThresholdsFor(const std::string& dtype);
+ConformanceThresholds ThresholdsFor(accelerator::Dtype dtype);
 
 struct ConformanceReport {
   std::vector<double> cosine;              // per step

@@ -116,7 +116,7 @@ class TorchDecoder : public Decoder {
     Result<ModelConfig> config =
         LoadModelConfig(dir, options.families != nullptr ? *options.families : BuiltinModelFamilies());
     if (!config.ok()) return config.error();
-    if (options.dtype != "float32" && options.dtype != "bfloat16") {
+    if (options.dtype == accelerator::Dtype::kFloat16) {
       return InvalidArgument("dtype must be float32 or bfloat16 (libtorch has no float16 matmul on CPU)", "dtype");
     }
     if (options.adapters.head_dim_alignment > 1 && config->head_dim % 2 != 0) {
@@ -130,7 +130,7 @@ class TorchDecoder : public Decoder {
     if (!checkpoint.ok()) return checkpoint.error();
     auto decoder = std::unique_ptr<TorchDecoder>(new TorchDecoder());
     decoder->config_ = std::move(config).value();
-    decoder->dtype_ = options.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    decoder->dtype_ = options.dtype == accelerator::Dtype::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
     decoder->device_ = torch::Device(options.device);
     decoder->adapters_ = options.adapters;
     decoder->attention_block_elements_ = options.attention_block_elements;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "accelerator/device.h"
 #include "accelerator/op_adapters.h"
 #include "common/result.h"
 #include "llm/model_config.h"
@@ -18,7 +19,9 @@
 namespace txscore::llm {
 
 struct DecoderOptions {
-  std::string dtype = "float32";  // Default: float32; or "bfloat16" (weights and activations)
+  // Default: float32; or bfloat16 (weights and activations). float16 is refused (libtorch has
+  // no float16 matmul on the CPU).
+  accelerator::Dtype dtype = accelerator::Dtype::kFloat32;
   // Default: 0, the calling thread's count as it is. libtorch intra-op threads for the
   // decoder's own work (loading, each Forward), set on the calling thread only for that work
   // (accelerator::ScopedComputeThreads): other threads and the process-wide settings, which

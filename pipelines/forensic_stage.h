@@ -53,7 +53,7 @@ struct ForensicResult {
 struct ForensicTarget {
   std::string name;          // as reported, e.g. "emulated:0 (emulated)"
   std::string torch_device;  // e.g. "privateuseone:0"
-  std::string dtype;         // "float32" or "bfloat16"
+  accelerator::Dtype dtype = accelerator::Dtype::kFloat32;
   accelerator::OpAdapters adapters{};
 };
 
@@ -65,7 +65,8 @@ struct ForensicStageOptions {
   int max_batch = 8;        // the dynamic batcher's largest batch
   int max_wait_us = 2000;   // how long it waits after the first request for more
   bool background = false;  // the batcher's thread at the lowest OS priority (jobs inside a server)
-  std::vector<ForensicTarget> targets = {{"cpu", "cpu", "float32"}};  // the planned device first, then fallbacks
+  // The planned device first, then fallbacks.
+  std::vector<ForensicTarget> targets = {{"cpu", "cpu", accelerator::Dtype::kFloat32}};
 };
 
 class ForensicStage {

@@ -109,7 +109,7 @@ std::string FormatPlan(const PipelinePlan& plan, const accelerator::DeviceRegist
         std::string note;
         for (const std::string& a : c.adapters) note += (note.empty() ? "adapters: " : "; ") + a;
         std::snprintf(line, sizeof line, "  %-22s %-9s %10s %10s %10s %10s %10s  %s\n", c.device.c_str(),
-                      c.dtype.c_str(), Time(c.predicted_us).c_str(), Time(c.dispatch_us).c_str(),
+                      accelerator::DtypeName(*c.dtype), Time(c.predicted_us).c_str(), Time(c.dispatch_us).c_str(),
                       Time(c.compute_us).c_str(), Time(c.memory_us).c_str(), Time(c.transfer_us).c_str(), note.c_str());
       } else {
         std::snprintf(line, sizeof line, "  %-22s %-9s %10s %10s %10s %10s %10s  %s\n", c.device.c_str(), "-", "-", "-",
@@ -117,7 +117,8 @@ std::string FormatPlan(const PipelinePlan& plan, const accelerator::DeviceRegist
       }
       out << line;
     }
-    out << "  -> " << p.device << (p.emulated ? " (emulated)" : "") << ", " << p.dtype << ": " << p.reason << "\n";
+    out << "  -> " << p.device << (p.emulated ? " (emulated)" : "") << ", " << accelerator::DtypeName(p.dtype) << ": "
+        << p.reason << "\n";
     if (!p.fallback.empty()) {
       out << "     fallback order:";
       for (const std::string& f : p.fallback) out << " " << f;
@@ -131,12 +132,14 @@ std::string PlanToJson(const PipelinePlan& plan, const accelerator::DeviceRegist
   nlohmann::json doc;
   doc["devices"] = nlohmann::json::array();
   for (const accelerator::Device& d : devices.devices()) {
+    std::vector<std::string> dtypes;
+    for (accelerator::Dtype dtype : d.dtypes) dtypes.push_back(accelerator::DtypeName(dtype));
     doc["devices"].push_back({{"name", d.name},
                               {"kind", d.kind},
                               {"index", d.index},
                               {"emulated", d.emulated},
                               {"description", d.description},
-                              {"dtypes", d.dtypes},
+                              {"dtypes", dtypes},
                               {"native_ops", d.native_ops},
                               {"memory_bytes", d.memory_bytes},
                               {"alignment", d.alignment},
@@ -156,7 +159,7 @@ std::string PlanToJson(const PipelinePlan& plan, const accelerator::DeviceRegist
     for (const accelerator::Candidate& c : p.candidates) {
       nlohmann::json j = {{"device", c.device}, {"able", c.able}};
       if (c.able) {
-        j.update({{"dtype", c.dtype},
+        j.update({{"dtype", accelerator::DtypeName(*c.dtype)},
                   {"predicted_us", c.predicted_us},
                   {"dispatch_us", c.dispatch_us},
                   {"compute_us", c.compute_us},
@@ -172,7 +175,7 @@ std::string PlanToJson(const PipelinePlan& plan, const accelerator::DeviceRegist
                              {"requested", p.requested},
                              {"device", p.device},
                              {"emulated", p.emulated},
-                             {"dtype", p.dtype},
+                             {"dtype", accelerator::DtypeName(p.dtype)},
                              {"reason", p.reason},
                              {"fallback", p.fallback},
                              {"candidates", std::move(candidates)}});

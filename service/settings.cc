@@ -77,15 +77,18 @@ Status ParseBackend(const YamlReader& r, const YAML::Node& node, accelerator::Ba
     out->index = index;
   }
   if (node["dtypes"]) {
-    std::vector<std::string> dtypes;
+    std::vector<std::string> names;
     TXSCORE_RETURN_IF_ERROR(ReadNameList(
         r, node, "dtypes",
         [](const std::string& dtype) {
-          return accelerator::IsKnownDtype(dtype)
+          return accelerator::ParseDtype(dtype)
                      ? Status::Ok()
-                     : Status(InvalidArgument("unknown dtype \"" + dtype + "\" (known: float32, bfloat16, float16)"));
+                     : Status(InvalidArgument("unknown dtype \"" + dtype +
+                                              "\" (known: " + accelerator::kKnownDtypeNames + ")"));
         },
-        &dtypes));
+        &names));
+    std::vector<accelerator::Dtype> dtypes;
+    for (const std::string& name : names) dtypes.push_back(*accelerator::ParseDtype(name));
     out->dtypes = std::move(dtypes);
   }
   if (node["native_ops"]) {
@@ -160,8 +163,8 @@ Status ParseDevices(const YamlReader& r, const YAML::Node& node, DevicesConfig* 
   TXSCORE_RETURN_IF_ERROR(
       r.ReadPath(node, "backend_library", false, pipelines::YamlReader::PathMustBe::kAnything, &out->backend.library));
   if (const YAML::Node backend = node["backend"]) TXSCORE_RETURN_IF_ERROR(ParseBackend(r, backend, &out->backend));
-  TXSCORE_RETURN_IF_ERROR(
-      r.ReadPath(node, "calibration_cache", false, pipelines::YamlReader::PathMustBe::kAnything, &out->calibration_cache));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "calibration_cache", false, pipelines::YamlReader::PathMustBe::kAnything,
+                                     &out->calibration_cache));
   return Status::Ok();
 }
 
@@ -187,8 +190,7 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
                                       {"pipeline", "server", "admin", "storage", "security", "devices", "jobs"}));
   ServiceSettings settings;
   settings.source_path = source_path;
-  TXSCORE_RETURN_IF_ERROR(
-      r.ReadPath(root, "pipeline", true, YamlReader::PathMustBe::kRegularFile, &settings.pipeline));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(root, "pipeline", true, YamlReader::PathMustBe::kRegularFile, &settings.pipeline));
   if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &settings.server));
   if (const YAML::Node a = root["admin"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port"}));
@@ -198,8 +200,7 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   const YAML::Node storage = root["storage"];
   if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(storage, "storage", {"path", "durability"}));
-  TXSCORE_RETURN_IF_ERROR(
-      r.ReadPath(storage, "path", true, YamlReader::PathMustBe::kAnything, &settings.storage.path));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(storage, "path", true, YamlReader::PathMustBe::kAnything, &settings.storage.path));
   if (storage["durability"]) {
     std::string durability;
     TXSCORE_RETURN_IF_ERROR(r.ReadString(storage, "durability", false, &durability));
@@ -229,8 +230,7 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
     TXSCORE_RETURN_IF_ERROR(
         r.ReadPath(j, "output_dir", true, YamlReader::PathMustBe::kAnything, &settings.jobs.output_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &settings.jobs.chunk));
-    TXSCORE_RETURN_IF_ERROR(
-        r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &settings.jobs.max_llm_shortfall_share));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &settings.jobs.max_llm_shortfall_share));
   }
   for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
     if (const YAML::Node node = root[section]) Flatten(node, section, &settings.restart_only);

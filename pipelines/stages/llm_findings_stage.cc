@@ -116,10 +116,12 @@ class LlmFindingsStageKind : public StageKind {
                                                      const StageDeclaration&) const override {
     auto f = std::make_shared<LlmFindingsStageSettings>();
     TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, YamlReader::PathMustBe::kDirectory, &f->model_dir));
-    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &f->dtype));
-    if (f->dtype != "float32" && f->dtype != "bfloat16") {
-      return r.ErrorAt(stage["dtype"], "dtype must be \"float32\" or \"bfloat16\", not \"" + f->dtype + "\"");
+    std::string dtype = "float32";
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &dtype));
+    if (dtype != "float32" && dtype != "bfloat16") {
+      return r.ErrorAt(stage["dtype"], "dtype must be \"float32\" or \"bfloat16\", not \"" + dtype + "\"");
     }
+    f->dtype = *accelerator::ParseDtype(dtype);
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 0, 256, &f->compute_threads));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_new_tokens", 50, 4096, &f->max_new_tokens));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &f->budget_ms));
@@ -165,7 +167,7 @@ class LlmFindingsStageKind : public StageKind {
       const accelerator::Device* device = runtime.devices->Find(p->kind);
       options.targets = {{device->DisplayName(), device->torch_device, p->dtype, p->adapters}};
       for (const accelerator::Candidate& c : p->fallback_candidates) {
-        options.targets.push_back({c.device, runtime.devices->Find(c.kind)->torch_device, c.dtype, c.op_adapters});
+        options.targets.push_back({c.device, runtime.devices->Find(c.kind)->torch_device, *c.dtype, c.op_adapters});
       }
     }
     TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<ForensicStage> created,
@@ -187,7 +189,8 @@ accelerator::StageWorkload FindingsWorkload(const LlmFindingsStageSettings& stag
                                             const accelerator::DecoderShape& shape) {
   accelerator::StageWorkload work = accelerator::DecoderWorkload(stage.name, shape);
   // The configured dtype first; a device without it may still run the other.
-  work.dtypes = {stage.dtype, stage.dtype == "float32" ? "bfloat16" : "float32"};
+  work.dtypes = {stage.dtype, stage.dtype == accelerator::Dtype::kFloat32 ? accelerator::Dtype::kBFloat16
+                                                                          : accelerator::Dtype::kFloat32};
   work.expected_batch = stage.expected_batch;
   work.expected_tokens = stage.expected_tokens;
   return work;

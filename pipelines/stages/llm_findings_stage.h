@@ -40,7 +40,7 @@ struct LlmFindingsStageSettings : StageSettings {
     compute_threads = 1;
   }
   std::string model_dir;
-  std::string dtype = "float32";
+  accelerator::Dtype dtype = accelerator::Dtype::kFloat32;  // float32 or bfloat16
   int max_new_tokens = 96;
   int expected_batch = 1;
   int max_batch = 8;

@@ -101,7 +101,8 @@ int RunBatch(BatchRunOptions& options) {
     return 1;
   }
   for (const accelerator::Placement& p : (*pipeline)->plan().stages) {
-    spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+    spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "",
+                 accelerator::DtypeName(p.dtype), p.reason);
   }
   storage::DatabaseOptions db_options;
   db_options.durability = settings.storage.durability;

@@ -34,7 +34,7 @@ struct Target {
   std::string kind;   // device kind, e.g. "emulated"
   std::string label;  // e.g. "emulated:0 (emulated) bfloat16"
   std::string torch_device;
-  std::string dtype;
+  accelerator::Dtype dtype = accelerator::Dtype::kFloat32;
   accelerator::OpAdapters adapters;
 };
 
@@ -60,13 +60,14 @@ std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const
       unchecked->push_back({kind, d.DisplayName(), "lacks ops the decoder needs and no adapter covers: " + ops});
       continue;
     }
-    for (const char* dtype : {"float32", "bfloat16"}) {
+    for (accelerator::Dtype dtype : {accelerator::Dtype::kFloat32, accelerator::Dtype::kBFloat16}) {
+      const std::string name = accelerator::DtypeName(dtype);
       if (!d.Supports(dtype)) {
-        unchecked->push_back({kind, d.DisplayName() + " " + dtype, std::string("does not run ") + dtype});
+        unchecked->push_back({kind, d.DisplayName() + " " + name, "does not run " + name});
         continue;
       }
-      if (d.kind == accelerator::kCpuKind && std::string(dtype) == "float32") continue;  // the reference
-      targets.push_back({kind, d.DisplayName() + " " + dtype, d.torch_device, dtype, adapters});
+      if (d.kind == accelerator::kCpuKind && dtype == accelerator::Dtype::kFloat32) continue;  // the reference
+      targets.push_back({kind, d.DisplayName() + " " + name, d.torch_device, dtype, adapters});
     }
   }
   return targets;
@@ -150,7 +151,8 @@ int RunConformance(ConformanceOptions options) {
   bool all_passed = true;
   for (const std::string& model_dir : options.models) {
     Result<llm::ModelConfig> config = llm::LoadModelConfig(model_dir);
-    Result<std::unique_ptr<llm::Decoder>> reference = llm::Decoder::Load(model_dir, {.dtype = "float32"});
+    Result<std::unique_ptr<llm::Decoder>> reference =
+        llm::Decoder::Load(model_dir, {.dtype = accelerator::Dtype::kFloat32});
     if (!config.ok() || !reference.ok()) {
       std::cerr << "cannot load " << model_dir << ": "
                 << (config.ok() ? reference.error().ToString() : config.error().ToString()) << "\n";
@@ -166,7 +168,7 @@ int RunConformance(ConformanceOptions options) {
               ? llm::CompareDecoders(**reference, **candidate, prompt, options.steps, llm::ThresholdsFor(t.dtype))
               : Result<llm::ConformanceReport>(candidate.error());
       nlohmann::json row = {{"model", model_dir},     {"model_type", config->model_type},
-                            {"device", t.label},      {"dtype", t.dtype},
+                            {"device", t.label},      {"dtype", accelerator::DtypeName(t.dtype)},
                             {"steps", options.steps}, {"adapters", t.adapters.Describe()}};
       if (!report.ok()) {
         row["error"] = report.error().ToString();

@@ -36,7 +36,7 @@ int RunGenerate(GenerateOptions& options) {
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(options.model_dir);
   if (!tokenizer.ok()) return Fail(tokenizer.error().ToString());
   llm::DecoderOptions decoder_options;
-  decoder_options.dtype = options.dtype;
+  decoder_options.dtype = *accelerator::ParseDtype(options.dtype);  // one of the two the option accepts
   Result<std::unique_ptr<llm::Decoder>> decoder = llm::Decoder::Load(options.model_dir, decoder_options);
   if (!decoder.ok()) return Fail(decoder.error().ToString());
 
@@ -120,7 +120,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--stop", options->generation.stop, "Stop when the text ends with this (repeatable)");
   cmd->add_flag("--json", options->json, "Print prompt ids, generated ids, text and timings as one JSON object");
   cmd->add_flag("--ignore-eos", options->generation.ignore_eos, "Keep generating past end-of-sequence tokens");
-  cmd->add_option("--dtype", options->dtype, "float32 or bfloat16")->capture_default_str();
+  cmd->add_option("--dtype", options->dtype, "float32 or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   cmd->add_option("--dump-logits", options->dump_logits, "Write each step's logits (float32, little-endian) to FILE");
   cmd->callback([options, exit_code] { *exit_code = RunGenerate(*options); });
 }

@@ -144,7 +144,7 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
     std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
     return 1;
   }
-  auto decoder = llm::Decoder::Load(options.model_dir, {.dtype = options.dtype});
+  auto decoder = llm::Decoder::Load(options.model_dir, {.dtype = *accelerator::ParseDtype(options.dtype)});
   if (!decoder.ok()) {
     std::fprintf(stderr, "%s\n", decoder.error().ToString().c_str());
     return 1;
@@ -202,7 +202,9 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
                    "holding one (of a JSON-lines file, the first line)")
       ->required();
   claim->add_option("--max-new-tokens", analyze->max_new_tokens, "Token budget (at least 50)")->capture_default_str();
-  claim->add_option("--dtype", analyze->dtype, "float32 or bfloat16")->capture_default_str();
+  claim->add_option("--dtype", analyze->dtype, "float32 or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   claim->callback([analyze, exit_code] { *exit_code = RunAnalyzeClaim(*analyze); });
 
   auto spec = std::make_shared<llm::CheckpointSpec>();

@@ -65,7 +65,8 @@ int RunServe(const ServeOptions& options) {
                    pipeline.stage(i).Describe());
     }
     for (const accelerator::Placement& p : pipeline.plan().stages) {
-      spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "", p.dtype, p.reason);
+      spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "",
+                   accelerator::DtypeName(p.dtype), p.reason);
     }
   }
   if (!settings.jobs.claims_pipeline.empty()) {

@@ -26,7 +26,7 @@ TEST(BackendLibrary, TheEmulatedDeviceLoadsFromItsLibraryAndDescribesItselfAsAnE
   EXPECT_EQ(d->DisplayName(), "emulated:0 (emulated)");
   EXPECT_TRUE(d->emulated);
   EXPECT_EQ(d->torch_device, "privateuseone:0");
-  EXPECT_EQ(d->dtypes, (std::vector<std::string>{"bfloat16", "float16"}));
+  EXPECT_EQ(d->dtypes, (std::vector<Dtype>{Dtype::kBFloat16, Dtype::kFloat16}));
   EXPECT_EQ(d->native_ops, (std::set<std::string>{"activation", "matmul", "softmax"}));
   EXPECT_EQ(d->memory_bytes, 32LL << 30);
   EXPECT_EQ(d->alignment, 64);

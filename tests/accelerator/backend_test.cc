@@ -45,7 +45,7 @@ TEST(DescribeBackend, TakesTheLibrarysOwnDescription) {
   EXPECT_EQ(d.kind, "dataflow");
   EXPECT_EQ(d.index, 1);
   EXPECT_EQ(d.torch_device, "privateuseone:1");
-  EXPECT_EQ(d.dtypes, (std::vector<std::string>{"bfloat16", "float16"}));
+  EXPECT_EQ(d.dtypes, (std::vector<Dtype>{Dtype::kBFloat16, Dtype::kFloat16}));
   EXPECT_EQ(d.native_ops, (std::set<std::string>{"activation", "matmul", "softmax"}));
   EXPECT_EQ(d.memory_bytes, 16LL << 30);
   EXPECT_EQ(d.alignment, 64);
@@ -65,7 +65,7 @@ TEST(DescribeBackend, WhatTheFileSaysOverridesTheLibraryFieldByField) {
   BackendConfig config = Library();
   config.kind = "dataflow_b";
   config.index = 0;
-  config.dtypes = std::vector<std::string>{"float16"};
+  config.dtypes = std::vector<Dtype>{Dtype::kFloat16};
   config.memory_bytes = 8LL << 30;
   config.emulator = true;
   config.cost = CostProfile{
@@ -75,7 +75,7 @@ TEST(DescribeBackend, WhatTheFileSaysOverridesTheLibraryFieldByField) {
   const Device& d = backend->device;
   EXPECT_EQ(d.name, "dataflow_b:0");
   EXPECT_EQ(d.torch_device, "privateuseone:0");
-  EXPECT_EQ(d.dtypes, std::vector<std::string>{"float16"});
+  EXPECT_EQ(d.dtypes, std::vector<Dtype>{Dtype::kFloat16});
   EXPECT_EQ(d.native_ops, (std::set<std::string>{"activation", "matmul", "softmax"}));  // the library's
   EXPECT_EQ(d.memory_bytes, 8LL << 30);
   EXPECT_EQ(d.alignment, 64);  // the library's
@@ -86,7 +86,7 @@ TEST(DescribeBackend, WhatTheFileSaysOverridesTheLibraryFieldByField) {
 TEST(DescribeBackend, ALibraryWithoutTheEntryPointIsDescribedByTheFileAlone) {
   BackendConfig config = Library();
   config.kind = "spyre";
-  config.dtypes = std::vector<std::string>{"float16", "bfloat16"};
+  config.dtypes = std::vector<Dtype>{Dtype::kFloat16, Dtype::kBFloat16};
   config.native_ops = std::set<std::string>{"matmul", "softmax", "activation"};
   auto backend = DescribeBackend(nullptr, config);
   ASSERT_TRUE(backend.ok()) << backend.error().ToString();
@@ -101,7 +101,7 @@ TEST(DescribeBackend, ALibraryWithoutTheEntryPointIsDescribedByTheFileAlone) {
 
 TEST(DescribeBackend, ALibraryWithoutTheEntryPointOrADescriptionSaysWhatToSet) {
   BackendConfig config = Library();
-  config.dtypes = std::vector<std::string>{"float16"};
+  config.dtypes = std::vector<Dtype>{Dtype::kFloat16};
   auto backend = DescribeBackend(nullptr, config);
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.error().code, ErrorCode::kInvalidArgument);
@@ -110,8 +110,12 @@ TEST(DescribeBackend, ALibraryWithoutTheEntryPointOrADescriptionSaysWhatToSet) {
             "native_ops (set devices.backend.kind)");
 }
 
-TEST(DescribeBackend, ADescriptionWithAnUnknownOpOrAnInTreeKindIsRefused) {
+TEST(DescribeBackend, ADescriptionWithAnUnknownDtypeOrOpOrAnInTreeKindIsRefused) {
   TxscoreBackendDescription described = Described();
+  described.dtypes = "bfloat16,int8";
+  EXPECT_EQ(DescribeBackend(&described, Library()).error().message,
+            "/opt/lib/libdataflow.so: unknown dtype \"int8\" (known: float32, bfloat16, float16)");
+  described = Described();
   described.native_ops = "matmul,conv2d";
   EXPECT_EQ(DescribeBackend(&described, Library()).error().message,
             "/opt/lib/libdataflow.so: unknown op \"conv2d\" (known: matmul, softmax, rms_norm, rope, embedding, "

@@ -20,7 +20,7 @@ Device Emulated() {
   d.kind = "emulated";
   d.torch_device = "privateuseone:0";
   d.memory_bytes = 32LL << 30;
-  d.dtypes = {"bfloat16", "float16"};
+  d.dtypes = {Dtype::kBFloat16, Dtype::kFloat16};
   d.native_ops = {ops::kMatmul, ops::kSoftmax, ops::kActivation};
   d.cost = {.dispatch_us = 150,
             .flops_per_s = 50e12,
@@ -65,7 +65,7 @@ TEST(PlaceStage, LlmLandsOnTheEmulatedAcceleratorAtBatch16And1024Tokens) {
   ASSERT_TRUE(plan.ok()) << plan.error().ToString();
   EXPECT_EQ(plan->device, "emulated:0");
   EXPECT_TRUE(plan->emulated);
-  EXPECT_EQ(plan->dtype, "bfloat16");
+  EXPECT_EQ(plan->dtype, Dtype::kBFloat16);
   EXPECT_EQ(plan->fallback, std::vector<std::string>{"cpu"});
   const Candidate& emulated = plan->candidates[1];
   EXPECT_EQ(emulated.adapters, (std::vector<std::string>{"embedding lookup on the host",
@@ -82,7 +82,7 @@ TEST(PlaceStage, TinyWorkStaysOnTheCpuWhereDispatchWouldDominate) {
   auto plan = PlaceStage(work, "auto", CpuAndEmulated());
   ASSERT_TRUE(plan.ok()) << plan.error().ToString();
   EXPECT_EQ(plan->device, "cpu");
-  EXPECT_EQ(plan->dtype, "bfloat16");
+  EXPECT_EQ(plan->dtype, Dtype::kBFloat16);
   EXPECT_GT(plan->candidates[1].dispatch_us, plan->candidates[0].predicted_us);
   EXPECT_EQ(plan->fallback, std::vector<std::string>{"emulated:0 (emulated)"});
 }
@@ -159,7 +159,7 @@ TEST(PlaceStage, ADeviceWithoutTheMemoryIsNotAble) {
 TEST(PlaceStage, PredictionIsDispatchPlusTheSlowerOfComputeAndMemoryPlusTransfers) {
   StageWorkload work;
   work.stage = "s";
-  work.dtypes = {"bfloat16"};
+  work.dtypes = {Dtype::kBFloat16};
   work.ops = {ops::kMatmul};
   work.estimate = [](int batch, int tokens, int dtype_bytes) {
     EXPECT_EQ(dtype_bytes, 2);

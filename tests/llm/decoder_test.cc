@@ -96,7 +96,7 @@ TEST_P(DecoderTest, PrefillEqualsTokenByTokenDecoding) {
 }
 
 TEST_P(DecoderTest, Bfloat16StaysCloseToFloat32) {
-  auto bf16 = Decoder::Load(dir_.path(), {.dtype = "bfloat16"});
+  auto bf16 = Decoder::Load(dir_.path(), {.dtype = accelerator::Dtype::kBFloat16});
   ASSERT_TRUE(bf16.ok()) << bf16.error().ToString();
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
   auto cache32 = decoder_->NewCache(1, 16);
@@ -114,7 +114,7 @@ TEST_P(DecoderTest, Bfloat16StaysCloseToFloat32) {
 
 TEST_P(DecoderTest, RunsOnTheEmulatedDeviceCloseToTheCpu) {
   ASSERT_TRUE(accelerator::RegisterEmulatedDevice().ok());
-  auto emulated = Decoder::Load(dir_.path(), {.dtype = "bfloat16", .device = "privateuseone:0"});
+  auto emulated = Decoder::Load(dir_.path(), {.dtype = accelerator::Dtype::kBFloat16, .device = "privateuseone:0"});
   ASSERT_TRUE(emulated.ok()) << emulated.error().ToString();
   accelerator::ResetEmulatedDeviceStats();
   auto cache32 = decoder_->NewCache(1, 24);
@@ -203,7 +203,8 @@ TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks
   ASSERT_TRUE(accelerator::RegisterEmulatedDevice().ok());
   accelerator::OpAdapters all;
   all.rope_as_matmul = all.rms_norm_by_matmul = all.embedding_on_host = true;
-  auto emulated = Decoder::Load(dir_.path(), {.dtype = "bfloat16", .device = "privateuseone:0", .adapters = all});
+  auto emulated = Decoder::Load(dir_.path(),
+                                {.dtype = accelerator::Dtype::kBFloat16, .device = "privateuseone:0", .adapters = all});
   ASSERT_TRUE(emulated.ok()) << emulated.error().ToString();
   accelerator::ResetEmulatedDeviceStats();
   auto cache = (*emulated)->NewCache(1, 16);
@@ -215,19 +216,19 @@ TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks
 
 TEST_P(DecoderTest, ConformanceOfADecoderWithItselfIsPerfectAndBfloat16PassesOnlyItsOwnThresholds) {
   const std::vector<int32_t> prompt = {11, 22, 33, 44};
-  auto same = CompareDecoders(*decoder_, *decoder_, prompt, 8, ThresholdsFor("float32"));
+  auto same = CompareDecoders(*decoder_, *decoder_, prompt, 8, ThresholdsFor(accelerator::Dtype::kFloat32));
   ASSERT_TRUE(same.ok()) << same.error().ToString();
   EXPECT_TRUE(same->passed);
   EXPECT_EQ(same->same_tokens, 8);
   EXPECT_EQ(same->max_abs, 0.0);
   ASSERT_EQ(same->cosine.size(), 8u);
-  auto bf16 = Decoder::Load(dir_.path(), {.dtype = "bfloat16"});
+  auto bf16 = Decoder::Load(dir_.path(), {.dtype = accelerator::Dtype::kBFloat16});
   ASSERT_TRUE(bf16.ok());
   auto strict = CompareDecoders(*decoder_, **bf16, prompt, 8, {.min_cosine = 0.9999999, .min_agreement = 1.0});
   ASSERT_TRUE(strict.ok());
   EXPECT_FALSE(strict->passed);
   EXPECT_EQ(strict->failure.rfind("cosine ", 0), 0u) << strict->failure;
-  auto reduced = CompareDecoders(*decoder_, **bf16, prompt, 8, ThresholdsFor("bfloat16"));
+  auto reduced = CompareDecoders(*decoder_, **bf16, prompt, 8, ThresholdsFor(accelerator::Dtype::kBFloat16));
   ASSERT_TRUE(reduced.ok());
   EXPECT_TRUE(reduced->passed) << reduced->failure;
 }

@@ -209,7 +209,7 @@ TEST_F(ConfigTest, FindingsStageIsOptionalAndGetsDefaults) {
   const Findings& f = SettingsOf<Findings>(*config, "forensic");
   EXPECT_EQ(f.name, "forensic");
   EXPECT_EQ(f.model_dir, dir_.file("llm"));
-  EXPECT_EQ(f.dtype, "float32");
+  EXPECT_EQ(f.dtype, accelerator::Dtype::kFloat32);
   EXPECT_EQ(f.compute_threads, 1);
   EXPECT_EQ(f.max_new_tokens, 96);
   EXPECT_EQ(f.budget_ms, 1500);

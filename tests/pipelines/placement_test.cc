@@ -50,7 +50,7 @@ TEST_F(PlacementTest, TreeModelOnTheCpuAndABigLlmBatchOnTheEmulatedDevice) {
   EXPECT_EQ(plan->stages[0].stage, "fraud");
   EXPECT_EQ(plan->stages[0].device, "cpu");
   EXPECT_EQ(plan->Find("forensic")->device, "emulated:0");
-  EXPECT_EQ(plan->Find("forensic")->dtype, "bfloat16");  // the emulated device has no float32
+  EXPECT_EQ(plan->Find("forensic")->dtype, accelerator::Dtype::kBFloat16);  // the emulated device has no float32
   EXPECT_TRUE(plan->Find("forensic")->emulated);
 }
 
@@ -58,7 +58,7 @@ TEST_F(PlacementTest, OneShortPromptOnATinyModelStaysOnTheCpu) {
   auto plan = PlanPipeline(Config(", placement: auto, expected_batch: 1, expected_tokens: 4", "tiny"), Devices());
   ASSERT_TRUE(plan.ok()) << plan.error().ToString();
   EXPECT_EQ(plan->Find("forensic")->device, "cpu");
-  EXPECT_EQ(plan->Find("forensic")->dtype, "float32");
+  EXPECT_EQ(plan->Find("forensic")->dtype, accelerator::Dtype::kFloat32);
 }
 
 TEST_F(PlacementTest, RemovingTheEmulatedDeviceMovesTheLlmToTheCpu) {

@@ -184,7 +184,8 @@ TEST_F(SettingsTest, DevicesSectionNamesTheBackendLibraryAndDescribesIt) {
   EXPECT_EQ(d.backend.library, dir_.file("lib/libtorch_spyre.so"));  // relative to the file
   EXPECT_EQ(d.backend.kind, "spyre");
   EXPECT_EQ(d.backend.index, 1);
-  EXPECT_EQ(d.backend.dtypes, (std::vector<std::string>{"float16", "bfloat16"}));
+  EXPECT_EQ(d.backend.dtypes,
+            (std::vector<accelerator::Dtype>{accelerator::Dtype::kFloat16, accelerator::Dtype::kBFloat16}));
   EXPECT_EQ(d.backend.native_ops, (std::set<std::string>{"matmul", "softmax"}));
   EXPECT_EQ(d.backend.memory_bytes, 64LL << 30);
   EXPECT_EQ(d.backend.alignment, 128);
