@@ -162,7 +162,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       }
     }
     if (active == 0) break;
-    if (options.deadline && std::chrono::steady_clock::now() >= *options.deadline) {
+    if (options.deadline && options.clock() >= *options.deadline) {
       for (size_t i = 0; i < n; ++i) {
         if (!sequences[i].done) results[i].finish_reason = FinishReason::kDeadline;
       }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "llm/decoder.h"
 #include "llm/json_constraint.h"
@@ -29,6 +30,8 @@ struct GenerationOptions {
   // Stop after the step that passes this time (FinishReason::kDeadline). Checked between
   // steps, so a step already running finishes. Default: none.
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  // The clock `deadline` is a time point of (common/clock.h). Default: steady_clock.
+  DeadlineClock clock = SteadyDeadlineClock();
   // Called with each step's logits before sampling (tests compare them with a reference).
   std::function<void(const std::vector<float>&)> on_logits;
 };

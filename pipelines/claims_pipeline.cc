@@ -21,6 +21,7 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
                               "claim_features");
   }
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
+  pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
   TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(card_key_file));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
@@ -53,7 +54,7 @@ Result<std::vector<ClaimOutcome>> ClaimsPipeline::ScoreChunk(const std::vector<f
       if (graph.ShouldRun(i, values[c])) selected.push_back(c);
     }
     if (selected.empty()) continue;
-    const auto deadline = std::chrono::steady_clock::now() + kBatchStageLimit;
+    const auto deadline = clock_() + kBatchStageLimit;
     std::vector<StageReport> reports(selected.size());
     std::vector<PreparedStage::ChunkItem> chunk;
     for (size_t k = 0; k < selected.size(); ++k) {

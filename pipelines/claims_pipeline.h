@@ -79,6 +79,7 @@ class ClaimsPipeline {
   PipelinePlan plan_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
   std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph
+  DeadlineClock clock_;                                 // PipelineRuntime::clock
 };
 
 }  // namespace txscore::pipelines

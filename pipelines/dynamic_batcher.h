@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/thread_priority.h"
 
 namespace txscore::pipelines {
@@ -34,6 +35,9 @@ struct DynamicBatcherOptions {
   // Default: false. The worker thread runs at the OS's lowest priority (common/thread_priority.h):
   // for a batch job's own model beside a server's requests.
   bool background = false;
+  // The clock items' deadlines are time points of (common/clock.h). Default: steady_clock. The
+  // wait for company (max_wait_us) is real time.
+  DeadlineClock clock = SteadyDeadlineClock();
 };
 
 template <typename Item, typename Answer>
@@ -120,7 +124,7 @@ class DynamicBatcher {
       }
       std::vector<Item> items;
       std::vector<Pending*> live;
-      const Clock::time_point now = Clock::now();
+      const Clock::time_point now = options_.clock();
       for (Pending& p : batch) {
         if (p.deadline <= now) {
           p.promise.set_value(expired_);

@@ -98,7 +98,7 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
   expired.outcome = ForensicResult::Outcome::kSkipped;
   expired.detail = "the deadline passed before the stage could start";
   stage->batcher_ = std::make_unique<DynamicBatcher<Item, ForensicResult>>(
-      DynamicBatcherOptions{config.max_batch, config.max_wait_us, config.background},
+      DynamicBatcherOptions{config.max_batch, config.max_wait_us, config.background, config.clock},
       [self](const std::vector<Item>& items) { return self->RunBatch(items); }, std::move(expired));
   return stage;
 }
@@ -106,7 +106,7 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
 ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
                                       std::chrono::steady_clock::time_point deadline) {
   ForensicResult result;
-  if (std::chrono::steady_clock::now() >= deadline) {
+  if (options_.clock() >= deadline) {
     result.outcome = ForensicResult::Outcome::kSkipped;
     result.detail = "the deadline passed before the stage could start";
     return result;
@@ -134,8 +134,8 @@ std::vector<ForensicResult> ForensicStage::AnalyzeClaims(const std::vector<llm::
 }
 
 ForensicResult ForensicStage::Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
-                                    std::chrono::steady_clock::time_point deadline) {
-  if (answer.wait_until(deadline) == std::future_status::ready) return answer.get();
+                                    std::chrono::steady_clock::time_point deadline) const {
+  if (answer.wait_for(TimeLeft(options_.clock, deadline)) == std::future_status::ready) return answer.get();
   ForensicResult result;
   if (started.load()) {
     result.outcome = ForensicResult::Outcome::kCutShort;
@@ -162,8 +162,9 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
   options.max_new_tokens = options_.max_new_tokens;
   options.schema = llm::ClaimAnalysisTask::Schema();
   options.deadline = latest;
+  options.clock = options_.clock;
   std::vector<ForensicResult> results(items.size());
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = options_.clock();
   // Devices paused after a failure are passed over, unless every device is paused.
   std::vector<Engine*> order;
   for (Engine& e : engines_) {
@@ -173,10 +174,10 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
   std::vector<std::string> failed_devices;
   for (Engine* engine : order) {
     Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateBatch(prompts, options);
-    if (!generated.ok() && generated.error().code == ErrorCode::kUnavailable &&
-        std::chrono::steady_clock::now() < latest && engine != order.back()) {
+    if (!generated.ok() && generated.error().code == ErrorCode::kUnavailable && options_.clock() < latest &&
+        engine != order.back()) {
       // The model runtime failed on this device: pause it and move the batch to the next one.
-      engine->failing_until = std::chrono::steady_clock::now() + kFailingDevicePause;
+      engine->failing_until = options_.clock() + kFailingDevicePause;
       failed_devices.push_back(engine->device);
       continue;
     }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "accelerator/op_adapters.h"
+#include "common/clock.h"
 #include "common/result.h"
 #include "fraud/transaction.h"
 #include "llm/claim_analysis.h"
@@ -67,6 +68,9 @@ struct ForensicStageOptions {
   bool background = false;  // the batcher's thread at the lowest OS priority (jobs inside a server)
   // The planned device first, then fallbacks.
   std::vector<ForensicTarget> targets = {{"cpu", "cpu", accelerator::Dtype::kFloat32}};
+  // The clock deadlines are time points of (common/clock.h; the pipeline's). Default:
+  // steady_clock. The paused-device interval is measured on it too.
+  DeadlineClock clock = SteadyDeadlineClock();
 };
 
 class ForensicStage {
@@ -118,8 +122,8 @@ class ForensicStage {
     std::shared_ptr<std::atomic<bool>> started;
   };
   // The answer, or what became of the item when `deadline` came first.
-  static ForensicResult Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
-                              std::chrono::steady_clock::time_point deadline);
+  ForensicResult Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
+                       std::chrono::steady_clock::time_point deadline) const;
   // Runs one batch on the first healthy engine, moving to the next when one fails.
   std::vector<ForensicResult> RunBatch(const std::vector<Item>& items);
 

@@ -62,7 +62,7 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
                               "(jobs.claims_pipeline in the settings file)");
   }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, std::move(ledger)));
-  pipeline->clock_ = runtime.clock ? runtime.clock : [] { return SteadyClock::now(); };
+  pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
   for (size_t i = 0; i < pipeline->stages_.size(); ++i) {
@@ -180,7 +180,7 @@ Status ScoringPipeline::Canary() const {
     if (stage.slow() || !graph.ShouldRun(i, values)) continue;
     StageOutputs& out = values[static_cast<size_t>(i)];
     StageReport report;
-    const ScoredItem item{&tx, &state, nullptr, 1, SteadyClock::now() + std::chrono::minutes(1)};
+    const ScoredItem item{&tx, &state, nullptr, 1, clock_() + std::chrono::minutes(1)};
     Status ran = stage.Run(StageInputs(graph.stage(i), values), item, &out, &report);
     if (!ran.ok()) {
       return FailedPrecondition("the canary transaction failed in stage " + graph.stage(i).name + ": " +

@@ -151,7 +151,7 @@ class ScoringPipeline {
   std::shared_ptr<ScoringLedger> ledger_;
   std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph
   std::string model_id_, model_version_;
-  std::function<std::chrono::steady_clock::time_point()> clock_;
+  DeadlineClock clock_;  // PipelineRuntime::clock
   PipelinePlan plan_;
 };
 

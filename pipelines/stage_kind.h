@@ -30,6 +30,7 @@
 
 #include "accelerator/device.h"
 #include "accelerator/placement_planner.h"
+#include "common/clock.h"
 #include "common/result.h"
 #include "fraud/claim.h"
 #include "fraud/entity_state.h"
@@ -170,8 +171,9 @@ struct PipelineRuntime {
   // Default: false. Claims pipelines inside a server: batch work runs at the OS's lowest
   // priority, so it leaves the cores to requests.
   bool background = false;
-  // The clock every deadline is measured with. Default: std::chrono::steady_clock.
-  std::function<std::chrono::steady_clock::time_point()> clock;
+  // The clock every deadline is measured with (common/clock.h): the request path's, the LLM
+  // stage's batcher and generator, a claims chunk's stage limit. Default: steady_clock.
+  DeadlineClock clock = SteadyDeadlineClock();
 };
 
 struct PrepareContext {

@@ -162,6 +162,7 @@ class LlmFindingsStageKind : public StageKind {
     options.max_batch = f.max_batch;
     options.max_wait_us = f.max_wait_us;
     options.background = runtime.background;
+    if (runtime.clock) options.clock = runtime.clock;
     options.targets = {{"cpu", "cpu", f.dtype}};
     if (const accelerator::Placement* p = context.placement; p != nullptr && runtime.devices != nullptr) {
       const accelerator::Device* device = runtime.devices->Find(p->kind);

@@ -498,6 +498,13 @@ TEST_F(GeneratorTest, TransactionReviewGivesWellFormedFindingsOrStopsAtTheDeadli
   ASSERT_FALSE(cut.ok());
   EXPECT_EQ(cut.error().code, ErrorCode::kDeadlineExceeded);
   EXPECT_EQ(cut.error().message, "the deadline cut the findings short after 1 tokens");
+  // The deadline is read on the options' clock: a minute away on the steady clock, but an
+  // hour past on the clock given.
+  options.deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  options.clock = [] { return std::chrono::steady_clock::now() + std::chrono::hours(1); };
+  auto late = TransactionReviewTask::Analyze(generator, *tokenizer_, tx, options, "tiny-qwen3");
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error().message, "the deadline cut the findings short after 1 tokens");
 }
 
 }  // namespace

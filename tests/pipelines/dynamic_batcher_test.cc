@@ -29,6 +29,16 @@ TEST(DynamicBatcher, ItemsPastTheirDeadlineAreAnsweredWithoutRunning) {
   EXPECT_TRUE(batcher.batch_sizes().empty());
 }
 
+TEST(DynamicBatcher, DeadlinesAreReadOnTheInjectedClock) {
+  DynamicBatcherOptions options;
+  options.clock = [] { return Clock::now() + std::chrono::hours(1); };  // an hour ahead
+  DynamicBatcher<int, int> batcher(
+      options, [](const std::vector<int>& items) { return items; }, -1);
+  EXPECT_EQ(batcher.Submit(5, Clock::now() + std::chrono::minutes(1)).get(), -1);
+  EXPECT_EQ(batcher.Submit(6, Clock::now() + std::chrono::hours(2)).get(), 6);
+  EXPECT_EQ(batcher.batch_sizes(), std::vector<int>{1});
+}
+
 TEST(DynamicBatcher, QueuedItemsAreSplitIntoBatchesOfAtMostMaxBatch) {
   std::promise<void> entered, release;
   std::shared_future<void> released = release.get_future().share();

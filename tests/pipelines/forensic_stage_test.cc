@@ -134,6 +134,7 @@ class ForensicPipelineTest : public ::testing::Test {
     PipelineRuntime runtime;
     runtime.devices = devices;
     runtime.shared = shared_;
+    runtime.clock = [this] { return std::chrono::steady_clock::now() + clock_ahead_.load(); };
     runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions& options) {
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
@@ -169,6 +170,8 @@ class ForensicPipelineTest : public ::testing::Test {
   ForensicStage* Engine() const { return ForensicStageOf(*pipeline_->FindStage("forensic")); }
 
   testing::TempDir dir_;
+  // How far the pipeline's clock runs ahead of the steady clock (0: the same).
+  std::atomic<std::chrono::steady_clock::duration> clock_ahead_{std::chrono::steady_clock::duration::zero()};
   FlatLogitsDecoder::Control control_;
   std::shared_ptr<SharedStageResources> shared_ = std::make_shared<SharedStageResources>();
   std::unique_ptr<storage::Database> db_;
@@ -434,6 +437,20 @@ TEST_F(ForensicPipelineTest, TheRequestsBudgetCutsTheStageShortAndTheDecisionSta
   EXPECT_EQ((*audit)[0].degraded_stages, std::vector<std::string>{"forensic"});
   EXPECT_FALSE((*audit)[0].findings.has_value());
   EXPECT_EQ(CardTransactionCount(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, TheStageReadsItsDeadlineOnThePipelinesClock) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  const fraud::Transaction tx = fraud::ValidateTransaction(testing::ValidTransaction("req-1")).value();
+  const auto in_a_minute = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  ForensicResult analysed = Engine()->Analyze(tx, 0.7, {}, in_a_minute);
+  EXPECT_EQ(analysed.outcome, ForensicResult::Outcome::kAnalysed) << analysed.detail;
+  // By the pipeline's clock an hour has passed: the same deadline is gone, though the steady
+  // clock has not reached it.
+  clock_ahead_ = std::chrono::hours(1);
+  ForensicResult late = Engine()->Analyze(tx, 0.7, {}, in_a_minute);
+  EXPECT_EQ(late.outcome, ForensicResult::Outcome::kSkipped);
+  EXPECT_EQ(late.detail, "the deadline passed before the stage could start");
 }
 
 TEST_F(ForensicPipelineTest, ARequestThatCannotGetItsTurnInTimeIsSkippedAndNoUpdateIsLost) {
