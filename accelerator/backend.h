@@ -4,7 +4,7 @@
 // memory, alignment, whether it is an emulator, and optionally a cost profile.
 //
 // The description comes from the library itself, through the C entry point of
-// accelerator/backend_abi.h, and from the pipeline file's `devices.backend` section; what the
+// accelerator/backend_abi.h, and from the settings file's `devices.backend` section; what the
 // file says overrides what the library says, field by field. A library that does not describe
 // itself must be described by the file (kind, dtypes, native_ops at least). Adding a backend
 // is a library and configuration: nothing here or in discovery names a particular one.
@@ -25,7 +25,7 @@
 
 namespace txscore::accelerator {
 
-// What the pipeline file says of the backend (devices.backend_library and devices.backend).
+// What the settings file says of the backend (devices.backend_library and devices.backend).
 // An unset field leaves the library's own description in force.
 struct BackendConfig {
   std::string library;  // Default: none, and no out-of-tree device. Path of the backend's .so
@@ -39,6 +39,7 @@ struct BackendConfig {
   std::optional<bool> emulator;                              // Default: the library's, else false
   std::optional<CostProfile> cost;                           // Default: the library's, else calibrated
   std::vector<std::pair<std::string, std::string>> options;  // Default: none. Passed to the library
+  bool operator==(const BackendConfig&) const = default;
 };
 
 struct DescribedBackend {

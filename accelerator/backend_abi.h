@@ -13,7 +13,7 @@
  *     that reason.
  *
  * A library that does not export the symbol (a real torch-spyre library does not) is described
- * by the pipeline file's `devices.backend` section instead (pipelines/config.h); entries given
+ * by the settings file's `devices.backend` section instead (service/settings.h); entries given
  * there override what a library says of itself, so one library can be loaded under another kind
  * name or with another cost profile without rebuilding it.
  *
@@ -52,7 +52,7 @@ extern "C" {
 
 #define TXSCORE_DESCRIBE_BACKEND_SYMBOL "txscore_describe_backend"
 
-/* One entry of the pipeline file's `devices.backend.options` map, as text ("150", "true"). */
+/* One entry of the settings file's `devices.backend.options` map, as text ("150", "true"). */
 typedef struct TxscoreBackendOption {
   const char* key;
   const char* value;

@@ -60,6 +60,7 @@ struct CostProfile {
   double memory_bytes_per_s = 0;  // device memory bandwidth
   double copy_bytes_per_s = 0;    // host <-> device transfers; 0 for the host (nothing to copy)
   std::string source;             // where the numbers came from: "calibrated", "cache", "config", ...
+  bool operator==(const CostProfile&) const = default;
 };
 
 struct Device {

@@ -38,7 +38,7 @@ namespace txscore::accelerator {
 inline constexpr char kEmulatedKind[] = "emulated";
 
 // The latency model. These are assumptions for a generic PCIe dataflow card, not a measurement
-// of any product; a pipeline file may override them in devices.backend.options (the same names,
+// of any product; the settings file may override them in devices.backend.options (the same names,
 // with flops, bandwidths and memory as tflops, memory_gbps, copy_gbps and memory_gib).
 struct EmulatedDeviceOptions {
   double stage_dispatch_us = 150;     // Default: 150 us to launch one stage call (host -> card round trip)

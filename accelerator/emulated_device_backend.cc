@@ -1,7 +1,7 @@
 // The C entry point of libtxscore_emulated_device.so (accelerator/backend_abi.h): how txscore
 // loads its own emulated dataflow device exactly as it loads any out-of-tree backend, through
 // `devices.backend_library`. The call registers the PrivateUse1 backend with the latency model
-// the pipeline file passes in `devices.backend.options`, and describes the device, always as an
+// the settings file passes in `devices.backend.options`, and describes the device, always as an
 // emulator.
 //
 // Options (all optional; defaults and meaning in emulated_device.h, EmulatedDeviceOptions):

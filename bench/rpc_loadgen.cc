@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_port.h"
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
 #include "service/transaction_json.h"
@@ -103,8 +104,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"score", "health"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  options.host = server.substr(0, server.rfind(':'));
-  options.port = std::atoi(server.c_str() + server.rfind(':') + 1);
+  const txscore::Result<txscore::HostPort> address = txscore::ParseHostPort(server);
+  if (!address.ok()) {
+    std::fprintf(stderr, "--server: %s\n", address.error().message.c_str());
+    return 2;
+  }
+  options.host = address->host;
+  options.port = address->port;
 
   // Many cards over a month, with synthetic PANs: tokenization is part of the measured work.
   std::vector<txscore::rpc::Transaction> transactions;

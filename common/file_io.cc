@@ -22,8 +22,8 @@ Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, c
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
-    return InvalidArgument(what + " " + path + " is " + std::to_string(st.st_size) + " bytes; the limit is " +
-                           std::to_string(max_bytes));
+    return ResourceExhausted(what + " " + path + " is " + std::to_string(st.st_size) + " bytes; the limit is " +
+                             std::to_string(max_bytes));
   }
   std::string bytes;
   bytes.reserve(static_cast<size_t>(st.st_size));
@@ -40,7 +40,7 @@ Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, c
     // A file may grow while read, or report a size of 0 (as /proc files do): bound what is read.
     if (bytes.size() + static_cast<size_t>(n) > max_bytes) {
       ::close(fd);
-      return InvalidArgument(what + " " + path + " holds more than " + std::to_string(max_bytes) + " bytes");
+      return ResourceExhausted(what + " " + path + " holds more than " + std::to_string(max_bytes) + " bytes");
     }
     bytes.append(buffer, static_cast<size_t>(n));
   }

@@ -11,8 +11,8 @@
 namespace txscore {
 
 // The bytes of the regular file at `path`. kNotFound when it does not exist or cannot be
-// opened; kInvalidArgument when it is not a regular file or holds more than `max_bytes`;
-// kDataLoss when reading fails part-way. `what` names the file in messages ("model file").
+// opened; kInvalidArgument when it is not a regular file; kResourceExhausted when it holds
+// more than `max_bytes`; kDataLoss when reading fails part-way. `what` names the file in messages ("model file").
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what = "file");
 
 }  // namespace txscore

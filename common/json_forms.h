@@ -12,13 +12,18 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace txscore {
+
+// The text of a risk level kept as text (storage and Thrift do); llm::RiskLevel's overload
+// sits beside that enum and is found by argument-dependent lookup.
+inline const std::string& RiskLevelText(const std::string& level) { return level; }
 
 // {"risk_level": "high", "flags": ["amount_mismatch"], "summary": "...", "model_id": "..."}
 template <class Json, class FindingsLike>
 Json FindingsToJson(const FindingsLike& findings) {
-  return Json{{"risk_level", findings.risk_level},
+  return Json{{"risk_level", RiskLevelText(findings.risk_level)},
               {"flags", findings.flags},
               {"summary", findings.summary},
               {"model_id", findings.model_id}};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "llm/utf8.h"
 
@@ -121,15 +122,31 @@ Result<Findings> TransactionReviewTask::Analyze(Generator& generator, const Toke
   return GenerateFindings(generator, PromptIds(tokenizer, tx), std::move(options), model_id);
 }
 
+const char* RiskLevelName(RiskLevel level) {
+  switch (level) {
+    case RiskLevel::kLow:
+      return "low";
+    case RiskLevel::kMedium:
+      return "medium";
+    case RiskLevel::kHigh:
+      return "high";
+  }
+  return "unknown";
+}
+
 Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) {
   const nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return InvalidArgument("findings are not a JSON object", "findings");
   Findings f;
   const auto risk = doc.find("risk_level");
-  if (risk == doc.end() || !risk->is_string() || (*risk != "low" && *risk != "medium" && *risk != "high")) {
-    return InvalidArgument("risk_level must be low, medium or high", "risk_level");
+  std::optional<RiskLevel> level;
+  if (risk != doc.end() && risk->is_string()) {
+    for (RiskLevel candidate : {RiskLevel::kLow, RiskLevel::kMedium, RiskLevel::kHigh}) {
+      if (*risk == RiskLevelName(candidate)) level = candidate;
+    }
   }
-  f.risk_level = risk->get<std::string>();
+  if (!level) return InvalidArgument("risk_level must be low, medium or high", "risk_level");
+  f.risk_level = *level;
   const auto flags = doc.find("flags");
   if (flags == doc.end() || !flags->is_array() || flags->empty()) {
     return InvalidArgument("flags must be a non-empty list", "flags");

@@ -28,8 +28,13 @@ struct ClaimFields {
   std::string adjuster_notes;
 };
 
+enum class RiskLevel { kLow, kMedium, kHigh };
+const char* RiskLevelName(RiskLevel level);  // "low", "medium", "high"
+// The name JSON writers show (common/json_forms.h finds it by argument-dependent lookup).
+inline const char* RiskLevelText(RiskLevel level) { return RiskLevelName(level); }
+
 struct Findings {
-  std::string risk_level;          // low, medium, high
+  RiskLevel risk_level = RiskLevel::kLow;
   std::vector<std::string> flags;  // from ClaimAnalysisTask::kFlags
   std::string summary;             // at most 400 characters
   std::string model_id;            // which checkpoint wrote it

@@ -402,7 +402,9 @@ class TorchDecoder : public Decoder {
 
   torch::Tensor Mlp(const Layer& layer, const torch::Tensor& h) const {
     torch::Tensor gate = F::linear(h, layer.gate);
-    gate = config_.hidden_act == "silu" ? F::silu(gate) : F::gelu(gate, F::GELUFuncOptions().approximate("tanh"));
+    gate = config_.activation == ModelConfig::Activation::kSilu
+               ? F::silu(gate)
+               : F::gelu(gate, F::GELUFuncOptions().approximate("tanh"));
     return F::linear(gate * F::linear(h, layer.up), layer.down);
   }
 

@@ -149,7 +149,11 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   if (c.head_dim % 2 != 0) return keys.Wrong("head_dim", "even (rotary embeddings rotate pairs)");
-  if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh") {
+  if (c.hidden_act == "silu") {
+    c.activation = ModelConfig::Activation::kSilu;
+  } else if (c.hidden_act == "gelu_pytorch_tanh") {
+    c.activation = ModelConfig::Activation::kGeluTanh;
+  } else {
     return FailedPrecondition(where + ": activation \"" + c.hidden_act +
                               "\" is not supported (supported: silu, gelu_pytorch_tanh)");
   }

@@ -44,7 +44,9 @@ struct ModelConfig {
   int64_t head_dim = 0;             // explicit in Qwen3 and Gemma; else hidden_size / num_attention_heads
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
-  std::string hidden_act = "silu";  // "silu" or "gelu_pytorch_tanh"
+  std::string hidden_act = "silu";  // as the file names it: "silu" or "gelu_pytorch_tanh"
+  enum class Activation { kSilu, kGeluTanh };
+  Activation activation = Activation::kSilu;  // hidden_act, checked and resolved at load
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   bool mlp_bias = false;

@@ -3,10 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
-#include <set>
 
 #include "common/durable_file.h"
 #include "common/sha256.h"
@@ -177,10 +178,10 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   if (options.progress) options.progress(progress);
 
   // Stages that run a chunk in batches report each claim its batch's time: count it once.
-  std::set<std::string> batched_stages;
-  for (const GraphStage& stage : pipeline.config().graph.stages()) {
-    if (pipeline.FindStage(stage.name)->preferred_chunk() > 0) batched_stages.insert(stage.name);
-  }
+  // By graph index, which is each claim timing's slot.
+  const StageGraph& graph = pipeline.config().graph;
+  std::vector<bool> batched(graph.size(), false);
+  for (size_t i = 0; i < graph.size(); ++i) batched[i] = pipeline.stage(static_cast<int>(i)).preferred_chunk() > 0;
   const double elapsed_before = summary.elapsed_s;
   int64_t chunk_index = state.rows_done / state.chunk_size;
   while (state.rows_done < total) {
@@ -215,8 +216,12 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     // The chunk's totals count only once its lines are durable: until then they go here.
     ClaimsJobSummary next = summary;
     std::string text;
-    std::map<std::string, int64_t> llm_batch_us;  // an LLM stage's time is its batch's, shared by its claims
-    std::map<std::string, int64_t> chunk_shortfalls;
+    // The chunk's tallies by index (graph index, decision, outcome), named once per chunk below.
+    // Per stage: summed over claims; a batched stage: the longest of its claims' (batch) times.
+    // -1: the stage did not run in this chunk.
+    std::vector<int64_t> stage_us(graph.size(), -1);
+    std::array<int64_t, 3> decisions{};   // by Decision - 1
+    std::array<int64_t, 4> shortfalls{};  // by StageReport::Outcome
     std::string first_shortfall;
     int64_t chunk_selected = 0;
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -227,28 +232,38 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
       }
       const ClaimOutcome& o = (*outcomes)[claim_of_row[r]];
       text += OutcomeLine(rows[r].line, o);
-      next.decisions[DecisionName(o.decision)] += 1;
+      ++decisions[static_cast<size_t>(o.decision) - 1];
       if (o.llm_selected) ++chunk_selected;
       if (o.findings) {
         next.analysed += 1;
         for (const std::string& flag : o.findings->flags) next.flags[flag] += 1;
       }
       for (const LlmShortfall& s : o.llm_shortfalls) {
-        ++chunk_shortfalls[s.reason];
+        ++shortfalls[static_cast<size_t>(s.reason)];
         if (first_shortfall.empty()) {
-          first_shortfall = "line " + std::to_string(rows[r].line) + ": " + s.reason + ": " + s.detail;
+          first_shortfall = "line " + std::to_string(rows[r].line) + ": " + OutcomeName(s.reason) + ": " + s.detail;
         }
       }
       for (const StageTiming& t : o.timings) {
-        if (batched_stages.count(t.stage) > 0) {
-          llm_batch_us[t.stage] = std::max(llm_batch_us[t.stage], t.elapsed_us);
-        } else {
-          next.stage_us[t.stage] += t.elapsed_us;
-        }
+        int64_t& us = stage_us[static_cast<size_t>(t.slot)];
+        us = std::max<int64_t>(us, 0);
+        us = batched[static_cast<size_t>(t.slot)] ? std::max(us, t.elapsed_us) : us + t.elapsed_us;
       }
       for (const auto& [stage, device] : o.devices) next.devices[stage] = device;
     }
-    for (const auto& [stage, us] : llm_batch_us) next.stage_us[stage] += us;
+    for (size_t i = 0; i < graph.size(); ++i) {
+      if (stage_us[i] >= 0) next.stage_us[graph.stage(static_cast<int>(i)).name] += stage_us[i];
+    }
+    for (Decision d : {Decision::kApprove, Decision::kReview, Decision::kDecline}) {
+      if (decisions[static_cast<size_t>(d) - 1] > 0)
+        next.decisions[DecisionName(d)] += decisions[static_cast<size_t>(d) - 1];
+    }
+    std::map<std::string, int64_t> chunk_shortfalls;
+    for (StageReport::Outcome reason :
+         {StageReport::Outcome::kSkipped, StageReport::Outcome::kCutShort, StageReport::Outcome::kFailed}) {
+      if (shortfalls[static_cast<size_t>(reason)] > 0)
+        chunk_shortfalls[OutcomeName(reason)] = shortfalls[static_cast<size_t>(reason)];
+    }
     next.llm_selected += chunk_selected;
     for (const auto& [reason, claims_short] : chunk_shortfalls) next.llm_shortfalls[reason] += claims_short;
     if (!chunk_shortfalls.empty()) {

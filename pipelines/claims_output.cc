@@ -60,7 +60,7 @@ std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
   doc["devices"] = devices;
   json shortfalls = json::array();
   for (const LlmShortfall& s : o.llm_shortfalls) {
-    shortfalls.push_back({{"stage", s.stage}, {"reason", s.reason}, {"detail", s.detail}});
+    shortfalls.push_back({{"stage", s.stage}, {"reason", OutcomeName(s.reason)}, {"detail", s.detail}});
   }
   doc["llm_shortfalls"] = shortfalls;
   doc["timings"] = timings;

@@ -70,11 +70,11 @@ Result<std::vector<ClaimOutcome>> ClaimsPipeline::ScoreChunk(const std::vector<f
       const StageReport& report = reports[k];
       ClaimOutcome& outcome = outcomes[c];
       out.ran = report.outcome == StageReport::Outcome::kDone;
-      outcome.timings.push_back({stage.name, std::max<int64_t>(report.elapsed_us, 0)});
+      outcome.timings.push_back({stage.name, std::max<int64_t>(report.elapsed_us, 0), /*slot=*/i});
       if (!report.device.empty()) outcome.devices.emplace_back(stage.name, report.device);
       if (spec.best_effort) outcome.llm_selected = true;
       if (!out.ran) {
-        outcome.llm_shortfalls.push_back({stage.name, OutcomeName(report.outcome), report.detail});
+        outcome.llm_shortfalls.push_back({stage.name, report.outcome, report.detail});
         continue;
       }
       if (spec.reports_score) outcome.stage_scores.emplace_back(stage.name, out.score);

@@ -32,7 +32,9 @@ namespace txscore::pipelines {
 // Why a best-effort stage (the LLM) wrote nothing for a claim it was asked to read.
 struct LlmShortfall {
   std::string stage;
-  std::string reason;  // "failed" (the model failed), "cut_short" (the deadline came mid-generation), "skipped"
+  // kFailed (the model failed), kCutShort (the deadline came mid-generation) or kSkipped;
+  // written as OutcomeName's "failed", "cut_short", "skipped".
+  StageReport::Outcome reason = StageReport::Outcome::kFailed;
   std::string detail;  // the stage's own words
 };
 
@@ -71,6 +73,8 @@ class ClaimsPipeline {
   // The largest chunk a stage asks for (the LLM's batch size), 0 when none does.
   int preferred_chunk() const;
   const PreparedStage* FindStage(const std::string& name) const;  // null when absent
+  // The prepared stages, indexed like config().graph.
+  const PreparedStage& stage(int index) const { return *stages_[static_cast<size_t>(index)]; }
 
  private:
   explicit ClaimsPipeline(PipelineConfig config) : config_(std::move(config)) {}

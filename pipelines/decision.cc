@@ -1,7 +1,7 @@
 #include "pipelines/decision.h"
 
 #include <algorithm>
-#include <map>
+#include <array>
 
 namespace txscore::pipelines {
 
@@ -47,7 +47,7 @@ std::vector<Reason> NamedContributions(const std::vector<float>& contributions, 
                                        const fraud::FeatureSchema& schema) {
   std::vector<Reason> named;
   for (size_t i = 0; i < schema.size() && i < contributions.size(); ++i) {
-    named.push_back({std::string(fraud::FeatureName(schema.at(i))), contributions[i], values[i]});
+    named.push_back({std::string(fraud::FeatureName(schema.at(i))), contributions[i], values[i], schema.at(i)});
   }
   return named;
 }
@@ -68,16 +68,20 @@ void Blend(const RequestValues& values, const std::vector<int>& joined, const st
   double total_weight = 0;
   for (double w : weights) total_weight += w;
   std::vector<Reason> merged;
-  std::map<std::string, size_t> position;
+  std::array<int, fraud::kFeatureCount> position;  // by FeatureId: where in `merged`, or -1
+  position.fill(-1);
   out->score = 0;
   for (size_t k = 0; k < joined.size(); ++k) {
     const StageOutputs& in = values[static_cast<size_t>(joined[k])];
     const double w = weights[k] / total_weight;
     out->score += w * in.score;
     for (const Reason& r : in.contributions) {
-      auto [it, added] = position.emplace(r.feature, merged.size());
-      if (added) merged.push_back({r.feature, 0, r.value});
-      merged[it->second].contribution += w * r.contribution;
+      int& at = position.at(static_cast<size_t>(r.id));
+      if (at < 0) {
+        at = static_cast<int>(merged.size());
+        merged.push_back({r.feature, 0, r.value, r.id});
+      }
+      merged[static_cast<size_t>(at)].contribution += w * r.contribution;
     }
   }
   out->contributions = std::move(merged);

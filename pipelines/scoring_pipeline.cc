@@ -17,9 +17,9 @@ using SteadyClock = std::chrono::steady_clock;
 class StageClock {
  public:
   explicit StageClock(std::vector<StageTiming>* out) : out_(out), last_(SteadyClock::now()) {}
-  void Lap(const std::string& stage) {
+  void Lap(const std::string& stage, int slot) {
     const auto now = SteadyClock::now();
-    out_->push_back({stage, std::chrono::duration_cast<std::chrono::microseconds>(now - last_).count()});
+    out_->push_back({stage, std::chrono::duration_cast<std::chrono::microseconds>(now - last_).count(), slot});
     last_ = now;
   }
 
@@ -27,6 +27,10 @@ class StageClock {
   std::vector<StageTiming>* out_;
   SteadyClock::time_point last_;
 };
+
+// Timing slots (ScoringPipeline::TimingSlotNames): the two fixed steps before the graph,
+// the graph's stages, then persisting.
+constexpr int kValidateSlot = 0, kStateSlot = 1, kFirstStageSlot = 2;
 
 int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -144,17 +148,24 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, Steady
       if (out.findings) outcome->findings = out.findings;
       break;
     case StageReport::Outcome::kSkipped:
-      outcome->skipped_stages.push_back(stage.name);
+      outcome->skipped_stages.push_back({index, stage.name});
       break;
     case StageReport::Outcome::kFailed:
       // The decision stands without this stage; the operator sees why in the log.
       spdlog::warn("stage {} failed for request {}: {}", stage.name, tx.request_id, report.detail);
       [[fallthrough]];
     case StageReport::Outcome::kCutShort:
-      outcome->degraded_stages.push_back(stage.name);
+      outcome->degraded_stages.push_back({index, stage.name});
       break;
   }
   return Status::Ok();
+}
+
+std::vector<std::string> ScoringPipeline::TimingSlotNames() const {
+  std::vector<std::string> names = {"validate", "state"};
+  for (const GraphStage& stage : config_.graph.stages()) names.push_back(stage.name);
+  names.push_back("persist");
+  return names;
 }
 
 Status ScoringPipeline::Canary() const {
@@ -208,12 +219,12 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   if (!validated.ok()) return validated.error();
   fraud::Transaction& tx = validated.value();
   tx.card_token = std::move(token).value();
-  clock.Lap("validate");
+  clock.Lap("validate", kValidateSlot);
 
   std::unique_lock<std::mutex> card_lock(ledger_->CardLock(tx.card_token));
   Result<fraud::CardState> state = ReadCardState(tx.card_token);
   if (!state.ok()) return state.error();
-  clock.Lap("state");
+  clock.Lap("state", kStateSlot);
 
   const StageGraph& graph = config_.graph;
   RequestValues values(graph.size());
@@ -227,7 +238,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
           if (skipped[static_cast<size_t>(u)]) skipped[static_cast<size_t>(i)] = true;
         }
       }
-      if (skipped[static_cast<size_t>(i)]) outcome.skipped_stages.push_back(stage.name);
+      if (skipped[static_cast<size_t>(i)]) outcome.skipped_stages.push_back({i, stage.name});
       continue;
     }
     const int stage_budget_ms = config_.settings[static_cast<size_t>(i)]->budget_ms;
@@ -236,11 +247,11 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
     const SteadyClock::time_point deadline = arrival + std::chrono::milliseconds(budget_ms);
     if (!stage.required && clock_() >= deadline) {
       skipped[static_cast<size_t>(i)] = true;
-      outcome.skipped_stages.push_back(stage.name);
+      outcome.skipped_stages.push_back({i, stage.name});
       continue;
     }
     TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, deadline, &card_lock, &state, &values, &outcome));
-    clock.Lap(stage.name);
+    clock.Lap(stage.name, kFirstStageSlot + i);
   }
 
   const StageOutputs& decided = values[static_cast<size_t>(graph.sink())];
@@ -270,10 +281,10 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
     record.rule_hits.push_back({hit.rule, hit.decision ? DecisionName(*hit.decision) : ""});
   }
   for (const StageTiming& t : outcome.timings) record.timings_us.emplace_back(t.stage, t.elapsed_us);
-  record.degraded_stages = outcome.degraded_stages;
-  record.skipped_stages = outcome.skipped_stages;
+  for (const StageRef& s : outcome.degraded_stages) record.degraded_stages.push_back(s.name);
+  for (const StageRef& s : outcome.skipped_stages) record.skipped_stages.push_back(s.name);
   if (outcome.findings) {
-    record.findings = storage::AuditFindings{outcome.findings->risk_level, outcome.findings->flags,
+    record.findings = storage::AuditFindings{llm::RiskLevelName(outcome.findings->risk_level), outcome.findings->flags,
                                              outcome.findings->summary, outcome.findings->model_id};
   }
   for (const auto& [stage, device] : outcome.devices) {
@@ -285,7 +296,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));
   TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Append(record, &batch));
   TXSCORE_RETURN_IF_ERROR(ledger_->database().Write(batch));
-  clock.Lap("persist");
+  clock.Lap("persist", kFirstStageSlot + static_cast<int>(graph.size()));
   return outcome;
 }
 

@@ -49,6 +49,17 @@ namespace txscore::pipelines {
 struct StageTiming {
   std::string stage;
   int64_t elapsed_us = 0;
+  // Where the timing sits among the pipeline's timing slots (ScoringPipeline::TimingSlotNames):
+  // metrics index their series by it, so nothing is looked up by name per request.
+  int slot = -1;
+};
+
+// A stage an outcome names: its index in the pipeline's graph (metrics index by it) and its
+// name (replies and the audit record show it).
+struct StageRef {
+  int index = -1;
+  std::string name;
+  bool operator==(const StageRef&) const = default;
 };
 
 struct ScoreOutcome {
@@ -66,8 +77,8 @@ struct ScoreOutcome {
   // Stages that started but did not finish in full (the forensic stage cut short by the
   // deadline, or failing), and stages that should have run but did not start (deadline).
   // A conditional stage whose condition is false (findings for APPROVE) is in neither.
-  std::vector<std::string> degraded_stages;
-  std::vector<std::string> skipped_stages;
+  std::vector<StageRef> degraded_stages;
+  std::vector<StageRef> skipped_stages;
   std::optional<llm::Findings> findings;  // from an llm_findings stage, when it ran and finished
   // Where each stage that reports a device ran (model and LLM stages), in run order.
   std::vector<std::pair<std::string, std::string>> devices;
@@ -123,6 +134,9 @@ class ScoringPipeline {
   Result<ScoreOutcome> Score(fraud::RawTransaction raw);
 
   const PipelineConfig& config() const { return config_; }
+  // The names of the timing slots every outcome's timings fall in, indexed by
+  // StageTiming::slot: "validate", "state", each graph stage in graph order, "persist".
+  std::vector<std::string> TimingSlotNames() const;
   // Where each placed stage runs; empty without runtime.devices.
   const PipelinePlan& plan() const { return plan_; }
   // The prepared stages, indexed like config().graph.

@@ -158,6 +158,8 @@ class SharedStageResources {
   std::map<std::string, std::weak_ptr<void>> objects_;
 };
 
+class StageKindRegistry;
+
 // What the program provides beyond the pipeline file.
 struct PipelineRuntime {
   // Needed by an llm_findings stage: llm::Decoder::Load (libtorch), which the pipelines
@@ -174,6 +176,9 @@ struct PipelineRuntime {
   // The clock every deadline is measured with (common/clock.h): the request path's, the LLM
   // stage's batcher and generator, a claims chunk's stage limit. Default: steady_clock.
   DeadlineClock clock = SteadyDeadlineClock();
+  // The stage kinds a server's reload reads the new pipeline file with (it must outlive the
+  // server). Null: BuiltinStageKinds().
+  const StageKindRegistry* kinds = nullptr;
 };
 
 struct PrepareContext {

@@ -33,6 +33,8 @@ struct Reason {
   std::string feature;
   double contribution = 0;  // log-odds
   double value = 0;         // NaN when missing
+  // The feature's identity, which a blend merges by: set on every model contribution.
+  fraud::FeatureId id = fraud::FeatureId::kCount;
 };
 
 // A rule that matched an item (a rules stage's verdict): its id is the reason code reported

@@ -35,7 +35,9 @@
 
 namespace txscore::service {
 
-// As Thrift's JobState.
+// A job as clients see it: Thrift's JobState. Not the record's pipelines::ClaimsJobState,
+// which is what the job loop stores: DEGRADED is a view (done, with the LLM stage short on more
+// claims than jobs.max_llm_shortfall_share), not a state the job passes through.
 enum class JobState {
   kQueued = 1,
   kRunning = 2,

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/sha256.h"
+
 namespace txscore::service {
 
 Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettings& settings,
@@ -71,8 +73,10 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   }
 
   if (!settings.jobs.claims_pipeline.empty()) {
-    Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(settings.jobs.claims_pipeline);
+    Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(
+        settings.jobs.claims_pipeline, runtime.kinds != nullptr ? *runtime.kinds : pipelines::BuiltinStageKinds());
     if (!claims.ok()) return claims.error();
+    TXSCORE_ASSIGN_OR_RETURN(server->claims_pipeline_digest_, Sha256HexOfFile(settings.jobs.claims_pipeline));
     // The claims pipeline may share the transaction pipeline's engines (an LLM on an
     // accelerator: one engine, one batcher, requests first); each kind decides (its Prepare).
     pipelines::PipelineRuntime background = runtime;
@@ -164,6 +168,15 @@ HttpResponse ScoringServer::Readiness() const {
     body["listener"] = listening ? "serving" : "not serving";
     const std::shared_ptr<pipelines::ScoringPipeline> pipeline = active_.Get()->pipeline;
     body["model"] = pipeline->model_id() + "@" + pipeline->model_version();
+    // Every stage's model, shadows included: what a reload replaced, stage by stage.
+    nlohmann::json models = nlohmann::json::object();
+    for (size_t i = 0; i < pipeline->config().graph.size(); ++i) {
+      const int index = static_cast<int>(i);
+      if (const std::optional<pipelines::ModelVersion> m = pipeline->stage(index).model()) {
+        models[pipeline->config().graph.stage(index).name] = m->id + "@" + m->version;
+      }
+    }
+    body["models"] = models;
     body["pipeline_version"] = pipeline->config().version;
     const std::vector<ReloadOutcome> reloads = reload_history();
     if (!reloads.empty()) {
@@ -240,6 +253,17 @@ std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
 
 ScoringServer::ReloadOutcome ScoringServer::Reload(const std::string& trigger) {
   ReloadOutcome outcome = TryReload(trigger);
+  if (claims_pipeline_ != nullptr && !outcome.busy) {
+    // Reloads replace the transaction pipeline only: a job runs start to end on one claims
+    // pipeline, and jobs may be running now.
+    const std::string& path = claims_pipeline_->config().source_path;
+    Result<std::string> digest = Sha256HexOfFile(path);
+    if (!digest.ok() || *digest != claims_pipeline_digest_) {
+      outcome.detail += "; note: jobs.claims_pipeline " + path +
+                        " has changed since start-up, and claims jobs keep the pipeline they loaded then until a "
+                        "restart";
+    }
+  }
   outcome.time_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
@@ -281,7 +305,8 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = "these settings change only with a restart: " + list;
     return outcome;
   }
-  Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(settings->pipeline);
+  Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(
+      settings->pipeline, runtime_.kinds != nullptr ? *runtime_.kinds : pipelines::BuiltinStageKinds());
   if (!loaded.ok()) {
     outcome.detail = loaded.error().ToString();
     return outcome;

@@ -121,6 +121,9 @@ class ScoringServer {
   Counter* reloads_applied_ = nullptr;
   Counter* reloads_refused_ = nullptr;
   std::unique_ptr<pipelines::ClaimsPipeline> claims_pipeline_;  // with a jobs section
+  // The SHA-256 of the claims pipeline file as loaded: a reload that finds it changed says
+  // that claims jobs keep the loaded one until a restart.
+  std::string claims_pipeline_digest_;
   std::unique_ptr<ClaimsJobManager> jobs_;
   MetricsRegistry registry_;
   std::unique_ptr<RpcServer> rpc_;

@@ -245,16 +245,32 @@ const char* PriorityName(JobsConfig::Priority priority) {
 }
 
 std::vector<std::string> RestartOnlyChanges(const ServiceSettings& running, const ServiceSettings& loaded) {
+  // A section whose values are the same is no change, however it is written (a default made
+  // explicit, a path written another way): only the keys of sections that differ are named.
+  const std::map<std::string, bool> section_changed = {
+      {"server", !(running.server == loaded.server)},    {"admin", !(running.admin == loaded.admin)},
+      {"storage", !(running.storage == loaded.storage)}, {"security", !(running.security == loaded.security)},
+      {"devices", !(running.devices == loaded.devices)}, {"jobs", !(running.jobs == loaded.jobs)},
+  };
   std::vector<std::string> changes;
-  std::set<std::string> keys;
+  std::set<std::string> keys, named_sections;
   for (const auto& [key, value] : running.restart_only) keys.insert(key);
   for (const auto& [key, value] : loaded.restart_only) keys.insert(key);
   for (const std::string& key : keys) {
+    const std::string section = key.substr(0, key.find('.'));
+    if (!section_changed.at(section)) continue;
     const auto before = running.restart_only.find(key);
     const auto after = loaded.restart_only.find(key);
     const std::string was = before == running.restart_only.end() ? "(default)" : before->second;
     const std::string now = after == loaded.restart_only.end() ? "(default)" : after->second;
-    if (was != now) changes.push_back(key + ": " + was + " -> " + now);
+    if (was != now) {
+      changes.push_back(key + ": " + was + " -> " + now);
+      named_sections.insert(section);
+    }
+  }
+  // Values that differ with the same text (a relative path resolved elsewhere): the section.
+  for (const auto& [section, changed] : section_changed) {
+    if (changed && named_sections.count(section) == 0) changes.push_back(section + ": changed");
   }
   return changes;
 }

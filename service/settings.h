@@ -34,6 +34,7 @@ struct ThriftLimits {
   int64_t max_string_bytes = 64 << 10;  // Default: 64 KiB per string field
   int64_t max_container_items = 10000;  // Default: 10000 items per list/map/set (scoreBatch size)
   int max_recursion_depth = 64;         // Default: 64 nested structs
+  bool operator==(const ThriftLimits&) const = default;
 };
 
 struct RpcServerConfig {
@@ -52,20 +53,24 @@ struct RpcServerConfig {
   int frame_timeout_ms = 5000;
   int idle_timeout_ms = 600000;  // Default: 10 min of silence between frames closes a connection
   ThriftLimits limits;
+  bool operator==(const RpcServerConfig&) const = default;
 };
 
 struct AdminConfig {
   std::string host = "127.0.0.1";  // Default: loopback only
   int port = 9091;                 // Default: 9091; 0 picks a free port
+  bool operator==(const AdminConfig&) const = default;
 };
 
 struct StorageConfig {
   std::string path;                                             // required: RocksDB directory, created when missing
   storage::Durability durability = storage::Durability::kSync;  // Default: sync (see storage/database.h)
+  bool operator==(const StorageConfig&) const = default;
 };
 
 struct SecurityConfig {
   std::string card_key_file;  // required: >= 32 random bytes, mode 0600
+  bool operator==(const SecurityConfig&) const = default;
 };
 
 // Which devices the process looks for (accelerator/discovery.h). Placement itself is per stage.
@@ -95,6 +100,7 @@ struct SecurityConfig {
 struct DevicesConfig {
   accelerator::BackendConfig backend;  // backend_library and backend:, as above
   std::string calibration_cache;
+  bool operator==(const DevicesConfig&) const = default;
 };
 
 // Claims jobs on a running server (`jobs:`): submitted over Thrift, run one at a time in the
@@ -115,6 +121,7 @@ struct JobsConfig {
   // this share of the claims it was asked to read ends DEGRADED rather than DONE (as
   // `txscore batch run --max-llm-shortfall-share`).
   double max_llm_shortfall_share = 0.1;
+  bool operator==(const JobsConfig&) const = default;
 };
 const char* PriorityName(JobsConfig::Priority priority);
 

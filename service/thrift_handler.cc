@@ -84,11 +84,11 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
     timing.elapsed_us = t.elapsed_us;
     r.timings.push_back(std::move(timing));
   }
-  r.degraded_stages = outcome.degraded_stages;
-  r.skipped_stages = outcome.skipped_stages;
+  for (const pipelines::StageRef& s : outcome.degraded_stages) r.degraded_stages.push_back(s.name);
+  for (const pipelines::StageRef& s : outcome.skipped_stages) r.skipped_stages.push_back(s.name);
   if (outcome.findings) {
     rpc::Findings f;
-    f.__set_risk_level(outcome.findings->risk_level);
+    f.__set_risk_level(llm::RiskLevelName(outcome.findings->risk_level));
     f.__set_flags(outcome.findings->flags);
     f.__set_summary(outcome.findings->summary);
     f.__set_model_id(outcome.findings->model_id);
@@ -110,33 +110,37 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
 
 ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline) {
   const pipelines::PipelineConfig& config = pipeline.config();
-  std::vector<std::string> stages = {"validate", "state", "persist"};
-  for (const pipelines::GraphStage& stage : config.graph.stages()) stages.push_back(stage.name);
+  for (const std::string& slot : pipeline.TimingSlotNames()) {
+    stage_seconds_.push_back(registry->AddHistogram("txscore_stage_duration_seconds",
+                                                    "Time spent in each pipeline stage.", {{"stage", slot}}));
+  }
   for (const pipelines::GraphStage& stage : config.graph.stages()) {
-    if (stage.required) continue;
-    for (const char* how : {"degraded", "skipped"}) {
-      incomplete_[{stage.name, how}] =
-          registry->AddCounter("txscore_stage_incomplete_total",
-                               "Requests in which a stage did not finish (degraded) or did not start (skipped).",
-                               {{"stage", stage.name}, {"how", how}});
+    Counter* degraded = nullptr;
+    Counter* skipped = nullptr;
+    if (!stage.required) {
+      constexpr const char* kHelp = "Requests in which a stage did not finish (degraded) or did not start (skipped).";
+      degraded =
+          registry->AddCounter("txscore_stage_incomplete_total", kHelp, {{"stage", stage.name}, {"how", "degraded"}});
+      skipped =
+          registry->AddCounter("txscore_stage_incomplete_total", kHelp, {{"stage", stage.name}, {"how", "skipped"}});
     }
+    degraded_.push_back(degraded);
+    skipped_.push_back(skipped);
   }
-  for (const std::string& stage : stages) {
-    stage_seconds_[stage] = registry->AddHistogram("txscore_stage_duration_seconds",
-                                                   "Time spent in each pipeline stage.", {{"stage", stage}});
+  for (pipelines::Decision decision :
+       {pipelines::Decision::kApprove, pipelines::Decision::kReview, pipelines::Decision::kDecline}) {
+    decisions_[static_cast<size_t>(decision) - 1] = registry->AddCounter(
+        "txscore_decisions_total", "Decisions made, by decision.", {{"decision", pipelines::DecisionName(decision)}});
   }
-  for (const char* decision : {"APPROVE", "REVIEW", "DECLINE"}) {
-    decisions_[decision] =
-        registry->AddCounter("txscore_decisions_total", "Decisions made, by decision.", {{"decision", decision}});
-  }
-  for (const char* method : {"score", "scoreBatch"}) {
-    for (const char* outcome : {"ok", "invalid", "error"}) {
-      requests_[{method, outcome}] =
-          registry->AddCounter("txscore_requests_total", "Scoring requests by method and outcome.",
-                               {{"method", method}, {"outcome", outcome}});
+  constexpr std::array<const char*, kMethods> kMethodNames = {"score", "scoreBatch"};
+  constexpr std::array<const char*, kRequestOutcomes> kOutcomeNames = {"ok", "invalid", "error"};
+  for (size_t m = 0; m < kMethods; ++m) {
+    for (size_t o = 0; o < kRequestOutcomes; ++o) {
+      requests_[m][o] = registry->AddCounter("txscore_requests_total", "Scoring requests by method and outcome.",
+                                             {{"method", kMethodNames[m]}, {"outcome", kOutcomeNames[o]}});
     }
-    request_seconds_[method] = registry->AddHistogram("txscore_request_duration_seconds",
-                                                      "Time to answer a request, by method.", {{"method", method}});
+    request_seconds_[m] = registry->AddHistogram("txscore_request_duration_seconds",
+                                                 "Time to answer a request, by method.", {{"method", kMethodNames[m]}});
   }
   registry->SetInfo("txscore_model_info", "The loaded fraud model.",
                     {{"model_id", pipeline.model_id()},
@@ -145,23 +149,21 @@ ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::Scori
                      {"pipeline_version", config.version}});
 }
 
-void ScoringMetrics::RecordRequest(const std::string& method, const std::string& outcome, double seconds) {
-  requests_.at({method, outcome})->Increment();
-  request_seconds_.at(method)->Observe(seconds);
+void ScoringMetrics::RecordRequest(Method method, RequestOutcome outcome, double seconds) {
+  requests_[static_cast<size_t>(method)][static_cast<size_t>(outcome)]->Increment();
+  request_seconds_[static_cast<size_t>(method)]->Observe(seconds);
 }
 
 void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
   for (const pipelines::StageTiming& t : outcome.timings) {
-    auto it = stage_seconds_.find(t.stage);
-    if (it != stage_seconds_.end()) it->second->Observe(static_cast<double>(t.elapsed_us) * 1e-6);
+    stage_seconds_.at(static_cast<size_t>(t.slot))->Observe(static_cast<double>(t.elapsed_us) * 1e-6);
   }
-  decisions_[pipelines::DecisionName(outcome.decision)]->Increment();
-  for (const auto& [stages, how] :
-       {std::pair{&outcome.degraded_stages, "degraded"}, std::pair{&outcome.skipped_stages, "skipped"}}) {
-    for (const std::string& stage : *stages) {
-      auto it = incomplete_.find({stage, how});
-      if (it != incomplete_.end()) it->second->Increment();
-    }
+  decisions_[static_cast<size_t>(outcome.decision) - 1]->Increment();
+  for (const pipelines::StageRef& stage : outcome.degraded_stages) {
+    if (Counter* c = degraded_.at(static_cast<size_t>(stage.index))) c->Increment();
+  }
+  for (const pipelines::StageRef& stage : outcome.skipped_stages) {
+    if (Counter* c = skipped_.at(static_cast<size_t>(stage.index))) c->Increment();
   }
 }
 
@@ -175,14 +177,16 @@ void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& tra
   Result<pipelines::ScoreOutcome> outcome = version->pipeline->Score(TakeFromThrift(transaction));
   if (!outcome.ok()) {
     const bool invalid = outcome.error().code == ErrorCode::kInvalidArgument;
-    metrics->RecordRequest("score", invalid ? "invalid" : "error", SecondsSince(start));
+    metrics->RecordRequest(ScoringMetrics::Method::kScore,
+                           invalid ? ScoringMetrics::RequestOutcome::kInvalid : ScoringMetrics::RequestOutcome::kError,
+                           SecondsSince(start));
     if (invalid) throw ToInvalidRequest(outcome.error());
     spdlog::error("score {}: {}", transaction.request_id, outcome.error().ToString());
     throw ToServiceError(outcome.error());
   }
   metrics->RecordOutcome(*outcome);
   result = ToThrift(*outcome);
-  metrics->RecordRequest("score", "ok", SecondsSince(start));
+  metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kOk, SecondsSince(start));
 }
 
 void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
@@ -209,7 +213,10 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
     }
     results.push_back(std::move(item));
   }
-  metrics->RecordRequest("scoreBatch", any_error ? "error" : any_invalid ? "invalid" : "ok", SecondsSince(start));
+  const ScoringMetrics::RequestOutcome batch_outcome = any_error     ? ScoringMetrics::RequestOutcome::kError
+                                                       : any_invalid ? ScoringMetrics::RequestOutcome::kInvalid
+                                                                     : ScoringMetrics::RequestOutcome::kOk;
+  metrics->RecordRequest(ScoringMetrics::Method::kScoreBatch, batch_outcome, SecondsSince(start));
 }
 
 void TxScoreHandler::health(rpc::HealthStatus& status) {
@@ -256,7 +263,7 @@ ClaimsJobManager& TxScoreHandler::Jobs() const {
   if (jobs_ == nullptr) {
     throw ToServiceError(
         FailedPrecondition("this server runs no claims jobs: add a jobs section (claims_pipeline, "
-                           "input_dir, output_dir) to its pipeline file"));
+                           "input_dir, output_dir) to its settings file"));
   }
   return *jobs_;
 }

@@ -4,11 +4,12 @@
 // reason) for bad input, ServiceError for failures on our side.
 #pragma once
 
+#include <array>
 #include <atomic>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gen-cpp/TxScore.h"
 #include "pipelines/scoring_pipeline.h"
@@ -25,21 +26,26 @@ fraud::RawTransaction FromThrift(const rpc::Transaction& t);
 fraud::RawTransaction TakeFromThrift(const rpc::Transaction& t);
 rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome);
 
-// Metrics of the scoring service, registered once.
+// Metrics of the scoring service, registered once per pipeline version. Every series a request
+// touches is found by index (method, outcome, decision, timing slot, graph index), never by name.
 class ScoringMetrics {
  public:
+  enum class Method { kScore, kScoreBatch };
+  enum class RequestOutcome { kOk, kInvalid, kError };
+
   ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline);
-  // outcome: "ok", "invalid" or "error".
-  void RecordRequest(const std::string& method, const std::string& outcome, double seconds);
+  void RecordRequest(Method method, RequestOutcome outcome, double seconds);
   void RecordOutcome(const pipelines::ScoreOutcome& outcome);
 
  private:
-  // Filled in the constructor and only read afterwards, so lookups need no lock.
-  std::map<std::pair<std::string, std::string>, Counter*> requests_;  // (method, outcome)
-  std::map<std::string, Histogram*> request_seconds_;
-  std::map<std::string, Histogram*> stage_seconds_;
-  std::map<std::string, Counter*> decisions_;
-  std::map<std::pair<std::string, std::string>, Counter*> incomplete_;  // (stage, degraded|skipped)
+  static constexpr size_t kMethods = 2, kRequestOutcomes = 3, kDecisions = 3;
+  // Filled in the constructor and only read afterwards, so reads need no lock.
+  std::array<std::array<Counter*, kRequestOutcomes>, kMethods> requests_{};
+  std::array<Histogram*, kMethods> request_seconds_{};
+  std::vector<Histogram*> stage_seconds_;         // by StageTiming::slot
+  std::array<Counter*, kDecisions> decisions_{};  // by Decision - 1
+  // By graph index; null for a required stage (it never goes without).
+  std::vector<Counter*> degraded_, skipped_;
 };
 
 // The transaction pipeline requests run on now, with its metrics. A reload replaces it whole

@@ -1,5 +1,5 @@
-// The stage kinds txscore ships. A new kind is its own files plus one line here
-// (docs/pipeline-file.md, "Adding a stage kind").
+// The stage kinds txscore ships. A new kind is its own files plus two lines here: its header's
+// include and its Register call (docs/pipeline-file.md, "Adding a stage kind").
 #include "pipelines/stage_kind.h"
 #include "pipelines/stages/blend_stage.h"
 #include "pipelines/stages/decision_stage.h"

@@ -23,7 +23,7 @@ class PreparedDecisionStage : public PreparedStage {
     out->decision = Decide(out->score, settings_.thresholds);
     const StageOutputs* findings = inputs.Get(kDecisionFindings);
     if (settings_.escalate_high_risk && findings != nullptr && findings->findings &&
-        findings->findings->risk_level == "high" && out->decision == Decision::kApprove) {
+        findings->findings->risk_level == llm::RiskLevel::kHigh && out->decision == Decision::kApprove) {
       out->decision = Decision::kReview;
     }
     return Status::Ok();

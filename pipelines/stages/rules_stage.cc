@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <string_view>
 #include <unordered_set>
 
 #include "common/file_io.h"
@@ -17,6 +18,13 @@ namespace {
 constexpr size_t kMaxListFileBytes = 64 << 20;
 constexpr size_t kMaxListEntryBytes = 256;
 
+// An allow or deny list: looked up with a view of the item's field, without copying it.
+struct ViewHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>()(text); }
+};
+using EntryList = std::unordered_set<std::string, ViewHash, std::equal_to<>>;
+
 // A name a condition may use, and how to read it from an item.
 struct Field {
   enum class Type { kNumber, kText };
@@ -24,14 +32,14 @@ struct Field {
   bool transactions = false;  // defined for transactions
   bool claims = false;        // defined for claims
   std::function<double(const ScoredItem&, const fraud::FeatureVector&)> number;
-  std::function<std::string(const ScoredItem&)> text;
+  std::function<std::string_view(const ScoredItem&)> text;  // a view into the item: no copy
 };
 
 Field Number(bool transactions, std::function<double(const ScoredItem&)> read) {
   return {Field::Type::kNumber, transactions, !transactions,
           [read](const ScoredItem& item, const fraud::FeatureVector&) { return read(item); }, nullptr};
 }
-Field Text(bool transactions, std::function<std::string(const ScoredItem&)> read) {
+Field Text(bool transactions, std::function<std::string_view(const ScoredItem&)> read) {
   return {Field::Type::kText, transactions, !transactions, nullptr, std::move(read)};
 }
 
@@ -40,23 +48,28 @@ const std::map<std::string, Field>& ItemFields() {
     auto* f = new std::map<std::string, Field>();
     const bool tx = true, claim = false;
     (*f)["amount"] = Number(tx, [](const ScoredItem& i) { return i.transaction->amount_major(); });
-    (*f)["currency"] = Text(tx, [](const ScoredItem& i) { return i.transaction->currency; });
-    (*f)["mcc"] = Text(tx, [](const ScoredItem& i) { return i.transaction->mcc; });
-    (*f)["merchant_id"] = Text(tx, [](const ScoredItem& i) { return i.transaction->merchant_id; });
-    (*f)["merchant_country"] = Text(tx, [](const ScoredItem& i) { return i.transaction->merchant_country; });
-    (*f)["card_country"] = Text(tx, [](const ScoredItem& i) { return i.transaction->card_country; });
-    (*f)["card_token"] = Text(tx, [](const ScoredItem& i) { return i.transaction->card_token; });
-    (*f)["device_id"] = Text(tx, [](const ScoredItem& i) { return i.transaction->device_id.value_or(""); });
+    (*f)["currency"] = Text(tx, [](const ScoredItem& i) -> std::string_view { return i.transaction->currency; });
+    (*f)["mcc"] = Text(tx, [](const ScoredItem& i) -> std::string_view { return i.transaction->mcc; });
+    (*f)["merchant_id"] = Text(tx, [](const ScoredItem& i) -> std::string_view { return i.transaction->merchant_id; });
+    (*f)["merchant_country"] =
+        Text(tx, [](const ScoredItem& i) -> std::string_view { return i.transaction->merchant_country; });
+    (*f)["card_country"] =
+        Text(tx, [](const ScoredItem& i) -> std::string_view { return i.transaction->card_country; });
+    (*f)["card_token"] = Text(tx, [](const ScoredItem& i) -> std::string_view { return i.transaction->card_token; });
+    (*f)["device_id"] = Text(tx, [](const ScoredItem& i) {
+      return i.transaction->device_id ? std::string_view(*i.transaction->device_id) : std::string_view();
+    });
     (*f)["amount_claimed"] = Number(claim, [](const ScoredItem& i) { return i.claim->amount_claimed; });
     (*f)["policy_limit"] = Number(claim, [](const ScoredItem& i) { return i.claim->policy_limit; });
     (*f)["prior_claims"] =
         Number(claim, [](const ScoredItem& i) { return static_cast<double>(i.claim->prior_claims); });
     (*f)["claim_type"] = Text(claim, [](const ScoredItem& i) {
-      return std::string(fraud::ClaimTypes()[static_cast<size_t>(i.claim->claim_type)]);
+      return std::string_view(fraud::ClaimTypes()[static_cast<size_t>(i.claim->claim_type)]);
     });
-    (*f)["policy_id"] = Text(claim, [](const ScoredItem& i) { return i.claim->policy_id; });
-    (*f)["provider_id"] = Text(claim, [](const ScoredItem& i) { return i.claim->provider_id; });
-    (*f)["claimant_token"] = Text(claim, [](const ScoredItem& i) { return i.claim->claimant_token; });
+    (*f)["policy_id"] = Text(claim, [](const ScoredItem& i) -> std::string_view { return i.claim->policy_id; });
+    (*f)["provider_id"] = Text(claim, [](const ScoredItem& i) -> std::string_view { return i.claim->provider_id; });
+    (*f)["claimant_token"] =
+        Text(claim, [](const ScoredItem& i) -> std::string_view { return i.claim->claimant_token; });
     return f;
   }();
   return *fields;
@@ -87,7 +100,7 @@ struct Node {
 };
 
 bool Evaluate(const Node& node, const ScoredItem& item, const fraud::FeatureVector& features,
-              const std::vector<std::unordered_set<std::string>>& lists) {
+              const std::vector<EntryList>& lists) {
   switch (node.kind) {
     case Node::Kind::kOr:
       for (const Node& c : node.children) {
@@ -334,9 +347,9 @@ Error RuleError(const RulesStageSettings& settings, const RulesStageSettings::Ru
                          ": rule " + rule.id + ": " + message);
 }
 
-Result<std::unordered_set<std::string>> LoadList(const std::string& name, const std::string& path) {
+Result<EntryList> LoadList(const std::string& name, const std::string& path) {
   TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxListFileBytes, "list " + name));
-  std::unordered_set<std::string> entries;
+  EntryList entries;
   size_t line_number = 0;
   size_t start = 0;
   while (start < text.size()) {
@@ -369,7 +382,7 @@ class PreparedRulesStage : public PreparedStage {
     std::optional<Decision> decision;
     Node when;
   };
-  PreparedRulesStage(std::vector<CompiledRule> rules, std::vector<std::unordered_set<std::string>> lists)
+  PreparedRulesStage(std::vector<CompiledRule> rules, std::vector<EntryList> lists)
       : rules_(std::move(rules)), lists_(std::move(lists)) {}
 
   Status Run(const StageInputs& inputs, const ScoredItem& item, StageOutputs* out, StageReport*) const override {
@@ -390,7 +403,7 @@ class PreparedRulesStage : public PreparedStage {
 
  private:
   std::vector<CompiledRule> rules_;
-  std::vector<std::unordered_set<std::string>> lists_;
+  std::vector<EntryList> lists_;
 };
 
 class RulesStageKind : public StageKind {
@@ -475,9 +488,9 @@ class RulesStageKind : public StageKind {
       }
       rules.push_back({rule.id, rule.decision, std::move(when)});
     }
-    std::vector<std::unordered_set<std::string>> lists;
+    std::vector<EntryList> lists;
     for (const auto& [name, path] : s.lists) {
-      TXSCORE_ASSIGN_OR_RETURN(std::unordered_set<std::string> entries, LoadList(name, path));
+      TXSCORE_ASSIGN_OR_RETURN(EntryList entries, LoadList(name, path));
       lists.push_back(std::move(entries));
     }
     return std::unique_ptr<PreparedStage>(new PreparedRulesStage(std::move(rules), std::move(lists)));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_forms.h"
 #include "fraud/card_token.h"
 #include "fraud/claim.h"
 #include "llm/checkpoint_maker.h"
@@ -157,11 +158,8 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
     std::fprintf(stderr, "%s\n", findings.error().ToString().c_str());
     return 1;
   }
-  nlohmann::json out = {{"claim_id", claim.claim_id},
-                        {"risk_level", findings->risk_level},
-                        {"flags", findings->flags},
-                        {"summary", findings->summary},
-                        {"model", findings->model_id}};
+  nlohmann::ordered_json out = {{"claim_id", claim.claim_id}};
+  out.update(FindingsToJson<nlohmann::ordered_json>(*findings));
   std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }

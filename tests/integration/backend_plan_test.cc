@@ -1,4 +1,4 @@
-// `txscore plan` with out-of-tree backends loaded the way an operator loads them: a pipeline
+// `txscore plan` with out-of-tree backends loaded the way an operator loads them: a settings
 // file whose devices.backend_library names a shared library, and whose devices.backend
 // describes it where the library does not. Runs the real binary; no test code registers a
 // device. The libraries: txscore's emulated device (libtxscore_emulated_device.so, which

@@ -435,6 +435,20 @@ TEST_F(ClaimsJobsTest, ARestartAskedForAQueuedJobSurvivesAServerStop) {
   EXPECT_EQ(restarted.done, 9);
 }
 
+TEST_F(ClaimsJobsTest, AReloadSaysWhenTheClaimsPipelineFileChangedAndJobsKeepTheLoadedOne) {
+  const ScoringServer::ReloadOutcome unchanged = server_->Reload("test");
+  EXPECT_TRUE(unchanged.applied) << unchanged.detail;
+  EXPECT_EQ(unchanged.detail.find("claims_pipeline"), std::string::npos) << unchanged.detail;
+  testing::WriteFile(dir_.file("claims.yaml"), testing::ReadFile(dir_.file("claims.yaml")) + "# edited\n");
+  const ScoringServer::ReloadOutcome changed = server_->Reload("test");
+  EXPECT_TRUE(changed.applied) << changed.detail;
+  const std::string note = "; note: jobs.claims_pipeline " + dir_.file("claims.yaml") +
+                           " has changed since start-up, and claims jobs keep the pipeline they loaded then until a "
+                           "restart";
+  ASSERT_GE(changed.detail.size(), note.size());
+  EXPECT_EQ(changed.detail.substr(changed.detail.size() - note.size()), note) << changed.detail;
+}
+
 TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {
   testing::TempDir dir;
   testing::WriteTestPipeline(dir);
@@ -452,7 +466,7 @@ TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {
   } catch (const rpc::ServiceError& e) {
     EXPECT_EQ(e.reason,
               "failed precondition: this server runs no claims jobs: add a jobs section (claims_pipeline, "
-              "input_dir, output_dir) to its pipeline file");
+              "input_dir, output_dir) to its settings file");
   }
   (*server)->Stop();
 }

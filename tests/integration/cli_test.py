@@ -79,6 +79,51 @@ def check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash(t
         assert r.returncode == 0, r  # an extension that names no format takes --format
 
 
+def check_data_generate_labels_name_every_claim(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        claims, labels = os.path.join(work, "c.jsonl"), os.path.join(work, "labels.jsonl")
+        r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "30", "--seed", "3",
+                "--out", claims, "--labels", labels)
+        assert r.returncode == 0, r
+        with open(claims) as f:
+            claim_ids = [json.loads(line)["claim_id"] for line in f]
+        with open(labels) as f:
+            rows = [json.loads(line) for line in f]
+        assert [row["claim_id"] for row in rows] == claim_ids, (rows, claim_ids)
+        assert all(set(row) == {"claim_id", "fraud", "patterns"} for row in rows), rows
+        assert all(isinstance(row["fraud"], bool) and isinstance(row["patterns"], list) for row in rows), rows
+        # A fraudulent claim has at least one pattern, an honest one none.
+        assert all(bool(row["patterns"]) == row["fraud"] for row in rows), rows
+
+
+def check_generate_samples_reproducibly_from_its_seed(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        assert run(txscore, "llm", "make-checkpoint", "--family", "qwen3", "--size", "tiny", "--out", work).returncode == 0
+
+        def sample(*flags):
+            r = run(txscore, "generate", "--model", work, "--prompt", "The claim", "--max-new-tokens", "12",
+                    "--ignore-eos", "--json", *flags)
+            assert r.returncode == 0, r
+            return json.loads(r.stdout)["generated_ids"]
+
+        flags = ("--temperature", "1.5", "--top-k", "50", "--top-p", "0.95")
+        first = sample(*flags, "--seed", "11")
+        assert len(first) == 12, first
+        assert sample(*flags, "--seed", "11") == first  # same seed, same tokens
+        others = [sample(*flags, "--seed", str(seed)) for seed in (12, 13, 14)]
+        assert any(o != first for o in others), "sampling ignored its seed"
+        greedy = sample("--temperature", "0")
+        assert sample("--temperature", "0", "--seed", "99") == greedy  # greedy: the seed plays no part
+        # --top-k 1 is greedy whatever the temperature.
+        assert sample("--temperature", "1.5", "--top-k", "1", "--seed", "5") == greedy
+
+
 def check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file(txscore):
     import json
     import os
@@ -98,7 +143,7 @@ def check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file(txscore):
             assert r.returncode == 0, r
             findings = json.loads(r.stdout.strip().splitlines()[-1])
             assert findings["claim_id"] == claim_id, findings
-            assert set(findings) >= {"risk_level", "flags", "summary"}, findings
+            assert list(findings) == ["claim_id", "risk_level", "flags", "summary", "model_id"], findings
         r = run(txscore, "llm", "analyze-claim", "--model", model, "--claim", '{"claim_id": "x"}')
         assert r.returncode == 2 and r.stderr.startswith("--claim: missing required key"), r
         r = run(txscore, "llm", "analyze-claim", "--model", model, "--claim", os.path.join(work, "none.json"))
@@ -171,6 +216,22 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         r = run(txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "good.jsonl"),
                 "--output", os.path.join(work, "retry3.jsonl"), "--retry-llm-shortfalls", config)
         assert r.returncode == 2 and "not a line of a txscore batch run output" in r.stderr, r
+
+        # --max-error-share: 2 bad rows of 22 (9 %) fail a 5 % share and pass a 20 % one.
+        mixed = os.path.join(work, "mixed.jsonl")
+        with open(os.path.join(work, "good.jsonl")) as f, open(mixed, "w") as out:
+            out.write(f.read() + '{"claim_id": "bad-1"}\n' + 'not json\n')
+        r = run(txscore, "batch", "run", "--config", config, "--input", mixed,
+                "--output", os.path.join(work, "mixed.strict.jsonl"), "--quiet", "--max-error-share", "0.05")
+        assert r.returncode == 3, r
+        r = run(txscore, "batch", "run", "--config", config, "--input", mixed,
+                "--output", os.path.join(work, "mixed.lenient.jsonl"), "--quiet", "--max-error-share", "0.2")
+        assert r.returncode == 0, r
+        # --max-llm-shortfall-share is a share: out of [0, 1] is refused before anything runs.
+        r = run(txscore, "batch", "run", "--config", config, "--input", mixed,
+                "--output", os.path.join(work, "never.jsonl"), "--max-llm-shortfall-share", "1.5")
+        assert r.returncode != 0 and "--max-llm-shortfall-share" in r.stderr, r
+        assert not os.path.exists(os.path.join(work, "never.jsonl"))
 
 
 def check_make_checkpoint_shows_its_progress(txscore):
@@ -270,6 +331,8 @@ CHECKS = [
     check_an_unknown_log_level_is_refused_not_silenced,
     check_score_prints_input_errors_as_valid_json,
     check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash,
+    check_data_generate_labels_name_every_claim,
+    check_generate_samples_reproducibly_from_its_seed,
     check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file,
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,

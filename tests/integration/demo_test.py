@@ -113,8 +113,13 @@ def main():
         with open(settings) as f:
             shipped_settings = f.read()
         assert 'version: "2026.11"' in shipped and "  workers: 8 " in shipped_settings
+        # The new version also places the forensic stage on the emulated device that `serve`
+        # loaded from devices.backend_library (with time for the device's latency model).
+        assert "    placement: cpu             # auto" in shipped and "budget_ms: 1500 " in shipped
         with open(pipeline, "w") as f:
-            f.write(shipped.replace('version: "2026.11"', 'version: "2026.12"'))
+            f.write(shipped.replace('version: "2026.11"', 'version: "2026.12"')
+                    .replace("    placement: cpu             # auto", "    placement: emulated        # auto")
+                    .replace("budget_ms: 1500 ", "budget_ms: 60000 "))
         server.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 60
         while True:
@@ -125,6 +130,15 @@ def main():
                 break
             assert time.monotonic() < deadline, f"still {scored[0]['pipeline_version']} 60 s after SIGHUP"
             time.sleep(0.2)
+        r = run(txscore, "score", "--server", address, "--json")
+        assert r.returncode == 0, r.stderr
+        on_device = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        reviews = [x for x in on_device if x.get("decision") == "REVIEW"]
+        assert reviews and all(x.get("findings") for x in reviews), on_device[:3]
+        r = run(txscore, "audit", "--last", str(len(on_device)), "--config", settings)
+        assert r.returncode == 0, r.stderr
+        placements = [json.loads(line)["placement"] for line in r.stdout.splitlines()]
+        assert sum("forensic@emulated:0 (emulated)" in p for p in placements) == len(reviews), placements
         with open(pipeline, "w") as f:
             f.write(shipped.replace('version: "2026.11"', 'version: "2026.13"'))
         with open(settings, "w") as f:

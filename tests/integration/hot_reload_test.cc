@@ -22,6 +22,7 @@
 #include "gen-cpp/TxScore.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
+#include "tests/pipelines/exploding_kind.h"
 #include "tests/rpc_test_support.h"
 #include "tests/test_support.h"
 
@@ -78,12 +79,12 @@ class HotReloadTest : public ::testing::Test {
     WriteSettings("pipeline.yaml");
     StartServer();
   }
-  void StartServer() {
+  void StartServer(const pipelines::PipelineRuntime& runtime = {}) {
     auto settings = LoadServiceSettings(dir_.file("settings.yaml"));
     ASSERT_TRUE(settings.ok()) << settings.error().ToString();
     auto config = pipelines::LoadPipelineConfig(settings->pipeline);
     ASSERT_TRUE(config.ok()) << config.error().ToString();
-    auto server = ScoringServer::Create(*settings, *config);
+    auto server = ScoringServer::Create(*settings, *config, runtime);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
@@ -215,7 +216,7 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
   EXPECT_EQ(corrupt.pipeline_version, "p2");
   EXPECT_EQ(corrupt.model_version, model_b);
 
-  // 3. The pipeline gains a shadow stage (model B beside), 4. and loses it.
+  // 3. The pipeline gains a shadow stage (model A beside the deciding B), 4. and loses it.
   InstallModel(testing::ChallengerModelDir());
   fs::copy_file(fs::path(testing::SmallModelDir()) / "fraud.ubj", dir_.file("models/shadow.ubj"));
   fs::copy_file(fs::path(testing::SmallModelDir()) / "fraud.features.json", dir_.file("models/shadow.features.json"));
@@ -223,6 +224,13 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
   const ScoringServer::ReloadOutcome gained = server_->Reload("test");
   EXPECT_TRUE(gained.applied) << gained.detail;
   served("p4");
+  // /readyz names every stage's model, the shadow's too.
+  const std::unique_ptr<fraud::XGBoostModel> shadow_model =
+      fraud::XGBoostModel::Load(dir_.file("models/shadow.ubj")).value();
+  EXPECT_EQ(nlohmann::json::parse(
+                Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::get, "/readyz").body)["models"],
+            (nlohmann::json{{"fraud", "fraud@" + model_b},
+                            {"shadow", shadow_model->model_id() + "@" + shadow_model->model_version()}}));
   WritePipeline("p5", "");
   EXPECT_TRUE(server_->Reload("test").applied);
   served("p5");
@@ -280,6 +288,7 @@ TEST_F(HotReloadTest, UnderLoadEveryRequestRunsOnTheOldOrTheNewPipelineAndNoneFa
       nlohmann::json::parse(Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::get, "/readyz").body);
   EXPECT_EQ(ready["pipeline_version"], "p5");
   EXPECT_EQ(ready["model"], "fraud@" + model_b);
+  EXPECT_EQ(ready["models"], (nlohmann::json{{"fraud", "fraud@" + model_b}}));
   EXPECT_EQ(ready["last_reload"]["applied"], true);
   ASSERT_EQ(server_->reload_history().size(), 4u);
   EXPECT_EQ(server_->reload_history()[0].trigger, "admin");
@@ -319,6 +328,35 @@ TEST_F(HotReloadTest, ABadNewSetIsRefusedWithItsReasonAndTheOldKeepsServing) {
   rpc::ScoreResult result;
   client.client->score(result, ToThriftTransaction(testing::ValidTransaction("after-refusals")));
   EXPECT_EQ(result.pipeline_version, "p1");
+}
+
+TEST_F(HotReloadTest, ANewSetWhoseCanaryFailsIsRefusedAndTheOldKeepsServing) {
+  // A server whose reloads may use a kind that fails every run: the new set loads, and only
+  // its canary transaction can find the fault.
+  pipelines::StageKindRegistry kinds;
+  pipelines::RegisterBuiltinStageKinds(&kinds);
+  ASSERT_TRUE(kinds.Register(std::make_unique<testing::ExplodingKind>()).ok());
+  server_->Stop();
+  pipelines::PipelineRuntime runtime;
+  runtime.kinds = &kinds;
+  StartServer(runtime);
+  WritePipeline("p2", "  - {name: tripwire, kind: explodes, after: features}\n");
+  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_EQ(outcome.detail, "failed precondition: the canary transaction failed in stage tripwire: boom");
+  EXPECT_EQ(outcome.pipeline_version, "p1");
+  testing::RpcClient client(server_->rpc_port());
+  rpc::ScoreResult result;
+  client.client->score(result, ToThriftTransaction(testing::ValidTransaction("after-canary")));
+  EXPECT_EQ(result.pipeline_version, "p1");
+  const std::string metrics = Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::get, "/metrics").body;
+  EXPECT_NE(metrics.find("txscore_reloads_total{outcome=\"refused\"} 1\n"), std::string::npos) << metrics;
+  // The same file without the tripwire goes in.
+  WritePipeline("p3", "");
+  EXPECT_TRUE(server_->Reload("test").applied);
+  EXPECT_EQ(server_->pipeline()->config().version, "p3");
+  server_->Stop();
+  server_.reset();  // before `kinds`, which its pipeline's stages point into
 }
 
 TEST_F(HotReloadTest, ARestartOnlySettingIsNamedInTheRefusal) {

@@ -70,6 +70,15 @@ def main():
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True)
         assert refused.returncode == 1, refused
         assert "expects 14 features but its schema" in refused.stderr and "lists 3" in refused.stderr, refused.stderr
+        # --schema names a schema kept elsewhere: it is used instead of the one beside the model.
+        with open(os.path.join(work, "elsewhere.json"), "w") as f:
+            json.dump({"format": "txscore.feature_schema/1", "features": [{"name": n} for n in chosen]}, f)
+        with open(test_csv) as stdin:
+            out = subprocess.run([args.txscore, "model", "predict", "--model", os.path.join(work, "handover.json"),
+                                  "--schema", os.path.join(work, "elsewhere.json")], stdin=stdin,
+                                 check=True, capture_output=True, text=True).stdout
+        got = np.array([float(line) for line in out.split()], dtype=np.float32)
+        assert got.shape == expected.shape and float(np.max(np.abs(got - expected))) <= 1e-6, "--schema"
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -446,9 +446,10 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   EXPECT_EQ(HttpRequest(port, "/healthz").body, "ok\n");
   const HttpAnswer ready = HttpRequest(port, "/readyz");
   EXPECT_EQ(ready.status, 200);
-  EXPECT_EQ(ready.body, "{\"database\":\"open\",\"listener\":\"serving\",\"model\":\"fraud@" +
-                            server_->pipeline()->FindStage("fraud")->model()->version +
-                            "\",\"phase\":\"serving\",\"pipeline_version\":\"t1\",\"ready\":true}\n");
+  const std::string fraud_model = "fraud@" + server_->pipeline()->FindStage("fraud")->model()->version;
+  EXPECT_EQ(ready.body, "{\"database\":\"open\",\"listener\":\"serving\",\"model\":\"" + fraud_model +
+                            "\",\"models\":{\"fraud\":\"" + fraud_model +
+                            "\"},\"phase\":\"serving\",\"pipeline_version\":\"t1\",\"ready\":true}\n");
   const std::string metrics = HttpRequest(port, "/metrics").body;
   EXPECT_NE(metrics.find("txscore_requests_total{method=\"score\",outcome=\"ok\"} 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("txscore_request_duration_seconds_count{method=\"score\"} 1\n"), std::string::npos);

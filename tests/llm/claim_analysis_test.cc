@@ -15,7 +15,7 @@ TEST(ClaimAnalysisTask, ParsesValidFindingsAndDropsRepeatedFlags) {
   auto f = ClaimAnalysisTask::ParseFindings(
       R"({"risk_level": "high", "flags": ["inconsistent_dates", "pressure_to_settle", "inconsistent_dates"], "summary": "Invoice predates the incident."})");
   ASSERT_TRUE(f.ok()) << f.error().ToString();
-  EXPECT_EQ(f->risk_level, "high");
+  EXPECT_EQ(f->risk_level, RiskLevel::kHigh);
   EXPECT_EQ(f->flags, (std::vector<std::string>{"inconsistent_dates", "pressure_to_settle"}));
   EXPECT_EQ(f->summary, "Invoice predates the incident.");
 }

@@ -472,7 +472,6 @@ TEST_F(GeneratorTest, ClaimAnalysisGivesWellFormedFindings) {
   options.max_new_tokens = 120;
   auto findings = ClaimAnalysisTask::Analyze(generator, *tokenizer_, claim, options, "tiny-qwen3");
   ASSERT_TRUE(findings.ok()) << findings.error().ToString();
-  EXPECT_TRUE(findings->risk_level == "low" || findings->risk_level == "medium" || findings->risk_level == "high");
   ASSERT_FALSE(findings->flags.empty());
   for (const std::string& flag : findings->flags) {
     EXPECT_NE(std::find(ClaimAnalysisTask::Flags().begin(), ClaimAnalysisTask::Flags().end(), flag),
@@ -490,7 +489,6 @@ TEST_F(GeneratorTest, TransactionReviewGivesWellFormedFindingsOrStopsAtTheDeadli
   options.max_new_tokens = 120;
   auto findings = TransactionReviewTask::Analyze(generator, *tokenizer_, tx, options, "tiny-qwen3");
   ASSERT_TRUE(findings.ok()) << findings.error().ToString();
-  EXPECT_TRUE(findings->risk_level == "low" || findings->risk_level == "medium" || findings->risk_level == "high");
   EXPECT_FALSE(findings->flags.empty());
   // A deadline already past: one step runs (it is checked between steps), then it stops.
   options.deadline = std::chrono::steady_clock::now();

@@ -57,6 +57,7 @@ TEST(ParseModelConfig, Llama32WithLlama3RopeScaling) {
   auto c = ParseModelConfig(kLlama32, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
   EXPECT_EQ(c->family->name(), "llama");
+  EXPECT_EQ(c->activation, ModelConfig::Activation::kSilu);
   EXPECT_EQ(c->head_dim, 64);
   EXPECT_EQ(c->num_query_groups(), 4);
   EXPECT_EQ(c->rope.type, "llama3");
@@ -96,6 +97,7 @@ TEST(ParseModelConfig, Gemma2SoftcapsAndAlternatesSlidingLayers) {
   auto c = ParseModelConfig(kGemma2, "config.json");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
   EXPECT_EQ(c->family->name(), "gemma2");
+  EXPECT_EQ(c->activation, ModelConfig::Activation::kGeluTanh);
   EXPECT_TRUE(c->norm_weight_plus_one);
   EXPECT_TRUE(c->sandwich_norms);
   EXPECT_FALSE(c->qk_norm);

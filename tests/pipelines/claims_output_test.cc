@@ -19,10 +19,10 @@ ClaimOutcome EveryPart() {
   o.decision = Decision::kReview;
   o.reasons = {{"amount_ratio", 1.25, 0.5}, {"prior_claims", -0.5, std::nan("")}};
   o.rule_hits = {{"R1", Decision::kDecline}, {"R2", std::nullopt}};
-  o.findings = llm::Findings{"high", {"amount_mismatch", "none"}, "Too much.", "tiny"};
+  o.findings = llm::Findings{llm::RiskLevel::kHigh, {"amount_mismatch", "none"}, "Too much.", "tiny"};
   o.stage_scores = {{"claims_model", 0.75}};
   o.devices = {{"analysis", "cpu"}};
-  o.llm_shortfalls = {{"analysis", "failed", "boom"}};
+  o.llm_shortfalls = {{"analysis", StageReport::Outcome::kFailed, "boom"}};
   o.timings = {{"features", 12}, {"claims_model", 30}};
   return o;
 }

@@ -33,14 +33,15 @@ class DecisionStageTest : public ::testing::Test {
 
   // The values before the decision: a score, contributions, and optionally findings of
   // `risk_level` and a verdict forcing `forced`.
-  RequestValues Scored(double score, const std::string& risk_level, std::optional<Decision> forced = std::nullopt) {
+  RequestValues Scored(double score, std::optional<llm::RiskLevel> risk_level,
+                       std::optional<Decision> forced = std::nullopt) {
     RequestValues values(5);
     values[0].ran = values[1].ran = true;
     values[1].score = score;
     values[1].contributions = {{"claim_days_to_report", 1.5, 40}, {"claim_prior_claims", -0.5, 0}};
-    if (!risk_level.empty()) {
+    if (risk_level) {
       values[3].ran = true;
-      values[3].findings = llm::Findings{risk_level, {"late_reporting"}, "summary", "m"};
+      values[3].findings = llm::Findings{*risk_level, {"late_reporting"}, "summary", "m"};
     }
     if (forced) {
       values[2].ran = true;
@@ -61,7 +62,7 @@ class DecisionStageTest : public ::testing::Test {
 };
 
 TEST_F(DecisionStageTest, HighRiskFindingsTurnAnApproveIntoReview) {
-  const StageOutputs out = Decide(Scored(0.2, "high"));
+  const StageOutputs out = Decide(Scored(0.2, llm::RiskLevel::kHigh));
   EXPECT_EQ(out.decision, Decision::kReview);
   EXPECT_EQ(out.score, 0.2);
   ASSERT_EQ(out.reasons.size(), 1u);
@@ -69,29 +70,30 @@ TEST_F(DecisionStageTest, HighRiskFindingsTurnAnApproveIntoReview) {
 }
 
 TEST_F(DecisionStageTest, WithoutFindingsOrWithLowRiskTheScoreDecides) {
-  EXPECT_EQ(Decide(Scored(0.2, "")).decision, Decision::kApprove);
-  EXPECT_EQ(Decide(Scored(0.2, "medium")).decision, Decision::kApprove);
-  EXPECT_EQ(Decide(Scored(0.95, "low")).decision, Decision::kDecline);  // findings never lower a decision
+  EXPECT_EQ(Decide(Scored(0.2, std::nullopt)).decision, Decision::kApprove);
+  EXPECT_EQ(Decide(Scored(0.2, llm::RiskLevel::kMedium)).decision, Decision::kApprove);
+  EXPECT_EQ(Decide(Scored(0.95, llm::RiskLevel::kLow)).decision,
+            Decision::kDecline);  // findings never lower a decision
   DecisionStageSettings no_escalation;
   no_escalation.escalate_high_risk = false;
   Prepare(no_escalation);
-  EXPECT_EQ(Decide(Scored(0.2, "high")).decision, Decision::kApprove);
+  EXPECT_EQ(Decide(Scored(0.2, llm::RiskLevel::kHigh)).decision, Decision::kApprove);
 }
 
 TEST_F(DecisionStageTest, ARulesForcedDecisionOverridesTheScoreAndItsHitsAreReported) {
-  StageOutputs out = Decide(Scored(0.1, "", Decision::kDecline));
+  StageOutputs out = Decide(Scored(0.1, std::nullopt, Decision::kDecline));
   EXPECT_EQ(out.decision, Decision::kDecline);
   EXPECT_EQ(out.score, 0.1);  // the model's score is still reported
   ASSERT_EQ(out.rule_hits.size(), 2u);
   EXPECT_EQ(out.rule_hits[0].rule, "N01");
   EXPECT_EQ(out.rule_hits[1].rule, "R17");
   // A forced APPROVE (an allow list) is final: high-risk findings do not escalate it.
-  out = Decide(Scored(0.95, "high", Decision::kApprove));
+  out = Decide(Scored(0.95, llm::RiskLevel::kHigh, Decision::kApprove));
   EXPECT_EQ(out.decision, Decision::kApprove);
 }
 
 TEST_F(DecisionStageTest, AVerdictWithoutAForcedDecisionLeavesTheScoreToDecide) {
-  RequestValues values = Scored(0.6, "");
+  RequestValues values = Scored(0.6, std::nullopt);
   values[2].ran = true;
   values[2].rule_hits = {{"N05", std::nullopt}};
   const StageOutputs out = Decide(values);

@@ -62,14 +62,19 @@ TEST(NamedContributions, NamesEveryFeatureInSchemaOrderAndDropsTheBias) {
   EXPECT_EQ(named[0].contribution, -0.5);
   EXPECT_EQ(named[1].feature, "new_device");
   EXPECT_EQ(named[1].value, 1.0);
+  EXPECT_EQ(named[0].id, fraud::FeatureId::kLogAmount);
+  EXPECT_EQ(named[1].id, fraud::FeatureId::kNewDevice);
 }
 
 TEST(Blend, WeightsScoresAndMatchesContributionsByFeature) {
   RequestValues values(3);
   values[0].score = 0.8;
-  values[0].contributions = {{"log_amount", 1.0, 3.0}, {"new_device", -0.5, 1.0}};
+  using fraud::FeatureId;
+  values[0].contributions = {{"log_amount", 1.0, 3.0, FeatureId::kLogAmount},
+                             {"new_device", -0.5, 1.0, FeatureId::kNewDevice}};
   values[2].score = 0.4;
-  values[2].contributions = {{"new_device", 2.0, 1.0}, {"distance_km", 4.0, 12.0}};
+  values[2].contributions = {{"new_device", 2.0, 1.0, FeatureId::kNewDevice},
+                             {"distance_km", 4.0, 12.0, FeatureId::kDistanceKm}};
   StageOutputs out;
   Blend(values, {0, 2}, {3, 1}, &out);
   EXPECT_DOUBLE_EQ(out.score, 0.75 * 0.8 + 0.25 * 0.4);

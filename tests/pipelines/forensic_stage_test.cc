@@ -104,6 +104,9 @@ class FlatLogitsDecoder : public llm::Decoder {
   bool failing_;
 };
 
+// The forensic stage as outcomes name it: after the test pipeline's features, fraud and decision.
+const StageRef kForensicStage{3, "forensic"};
+
 // A pipeline where every decision is REVIEW (thresholds 0 and 1), with a forensic stage on a
 // tiny generated checkpoint whose decoder is the double above.
 class ForensicPipelineTest : public ::testing::Test {
@@ -184,9 +187,6 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
   EXPECT_EQ(outcome->decision, Decision::kReview);
   ASSERT_TRUE(outcome->findings.has_value());
-  EXPECT_TRUE(outcome->findings->risk_level == "low" || outcome->findings->risk_level == "medium" ||
-              outcome->findings->risk_level == "high")
-      << outcome->findings->risk_level;
   EXPECT_FALSE(outcome->findings->flags.empty());
   EXPECT_EQ(outcome->findings->model_id, "llm");
   EXPECT_TRUE(outcome->degraded_stages.empty());
@@ -200,7 +200,7 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   auto audit = pipeline_->audit_log().ReadLast(1);
   ASSERT_TRUE(audit.ok());
   ASSERT_TRUE((*audit)[0].findings.has_value());
-  EXPECT_EQ((*audit)[0].findings->risk_level, outcome->findings->risk_level);
+  EXPECT_EQ((*audit)[0].findings->risk_level, llm::RiskLevelName(outcome->findings->risk_level));
   EXPECT_EQ((*audit)[0].findings->flags, outcome->findings->flags);
   EXPECT_EQ((*audit)[0].findings->summary, outcome->findings->summary);
   EXPECT_EQ((*audit)[0].findings->model_id, "llm");
@@ -370,7 +370,7 @@ TEST_F(ForensicPipelineTest, AnInternalErrorIsNotRetriedOnTheNextDevice) {
   auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
   EXPECT_FALSE(outcome->findings.has_value());
-  EXPECT_EQ(outcome->degraded_stages, std::vector<std::string>{"forensic"});
+  EXPECT_EQ(outcome->degraded_stages, std::vector<StageRef>{kForensicStage});
   EXPECT_EQ(control_.failed_calls.load(), 1);
   EXPECT_EQ(*pipeline_->FindStage("forensic")->device_fallbacks(), 0u);
 }
@@ -431,7 +431,7 @@ TEST_F(ForensicPipelineTest, TheRequestsBudgetCutsTheStageShortAndTheDecisionSta
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
   EXPECT_EQ(outcome->decision, Decision::kReview);
   EXPECT_FALSE(outcome->findings.has_value());
-  EXPECT_EQ(outcome->degraded_stages, std::vector<std::string>{"forensic"});
+  EXPECT_EQ(outcome->degraded_stages, std::vector<StageRef>{kForensicStage});
   EXPECT_TRUE(outcome->skipped_stages.empty());
   auto audit = pipeline_->audit_log().ReadLast(1);
   EXPECT_EQ((*audit)[0].degraded_stages, std::vector<std::string>{"forensic"});
@@ -468,7 +468,7 @@ TEST_F(ForensicPipelineTest, ARequestThatCannotGetItsTurnInTimeIsSkippedAndNoUpd
   second_tx.budget_ms = 1;
   auto second = pipeline_->Score(second_tx);  // same card: must not wait for "first"'s stage
   ASSERT_TRUE(second.ok()) << second.error().ToString();
-  EXPECT_EQ(second->skipped_stages, std::vector<std::string>{"forensic"});
+  EXPECT_EQ(second->skipped_stages, std::vector<StageRef>{kForensicStage});
   EXPECT_FALSE(second->findings.has_value());
   EXPECT_EQ(CardTransactionCount(), 1u);
   control_.Release();

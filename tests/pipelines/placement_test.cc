@@ -63,7 +63,7 @@ TEST_F(PlacementTest, OneShortPromptOnATinyModelStaysOnTheCpu) {
 
 TEST_F(PlacementTest, RemovingTheEmulatedDeviceMovesTheLlmToTheCpu) {
   accelerator::DeviceRegistry devices = Devices();
-  devices.Remove(accelerator::kEmulatedKind, "disabled in the pipeline file");
+  devices.Remove(accelerator::kEmulatedKind, "disabled in the settings file");
   auto plan = PlanPipeline(Config(", placement: auto, expected_batch: 16, expected_tokens: 1024"), devices);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->Find("forensic")->device, "cpu");

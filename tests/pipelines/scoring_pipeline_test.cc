@@ -7,6 +7,7 @@
 #include "fraud/card_token.h"
 #include "fraud/entity_state.h"
 #include "pipelines/decision.h"
+#include "tests/pipelines/exploding_kind.h"
 #include "tests/test_support.h"
 
 namespace txscore::pipelines {
@@ -194,9 +195,15 @@ TEST_F(PipelineGraphTest, ShadowModelIsScoredAndAuditedButDoesNotDecide) {
   EXPECT_EQ(outcome->model_version, (*pipeline)->FindStage("fraud")->model()->version);
   EXPECT_NE(outcome->model_version, (*pipeline)->FindStage("shadow")->model()->version);
   std::vector<std::string> stages;
-  for (const auto& t : outcome->timings) stages.push_back(t.stage);
+  std::vector<int> slots;
+  for (const auto& t : outcome->timings) {
+    stages.push_back(t.stage);
+    slots.push_back(t.slot);
+  }
   EXPECT_EQ(stages,
             (std::vector<std::string>{"validate", "state", "features", "fraud", "shadow", "decision", "persist"}));
+  EXPECT_EQ((*pipeline)->TimingSlotNames(), stages);  // every stage ran, so slot i is timing i
+  EXPECT_EQ(slots, (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
   auto audit = (*pipeline)->audit_log().ReadLast(1);
   ASSERT_TRUE(audit.ok());
   EXPECT_EQ((*audit)[0].stage_scores, outcome->stage_scores);
@@ -240,10 +247,12 @@ TEST_F(PipelineGraphTest, OptionalStagePastItsDeadlineIsSkippedWithWhatDependsOn
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
   auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-late"));
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
-  EXPECT_EQ(outcome->skipped_stages, (std::vector<std::string>{"shadow", "shadow_blend"}));
+  // By graph index (features 0, fraud 1, shadow 2, shadow_blend 3) and name.
+  EXPECT_EQ(outcome->skipped_stages, (std::vector<StageRef>{{2, "shadow"}, {3, "shadow_blend"}}));
   ASSERT_EQ(outcome->stage_scores.size(), 1u);  // the decision's model always runs
   EXPECT_EQ(outcome->stage_scores[0].first, "fraud");
-  EXPECT_EQ((*pipeline)->audit_log().ReadLast(1)->at(0).skipped_stages, outcome->skipped_stages);
+  EXPECT_EQ((*pipeline)->audit_log().ReadLast(1)->at(0).skipped_stages,
+            (std::vector<std::string>{"shadow", "shadow_blend"}));
 }
 
 TEST_F(PipelineGraphTest, RequestBudgetCapsEveryStagesDeadline) {
@@ -268,37 +277,9 @@ TEST_F(PipelineGraphTest, RequestBudgetCapsEveryStagesDeadline) {
   hurried.budget_ms = 1;
   auto outcome = (*pipeline)->Score(hurried);
   ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
-  EXPECT_EQ(outcome->skipped_stages, std::vector<std::string>{"shadow"});
+  EXPECT_EQ(outcome->skipped_stages, (std::vector<StageRef>{{2, "shadow"}}));
   EXPECT_EQ(outcome->stage_scores.size(), 1u);
 }
-
-// A stage kind defined only in this test: the executor runs it through the one interface,
-// with no code outside the kind naming it.
-class ExplodingKind : public StageKind {
- public:
-  ExplodingKind() {
-    spec_.kind = "explodes";
-    spec_.inputs = {{"features", ValueType::kFeatures}};
-  }
-  const StageKindSpec& spec() const override { return spec_; }
-  Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader&, const YAML::Node&,
-                                                     const StageDeclaration&) const override {
-    return std::shared_ptr<const StageSettings>(std::make_shared<StageSettings>());
-  }
-  Result<std::unique_ptr<PreparedStage>> Prepare(const StageSettings&, const PrepareContext&) const override {
-    class Prepared : public PreparedStage {
-     public:
-      Status Run(const StageInputs&, const ScoredItem&, StageOutputs*, StageReport*) const override {
-        return Internal("boom");
-      }
-      std::string Describe() const override { return "always fails"; }
-    };
-    return std::unique_ptr<PreparedStage>(new Prepared());
-  }
-
- private:
-  StageKindSpec spec_;
-};
 
 TEST_F(ScoringPipelineTest, TheCanaryScoresWithoutWritingAndNamesAStageThatFails) {
   ASSERT_TRUE(pipeline_->Canary().ok());
@@ -307,7 +288,7 @@ TEST_F(ScoringPipelineTest, TheCanaryScoresWithoutWritingAndNamesAStageThatFails
 
   StageKindRegistry kinds;
   RegisterBuiltinStageKinds(&kinds);
-  ASSERT_TRUE(kinds.Register(std::make_unique<ExplodingKind>()).ok());
+  ASSERT_TRUE(kinds.Register(std::make_unique<testing::ExplodingKind>()).ok());
   std::string yaml = testing::ReadFile(dir_.file("pipeline.yaml"));
   yaml += "  - {name: tripwire, kind: explodes, after: features}\n";
   auto config = ParsePipelineConfig(yaml, dir_.file("pipeline.yaml"), kinds);

@@ -113,6 +113,17 @@ TEST_F(SettingsTest, RestartOnlyChangesNameEverySettingButThePipeline) {
                                       "server.workers: 4 -> (default)"}));
 }
 
+TEST_F(SettingsTest, ASettingWrittenDifferentlyWithTheSameValueIsNoRestartOnlyChange) {
+  auto running = Parse(std::string(kValid) + "server: {workers: 4}\n");
+  ASSERT_TRUE(running.ok()) << running.error().ToString();
+  // The default made explicit, a path written another way.
+  std::string yaml = std::string(kValid) + "server: {workers: 4, port: 9090}\nadmin: {host: 127.0.0.1}\n";
+  yaml.replace(yaml.find("path: db"), 8, "path: ./db");
+  auto same = Parse(yaml);
+  ASSERT_TRUE(same.ok()) << same.error().ToString();
+  EXPECT_EQ(RestartOnlyChanges(*running, *same), std::vector<std::string>{});
+}
+
 TEST(LoadServiceSettings, MissingFileIsNotFound) {
   auto settings = LoadServiceSettings("/nonexistent/s.yaml");
   ASSERT_FALSE(settings.ok());
@@ -142,6 +153,26 @@ TEST_F(SettingsTest, ServerTransportSettingsAreReadAndBounded) {
   auto zero = Parse(std::string("server:\n  max_connections: 0\n") + kValid);
   ASSERT_FALSE(zero.ok());
   EXPECT_EQ(zero.error().message, Where(2, 20) + "\"max_connections\" must be between 1 and 1000000");
+}
+
+TEST_F(SettingsTest, ThriftLimitsAreReadAndBounded) {
+  auto config = Parse(std::string("server:\n  limits: {max_message_bytes: 4096, max_frame_bytes: 8192, "
+                                  "max_string_bytes: 100, max_container_items: 9, max_recursion_depth: 5}\n") +
+                      kValid);
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_EQ(config->server.limits.max_message_bytes, 4096);
+  EXPECT_EQ(config->server.limits.max_frame_bytes, 8192);
+  EXPECT_EQ(config->server.limits.max_string_bytes, 100);
+  EXPECT_EQ(config->server.limits.max_container_items, 9);
+  EXPECT_EQ(config->server.limits.max_recursion_depth, 5);
+  EXPECT_TRUE(testing::IsError(Parse(std::string("server:\n  limits: {max_recursion_depth: 3}\n") + kValid),
+                               ErrorCode::kInvalidArgument,
+                               Where(2, 33) + "\"max_recursion_depth\" must be between 4 and 1000"));
+  EXPECT_TRUE(testing::IsError(
+      Parse(std::string("server:\n  limits: {max_strings: 3}\n") + kValid), ErrorCode::kInvalidArgument,
+      Where(2, 12) + "unknown key \"max_strings\" in server.limits (expected one of: "
+                     "max_container_items, max_frame_bytes, max_message_bytes, max_recursion_depth, "
+                     "max_string_bytes)"));
 }
 
 TEST_F(SettingsTest, AKeyGivenTwiceIsRefusedWithBothLines) {
