@@ -7,9 +7,7 @@
 // measured from the *scheduled* send time, not the actual one, so a stalled server shows up
 // as latency instead of silently lowering the offered load (no coordinated omission).
 #include <sys/prctl.h>
-#include <thrift/protocol/TBinaryProtocol.h>
-#include <thrift/transport/TBufferTransports.h>
-#include <thrift/transport/TSocket.h>
+#include <thrift/Thrift.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -22,6 +20,7 @@
 #include "common/host_port.h"
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
+#include "service/rpc_client.h"
 #include "service/transaction_json.h"
 
 namespace {
@@ -29,8 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string host = "127.0.0.1";
-  int port = 9090;
+  txscore::HostPort address{"127.0.0.1", 9090};
   double rate = 1000;   // calls per second, all connections together
   double seconds = 10;  // measured period
   double warmup_seconds = 2;
@@ -41,15 +39,18 @@ struct Options {
 struct ConnectionResult {
   std::vector<double> latencies_us;
   long errors = 0;
+  std::string open_error;  // non-empty: the connection never opened
 };
 
 void RunConnection(const Options& options, int index, const std::vector<txscore::rpc::Transaction>& transactions,
                    Clock::time_point start, ConnectionResult* out) {
-  auto socket = std::make_shared<apache::thrift::transport::TSocket>(options.host, options.port);
-  socket->setRecvTimeout(10000);
-  auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
-  txscore::rpc::TxScoreClient client(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
-  transport->open();
+  txscore::Result<std::unique_ptr<txscore::service::RpcConnection>> connection =
+      txscore::service::RpcConnection::Open(options.address);
+  if (!connection.ok()) {
+    out->open_error = connection.error().message;
+    return;
+  }
+  txscore::rpc::TxScoreClient& client = (*connection)->client();
   const double interval_s = options.connections / options.rate;
   const auto total = std::chrono::duration<double>(options.warmup_seconds + options.seconds);
   const auto measure_from =
@@ -77,7 +78,7 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
     i += static_cast<size_t>(options.connections);
     next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s));
   }
-  transport->close();
+  (*connection)->Close();
 }
 
 double Percentile(const std::vector<double>& sorted, double p) {
@@ -109,8 +110,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--server: %s\n", address.error().message.c_str());
     return 2;
   }
-  options.host = address->host;
-  options.port = address->port;
+  options.address = *address;
 
   // Many cards over a month, with synthetic PANs: tokenization is part of the measured work.
   std::vector<txscore::rpc::Transaction> transactions;
@@ -129,6 +129,10 @@ int main(int argc, char** argv) {
   std::vector<double> all;
   long errors = 0;
   for (const auto& r : results) {
+    if (!r.open_error.empty()) {
+      std::fprintf(stderr, "cannot connect to %s: %s\n", server.c_str(), r.open_error.c_str());
+      return 1;
+    }
     all.insert(all.end(), r.latencies_us.begin(), r.latencies_us.end());
     errors += r.errors;
   }

@@ -3,7 +3,8 @@
 // service, a test's own (one that steps, or jumps ahead) through PipelineRuntime::clock, which
 // the pipeline hands to every stage, batcher and generator that checks a deadline.
 // Durations that are measured rather than compared with a deadline (stage timings, a batcher's
-// collection window) use the steady clock itself.
+// collection window) use the steady clock itself, as do the Thrift transport's connection
+// timeouts (service/rpc_server.cc: frame and idle), which guard sockets, not scoring work.
 #pragma once
 
 #include <chrono>

@@ -1,11 +1,14 @@
 #include "llm/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/file_io.h"
+#include "common/sha256.h"
 #include "llm/config_keys.h"
 #include "llm/model_family.h"
 
@@ -191,6 +194,26 @@ Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir, const Mod
   Result<std::string> text = ReadFileBounded(path, 16 << 20, "checkpoint config");
   if (!text.ok()) return text.error();
   return ParseModelConfig(*text, path, families);
+}
+
+Result<std::string> CheckpointVersion(const std::string& checkpoint_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(checkpoint_dir, ec)) {
+    const std::string extension = entry.path().extension().string();
+    if (entry.is_regular_file(ec) && (extension == ".json" || extension == ".safetensors" || extension == ".model")) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  if (ec) return NotFound("checkpoint directory " + checkpoint_dir + " cannot be read: " + ec.message());
+  std::sort(names.begin(), names.end());
+  std::string listing;
+  for (const std::string& name : names) {
+    TXSCORE_ASSIGN_OR_RETURN(std::string digest, Sha256HexOfFile(checkpoint_dir + "/" + name));
+    listing += name + " " + digest + "\n";
+  }
+  TXSCORE_ASSIGN_OR_RETURN(std::string version, Sha256Hex(listing));
+  return version.substr(0, 12);
 }
 
 }  // namespace txscore::llm

@@ -100,6 +100,11 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
                                      const ModelFamilyRegistry& families);
 // Reads DIR/config.json.
 Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir);
+// What version of a checkpoint is loaded, by content: the first 12 hex digits of a SHA-256 over
+// the name and SHA-256 of every top-level .json, .safetensors and .model file of DIR, in name
+// order (config, tokenizer, weights). A checkpoint replaced in place gets a new version. Reads
+// every byte of the weights once (about a second per GB).
+Result<std::string> CheckpointVersion(const std::string& checkpoint_dir);
 Result<ModelConfig> LoadModelConfig(const std::string& checkpoint_dir, const ModelFamilyRegistry& families);
 
 }  // namespace txscore::llm

@@ -76,7 +76,11 @@ void Blend(const RequestValues& values, const std::vector<int>& joined, const st
     const double w = weights[k] / total_weight;
     out->score += w * in.score;
     for (const Reason& r : in.contributions) {
-      int& at = position.at(static_cast<size_t>(r.id));
+      if (r.id == fraud::FeatureId::kCount) {  // no identity to merge by: kept as it came
+        merged.push_back({r.feature, w * r.contribution, r.value, r.id});
+        continue;
+      }
+      int& at = position[static_cast<size_t>(r.id)];
       if (at < 0) {
         at = static_cast<int>(merged.size());
         merged.push_back({r.feature, 0, r.value, r.id});

@@ -6,6 +6,8 @@
 #include <ctime>
 #include <filesystem>
 
+#include "llm/model_config.h"
+
 namespace txscore::pipelines {
 namespace {
 
@@ -74,6 +76,7 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
   std::unique_ptr<ForensicStage> stage(new ForensicStage());
   stage->options_ = config;
   stage->model_id_ = std::filesystem::path(config.model_dir).filename().string();
+  TXSCORE_ASSIGN_OR_RETURN(stage->model_version_, llm::CheckpointVersion(config.model_dir));
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();

@@ -94,6 +94,7 @@ class ForensicStage {
                                             std::chrono::steady_clock::time_point deadline);
 
   const std::string& model_id() const { return model_id_; }
+  const std::string& model_version() const { return model_version_; }  // llm::CheckpointVersion
   const std::string& model_dir() const { return options_.model_dir; }
   const std::string& device_name() const { return options_.targets.front().name; }
   // Requests that moved to another device because one failed.
@@ -109,7 +110,7 @@ class ForensicStage {
   ForensicStage() = default;
 
   ForensicStageOptions options_;
-  std::string model_id_;
+  std::string model_id_, model_version_;
   struct Engine {
     std::string device;  // display name
     std::unique_ptr<llm::Decoder> decoder;

@@ -276,9 +276,13 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
                        "stage \"" + stage.name + "\" cannot have a condition: the " + sink_kind +
                            " depends on it, and every request needs one");
       }
+      // An optional input binds a stage the sink can do without only when that stage is
+      // best effort (the LLM's findings). Any other stage it reads (a rules verdict) must run:
+      // were it skipped past its deadline, a caller's short budget could skip a forced DECLINE.
       for (size_t k = 0; k < stage.inputs.size(); ++k) {
-        if (stage.optional[k]) continue;
-        pending.insert(pending.end(), stage.inputs[k].stages.begin(), stage.inputs[k].stages.end());
+        for (int u : stage.inputs[k].stages) {
+          if (!stage.optional[k] || !specs[static_cast<size_t>(u)]->best_effort) pending.push_back(u);
+        }
       }
     }
   }

@@ -89,7 +89,9 @@ struct GraphStage {
   std::vector<InputBinding> inputs;  // in the kind's port order; an unbound optional input has no stages
   std::vector<bool> optional;        // per input: may be absent at run time
   std::optional<Condition> when;
-  // The sink reads it, directly or not, through inputs that are not optional (see Build).
+  // The sink reads it, directly or not, through inputs that are not optional or from a kind
+  // that is not best effort (a rules verdict; see Build). It runs for every request: no `when:`,
+  // and never skipped for its deadline.
   bool required = false;
 };
 

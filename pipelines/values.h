@@ -33,7 +33,8 @@ struct Reason {
   std::string feature;
   double contribution = 0;  // log-odds
   double value = 0;         // NaN when missing
-  // The feature's identity, which a blend merges by: set on every model contribution.
+  // The feature's identity, which a blend merges by: set on every model contribution
+  // (kCount: none, and a blend keeps the contribution unmerged).
   fraud::FeatureId id = fraud::FeatureId::kCount;
 };
 

@@ -336,7 +336,7 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     prepared_ = prepared_ + (PrepareCountersNow() - before);
   }
   outcome.applied = true;
-  outcome.detail = "pipeline " + config.name + " v" + config.version + " (" + config.source_path + "), model " +
+  outcome.detail = "pipeline " + config.name + " version " + config.version + " (" + config.source_path + "), model " +
                    pipeline->model_id() + "@" + pipeline->model_version() + ", " + std::to_string(config.graph.size()) +
                    " stages";
   return outcome;

@@ -14,21 +14,25 @@
 #include <string>
 
 #include "gen-cpp/TxScore.h"
+#include "service/rpc_client.h"
 
 namespace txscore::testing {
 
-// A TxScore client on a fresh framed connection (10 s receive timeout).
+// A TxScore client on a fresh connection to 127.0.0.1:port, as txscore's own clients open it
+// (service/rpc_client.h; 10 s receive timeout). Throws TTransportException, as Thrift's own
+// client would, when nothing listens (tests of a stopped server expect that).
 struct RpcClient {
   explicit RpcClient(int port) {
-    auto socket = std::make_shared<apache::thrift::transport::TSocket>("127.0.0.1", port);
-    socket->setRecvTimeout(10000);
-    transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
-    client =
-        std::make_unique<rpc::TxScoreClient>(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
-    transport->open();
+    Result<std::unique_ptr<service::RpcConnection>> opened = service::RpcConnection::Open({"127.0.0.1", port});
+    if (!opened.ok()) {
+      throw apache::thrift::transport::TTransportException(apache::thrift::transport::TTransportException::NOT_OPEN,
+                                                           opened.error().message);
+    }
+    connection = std::move(opened).value();
+    client = &connection->client();
   }
-  std::shared_ptr<apache::thrift::transport::TFramedTransport> transport;
-  std::unique_ptr<rpc::TxScoreClient> client;
+  std::unique_ptr<service::RpcConnection> connection;
+  rpc::TxScoreClient* client = nullptr;
 };
 
 // A plain TCP connection to 127.0.0.1:port with a 10 s receive timeout.

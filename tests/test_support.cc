@@ -100,18 +100,24 @@ std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& s
   return yaml;
 }
 
+std::string FraudModelStagesYaml() {
+  return "  - {name: features, kind: features}\n"
+         "  - {name: fraud, kind: xgboost, after: features, model: " +
+         SmallModelDir() + "/fraud.ubj}\n";
+}
+
+std::string ClaimsModelStagesYaml() {
+  return "  - {name: features, kind: claim_features}\n"
+         "  - {name: claims_model, kind: xgboost, after: features, model: " +
+         ClaimsModelDir() + "/claims.ubj}\n";
+}
+
 std::string WriteClaimsPipelineWithLlmStage(const TempDir& dir, const std::string& when) {
   const std::string yaml = dir.file("claims.yaml");
-  WriteFile(yaml,
-            "stages:\n"
-            "  - {name: features, kind: claim_features}\n"
-            "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                ClaimsModelDir() +
-                "/claims.ubj}\n"
-                "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: \"" +
-                when +
-                "\"}\n"
-                "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
+  WriteFile(yaml, "stages:\n" + ClaimsModelStagesYaml() +
+                      "  - {name: analysis, kind: llm_findings, after: claims_model, model: llm, when: \"" + when +
+                      "\"}\n"
+                      "  - {name: decision, kind: decision, after: [claims_model, analysis]}\n");
   return yaml;
 }
 

@@ -60,6 +60,11 @@ inline std::string TestCardKeyPath(const TempDir& dir) { return dir.file("card.k
 const std::string& ChallengerModelDir();
 // A small claims model (fraud/claims_synthetic.h), claims.ubj + claims.features.json.
 const std::string& ClaimsModelDir();
+// The first stages of most test pipelines, as lines that follow "stages:": `features` and the
+// model stage over it, on the small test model (`fraud`) or on the claims test model
+// (`claims_model`, after claim features).
+std::string FraudModelStagesYaml();
+std::string ClaimsModelStagesYaml();
 // The test pipeline's file with `stages_yaml` (the lines after "stages:") as its stages.
 std::string WriteTestPipelineWithStages(const TempDir& dir, const std::string& stages_yaml);
 // DIR/claims.yaml: claim features, the test claims model, an LLM stage "analysis" on the

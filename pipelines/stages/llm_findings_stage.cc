@@ -77,10 +77,13 @@ class PreparedLlmFindingsStage : public PreparedStage {
 
   bool slow() const override { return true; }
   std::optional<uint64_t> device_fallbacks() const override { return engine_->device_fallbacks(); }
+  std::optional<ModelVersion> model() const override {
+    return ModelVersion{engine_->model_id(), engine_->model_version()};
+  }
   int preferred_chunk() const override { return max_batch_; }
   std::string Describe() const override {
-    return "findings from " + model_dir_ + " on " + engine_->device_name() + " (budget " + std::to_string(budget_ms_) +
-           " ms, batches of up to " + std::to_string(max_batch_) + ")";
+    return "findings from " + model_dir_ + " (version " + engine_->model_version() + ") on " + engine_->device_name() +
+           " (budget " + std::to_string(budget_ms_) + " ms, batches of up to " + std::to_string(max_batch_) + ")";
   }
   ForensicStage* engine() const { return engine_.get(); }
 

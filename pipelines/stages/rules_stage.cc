@@ -314,12 +314,15 @@ class ConditionParser {
   }
 
   Result<Field> Resolve(const std::string& name) {
-    std::optional<Field> field = FeatureField(name);
-    if (!field) {
-      const auto it = ItemFields().find(name);
-      if (it == ItemFields().end()) return Fail("\"" + name + "\" is neither a feature nor a field");
+    // A field before a feature of the same name: claim_type is both (the feature is the type's
+    // index, the field its name), and a rule means the name.
+    std::optional<Field> field;
+    if (const auto it = ItemFields().find(name); it != ItemFields().end()) {
       field = it->second;
+    } else {
+      field = FeatureField(name);
     }
+    if (!field) return Fail("\"" + name + "\" is neither a feature nor a field");
     if (!field->claims && first_transaction_only_.empty()) first_transaction_only_ = name;
     if (!field->transactions && first_claim_only_.empty()) first_claim_only_ = name;
     transactions_ = transactions_ && field->transactions;

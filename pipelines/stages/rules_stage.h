@@ -18,8 +18,9 @@
 // velocity_count_1m; a missing value compares false), or a field of the item:
 //   transactions: amount (major units), currency, mcc, merchant_id, merchant_country,
 //                 card_country, card_token, device_id
-//   claims:       amount_claimed, policy_limit, prior_claims, claim_type, policy_id,
-//                 provider_id, claimant_token
+//   claims:       amount_claimed, policy_limit, prior_claims, claim_type (its name, e.g.
+//                 'property_water'; the field wins over the feature of the same name),
+//                 policy_id, provider_id, claimant_token
 // Numbers take == != > >= < <=; text takes == != with a quoted string ('...' or "..."), and
 // `in LIST` / `not in LIST`. Terms combine with `and`, `or` (and binds tighter), `not` and
 // parentheses. Everything is checked when the file is loaded: unknown names, a number

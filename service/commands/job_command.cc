@@ -2,7 +2,6 @@
 // (service/claims_jobs.h), over Thrift.
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/transport/TBufferTransports.h>
-#include <thrift/transport/TSocket.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include "fraud/claim.h"
 #include "gen-cpp/TxScore.h"
 #include "service/commands/commands.h"
+#include "service/rpc_client.h"
 #include "service/transaction_json.h"
 
 namespace txscore::service {
@@ -93,15 +93,14 @@ int RunJob(const JobOptions& options) {
     std::fprintf(stderr, "%s needs --id JOB_ID\n", options.action.c_str());
     return 2;
   }
-  auto socket = std::make_shared<apache::thrift::transport::TSocket>(server->host, server->port);
-  socket->setConnTimeout(3000);
-  socket->setRecvTimeout(60000);
-  auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
-  rpc::TxScoreClient client(std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport));
-  bool connected = false;
+  Result<std::unique_ptr<RpcConnection>> connection = RpcConnection::Open(*server, {.recv_timeout_ms = 60000});
+  if (!connection.ok()) {
+    std::fprintf(stderr, "cannot reach %s: %s\nIs the server running?\n", options.server.c_str(),
+                 connection.error().message.c_str());
+    return 1;
+  }
+  rpc::TxScoreClient& client = (*connection)->client();
   try {
-    transport->open();
-    connected = true;
     rpc::ClaimsJobStatus status;
     if (options.action == "submit") client.submitClaimsJob(status, request);
     if (options.action == "status") client.claimsJobStatus(status, options.job_id);
@@ -118,7 +117,7 @@ int RunJob(const JobOptions& options) {
     return 1;
   } catch (const apache::thrift::TException& e) {
     const size_t request_bytes = SerializedBytes(request);
-    if (connected && options.action == "submit" && request_bytes > kDefaultServerFrameBytes) {
+    if (options.action == "submit" && request_bytes > kDefaultServerFrameBytes) {
       // The server closes a connection whose frame is over its limit without a word.
       std::fprintf(stderr,
                    "the server closed the connection: the request is %zu bytes, over the server's frame limit "
@@ -127,11 +126,7 @@ int RunJob(const JobOptions& options) {
                    request_bytes);
       return 1;
     }
-    if (connected) {
-      std::fprintf(stderr, "the connection to %s failed: %s\n", options.server.c_str(), e.what());
-    } else {
-      std::fprintf(stderr, "cannot reach %s: %s\nIs the server running?\n", options.server.c_str(), e.what());
-    }
+    std::fprintf(stderr, "the connection to %s failed: %s\n", options.server.c_str(), e.what());
     return 1;
   }
   return 0;

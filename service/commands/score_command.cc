@@ -1,9 +1,7 @@
 // txscore score --server HOST:PORT [--file FILE.jsonl]: send transactions to a running
 // server and print each result as a JSON line, then a summary. Without --file it sends
 // generated demo transactions (synthetic, Luhn-valid test card numbers).
-#include <thrift/protocol/TBinaryProtocol.h>
-#include <thrift/transport/TBufferTransports.h>
-#include <thrift/transport/TSocket.h>
+#include <thrift/Thrift.h>
 
 #include <chrono>
 #include <cstdio>
@@ -17,6 +15,7 @@
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
 #include "service/commands/commands.h"
+#include "service/rpc_client.h"
 #include "service/transaction_json.h"
 
 namespace txscore::service {
@@ -112,19 +111,13 @@ int RunScore(const ScoreOptions& options) {
   }
   if (options.count > 0 && static_cast<int>(transactions.size()) > options.count) transactions.resize(options.count);
 
-  auto socket = std::make_shared<apache::thrift::transport::TSocket>(server->host, server->port);
-  socket->setConnTimeout(3000);
-  socket->setRecvTimeout(10000);
-  auto transport = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
-  auto protocol = std::make_shared<apache::thrift::protocol::TBinaryProtocol>(transport);
-  rpc::TxScoreClient client(protocol);
-  try {
-    transport->open();
-  } catch (const apache::thrift::TException& e) {
+  Result<std::unique_ptr<RpcConnection>> connection = RpcConnection::Open(*server);
+  if (!connection.ok()) {
     std::fprintf(stderr, "cannot connect to %s: %s\nIs the server running? Start it with ./scripts/demo.sh\n",
-                 options.server.c_str(), e.what());
+                 options.server.c_str(), connection.error().message.c_str());
     return 1;
   }
+  rpc::TxScoreClient& client = (*connection)->client();
   std::map<std::string, int> by_decision;
   int invalid = 0;
   try {
@@ -149,7 +142,7 @@ int RunScore(const ScoreOptions& options) {
     std::fprintf(stderr, "request failed: %s\n", e.what());
     return 1;
   }
-  transport->close();
+  (*connection)->Close();
   std::fflush(stdout);
   std::fprintf(stderr, "scored %zu transactions:", transactions.size() - invalid);
   for (const auto& [decision, n] : by_decision) std::fprintf(stderr, " %s %d", decision.c_str(), n);

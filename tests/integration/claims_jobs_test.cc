@@ -1,9 +1,6 @@
 // Claims jobs over Thrift: submit (inline claims or a server-side file), status, cancel.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <thrift/protocol/TBinaryProtocol.h>
-#include <thrift/transport/TBufferTransports.h>
-#include <thrift/transport/TSocket.h>
 
 #include <chrono>
 #include <filesystem>
@@ -17,6 +14,7 @@
 #include "llm/checkpoint_maker.h"
 #include "llm/decoder.h"
 #include "llm/model_config.h"
+#include "service/rpc_client.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "tests/server_test_support.h"
@@ -24,10 +22,6 @@
 
 namespace txscore::service {
 namespace {
-
-using apache::thrift::protocol::TBinaryProtocol;
-using apache::thrift::transport::TFramedTransport;
-using apache::thrift::transport::TSocket;
 
 // A model runtime that fails every forward pass (a device that stopped responding).
 class FailingDecoder : public llm::Decoder {
@@ -61,13 +55,8 @@ class ClaimsJobsTest : public ::testing::Test {
   void SetUp() override {
     testing::WriteTestPipeline(dir_);
     const std::string settings = testing::TestSettingsPath(dir_);
-    testing::WriteFile(dir_.file("claims.yaml"),
-                       "stages:\n"
-                       "  - {name: features, kind: claim_features}\n"
-                       "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                           testing::ClaimsModelDir() +
-                           "/claims.ubj}\n"
-                           "  - {name: decision, kind: decision, after: claims_model}\n");
+    testing::WriteFile(dir_.file("claims.yaml"), "stages:\n" + testing::ClaimsModelStagesYaml() +
+                                                     "  - {name: decision, kind: decision, after: claims_model}\n");
     std::filesystem::create_directories(dir_.file("in"));
     std::ofstream(settings, std::ios::app)
         << "jobs: {claims_pipeline: claims.yaml, input_dir: in, output_dir: out, chunk: 4, priority: normal}\n";
@@ -104,15 +93,12 @@ class ClaimsJobsTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
-    auto socket = std::make_shared<TSocket>("127.0.0.1", server_->rpc_port());
-    socket->setRecvTimeout(10000);
-    transport_ = std::make_shared<TFramedTransport>(socket);
-    client_ = std::make_unique<rpc::TxScoreClient>(std::make_shared<TBinaryProtocol>(transport_));
-    transport_->open();
+    connection_ = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+    client_ = &connection_->client();
   }
   // Stops the server (its jobs stop resumably) and closes the client; StartServer starts again.
   void StopServer() {
-    transport_->close();
+    connection_.reset();
     server_->Stop();
     server_.reset();
   }
@@ -172,8 +158,8 @@ class ClaimsJobsTest : public ::testing::Test {
   testing::TempDir dir_;
   std::string settings_;  // the service settings (with a jobs section)
   std::unique_ptr<ScoringServer> server_;
-  std::shared_ptr<TFramedTransport> transport_;
-  std::unique_ptr<rpc::TxScoreClient> client_;
+  std::unique_ptr<RpcConnection> connection_;
+  rpc::TxScoreClient* client_ = nullptr;
   bool hold_first_job_ = false;
   bool release_held_job_on_stop_ = false;  // once the server has told the job to stop
   std::atomic<bool> held_{false};
@@ -455,10 +441,8 @@ TEST(ClaimsJobsOff, AServerWithoutAJobsSectionSaysHowToEnableThem) {
   auto server = testing::CreateTestServer(testing::TestSettingsPath(dir));
   ASSERT_TRUE(server.ok());
   (*server)->Start();
-  auto socket = std::make_shared<TSocket>("127.0.0.1", (*server)->rpc_port());
-  auto transport = std::make_shared<TFramedTransport>(socket);
-  rpc::TxScoreClient client(std::make_shared<TBinaryProtocol>(transport));
-  transport->open();
+  std::unique_ptr<RpcConnection> connection = RpcConnection::Open({"127.0.0.1", (*server)->rpc_port()}).value();
+  rpc::TxScoreClient& client = connection->client();
   rpc::ClaimsJobStatus status;
   try {
     client.claimsJobStatus(status, "x");

@@ -216,7 +216,7 @@ def main():
         _, err = server.communicate(timeout=60)
         assert server.returncode == 0, err
         assert "stopped cleanly" in err, err
-        assert "reload (SIGHUP): applied: pipeline transactions v2026.12" in err, err
+        assert "reload (SIGHUP): applied: pipeline transactions version 2026.12" in err, err
         assert "reload (SIGHUP): refused, the running pipeline keeps serving: these settings change only " \
                "with a restart: server.workers: 8 -> 9" in err, err
         # The shipped rules stage was prepared with its list, and the decision reads its verdict.

@@ -359,6 +359,43 @@ TEST_F(HotReloadTest, ANewSetWhoseCanaryFailsIsRefusedAndTheOldKeepsServing) {
   server_.reset();  // before `kinds`, which its pipeline's stages point into
 }
 
+TEST_F(HotReloadTest, AReloadPicksUpAChangedRulesList) {
+  testing::WriteFile(dir_.file("deny.txt"), "# nobody yet\n");
+  const std::string rules =
+      "  - {name: rules, kind: rules, after: features, lists: {deny: deny.txt}, rules: [{id: R20, when: "
+      "\"merchant_id in deny\", decision: DECLINE}]}\n";
+  testing::WriteFile(dir_.file("pipeline.yaml"),
+                     "pipeline: {name: test, version: \"p2\"}\nstages:\n  - {name: features, kind: features}\n"
+                     "  - {name: fraud, kind: xgboost, after: features, model: models/fraud.ubj}\n" +
+                         rules + "  - {name: decision, kind: decision, after: [fraud, rules]}\n");
+  ASSERT_TRUE(server_->Reload("test").applied);
+  testing::RpcClient client(server_->rpc_port());
+  fraud::RawTransaction tx = testing::ValidTransaction("before");  // merchant m-US-17
+  rpc::ScoreResult result;
+  client.client->score(result, ToThriftTransaction(tx));
+  EXPECT_NE(result.decision, rpc::Decision::DECLINE);
+  testing::WriteFile(dir_.file("deny.txt"), "m-US-17\n");
+  ASSERT_TRUE(server_->Reload("test").applied);
+  tx.request_id = "after";
+  tx.timestamp_ms += 60000;
+  client.client->score(result, ToThriftTransaction(tx));
+  EXPECT_EQ(result.decision, rpc::Decision::DECLINE);
+  ASSERT_EQ(result.rule_hits.size(), 1u);
+  EXPECT_EQ(result.rule_hits[0].rule, "R20");
+}
+
+TEST_F(HotReloadTest, TheLastTwentyReloadsAreKept) {
+  for (int i = 0; i < 22; ++i) {
+    WritePipeline("h" + std::to_string(i), "");
+    ASSERT_TRUE(server_->Reload("reload-" + std::to_string(i)).applied);
+  }
+  const std::vector<ScoringServer::ReloadOutcome> history = server_->reload_history();
+  ASSERT_EQ(history.size(), ScoringServer::kReloadHistory);
+  EXPECT_EQ(history.front().trigger, "reload-2");  // the two oldest are gone
+  EXPECT_EQ(history.back().trigger, "reload-21");
+  EXPECT_EQ(history.back().pipeline_version, "h21");
+}
+
 TEST_F(HotReloadTest, ARestartOnlySettingIsNamedInTheRefusal) {
   WritePipeline("p2", "");
   std::string yaml = testing::ReadFile(dir_.file("settings.yaml"));

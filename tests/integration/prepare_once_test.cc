@@ -4,9 +4,6 @@
 // moved onto a device at start-up, writes findings for every request while the request path
 // builds no model, compiles no constraint and moves no weights.
 #include <gtest/gtest.h>
-#include <thrift/protocol/TBinaryProtocol.h>
-#include <thrift/transport/TBufferTransports.h>
-#include <thrift/transport/TSocket.h>
 
 #include <fstream>
 
@@ -16,16 +13,13 @@
 #include "llm/checkpoint_maker.h"
 #include "llm/decoder.h"
 #include "pipelines/placement.h"
+#include "service/rpc_client.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
 namespace {
-
-using apache::thrift::protocol::TBinaryProtocol;
-using apache::thrift::transport::TFramedTransport;
-using apache::thrift::transport::TSocket;
 
 std::string Replaced(std::string text, const std::string& from, const std::string& to) {
   text.replace(text.find(from), from.size(), to);
@@ -74,11 +68,9 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
   EXPECT_GE(at_start.model_builds, 2u);        // the trees and the decoder
   EXPECT_GE(at_start.graph_builds, 1u);        // the findings constraint
 
-  auto socket = std::make_shared<TSocket>("127.0.0.1", (*server)->rpc_port());
-  socket->setRecvTimeout(600000);
-  auto transport = std::make_shared<TFramedTransport>(socket);
-  rpc::TxScoreClient client(std::make_shared<TBinaryProtocol>(transport));
-  transport->open();
+  std::unique_ptr<RpcConnection> connection =
+      RpcConnection::Open({"127.0.0.1", (*server)->rpc_port()}, {.recv_timeout_ms = 600000}).value();
+  rpc::TxScoreClient& client = connection->client();
   for (int i = 0; i < 3; ++i) {
     fraud::RawTransaction tx = testing::ValidTransaction("prepare-" + std::to_string(i));
     tx.timestamp_ms += i * 1000;
@@ -87,7 +79,7 @@ TEST(PrepareOnce, ARealDecoderOnADeviceMovesItsWeightsAtStartAndNoneOnTheRequest
     EXPECT_EQ(result.decision, rpc::Decision::REVIEW);
     EXPECT_TRUE(result.__isset.findings) << "request " << i << " got no findings";
   }
-  transport->close();
+  connection->Close();
   const PrepareSnapshot work = (*server)->RequestPathWork();
   EXPECT_EQ(work.model_builds, 0u);
   EXPECT_EQ(work.graph_builds, 0u);

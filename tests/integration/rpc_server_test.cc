@@ -471,6 +471,41 @@ TEST_F(RpcServerTest, ReadinessFollowsTheDatabase) {
   EXPECT_EQ(nlohmann::json::parse(ready.body)["ready"], false);
 }
 
+TEST(RpcRuleHits, AForcedDecisionAndEveryMatchingRuleReachTheCallerOverThrift) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("deny.txt"), "m-US-17\n");
+  testing::WriteTestPipelineWithStages(dir, testing::FraudModelStagesYaml() +
+                                                "  - name: rules\n"
+                                                "    kind: rules\n"
+                                                "    after: features\n"
+                                                "    lists: {deny: deny.txt}\n"
+                                                "    rules:\n"
+                                                "      - {id: N01, when: \"amount > 1\"}\n"
+                                                "      - {id: R20, when: \"merchant_id in deny\", decision: DECLINE}\n"
+                                                "  - {name: decision, kind: decision, after: [fraud, rules]}\n");
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir));
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  (*server)->Start();
+  {
+    Client c((*server)->rpc_port());
+    rpc::ScoreResult result;
+    c.client->score(result, ToThriftTransaction(testing::ValidTransaction("req-denied")));  // merchant m-US-17
+    EXPECT_EQ(result.decision, rpc::Decision::DECLINE);
+    ASSERT_TRUE(result.__isset.rule_hits);
+    ASSERT_EQ(result.rule_hits.size(), 2u);
+    EXPECT_EQ(result.rule_hits[0].rule, "N01");
+    EXPECT_FALSE(result.rule_hits[0].__isset.decision);
+    EXPECT_EQ(result.rule_hits[1].rule, "R20");
+    ASSERT_TRUE(result.rule_hits[1].__isset.decision);
+    EXPECT_EQ(result.rule_hits[1].decision, rpc::Decision::DECLINE);
+    // `txscore score --json` shows them in the one JSON form (common/json_forms.h).
+    const nlohmann::json shown = nlohmann::json::parse(ScoreResultToJson(result));
+    EXPECT_EQ(shown["rule_hits"],
+              nlohmann::json::parse(R"([{"rule":"N01","decision":null},{"rule":"R20","decision":"DECLINE"}])"));
+  }
+  (*server)->Stop();
+}
+
 TEST(ScoringServerReadiness, IsStartingWhileLoadingAndDrainingWhileStopping) {
   testing::TempDir dir;
   testing::WriteTestPipeline(dir);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "llm/model_family.h"
+#include "tests/test_support.h"
 
 namespace txscore::llm {
 namespace {
@@ -223,6 +224,29 @@ TEST(ParseModelConfig, RefusesValuesAForwardPassCannotUse) {
     ASSERT_FALSE(parsed.ok()) << c.to;
     EXPECT_EQ(parsed.error().message, c.message);
   }
+}
+
+TEST(CheckpointVersion, ChangesWithTheWeightsConfigOrTokenizerAndNothingElse) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("config.json"), "{}");
+  testing::WriteFile(dir.file("tokenizer.json"), "{\"model\": {}}");
+  testing::WriteFile(dir.file("model.safetensors"), std::string(1000, 'w'));
+  testing::WriteFile(dir.file("README.md"), "about this model");
+  const Result<std::string> first = CheckpointVersion(dir.path());
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  EXPECT_EQ(first->size(), 12u);
+  EXPECT_EQ(first->find_first_not_of("0123456789abcdef"), std::string::npos) << *first;
+  EXPECT_EQ(CheckpointVersion(dir.path()).value(), *first);  // the same bytes, the same version
+  testing::WriteFile(dir.file("README.md"), "edited");       // not part of the model
+  EXPECT_EQ(CheckpointVersion(dir.path()).value(), *first);
+  std::string weights(1000, 'w');
+  weights[500] = 'x';  // one byte of the weights
+  testing::WriteFile(dir.file("model.safetensors"), weights);
+  const std::string retrained = CheckpointVersion(dir.path()).value();
+  EXPECT_NE(retrained, *first);
+  testing::WriteFile(dir.file("tokenizer.json"), "{\"model\": {\"x\": 1}}");
+  EXPECT_NE(CheckpointVersion(dir.path()).value(), retrained);
+  EXPECT_EQ(CheckpointVersion(dir.file("none")).error().code, ErrorCode::kNotFound);
 }
 
 }  // namespace

@@ -21,11 +21,7 @@ class ClaimsJobTest : public ::testing::Test {
     testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
     ::chmod(dir_.file("card.key").c_str(), 0600);
     testing::WriteFile(dir_.file("claims.yaml"),
-                       "stages:\n"
-                       "  - {name: features, kind: claim_features}\n"
-                       "  - {name: claims_model, kind: xgboost, after: features, model: " +
-                           testing::ClaimsModelDir() +
-                           "/claims.ubj}\n"
+                       "stages:\n" + testing::ClaimsModelStagesYaml() +
                            "  - {name: decision, kind: decision, after: claims_model, review_threshold: 0.3}\n");
     auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
     ASSERT_TRUE(config.ok()) << config.error().ToString();

@@ -4,7 +4,10 @@
 
 #include <cmath>
 
+#include "fraud/claim.h"
+#include "fraud/claims_synthetic.h"
 #include "fraud/features.h"
+#include "pipelines/claims_pipeline.h"
 #include "pipelines/config.h"
 #include "pipelines/scoring_pipeline.h"
 #include "tests/test_support.h"
@@ -17,16 +20,12 @@ namespace {
 class RulesStageTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& rules_yaml) {
-    return testing::WriteTestPipelineWithStages(dir_,
-                                                "  - {name: features, kind: features}\n"
-                                                "  - {name: fraud, kind: xgboost, after: features, model: " +
-                                                    testing::SmallModelDir() +
-                                                    "/fraud.ubj}\n"
-                                                    "  - name: rules\n"
-                                                    "    kind: rules\n"
-                                                    "    after: features\n" +
-                                                    rules_yaml +
-                                                    "  - {name: decision, kind: decision, after: [fraud, rules]}\n");
+    return testing::WriteTestPipelineWithStages(
+        dir_, testing::FraudModelStagesYaml() +
+                  "  - name: rules\n"
+                  "    kind: rules\n"
+                  "    after: features\n" +
+                  rules_yaml + "  - {name: decision, kind: decision, after: [fraud, rules]}\n");
   }
   Result<PipelineConfig> Load(const std::string& rules_yaml) { return LoadPipelineConfig(Write(rules_yaml)); }
   std::string Where(int line, int column) {
@@ -245,6 +244,84 @@ TEST_F(RulesStageTest, AForcedDecisionAndItsReasonCodeReachTheResultAndTheAuditR
   EXPECT_EQ(approved->decision, Decision::kApprove);
   ASSERT_EQ(approved->rule_hits.size(), 1u);
   EXPECT_EQ(approved->rule_hits[0].rule, "N01");
+}
+
+TEST_F(RulesStageTest, RulesOnClaimFieldsForceDecisionsOnTheBatchPath) {
+  testing::WriteTestPipeline(dir_);  // the card key
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 12;
+  data.seed = 5;
+  std::vector<fraud::RawClaim> raw;
+  for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) raw.push_back(c.claim);
+  const std::string watched = raw[0].provider_id;
+  const std::string water = "property_water";
+  testing::WriteFile(dir_.file("providers.txt"), "# watched providers\n" + watched + "\n");
+  testing::WriteFile(dir_.file("claims.yaml"),
+                     "stages:\n" + testing::ClaimsModelStagesYaml() +
+                         "  - name: rules\n"
+                         "    kind: rules\n"
+                         "    after: features\n"
+                         "    lists: {watched: providers.txt}\n"
+                         "    rules:\n"
+                         "      - {id: P1, when: \"provider_id in watched\", decision: DECLINE}\n"
+                         "      - {id: W1, when: \"claim_type == '" +
+                         water +
+                         "' and amount_claimed > 0\", decision: REVIEW}\n"
+                         "      - {id: N1, when: \"prior_claims >= 0 and policy_limit > 0\"}\n"
+                         "  - {name: decision, kind: decision, after: [claims_model, rules]}\n");
+  auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto claims = ClaimsPipeline::Create(*config, testing::TestCardKeyPath(dir_));
+  ASSERT_TRUE(claims.ok()) << claims.error().ToString();
+  std::vector<fraud::Claim> chunk;
+  for (const fraud::RawClaim& r : raw) chunk.push_back(fraud::ValidateClaim(r, (*claims)->tokenizer()).value());
+  auto outcomes = (*claims)->ScoreChunk(chunk, std::vector<int64_t>(chunk.size(), 1));
+  ASSERT_TRUE(outcomes.ok()) << outcomes.error().ToString();
+  int forced = 0;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const fraud::Claim& c = chunk[i];
+    const ClaimOutcome& o = (*outcomes)[i];
+    const bool watched_provider = c.provider_id == watched;
+    const bool water_claim = fraud::ClaimTypes()[static_cast<size_t>(c.claim_type)] == water;
+    std::vector<std::string> expected;
+    if (watched_provider) expected.push_back("P1");
+    if (water_claim) expected.push_back("W1");
+    expected.push_back("N1");
+    std::vector<std::string> hits;
+    for (const RuleHit& hit : o.rule_hits) hits.push_back(hit.rule);
+    EXPECT_EQ(hits, expected) << c.claim_id;
+    if (watched_provider) {
+      EXPECT_EQ(o.decision, Decision::kDecline) << c.claim_id;
+      ++forced;
+    } else if (water_claim) {
+      EXPECT_EQ(o.decision, Decision::kReview) << c.claim_id;
+      ++forced;
+    }
+  }
+  EXPECT_GE(forced, 1);  // the first claim's provider is watched
+}
+
+TEST_F(RulesStageTest, AForcedDeclineIsNeverSkippedForTheDeadlineHoweverShortTheBudget) {
+  auto config = Load("    rules:\n      - {id: DENY_ALL, when: \"amount > 0\", decision: DECLINE}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  EXPECT_TRUE(config->graph.stage(config->graph.Find("rules")).required);
+  auto db = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal});
+  ASSERT_TRUE(db.ok());
+  // Every reading of the clock is a second later: any stage that may be skipped for its
+  // deadline is.
+  PipelineRuntime runtime;
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  runtime.clock = [now] { return *now += std::chrono::seconds(1); };
+  auto pipeline = ScoringPipeline::Create(*config, db->get(), testing::TestCardKeyPath(dir_), runtime);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  fraud::RawTransaction hurried = testing::ValidTransaction("req-1");
+  hurried.budget_ms = 1;
+  auto outcome = (*pipeline)->Score(hurried);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kDecline);
+  EXPECT_TRUE(outcome->skipped_stages.empty());
+  ASSERT_EQ(outcome->rule_hits.size(), 1u);
+  EXPECT_EQ(outcome->rule_hits[0].rule, "DENY_ALL");
 }
 
 }  // namespace

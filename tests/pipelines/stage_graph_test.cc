@@ -4,6 +4,7 @@
 
 #include "pipelines/stage_kind.h"
 #include "pipelines/stages/decision_stage.h"
+#include "tests/test_support.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -209,6 +210,23 @@ TEST_F(StageGraphTest, UnknownKindAndDuplicateNamesAreRejected) {
   declared_[1].name = "features";
   declared_[1].kind = "features";
   EXPECT_EQ(Build().error().message, "p.yaml:2:5: there are two stages named \"features\"");
+}
+
+TEST_F(StageGraphTest, ARulesVerdictTheDecisionReadsIsRequiredThoughItsInputIsOptional) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("rules", "rules", {"features"}));
+  Add(Stage("decision", "decision", {"fraud", "rules"}));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  EXPECT_EQ(graph->InputStage(graph->Find("decision"), kDecisionVerdict), graph->Find("rules"));
+  EXPECT_TRUE(graph->stage(graph->Find("rules")).required);
+  // So it cannot be conditional either: every request's decision reads its verdict.
+  declared_[2].after = {"features", "fraud"};
+  declared_[2].when = "fraud.score > 0.5";
+  EXPECT_TRUE(testing::IsError(Build(), ErrorCode::kInvalidArgument,
+                               "p.yaml:3:60: stage \"rules\" cannot have a condition: the decision depends on it, "
+                               "and every request needs one"));
 }
 
 TEST_F(StageGraphTest, OptionalInputMayComeFromAConditionalStage) {

@@ -1,0 +1,41 @@
+// The client side of txscore's Thrift port: one framed binary connection to HOST:PORT, as every
+// client opens it (`txscore score`, `txscore job`, bench/rpc_loadgen, the RPC tests). The
+// address comes from ParseHostPort (common/host_port.h); the wire format is the server's
+// (service/rpc_server.h: framed transport, binary protocol).
+#pragma once
+
+#include <memory>
+
+#include "common/host_port.h"
+#include "common/result.h"
+#include "gen-cpp/TxScore.h"
+
+namespace apache::thrift::transport {
+class TFramedTransport;
+}
+
+namespace txscore::service {
+
+struct RpcClientOptions {
+  int connect_timeout_ms = 3000;  // Default: 3 s to connect
+  int recv_timeout_ms = 10000;    // Default: 10 s for each reply (a claims job submission may want more)
+};
+
+class RpcConnection {
+ public:
+  // Connects. kUnavailable with Thrift's reason when nothing answers at `address`.
+  static Result<std::unique_ptr<RpcConnection>> Open(const HostPort& address, const RpcClientOptions& options = {});
+  ~RpcConnection();  // closes the connection
+
+  // The generated client: its calls throw Thrift's exceptions (InvalidRequest, ServiceError,
+  // TTransportException), as the service's contract says (docs/rpc.md).
+  rpc::TxScoreClient& client() { return *client_; }
+  void Close();
+
+ private:
+  RpcConnection() = default;
+  std::shared_ptr<apache::thrift::transport::TFramedTransport> transport_;
+  std::unique_ptr<rpc::TxScoreClient> client_;
+};
+
+}  // namespace txscore::service
