@@ -201,7 +201,9 @@ Result<std::string> CheckpointVersion(const std::string& checkpoint_dir) {
   std::error_code ec;
   for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(checkpoint_dir, ec)) {
     const std::string extension = entry.path().extension().string();
-    if (entry.is_regular_file(ec) && (extension == ".json" || extension == ".safetensors" || extension == ".model")) {
+    std::error_code not_a_file;  // a dangling link, say: not part of the checkpoint
+    if (entry.is_regular_file(not_a_file) &&
+        (extension == ".json" || extension == ".safetensors" || extension == ".model")) {
       names.push_back(entry.path().filename().string());
     }
   }

@@ -49,8 +49,9 @@ namespace txscore::pipelines {
 struct StageTiming {
   std::string stage;
   int64_t elapsed_us = 0;
-  // Where the timing sits among the pipeline's timing slots (ScoringPipeline::TimingSlotNames):
-  // metrics index their series by it, so nothing is looked up by name per request.
+  // An index for the timing, so that nothing is looked up by name per request. A transaction's:
+  // its place among ScoringPipeline::TimingSlotNames (validate, state, each graph stage, persist),
+  // which metrics index their series by. A claim's (ClaimsPipeline): the stage's graph index.
   int slot = -1;
 };
 

@@ -219,7 +219,7 @@ Result<StageGraph> StageGraph::Build(const std::vector<StageDeclaration>& declar
                              "), and none of the stages it comes after (" +
                              (d.after.empty() ? "none" : JoinNames(d.after)) + ") has an output \"" + port.name + "\"");
         }
-        if (port.each_upstream && binding.stages.size() < 2) {
+        if (port.each_upstream && !port.optional && binding.stages.size() < 2) {
           return ErrorAt(source, where,
                          "stage \"" + d.name + "\" joins \"" + port.name +
                              "\" from at least two stages; it comes after only " + JoinNames(providers));

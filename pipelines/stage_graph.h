@@ -31,8 +31,9 @@ namespace txscore::pipelines {
 struct PortSpec {
   std::string name;  // e.g. "score"
   ValueType type;
-  // A join input: bound to this output of every stage in `after:` that has one (at least two),
-  // e.g. a blend stage's scores. Otherwise bound to exactly one.
+  // A join input: bound to this output of every stage in `after:` that has one (at least two,
+  // or any number when optional), e.g. a blend stage's scores, or every rules stage's verdict
+  // that a decision reads. Otherwise bound to exactly one.
   bool each_upstream = false;
   // May be left unbound, and the stage runs whether or not its source ran (a decision that
   // takes an LLM's findings into account when there are some).

@@ -144,6 +144,8 @@ Status ParseBackend(const YamlReader& r, const YAML::Node& node, accelerator::Ba
       }
       out->options.emplace_back(entry.first.Scalar(), entry.second.Scalar());
     }
+    // In key order: a map's order means nothing, so a reload that reorders it changes nothing.
+    std::sort(out->options.begin(), out->options.end());
   }
   return Status::Ok();
 }
@@ -272,6 +274,7 @@ std::vector<std::string> RestartOnlyChanges(const ServiceSettings& running, cons
   for (const auto& [section, changed] : section_changed) {
     if (changed && named_sections.count(section) == 0) changes.push_back(section + ": changed");
   }
+  std::sort(changes.begin(), changes.end());
   return changes;
 }
 

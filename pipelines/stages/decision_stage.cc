@@ -12,9 +12,13 @@ class PreparedDecisionStage : public PreparedStage {
   Status Run(const StageInputs& inputs, const ScoredItem&, StageOutputs* out, StageReport*) const override {
     out->score = inputs.Get(kDecisionScore)->score;
     out->reasons = TopReasons(inputs.Get(kDecisionContributions)->contributions, settings_.max_reasons);
-    if (const StageOutputs* verdict = inputs.Get(kDecisionVerdict)) {
-      out->rule_hits = verdict->rule_hits;
-      out->forced_decision = verdict->forced_decision;
+    // Every verdict stage it comes after, in `after:` order: all their rule hits, and the first
+    // forced decision.
+    for (int from : inputs.Joined(kDecisionVerdict)) {
+      const StageOutputs& verdict = inputs.values()[static_cast<size_t>(from)];
+      if (!verdict.ran) continue;
+      out->rule_hits.insert(out->rule_hits.end(), verdict.rule_hits.begin(), verdict.rule_hits.end());
+      if (!out->forced_decision) out->forced_decision = verdict.forced_decision;
     }
     if (out->forced_decision) {
       out->decision = *out->forced_decision;
@@ -46,7 +50,7 @@ class DecisionStageKind : public StageKind {
     spec_.inputs = {{"score", ValueType::kNumber},
                     {"contributions", ValueType::kContributions},
                     {"findings", ValueType::kFindings, false, /*optional=*/true},
-                    {"verdict", ValueType::kVerdict, false, /*optional=*/true}};
+                    {"verdict", ValueType::kVerdict, /*each_upstream=*/true, /*optional=*/true}};
     spec_.outputs = {{"decision", ValueType::kDecision},
                      {"reasons", ValueType::kReasons},
                      {"score", ValueType::kNumber},

@@ -4,8 +4,9 @@
 //   - {name: decision, kind: decision, after: [fraud, rules], review_threshold: 0.6}
 //
 // Two optional inputs change the decision when they are bound and ran:
-//   verdict   (a rules stage): the first matching rule that forces a decision decides, and
-//             the score does not; every matching rule's id is reported as a reason code.
+//   verdict   (every rules stage it comes after, in `after:` order): the first matching rule
+//             that forces a decision decides, and the score does not; every matching rule's
+//             id is reported as a reason code.
 //   findings  (an LLM stage): an APPROVE whose findings say risk "high" becomes REVIEW, so a
 //             person looks at it (escalate_high_risk). A rule's forced decision is final.
 //

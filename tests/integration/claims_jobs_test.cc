@@ -93,7 +93,9 @@ class ClaimsJobsTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->Start();
-    connection_ = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+    auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()});
+    ASSERT_TRUE(connection.ok()) << connection.error().ToString();
+    connection_ = std::move(connection).value();
     client_ = &connection_->client();
   }
   // Stops the server (its jobs stop resumably) and closes the client; StartServer starts again.

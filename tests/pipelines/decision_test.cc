@@ -87,6 +87,18 @@ TEST(Blend, WeightsScoresAndMatchesContributionsByFeature) {
   EXPECT_EQ(out.contributions[2].value, 12.0);
 }
 
+TEST(Blend, AContributionWithoutAFeatureIdIsKeptUnmerged) {
+  RequestValues values(2);
+  values[0].score = values[1].score = 0.5;
+  values[0].contributions = {{"custom", 1.0, 3.0}};  // no FeatureId: a kind of its own made it
+  values[1].contributions = {{"custom", 2.0, 3.0}};
+  StageOutputs out;
+  Blend(values, {0, 1}, {1, 1}, &out);
+  ASSERT_EQ(out.contributions.size(), 2u);
+  EXPECT_DOUBLE_EQ(out.contributions[0].contribution, 0.5);
+  EXPECT_DOUBLE_EQ(out.contributions[1].contribution, 1.0);
+}
+
 TEST(DecisionName, MatchesThriftNames) {
   EXPECT_STREQ(DecisionName(Decision::kApprove), "APPROVE");
   EXPECT_STREQ(DecisionName(Decision::kReview), "REVIEW");

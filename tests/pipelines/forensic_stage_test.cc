@@ -189,6 +189,11 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   ASSERT_TRUE(outcome->findings.has_value());
   EXPECT_FALSE(outcome->findings->flags.empty());
   EXPECT_EQ(outcome->findings->model_id, "llm");
+  // The stage names its checkpoint by directory and content version (what /readyz shows).
+  const std::optional<ModelVersion> checkpoint = pipeline_->FindStage("forensic")->model();
+  ASSERT_TRUE(checkpoint.has_value());
+  EXPECT_EQ(checkpoint->id, "llm");
+  EXPECT_EQ(checkpoint->version, llm::CheckpointVersion(dir_.file("llm")).value());
   EXPECT_TRUE(outcome->degraded_stages.empty());
   EXPECT_TRUE(outcome->skipped_stages.empty());
   std::vector<std::string> stages;

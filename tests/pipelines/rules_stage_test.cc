@@ -246,6 +246,28 @@ TEST_F(RulesStageTest, AForcedDecisionAndItsReasonCodeReachTheResultAndTheAuditR
   EXPECT_EQ(approved->rule_hits[0].rule, "N01");
 }
 
+TEST_F(RulesStageTest, TwoRulesStagesBothReachTheDecisionAndTheFirstForcedDecisionInAfterOrderWins) {
+  testing::WriteTestPipelineWithStages(
+      dir_, testing::FraudModelStagesYaml() +
+                "  - {name: scheme, kind: rules, after: features, rules: [{id: S1, when: \"amount > 1\"}, "
+                "{id: S2, when: \"amount > 2\", decision: REVIEW}]}\n"
+                "  - {name: bank, kind: rules, after: features, rules: [{id: B1, when: \"amount > 3\", decision: "
+                "DECLINE}]}\n"
+                "  - {name: decision, kind: decision, after: [fraud, bank, scheme]}\n");
+  auto config = LoadPipelineConfig(dir_.file("pipeline.yaml"));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto db = storage::Database::Open(dir_.file("db"), {.durability = storage::Durability::kWal});
+  ASSERT_TRUE(db.ok());
+  auto pipeline = ScoringPipeline::Create(*config, db->get(), testing::TestCardKeyPath(dir_));
+  ASSERT_TRUE(pipeline.ok()) << pipeline.error().ToString();
+  auto outcome = (*pipeline)->Score(testing::ValidTransaction("req-1"));  // 42.50 USD: every rule matches
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kDecline);  // bank comes first in the decision's after:
+  std::vector<std::string> hits;
+  for (const RuleHit& hit : outcome->rule_hits) hits.push_back(hit.rule);
+  EXPECT_EQ(hits, (std::vector<std::string>{"B1", "S1", "S2"}));
+}
+
 TEST_F(RulesStageTest, RulesOnClaimFieldsForceDecisionsOnTheBatchPath) {
   testing::WriteTestPipeline(dir_);  // the card key
   fraud::SyntheticClaimsOptions data;

@@ -219,7 +219,8 @@ TEST_F(StageGraphTest, ARulesVerdictTheDecisionReadsIsRequiredThoughItsInputIsOp
   Add(Stage("decision", "decision", {"fraud", "rules"}));
   auto graph = Build();
   ASSERT_TRUE(graph.ok()) << graph.error().ToString();
-  EXPECT_EQ(graph->InputStage(graph->Find("decision"), kDecisionVerdict), graph->Find("rules"));
+  EXPECT_EQ(graph->stage(graph->Find("decision")).inputs[kDecisionVerdict].stages,
+            std::vector<int>{graph->Find("rules")});
   EXPECT_TRUE(graph->stage(graph->Find("rules")).required);
   // So it cannot be conditional either: every request's decision reads its verdict.
   declared_[2].after = {"features", "fraud"};
@@ -227,6 +228,20 @@ TEST_F(StageGraphTest, ARulesVerdictTheDecisionReadsIsRequiredThoughItsInputIsOp
   EXPECT_TRUE(testing::IsError(Build(), ErrorCode::kInvalidArgument,
                                "p.yaml:3:60: stage \"rules\" cannot have a condition: the decision depends on it, "
                                "and every request needs one"));
+}
+
+TEST_F(StageGraphTest, TheDecisionJoinsTheVerdictsOfEveryRulesStageItComesAfter) {
+  Add(Stage("features", "features"));
+  Add(Stage("fraud", "xgboost", {"features"}));
+  Add(Stage("bank_rules", "rules", {"features"}));
+  Add(Stage("scheme_rules", "rules", {"features"}));
+  Add(Stage("decision", "decision", {"fraud", "scheme_rules", "bank_rules"}));
+  auto graph = Build();
+  ASSERT_TRUE(graph.ok()) << graph.error().ToString();
+  EXPECT_EQ(graph->stage(graph->Find("decision")).inputs[kDecisionVerdict].stages,
+            (std::vector<int>{graph->Find("scheme_rules"), graph->Find("bank_rules")}));  // `after:` order
+  EXPECT_TRUE(graph->stage(graph->Find("bank_rules")).required);
+  EXPECT_TRUE(graph->stage(graph->Find("scheme_rules")).required);
 }
 
 TEST_F(StageGraphTest, OptionalInputMayComeFromAConditionalStage) {

@@ -114,10 +114,14 @@ TEST_F(SettingsTest, RestartOnlyChangesNameEverySettingButThePipeline) {
 }
 
 TEST_F(SettingsTest, ASettingWrittenDifferentlyWithTheSameValueIsNoRestartOnlyChange) {
-  auto running = Parse(std::string(kValid) + "server: {workers: 4}\n");
+  auto running = Parse(std::string(kValid) +
+                       "server: {workers: 4}\n"
+                       "devices: {backend_library: lib.so, backend: {options: {cards: 2, mode: fast}}}\n");
   ASSERT_TRUE(running.ok()) << running.error().ToString();
-  // The default made explicit, a path written another way.
-  std::string yaml = std::string(kValid) + "server: {workers: 4, port: 9090}\nadmin: {host: 127.0.0.1}\n";
+  // The default made explicit, a path written another way, a map's keys in another order.
+  std::string yaml = std::string(kValid) +
+                     "server: {workers: 4, port: 9090}\nadmin: {host: 127.0.0.1}\n"
+                     "devices: {backend_library: ./lib.so, backend: {options: {mode: fast, cards: 2}}}\n";
   yaml.replace(yaml.find("path: db"), 8, "path: ./db");
   auto same = Parse(yaml);
   ASSERT_TRUE(same.ok()) << same.error().ToString();
