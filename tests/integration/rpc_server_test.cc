@@ -346,33 +346,47 @@ TEST_F(RpcServerTest, DatabaseDirectoryHoldsNoPan) {
 
 // How many times `digits` (ASCII digits, given shifted by +17 so that this function's own
 // memory never holds them) occur in this process's writable memory: heap, stacks, anonymous
-// maps. The scan buffer is a private mapping it skips.
+// maps. The scan buffer is a private mapping it skips by address: the kernel may merge it with
+// a neighbouring anonymous mapping, so /proc/self/maps need not show it as a line of its own
+// (skipping only a line that starts at it counted the copy just read into it, now and then).
 size_t CopiesInWritableMemory(const std::string& shifted_digits) {
   constexpr size_t kChunk = 1 << 20;
   void* scratch = ::mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   EXPECT_NE(scratch, MAP_FAILED);
   const auto* buffer = static_cast<const char*>(scratch);
-  const uintptr_t scratch_begin = reinterpret_cast<uintptr_t>(scratch);
+  const uintptr_t scratch_begin = reinterpret_cast<uintptr_t>(scratch), scratch_end = scratch_begin + kChunk;
   const int mem = ::open("/proc/self/mem", O_RDONLY);
   EXPECT_GE(mem, 0);
   std::ifstream maps("/proc/self/maps");
   size_t copies = 0;
   const size_t n = shifted_digits.size();
-  for (std::string line; std::getline(maps, line);) {
-    uintptr_t begin = 0, end = 0;
-    char perms[5] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &begin, &end, perms) != 3) continue;
-    if (perms[0] != 'r' || perms[1] != 'w' || begin == scratch_begin) continue;
-    for (uintptr_t at = begin; at < end; at += kChunk - n) {
+  // Scans [begin, end) in overlapping windows (a copy may straddle two); each match is counted
+  // once, in the window where it starts.
+  const auto scan = [&](uintptr_t begin, uintptr_t end) {
+    for (uintptr_t at = begin; at < end; at += kChunk - (n - 1)) {
       const size_t length = std::min<uintptr_t>(kChunk, end - at);
       const ssize_t got = ::pread(mem, scratch, length, static_cast<off_t>(at));
       if (got < static_cast<ssize_t>(n)) break;
+      const bool last = length < kChunk;
       for (ssize_t i = 0; i + static_cast<ssize_t>(n) <= got; ++i) {
+        if (!last && i > static_cast<ssize_t>(kChunk - n)) break;  // the next window counts it
         size_t k = 0;
         while (k < n && buffer[i + k] == shifted_digits[k] - 17) ++k;
         if (k == n) ++copies;
       }
-      if (length < kChunk) break;
+      if (last) break;
+    }
+  };
+  for (std::string line; std::getline(maps, line);) {
+    uintptr_t begin = 0, end = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &begin, &end, perms) != 3) continue;
+    if (perms[0] != 'r' || perms[1] != 'w') continue;
+    if (end <= scratch_begin || begin >= scratch_end) {
+      scan(begin, end);
+    } else {
+      if (begin < scratch_begin) scan(begin, scratch_begin);
+      if (scratch_end < end) scan(scratch_end, end);
     }
   }
   ::close(mem);
