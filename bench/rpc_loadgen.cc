@@ -33,7 +33,8 @@ struct Options {
   double seconds = 10;  // measured period
   double warmup_seconds = 2;
   int connections = 4;
-  std::string method = "score";  // or "health": the same RPC round trip with no scoring work
+  std::string method = "score";          // or "health": the same RPC round trip with no scoring work
+  txscore::service::TlsClientFiles tls;  // none: plaintext
 };
 
 struct ConnectionResult {
@@ -45,7 +46,7 @@ struct ConnectionResult {
 void RunConnection(const Options& options, int index, const std::vector<txscore::rpc::Transaction>& transactions,
                    Clock::time_point start, ConnectionResult* out) {
   txscore::Result<std::unique_ptr<txscore::service::RpcConnection>> connection =
-      txscore::service::RpcConnection::Open(options.address);
+      txscore::service::RpcConnection::Open(options.address, {.tls = options.tls});
   if (!connection.ok()) {
     out->open_error = connection.error().message;
     return;
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
   app.add_option("--method", options.method, "score, or health as the RPC-only reference")
       ->check(CLI::IsMember({"score", "health"}))
       ->capture_default_str();
+  std::string tls_dir;
+  app.add_option("--tls-dir", tls_dir, "Client certificate directory (ca.crt, tls.crt, tls.key); none: plaintext");
   CLI11_PARSE(app, argc, argv);
+  if (!tls_dir.empty()) options.tls = txscore::service::TlsClientFilesIn(tls_dir);
   const txscore::Result<txscore::HostPort> address = txscore::ParseHostPort(server);
   if (!address.ok()) {
     std::fprintf(stderr, "--server: %s\n", address.error().message.c_str());

@@ -214,6 +214,12 @@ exception UnknownJob {
   1: required string job_id,
 }
 
+// The caller may not do this: submitting and cancelling claims jobs is for operators (a client
+// certificate whose identity is on security.tls.operators). The attempt is in the audit trail.
+exception AccessDenied {
+  1: required string reason,
+}
+
 struct HealthStatus {
   1: required bool live,
   2: required bool ready,
@@ -229,7 +235,7 @@ service TxScore {
   list<BatchItem> scoreBatch(1: list<Transaction> transactions),
   HealthStatus health(),
   // Claims jobs run in the background, one at a time, below requests in priority.
-  ClaimsJobStatus submitClaimsJob(1: ClaimsJobRequest request) throws (1: InvalidRequest invalid, 2: ServiceError failure),
+  ClaimsJobStatus submitClaimsJob(1: ClaimsJobRequest request) throws (1: InvalidRequest invalid, 2: ServiceError failure, 3: AccessDenied denied),
   ClaimsJobStatus claimsJobStatus(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure),
-  ClaimsJobStatus cancelClaimsJob(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure),
+  ClaimsJobStatus cancelClaimsJob(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure, 3: AccessDenied denied),
 }

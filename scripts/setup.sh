@@ -49,6 +49,9 @@ if [ ! -f var/card.key ]; then
   (umask 077 && openssl rand -out var/card.key 32)
 fi
 chmod 600 var/card.key
+# The demo CA and the certificates of the server and its two demo clients (config/txscore.yaml
+# serves TLS with client certificates on both ports); kept while they are valid.
+./scripts/make-demo-pki.sh var/pki
 
 if [ ! -f var/models/fraud.ubj ] || [ ! -f var/models/fraud.features.json ]; then
   echo "setup: training the demo fraud model into var/models/"

@@ -3,6 +3,11 @@
 // path 404, both with a JSON body. One I/O thread runs the quick handlers; a slow one (a
 // reload) runs on a thread of its own, so the port keeps answering probes meanwhile.
 // Handlers must be thread-safe.
+//
+// HTTPS (a TlsServerContext given to Create): Beast over OpenSSL; the client's certificate must
+// name an identity the admin port allows (service/tls.h), else the connection is closed after
+// the handshake and counted by reason. A route marked operators_only answers 403 to a caller
+// who is not an operator.
 #pragma once
 
 #include <functional>
@@ -13,6 +18,7 @@
 
 #include "common/result.h"
 #include "service/settings.h"
+#include "service/tls.h"
 
 namespace txscore::service {
 
@@ -22,17 +28,26 @@ struct HttpResponse {
   std::string body;
 };
 
-using AdminHandler = std::function<HttpResponse()>;
+// A handler is told who asked (for the audit trail of what changes things).
+using AdminHandler = std::function<HttpResponse(const Caller& caller)>;
 
 struct AdminRoute {
   AdminRoute() = default;
-  // A quick GET route from any handler.
+  // A quick GET route from any handler, with or without the caller.
   template <typename F, typename = std::enable_if_t<std::is_invocable_r_v<HttpResponse, F&>>>
+  AdminRoute(F f)  // NOLINT(google-explicit-constructor)
+      : handler([f = std::move(f)](const Caller&) mutable { return f(); }) {}
+  template <typename F, typename = std::enable_if_t<std::is_invocable_r_v<HttpResponse, F&, const Caller&>>,
+            typename = void>
   AdminRoute(F f) : handler(std::move(f)) {}  // NOLINT(google-explicit-constructor)
   AdminHandler handler;
-  bool post = false;        // Default: GET and HEAD; true: POST only (a request that changes something)
-  bool slow = false;        // Default: quick, run on the I/O thread; true: on a thread of its own
-  bool local_only = false;  // Default: any caller; true: 403 unless the caller's address is loopback
+  bool post = false;  // Default: GET and HEAD; true: POST only (a request that changes something)
+  bool slow = false;  // Default: quick, run on the I/O thread; true: on a thread of its own
+  // Default: any caller the port admits. true: 403 unless the caller is an operator (with TLS:
+  // an identity on security.tls.operators; plaintext: a loopback address).
+  bool operators_only = false;
+  // Default: none. Called with the caller operators_only turned away (to audit the attempt).
+  std::function<void(const Caller& caller)> on_denied;
 };
 
 class AdminServer {
@@ -40,8 +55,10 @@ class AdminServer {
   using Handler = AdminHandler;
 
   // Binds and listens before returning; routes map exact paths ("/healthz") to handlers.
+  // `tls`: null serves plaintext HTTP.
   static Result<std::unique_ptr<AdminServer>> Create(const AdminConfig& config,
-                                                     std::map<std::string, AdminRoute> routes);
+                                                     std::map<std::string, AdminRoute> routes,
+                                                     std::shared_ptr<const TlsServerContext> tls = nullptr);
   ~AdminServer();  // stops if still running
 
   int port() const;
@@ -49,6 +66,12 @@ class AdminServer {
   void Start();
   // Stops accepting and answering; waits for slow handlers still running.
   void Stop();
+  // New connections use `tls` from now on (certificates read again by a reload). Ignored on a
+  // plaintext port.
+  void SetTls(std::shared_ptr<const TlsServerContext> tls);
+  bool uses_tls() const;
+  // Clients refused during or after the TLS handshake, by reason.
+  uint64_t tls_refusals(TlsRefusal refusal) const;
 
  private:
   struct Impl;

@@ -1,5 +1,7 @@
 #include "service/rpc_server.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -97,7 +99,7 @@ class Connection;
 void Dispatch(const std::shared_ptr<Connection>& connection);
 
 struct RpcServer::Shared {
-  Shared(const RpcServerConfig& config, std::shared_ptr<rpc::TxScoreIf> handler)
+  Shared(const RpcServerConfig& config, RpcHandlerFactory handlers, std::shared_ptr<const TlsServerContext> tls)
       : config(config),
         thrift_config(std::make_shared<TConfiguration>(static_cast<int>(config.limits.max_message_bytes),
                                                        static_cast<int>(config.limits.max_frame_bytes),
@@ -105,7 +107,9 @@ struct RpcServer::Shared {
         protocols(static_cast<int32_t>(config.limits.max_string_bytes),
                   static_cast<int32_t>(config.limits.max_container_items), /*strict_read=*/true,
                   /*strict_write=*/true),
-        processor(std::make_shared<rpc::TxScoreProcessor>(std::move(handler))),
+        handlers(std::move(handlers)),
+        tls_enabled(tls != nullptr),
+        tls(std::move(tls)),
         acceptor(asio::make_strand(io)),
         work(io.get_executor()),
         free_slots(config.workers) {}
@@ -116,7 +120,17 @@ struct RpcServer::Shared {
   int64_t max_frame_bytes = 0;
   std::shared_ptr<TConfiguration> thrift_config;
   TBinaryProtocolFactory protocols;
-  std::shared_ptr<rpc::TxScoreProcessor> processor;
+  const RpcHandlerFactory handlers;
+
+  // TLS: fixed at Create whether the server uses it; which certificates, replaced by a reload.
+  const bool tls_enabled;
+  std::shared_ptr<const TlsServerContext> CurrentTls() {
+    std::lock_guard<std::mutex> lock(tls_mutex);
+    return tls;
+  }
+  std::mutex tls_mutex;
+  std::shared_ptr<const TlsServerContext> tls;
+  TlsRefusalCounters tls_refusals;
 
   asio::io_context io;
   tcp::acceptor acceptor;
@@ -166,6 +180,7 @@ struct RpcServer::Shared {
   RateLimitedWarning timeout_warning{std::chrono::seconds(10)};
   RateLimitedWarning shed_warning{std::chrono::seconds(10)};
   RateLimitedWarning protocol_warning{std::chrono::seconds(10)};
+  RateLimitedWarning tls_warning{std::chrono::seconds(10)};
 };
 
 // One client connection. Its state is guarded by mutex_, taken by every completion handler
@@ -174,12 +189,17 @@ struct RpcServer::Shared {
 // reply and starts the next read itself: a hand-off between threads would cost a wake-up per
 // request. Deadlines are a time stored per phase, enforced by the server's sweeper (no timer
 // operations per request).
+//
+// Bytes move through ReadSome and WriteSome: recv/send on the non-blocking socket, or
+// SSL_read/SSL_write on it with TLS. Either says when it would block and on what (TLS may need
+// to write to read), and the connection waits for that readiness through the reactor.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<RpcServer::Shared> shared, tcp::socket socket)
       : shared_(std::move(shared)), socket_(std::move(socket)) {}
 
   ~Connection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
     std::lock_guard<std::mutex> lock(shared_->connections_mutex);
     shared_->connections.erase(this);
     if (shared_->connections.empty()) shared_->connections_closed.notify_all();
@@ -193,9 +213,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       std::lock_guard<std::mutex> lock(self->mutex_);
-      boost::system::error_code ignored;
-      self->socket_.set_option(tcp::no_delay(true), ignored);  // replies are small: send at once
-      self->ReadHeader();
+      boost::system::error_code ec;
+      self->socket_.set_option(tcp::no_delay(true), ec);  // replies are small: send at once
+      // OpenSSL reads and writes the descriptor itself: it must never block an I/O thread (Asio
+      // would make it non-blocking only at its first asynchronous operation).
+      self->socket_.non_blocking(true, ec);
+      const tcp::endpoint peer = self->socket_.remote_endpoint(ec);
+      self->address_ = ec ? "unknown" : peer.address().to_string() + ":" + std::to_string(peer.port());
+      if (!self->shared_->tls_enabled) {
+        Caller caller;
+        caller.address = self->address_;
+        caller.is_operator = true;  // plaintext: no identities (service/tls.h, Caller)
+        return self->Admitted(caller);
+      }
+      self->tls_ = self->shared_->CurrentTls();
+      self->ssl_ = self->tls_->NewConnection();
+      if (self->ssl_ == nullptr || SSL_set_fd(self->ssl_, self->socket_.native_handle()) != 1) {
+        spdlog::error("thrift: cannot start TLS on a connection from {} (out of memory?)", self->address_);
+        self->Close();
+        return;
+      }
+      SSL_set_accept_state(self->ssl_);
+      self->phase_ = Phase::kHandshake;
+      self->SetDeadline(self->shared_->config.frame_timeout_ms);  // the whole handshake within this
+      self->ContinueHandshake();
     });
   }
 
@@ -203,7 +244,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnServerStopping() {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       std::lock_guard<std::mutex> lock(self->mutex_);
-      if (self->phase_ == Phase::kIdle || self->phase_ == Phase::kReading) self->Close();
+      if (self->phase_ == Phase::kIdle || self->phase_ == Phase::kReading || self->phase_ == Phase::kHandshake) {
+        self->Close();
+      }
     });
   }
 
@@ -227,7 +270,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       {
         std::lock_guard<std::mutex> lock(self->mutex_);
         boost::system::error_code ec;
-        if (self->phase_ == Phase::kIdle && self->socket_.available(ec) == 0 && !ec) {
+        const bool tls_pending = self->ssl_ != nullptr && SSL_has_pending(self->ssl_) == 1;
+        if (self->phase_ == Phase::kIdle && self->socket_.available(ec) == 0 && !ec && !tls_pending) {
           self->shared_->counters.idle_evictions.fetch_add(1);
           self->Close();
         }
@@ -244,6 +288,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (deadline == 0 || Clock::now().time_since_epoch().count() < deadline) return;
       if (self->phase_ == Phase::kIdle) {
         self->shared_->counters.idle_timeouts.fetch_add(1);
+      } else if (self->phase_ == Phase::kHandshake) {
+        Admission timeout;
+        timeout.refusal = TlsRefusal::kHandshakeTimeout;
+        timeout.detail = "no TLS handshake within " + std::to_string(self->shared_->config.frame_timeout_ms) +
+                         " ms (server.frame_timeout_ms)";
+        return self->RefuseTls(timeout);
       } else if (self->phase_ == Phase::kReading || self->phase_ == Phase::kWriting) {
         self->shared_->counters.frame_timeouts.fetch_add(1);
         self->shared_->timeout_warning.Warn(
@@ -258,7 +308,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
-  enum class Phase { kIdle, kReading, kProcessing, kWriting, kClosed };
+  enum class Phase { kHandshake, kIdle, kReading, kProcessing, kWriting, kClosed };
+  // What ReadSome or WriteSome did: moved `bytes`, or would block until the socket is ready
+  // for `wait`, or found the connection closed (by the peer, or an error).
+  struct Io {
+    size_t bytes = 0;
+    tcp::socket::wait_type wait = tcp::socket::wait_read;
+    bool closed = false;
+  };
 
   void SetDeadline(int timeout_ms) {
     deadline_.store((Clock::now() + std::chrono::milliseconds(timeout_ms)).time_since_epoch().count(),
@@ -266,6 +323,123 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Each method below runs with mutex_ held.
+
+  Io ReadSome(uint8_t* data, size_t size) {
+    Io io;
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      return TlsOutcome(SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, INT32_MAX))), io);
+    }
+    for (;;) {
+      const ssize_t n = ::recv(socket_.native_handle(), data, size, MSG_DONTWAIT);
+      if (n > 0) {
+        io.bytes = static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        io.closed = true;  // gone, or a socket error
+      }
+      return io;
+    }
+  }
+
+  Io WriteSome(const uint8_t* data, size_t size) {
+    Io io;
+    io.wait = tcp::socket::wait_write;
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      return TlsOutcome(SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(size, INT32_MAX))), io);
+    }
+    for (;;) {
+      const ssize_t n = ::send(socket_.native_handle(), data, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        io.bytes = static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
+        io.closed = true;  // the client went away
+      }
+      return io;
+    }
+  }
+
+  // What an SSL_read/SSL_write that returned `n` did: moved n bytes, or waits (for what
+  // OpenSSL asks), or closed.
+  Io TlsOutcome(int n, Io io) {
+    if (n > 0) {
+      io.bytes = static_cast<size_t>(n);
+      return io;
+    }
+    const int ssl_error = SSL_get_error(ssl_, n);
+    if (ssl_error == SSL_ERROR_WANT_READ) {
+      io.wait = tcp::socket::wait_read;
+    } else if (ssl_error == SSL_ERROR_WANT_WRITE) {
+      io.wait = tcp::socket::wait_write;
+    } else {
+      // close_notify (ZERO_RETURN) ends the connection cleanly; anything else is fatal, after
+      // which OpenSSL must not be asked to shut down.
+      tls_fatal_ = ssl_error != SSL_ERROR_ZERO_RETURN;
+      io.closed = true;
+      ERR_clear_error();
+    }
+    return io;
+  }
+
+  // Calls `resume(error_code)` under no lock once the socket is ready for `wait`, or at once
+  // (through the reactor) when TLS already holds bytes the socket will not signal again.
+  template <typename Resume>
+  void WaitFor(tcp::socket::wait_type wait, Resume resume) {
+    if (wait == tcp::socket::wait_read && ssl_ != nullptr && SSL_has_pending(ssl_) == 1) {
+      asio::post(socket_.get_executor(),
+                 [resume = std::move(resume)]() mutable { resume(boost::system::error_code()); });
+      return;
+    }
+    socket_.async_wait(wait, std::move(resume));
+  }
+
+  void ContinueHandshake() {
+    ERR_clear_error();
+    const int done = SSL_do_handshake(ssl_);
+    if (done == 1) {
+      const Admission admission = tls_->Admit(ssl_, TlsPort::kThrift, address_);
+      if (!admission.admitted) return RefuseTls(admission);
+      return Admitted(admission.caller);
+    }
+    const int error = SSL_get_error(ssl_, done);
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
+      tls_fatal_ = true;
+      const Admission refusal = tls_->Refuse(ssl_, ERR_peek_error());
+      ERR_clear_error();
+      return RefuseTls(refusal);
+    }
+    WaitFor(error == SSL_ERROR_WANT_READ ? tcp::socket::wait_read : tcp::socket::wait_write,
+            [self = shared_from_this()](boost::system::error_code ec) {
+              std::lock_guard<std::mutex> lock(self->mutex_);
+              if (ec || self->phase_ != Phase::kHandshake) {
+                self->Close();
+                return;
+              }
+              self->ContinueHandshake();
+            });
+  }
+
+  void RefuseTls(const Admission& refusal) {
+    shared_->tls_refusals.Add(refusal.refusal);
+    shared_->tls_warning.Warn("thrift: refused a TLS client from {}: {} ({})", address_,
+                              TlsRefusalName(refusal.refusal), refusal.detail);
+    Close();
+  }
+
+  // The caller is known: its requests go to a handler made for it.
+  void Admitted(const Caller& caller) {
+    std::shared_ptr<rpc::TxScoreIf> handler = shared_->handlers(caller);
+    if (handler == nullptr) {
+      Close();
+      return;
+    }
+    processor_ = std::make_shared<rpc::TxScoreProcessor>(std::move(handler));
+    ReadHeader();
+  }
 
   void ReadHeader() {
     if (shared_->stopping.load()) {
@@ -276,33 +450,38 @@ class Connection : public std::enable_shared_from_this<Connection> {
     idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     header_bytes_ = 0;
     SetDeadline(shared_->config.idle_timeout_ms);
-    ContinueHeader();
+    // Waits first, even when bytes are there: ReadHeader may run inside Process, which must not
+    // dispatch the next request itself.
+    WaitForHeader(tcp::socket::wait_read);
   }
 
-  void ContinueHeader() {
-    socket_.async_read_some(asio::buffer(header_ + header_bytes_, sizeof header_ - header_bytes_),
-                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-                              std::unique_lock<std::mutex> lock(self->mutex_);
-                              if (!self->OnHeaderBytes(ec, n)) return;
-                              lock.unlock();
-                              Dispatch(self);
-                            });
+  void WaitForHeader(tcp::socket::wait_type wait) {
+    WaitFor(wait, [self = shared_from_this()](boost::system::error_code ec) {
+      std::unique_lock<std::mutex> lock(self->mutex_);
+      if (ec || self->phase_ == Phase::kClosed) return static_cast<void>(self->Close());
+      if (!self->ContinueHeader()) return;
+      lock.unlock();
+      Dispatch(self);
+    });
   }
 
-  // The On*Bytes and Continue* functions return true when a whole frame is in frame_ (the
-  // phase is then kProcessing): the caller releases the lock and dispatches it.
-  bool OnHeaderBytes(boost::system::error_code ec, size_t n) {
-    if (ec || phase_ == Phase::kClosed) return Close();
-    if (header_bytes_ == 0 && n > 0) {
-      // The frame's first byte: from now on the whole frame must arrive within the deadline.
-      phase_ = Phase::kReading;
-      idle_since_.store(0, std::memory_order_relaxed);
-      SetDeadline(shared_->config.frame_timeout_ms);
-    }
-    header_bytes_ += n;
-    if (header_bytes_ < sizeof header_) {
-      ContinueHeader();
-      return false;
+  // The Continue* functions return true when a whole frame is in frame_ (the phase is then
+  // kProcessing): the caller releases the lock and dispatches it.
+  bool ContinueHeader() {
+    while (header_bytes_ < sizeof header_) {
+      const Io io = ReadSome(header_ + header_bytes_, sizeof header_ - header_bytes_);
+      if (io.closed) return Close();
+      if (io.bytes == 0) {
+        WaitForHeader(io.wait);
+        return false;
+      }
+      if (header_bytes_ == 0) {
+        // The frame's first byte: from now on the whole frame must arrive within the deadline.
+        phase_ = Phase::kReading;
+        idle_since_.store(0, std::memory_order_relaxed);
+        SetDeadline(shared_->config.frame_timeout_ms);
+      }
+      header_bytes_ += io.bytes;
     }
     const int64_t size =
         (int64_t{header_[0]} << 24) | (int64_t{header_[1]} << 16) | (int64_t{header_[2]} << 8) | int64_t{header_[3]};
@@ -323,27 +502,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (frame_bytes_ == frame_.size()) GrowFrame();
       // The body has usually arrived with its header: read it now rather than through the
       // reactor, whose completion would be queued (and could wake another thread).
-      const ssize_t n =
-          ::recv(socket_.native_handle(), frame_.data() + frame_bytes_, frame_.size() - frame_bytes_, MSG_DONTWAIT);
-      if (n > 0) {
-        frame_bytes_ += static_cast<size_t>(n);
-        if (frame_bytes_ < frame_size_) continue;
-        phase_ = Phase::kProcessing;
-        deadline_.store(0, std::memory_order_relaxed);  // the server's time is not the client's
-        return true;
+      const Io io = ReadSome(frame_.data() + frame_bytes_, frame_.size() - frame_bytes_);
+      if (io.closed) return Close();
+      if (io.bytes == 0) {
+        WaitFor(io.wait, [self = shared_from_this()](boost::system::error_code ec) {
+          std::unique_lock<std::mutex> lock(self->mutex_);
+          if (ec || self->phase_ == Phase::kClosed) return static_cast<void>(self->Close());
+          if (!self->ContinueBody()) return;
+          lock.unlock();
+          Dispatch(self);
+        });
+        return false;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return Close();  // gone, or a socket error
-      break;
+      frame_bytes_ += io.bytes;
+      if (frame_bytes_ < frame_size_) continue;
+      phase_ = Phase::kProcessing;
+      deadline_.store(0, std::memory_order_relaxed);  // the server's time is not the client's
+      return true;
     }
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-      std::unique_lock<std::mutex> lock(self->mutex_);
-      if (ec || self->phase_ == Phase::kClosed) return static_cast<void>(self->Close());
-      if (!self->ContinueBody()) return;
-      lock.unlock();
-      Dispatch(self);
-    });
-    return false;
   }
 
  public:
@@ -358,8 +534,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       auto out = std::make_shared<TMemoryBuffer>(shared_->thrift_config);
       uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in below
       out->write(placeholder, sizeof placeholder);
-      keep_open =
-          shared_->processor->process(shared_->protocols.getProtocol(in), shared_->protocols.getProtocol(out), nullptr);
+      keep_open = processor_->process(shared_->protocols.getProtocol(in), shared_->protocols.getProtocol(out), nullptr);
       reply = FramedReply(*out);
     } catch (const std::exception& e) {
       // Over a limit, malformed or truncated: Thrift threw while reading the message.
@@ -456,19 +631,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // lock (a composed async_write would touch the socket from a handler without the lock,
   // racing a Close() from the sweeper).
   void ContinueReply() {
+    tcp::socket::wait_type wait = tcp::socket::wait_write;
     while (reply_sent_ < reply_.size()) {
-      const ssize_t n = ::send(socket_.native_handle(), reply_.data() + reply_sent_, reply_.size() - reply_sent_,
-                               MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) {
-        reply_sent_ += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        break;
-      } else {
+      const Io io = WriteSome(reply_.data() + reply_sent_, reply_.size() - reply_sent_);
+      if (io.closed) {
         Close();  // the client went away
         return;
       }
+      if (io.bytes == 0) {
+        wait = io.wait;
+        break;
+      }
+      reply_sent_ += io.bytes;
     }
     if (reply_sent_ == reply_.size()) {
       std::vector<uint8_t>().swap(reply_);
@@ -478,7 +652,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       phase_ = Phase::kWriting;
       SetDeadline(shared_->config.frame_timeout_ms);  // the whole reply must be taken within this
     }
-    socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](boost::system::error_code ec) {
+    WaitFor(wait, [self = shared_from_this()](boost::system::error_code ec) {
       std::lock_guard<std::mutex> lock(self->mutex_);
       if (ec || self->phase_ == Phase::kClosed) {
         self->Close();
@@ -488,12 +662,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  // Returns false, for the On*Bytes functions' "no frame to dispatch".
+  // Returns false, for the Continue* functions' "no frame to dispatch".
   bool Close() {
     if (phase_ == Phase::kClosed) return false;
     phase_ = Phase::kClosed;
     deadline_.store(0, std::memory_order_relaxed);
     idle_since_.store(0, std::memory_order_relaxed);
+    if (ssl_ != nullptr) {
+      // A close_notify when the session is healthy (best effort: the socket is non-blocking);
+      // after a fatal error OpenSSL must not be asked.
+      if (!tls_fatal_ && SSL_is_init_finished(ssl_) == 1) {
+        ERR_clear_error();
+        SSL_shutdown(ssl_);
+      }
+      ERR_clear_error();
+      SSL_free(ssl_);
+      ssl_ = nullptr;
+    }
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -523,8 +708,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<RpcServer::Shared> shared_;
   std::mutex mutex_;
   tcp::socket socket_;
-  std::atomic<int64_t> deadline_{0};    // steady-clock ticks; 0: no deadline (processing, closed)
-  std::atomic<int64_t> idle_since_{0};  // steady-clock ticks; 0: not idle
+  std::string address_;                               // the peer's IP:port, for logs and the caller
+  std::shared_ptr<const TlsServerContext> tls_;       // the certificates this connection was accepted with
+  SSL* ssl_ = nullptr;                                // null on a plaintext server, and once closed
+  bool tls_fatal_ = false;                            // OpenSSL reported a fatal error: no close_notify
+  std::shared_ptr<rpc::TxScoreProcessor> processor_;  // set once the caller is admitted
+  std::atomic<int64_t> deadline_{0};                  // steady-clock ticks; 0: no deadline (processing, closed)
+  std::atomic<int64_t> idle_since_{0};                // steady-clock ticks; 0: not idle
   Phase phase_ = Phase::kIdle;
   uint8_t header_[4] = {0, 0, 0, 0};
   size_t header_bytes_ = 0;
@@ -667,9 +857,15 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config,
                                                      std::shared_ptr<rpc::TxScoreIf> handler) {
+  return Create(
+      config, [handler = std::move(handler)](const Caller&) { return handler; }, nullptr);
+}
+
+Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
+                                                     std::shared_ptr<const TlsServerContext> tls) {
   // Thrift reports trouble through GlobalOutput (stderr by default); send it to our log.
   apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { spdlog::warn("thrift: {}", message); });
-  auto shared = std::make_shared<Shared>(config, std::move(handler));
+  auto shared = std::make_shared<Shared>(config, std::move(handlers), std::move(tls));
   shared->max_connections = FitConnectionsToDescriptorLimit(config.max_connections);
   shared->max_frame_bytes = std::min(config.limits.max_frame_bytes, config.limits.max_message_bytes);
   // A deadline is enforced within a quarter of the shorter timeout (10 ms to 1 s) of passing.
@@ -777,7 +973,17 @@ RpcServerStats RpcServer::stats() const {
     s.requests_queued = shared_->pending.size();
   }
   s.protocol_errors = shared_->counters.protocol_errors.load();
+  for (size_t i = 0; i < kTlsRefusalCount; ++i)
+    s.tls_refusals[i] = shared_->tls_refusals.Get(static_cast<TlsRefusal>(i));
   return s;
 }
+
+void RpcServer::SetTls(std::shared_ptr<const TlsServerContext> tls) {
+  if (!shared_->tls_enabled || tls == nullptr) return;
+  std::lock_guard<std::mutex> lock(shared_->tls_mutex);
+  shared_->tls.swap(tls);  // the old one is freed when its last connection closes
+}
+
+bool RpcServer::uses_tls() const { return shared_->tls_enabled; }
 
 }  // namespace txscore::service

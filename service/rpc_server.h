@@ -13,19 +13,28 @@
 //   - at most `max_queued_requests` complete frames wait for a free slot; the next one is
 //     answered at once with a Thrift TApplicationException (INTERNAL_ERROR) whose message
 //     starts "txscore is overloaded", and the connection stays usable.
+// TLS (a TlsServerContext given to Create): the handshake must be done within frame_timeout_ms
+// of the connection's accept, the client's certificate must name an identity the Thrift port
+// allows (service/tls.h), and the same framed binary protocol runs inside, so Thrift's own
+// TSSLSocket clients connect. Refused clients are closed and counted by reason. OpenSSL reads
+// and writes the non-blocking socket directly: the reactor only waits for readiness, as it does
+// for plaintext.
 // Frames over the message or frame limit, and messages over the string, container or nesting
 // limits, close the connection. Deadlines are checked by one sweeper every quarter of the
 // shorter timeout (10 ms to 1 s), so a deadline is enforced within that of passing. Thread
 // count: io_threads + workers, fixed at Create().
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "common/result.h"
 #include "service/settings.h"
+#include "service/tls.h"
 
 namespace txscore::rpc {
 class TxScoreIf;
@@ -36,20 +45,29 @@ namespace txscore::service {
 // Counters since Create(); read them at any time from any thread.
 struct RpcServerStats {
   uint64_t connections_open = 0;
-  uint64_t connections_idle = 0;      // of those, waiting for a frame
-  uint64_t connections_accepted = 0;  // including those refused
-  uint64_t connections_refused = 0;   // over max_connections, none of them idle
-  uint64_t idle_evictions = 0;        // idle connections closed to make room for a new one
-  uint64_t frame_timeouts = 0;        // a frame or a reply not through within frame_timeout_ms
-  uint64_t idle_timeouts = 0;         // silent for idle_timeout_ms between frames
-  uint64_t requests_queued = 0;       // complete frames waiting for a worker now
-  uint64_t requests_shed = 0;         // answered "overloaded": the worker queue was full
-  uint64_t protocol_errors = 0;       // bad frame size, limits exceeded, malformed message
+  uint64_t connections_idle = 0;                          // of those, waiting for a frame
+  uint64_t connections_accepted = 0;                      // including those refused
+  uint64_t connections_refused = 0;                       // over max_connections, none of them idle
+  uint64_t idle_evictions = 0;                            // idle connections closed to make room for a new one
+  uint64_t frame_timeouts = 0;                            // a frame or a reply not through within frame_timeout_ms
+  uint64_t idle_timeouts = 0;                             // silent for idle_timeout_ms between frames
+  uint64_t requests_queued = 0;                           // complete frames waiting for a worker now
+  uint64_t requests_shed = 0;                             // answered "overloaded": the worker queue was full
+  uint64_t protocol_errors = 0;                           // bad frame size, limits exceeded, malformed message
+  std::array<uint64_t, kTlsRefusalCount> tls_refusals{};  // by TlsRefusal
 };
+
+// Makes the handler for one connection's requests, once its caller is known (after the TLS
+// handshake). Called on an I/O thread; must be thread-safe.
+using RpcHandlerFactory = std::function<std::shared_ptr<rpc::TxScoreIf>(const Caller& caller)>;
 
 class RpcServer {
  public:
   // Binds and listens before returning, so port() is known and connections queue at once.
+  // `tls`: null serves plaintext (every caller is an operator: see Caller).
+  static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
+                                                   std::shared_ptr<const TlsServerContext> tls);
+  // Plaintext, one handler for every connection (tests of the transport).
   static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config,
                                                    std::shared_ptr<rpc::TxScoreIf> handler);
   ~RpcServer();  // Stop()s
@@ -64,6 +82,10 @@ class RpcServer {
   void Stop();
 
   RpcServerStats stats() const;
+  // New connections use `tls` from now on (a reload read the certificate files again); open
+  // ones keep theirs. Ignored on a plaintext server: a restart changes the mode.
+  void SetTls(std::shared_ptr<const TlsServerContext> tls);
+  bool uses_tls() const;
   // True while Serve() runs the I/O threads.
   bool serving() const;
 

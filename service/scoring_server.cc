@@ -8,6 +8,56 @@
 #include "common/sha256.h"
 
 namespace txscore::service {
+namespace {
+
+// The TLS context both ports serve with, or null when both say plaintext.
+Result<std::shared_ptr<const TlsServerContext>> LoadTls(const ServiceSettings& settings) {
+  if (settings.server.plaintext && settings.admin.plaintext) return std::shared_ptr<const TlsServerContext>();
+  const std::string& file = settings.source_path;
+  if (!settings.security.tls) {
+    return InvalidArgument(file +
+                           ": security.tls is missing: both ports serve TLS with client certificates unless "
+                           "server.plaintext and admin.plaintext say true (scripts/make-demo-pki.sh makes a demo CA "
+                           "and certificates; docs/settings.md)");
+  }
+  const TlsConfig& tls = *settings.security.tls;
+  if (!settings.server.plaintext && tls.thrift_clients.empty()) {
+    return InvalidArgument(file +
+                           ": security.tls.thrift_clients is missing: name the client identities the Thrift "
+                           "port admits (their certificates' SAN DNS or URI names, or CN)");
+  }
+  if (!settings.admin.plaintext && tls.admin_clients.empty()) {
+    return InvalidArgument(file +
+                           ": security.tls.admin_clients is missing: name the client identities the admin "
+                           "port admits (their certificates' SAN DNS or URI names, or CN)");
+  }
+  Result<std::shared_ptr<const TlsServerContext>> context = TlsServerContext::Create(tls);
+  if (!context.ok()) return InvalidArgument(file + ": security.tls: " + context.error().message);
+  return context;
+}
+
+void WarnAboutPlaintext(const ServiceSettings& settings) {
+  if (settings.server.plaintext) {
+    spdlog::warn(
+        "server.plaintext is true: the Thrift port {}:{} serves without TLS. Card numbers cross the network in clear "
+        "and callers are not authenticated (any of them may submit and cancel claims jobs). Use this on a trusted "
+        "network or for tests only.",
+        settings.server.host, settings.server.port);
+  }
+  if (settings.admin.plaintext) {
+    spdlog::warn(
+        "admin.plaintext is true: the admin port {}:{} serves plain HTTP with no caller identity; only loopback "
+        "callers may reload.",
+        settings.admin.host, settings.admin.port);
+  }
+}
+
+int64_t MicrosNow() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettings& settings,
                                                              const pipelines::PipelineConfig& config,
@@ -17,6 +67,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   pipelines::PipelineRuntime runtime = given_runtime;
   if (runtime.shared == nullptr) runtime.shared = std::make_shared<pipelines::SharedStageResources>();
   std::unique_ptr<ScoringServer> server(new ScoringServer());
+  TXSCORE_ASSIGN_OR_RETURN(const std::shared_ptr<const TlsServerContext> tls, LoadTls(settings));
+  WarnAboutPlaintext(settings);
   // The admin port answers first, so /healthz and /readyz (503 "starting") are there while
   // the database and models load.
   ScoringServer* self = server.get();
@@ -26,11 +78,24 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   routes["/metrics"] = [self] {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->registry_.RenderPrometheus()};
   };
-  // Restricted to local callers until the admin port authenticates its callers.
-  AdminRoute reload([self] { return self->ReloadOverHttp(); });
-  reload.post = reload.slow = reload.local_only = true;
+  // Operators only (their certificate's identity; over plaintext, loopback callers); each
+  // attempt, denied ones too, is in the audit trail.
+  AdminRoute reload([self](const Caller& caller) { return self->ReloadOverHttp(caller); });
+  reload.post = reload.slow = reload.operators_only = true;
+  reload.on_denied = [self](const Caller& caller) {
+    storage::AuditAction denied;
+    denied.time_us = MicrosNow();
+    denied.action = "reload";
+    denied.caller = caller.Describe();
+    denied.target = self->settings_path_;
+    denied.outcome = "denied";
+    denied.detail = "not an operator";
+    self->RecordAction(denied);
+  };
   routes["/admin/reload"] = std::move(reload);
-  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(settings.admin, std::move(routes));
+  server->settings_path_ = settings.source_path;
+  Result<std::unique_ptr<AdminServer>> admin =
+      AdminServer::Create(settings.admin, std::move(routes), settings.admin.plaintext ? nullptr : tls);
   if (!admin.ok()) return admin.error();
   server->admin_ = std::move(admin).value();
   server->admin_->Start();
@@ -95,8 +160,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     if (!jobs.ok()) return jobs.error();
     server->jobs_ = std::move(jobs).value();
   }
-  auto handler = std::make_shared<TxScoreHandler>(&server->active_, &server->ready_, server->jobs_.get());
-  Result<std::unique_ptr<RpcServer>> rpc = RpcServer::Create(settings.server, handler);
+  // One handler per connection, knowing its caller (job control is for operators).
+  RpcHandlerFactory handlers = [self](const Caller& caller) {
+    return std::make_shared<TxScoreHandler>(&self->active_, &self->ready_, self->jobs_.get(), caller,
+                                            [self](const storage::AuditAction& action) { self->RecordAction(action); });
+  };
+  Result<std::unique_ptr<RpcServer>> rpc =
+      RpcServer::Create(settings.server, std::move(handlers), settings.server.plaintext ? nullptr : tls);
   if (!rpc.ok()) return rpc.error();
   server->rpc_ = std::move(rpc).value();
   RpcServer* const rpc_server = server->rpc_.get();
@@ -135,6 +205,21 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   for (const auto& c : kRpcCounters) {
     server->registry_.AddCounterFunction(c.name, c.help, {},
                                          [rpc_server, field = c.field] { return rpc_server->stats().*field; });
+  }
+  AdminServer* const admin_server = server->admin_.get();
+  for (size_t i = 0; i < kTlsRefusalCount; ++i) {
+    const auto refusal = static_cast<TlsRefusal>(i);
+    const char* help = "Clients refused during or right after the TLS handshake, by port and reason.";
+    if (rpc_server->uses_tls()) {
+      server->registry_.AddCounterFunction("txscore_tls_refusals_total", help,
+                                           {{"port", "thrift"}, {"reason", TlsRefusalName(refusal)}},
+                                           [rpc_server, i] { return rpc_server->stats().tls_refusals[i]; });
+    }
+    if (admin_server->uses_tls()) {
+      server->registry_.AddCounterFunction("txscore_tls_refusals_total", help,
+                                           {{"port", "admin"}, {"reason", TlsRefusalName(refusal)}},
+                                           [admin_server, refusal] { return admin_server->tls_refusals(refusal); });
+    }
   }
 
   return server;
@@ -251,7 +336,24 @@ std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
   return version;
 }
 
-ScoringServer::ReloadOutcome ScoringServer::Reload(const std::string& trigger) {
+void ScoringServer::RecordAction(const storage::AuditAction& action) {
+  spdlog::info("operator action: {} by {} on {}: {}{}{}", action.action, action.caller, action.target, action.outcome,
+               action.detail.empty() ? "" : ": ", action.detail);
+  // The database is open from Create's end until Stop has stopped both ports.
+  const Phase phase = phase_.load();
+  if (phase != Phase::kServing && phase != Phase::kDraining) {
+    spdlog::error("audit: the {} by {} is not recorded: the database is not open yet", action.action, action.caller);
+    return;
+  }
+  storage::WriteBatch batch;
+  Status written = audit_log().AppendAction(action, &batch);
+  if (written.ok()) written = db_->Write(batch);
+  if (!written.ok()) {
+    spdlog::error("audit: cannot record the {} by {}: {}", action.action, action.caller, written.error().ToString());
+  }
+}
+
+ScoringServer::ReloadOutcome ScoringServer::Reload(const std::string& trigger, const std::string& caller) {
   ReloadOutcome outcome = TryReload(trigger);
   if (claims_pipeline_ != nullptr && !outcome.busy) {
     // Reloads replace the transaction pipeline only: a job runs start to end on one claims
@@ -277,6 +379,14 @@ ScoringServer::ReloadOutcome ScoringServer::Reload(const std::string& trigger) {
   } else {
     spdlog::error("reload ({}): refused, the running pipeline keeps serving: {}", trigger, outcome.detail);
   }
+  storage::AuditAction action;
+  action.time_us = MicrosNow();
+  action.action = "reload";
+  action.caller = caller.empty() ? trigger : caller;
+  action.target = settings_path_;
+  action.outcome = outcome.applied ? "applied" : "refused";
+  action.detail = outcome.detail;
+  RecordAction(action);
   std::lock_guard<std::mutex> lock(history_mutex_);
   history_.push_back(outcome);
   if (history_.size() > kReloadHistory) history_.erase(history_.begin());
@@ -305,6 +415,12 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = "these settings change only with a restart: " + list;
     return outcome;
   }
+  // Certificates, keys and allowlists are read again: files rotated on disk take effect now.
+  Result<std::shared_ptr<const TlsServerContext>> tls = LoadTls(*settings);
+  if (!tls.ok()) {
+    outcome.detail = tls.error().ToString();
+    return outcome;
+  }
   Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(
       settings->pipeline, runtime_.kinds != nullptr ? *runtime_.kinds : pipelines::BuiltinStageKinds());
   if (!loaded.ok()) {
@@ -327,6 +443,8 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     return outcome;
   }
   active_.Set(Serve(pipeline));
+  rpc_->SetTls(*tls);
+  admin_->SetTls(*tls);
   settings_ = std::make_shared<const ServiceSettings>(std::move(settings).value());
   const pipelines::PipelineConfig& config = pipeline->config();
   {
@@ -347,11 +465,11 @@ std::vector<ScoringServer::ReloadOutcome> ScoringServer::reload_history() const 
   return history_;
 }
 
-HttpResponse ScoringServer::ReloadOverHttp() {
+HttpResponse ScoringServer::ReloadOverHttp(const Caller& caller) {
   if (phase_.load() != Phase::kServing) {
     return {503, "application/json", "{\"error\": \"not serving\"}\n"};
   }
-  const ReloadOutcome outcome = Reload("admin");
+  const ReloadOutcome outcome = Reload("admin", caller.Describe());
   nlohmann::json body = {{"applied", outcome.applied},
                          {"detail", outcome.detail},
                          {"pipeline_version", outcome.pipeline_version},

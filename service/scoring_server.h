@@ -2,7 +2,7 @@
 // and the HTTP admin server, wired together. `txscore serve` and the integration tests
 // both run exactly this.
 //
-// Hot reload: Reload() (SIGHUP in `txscore serve`, or POST /admin/reload from a local caller)
+// Hot reload: Reload() (SIGHUP in `txscore serve`, or POST /admin/reload from an operator)
 // reads the settings file and the pipeline file it names again, and loads the new pipeline, models, schemas and
 // checkpoints beside the running ones; checks them (every stage prepared, a canary transaction scored without writing
 // anything); then swaps them in atomically (ActivePipeline). Every request runs entirely on the old or entirely on the
@@ -89,8 +89,11 @@ class ScoringServer {
     std::string model_version;
   };
   // Thread-safe; one reload at a time (a second one meanwhile is refused at once). Blocks
-  // until the new set is loaded and checked (seconds with an LLM checkpoint).
-  ReloadOutcome Reload(const std::string& trigger);
+  // until the new set is loaded and checked (seconds with an LLM checkpoint). The TLS
+  // certificates, key and allowlists are read again too; new connections use them. Every
+  // reload, applied or refused, is an operator action in the audit trail, by `caller`
+  // (Caller::Describe) or, when empty, by `trigger`.
+  ReloadOutcome Reload(const std::string& trigger, const std::string& caller = "");
   // The last reloads, oldest first (at most kReloadHistory).
   std::vector<ReloadOutcome> reload_history() const;
   static constexpr size_t kReloadHistory = 20;
@@ -102,8 +105,10 @@ class ScoringServer {
 
  private:
   ScoringServer() = default;
-  HttpResponse Readiness() const;  // the /readyz answer
-  HttpResponse ReloadOverHttp();   // POST /admin/reload
+  HttpResponse Readiness() const;                     // the /readyz answer
+  HttpResponse ReloadOverHttp(const Caller& caller);  // POST /admin/reload
+  // Writes an operator action to the audit trail (logged too); failures are logged.
+  void RecordAction(const storage::AuditAction& action);
   // Metrics for a pipeline about to serve (series shared across versions by name and labels).
   std::shared_ptr<const ActivePipeline::Version> Serve(std::shared_ptr<pipelines::ScoringPipeline> pipeline);
   ReloadOutcome TryReload(const std::string& trigger);
@@ -114,6 +119,7 @@ class ScoringServer {
   // The settings in force: loaded again by each reload (under reload_mutex_), replaced when it
   // applies (only `pipeline:` may have changed).
   std::shared_ptr<const ServiceSettings> settings_;
+  std::string settings_path_;           // the settings file (fixed at Create), the target of reload actions
   pipelines::PipelineRuntime runtime_;  // as given to Create
   std::mutex reload_mutex_;
   mutable std::mutex history_mutex_;

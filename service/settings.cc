@@ -18,10 +18,11 @@ using pipelines::YamlReader;
 
 Status ParseServer(const YamlReader& r, const YAML::Node& node, RpcServerConfig* out) {
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "server",
-                                      {"host", "port", "workers", "io_threads", "max_connections",
+                                      {"host", "port", "plaintext", "workers", "io_threads", "max_connections",
                                        "max_queued_requests", "frame_timeout_ms", "idle_timeout_ms", "limits"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "host", false, &out->host));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "port", 0, 65535, &out->port));
+  TXSCORE_RETURN_IF_ERROR(r.ReadBool(node, "plaintext", &out->plaintext));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "workers", 1, 1024, &out->workers));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "io_threads", 1, 64, &out->io_threads));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_connections", 1, 1000000, &out->max_connections));
@@ -54,6 +55,32 @@ Status ReadNameList(const YamlReader& r, const YAML::Node& map, const std::strin
     Status checked = check(item.Scalar());
     if (!checked.ok()) return r.ErrorAt(item, checked.error().message);
     out->push_back(item.Scalar());
+  }
+  return Status::Ok();
+}
+
+// security.tls (service/tls.h). Files must exist; the key's mode is checked when it is loaded.
+Status ParseTls(const YamlReader& r, const YAML::Node& node, TlsConfig* out) {
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+      node, "security.tls",
+      {"certificate", "private_key", "client_ca", "min_version", "thrift_clients", "admin_clients", "operators"}));
+  using PathMustBe = YamlReader::PathMustBe;
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "certificate", true, PathMustBe::kRegularFile, &out->certificate));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "private_key", true, PathMustBe::kRegularFile, &out->private_key));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "client_ca", true, PathMustBe::kRegularFile, &out->client_ca));
+  if (node["min_version"]) {
+    std::string version;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "min_version", false, &version));
+    if (version != "1.2" && version != "1.3") {
+      return r.ErrorAt(node["min_version"], "min_version must be \"1.2\" or \"1.3\", not \"" + version + "\"");
+    }
+    out->min_version = version == "1.3" ? TlsVersion::k1_3 : TlsVersion::k1_2;
+  }
+  const auto any_name = [](const std::string&) { return Status::Ok(); };
+  for (const auto& [key, list] :
+       {std::pair{"thrift_clients", &out->thrift_clients}, std::pair{"admin_clients", &out->admin_clients},
+        std::pair{"operators", &out->operators}}) {
+    if (node[key]) TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, key, any_name, list));
   }
   return Status::Ok();
 }
@@ -195,9 +222,10 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(root, "pipeline", true, YamlReader::PathMustBe::kRegularFile, &settings.pipeline));
   if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &settings.server));
   if (const YAML::Node a = root["admin"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port", "plaintext"}));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(a, "host", false, &settings.admin.host));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(a, "port", 0, 65535, &settings.admin.port));
+    TXSCORE_RETURN_IF_ERROR(r.ReadBool(a, "plaintext", &settings.admin.plaintext));
   }
   const YAML::Node storage = root["storage"];
   if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
@@ -212,9 +240,13 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   }
   const YAML::Node security = root["security"];
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file", "tls"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, YamlReader::PathMustBe::kRegularFile,
                                      &settings.security.card_key_file));
+  if (const YAML::Node tls = security["tls"]) {
+    settings.security.tls.emplace();
+    TXSCORE_RETURN_IF_ERROR(ParseTls(r, tls, &*settings.security.tls));
+  }
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &settings.devices));
   if (const YAML::Node j = root["jobs"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
@@ -237,6 +269,10 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
     if (const YAML::Node node = root[section]) Flatten(node, section, &settings.restart_only);
   }
+  // Reloadable: certificates, keys and allowlists are read again by each reload.
+  for (auto it = settings.restart_only.begin(); it != settings.restart_only.end();) {
+    it = it->first.rfind("security.tls", 0) == 0 ? settings.restart_only.erase(it) : std::next(it);
+  }
   return settings;
 }
 
@@ -250,9 +286,12 @@ std::vector<std::string> RestartOnlyChanges(const ServiceSettings& running, cons
   // A section whose values are the same is no change, however it is written (a default made
   // explicit, a path written another way): only the keys of sections that differ are named.
   const std::map<std::string, bool> section_changed = {
-      {"server", !(running.server == loaded.server)},    {"admin", !(running.admin == loaded.admin)},
-      {"storage", !(running.storage == loaded.storage)}, {"security", !(running.security == loaded.security)},
-      {"devices", !(running.devices == loaded.devices)}, {"jobs", !(running.jobs == loaded.jobs)},
+      {"server", !(running.server == loaded.server)},
+      {"admin", !(running.admin == loaded.admin)},
+      {"storage", !(running.storage == loaded.storage)},
+      {"security", running.security.card_key_file != loaded.security.card_key_file},
+      {"devices", !(running.devices == loaded.devices)},
+      {"jobs", !(running.jobs == loaded.jobs)},
   };
   std::vector<std::string> changes;
   std::set<std::string> keys, named_sections;

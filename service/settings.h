@@ -6,7 +6,7 @@
 //   server: ...               # Thrift (txscore serve)
 //   admin: ...                # HTTP: health, metrics, reload (txscore serve)
 //   storage: ...              # required: the RocksDB directory
-//   security: ...             # required: the card key
+//   security: ...             # required: the card key; TLS for both ports (security.tls)
 //   devices: ...              # which devices the process looks for
 //   jobs: ...                 # claims jobs over Thrift (txscore serve)
 //
@@ -18,11 +18,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "accelerator/backend.h"
 #include "common/result.h"
+#include "service/tls.h"
 #include "storage/database.h"
 
 namespace txscore::service {
@@ -40,6 +42,9 @@ struct ThriftLimits {
 struct RpcServerConfig {
   std::string host = "0.0.0.0";  // Default: all interfaces
   int port = 9090;               // Default: 9090; 0 picks a free port
+  // Default: false, and the port serves TLS with client certificates (security.tls). true:
+  // plaintext, no caller identity, a warning at start-up; for a trusted network or tests only.
+  bool plaintext = false;
   // Default: 8 requests run at once. A connection holds no thread: only a complete frame
   // needs one (service/rpc_server.h).
   int workers = 8;
@@ -59,6 +64,9 @@ struct RpcServerConfig {
 struct AdminConfig {
   std::string host = "127.0.0.1";  // Default: loopback only
   int port = 9091;                 // Default: 9091; 0 picks a free port
+  // Default: false, and the port serves HTTPS with client certificates (security.tls). true:
+  // plain HTTP; only loopback callers may reload; a warning at start-up.
+  bool plaintext = false;
   bool operator==(const AdminConfig&) const = default;
 };
 
@@ -68,8 +76,12 @@ struct StorageConfig {
   bool operator==(const StorageConfig&) const = default;
 };
 
+// `security:`. `tls` is needed by `txscore serve` unless both ports say plaintext: true; it is
+// read again by each reload (certificates and lists may change without a restart), so it is
+// not restart-only. `card_key_file` is.
 struct SecurityConfig {
   std::string card_key_file;  // required: >= 32 random bytes, mode 0600
+  std::optional<TlsConfig> tls;
   bool operator==(const SecurityConfig&) const = default;
 };
 

@@ -167,8 +167,20 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
   }
 }
 
-TxScoreHandler::TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs)
-    : active_(active), jobs_(jobs), ready_(ready) {}
+Caller InProcessCaller() {
+  Caller caller;
+  caller.address = "in-process";
+  caller.is_operator = true;
+  return caller;
+}
+
+TxScoreHandler::TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs,
+                               Caller caller, ActionRecorder record_action)
+    : active_(active),
+      jobs_(jobs),
+      ready_(ready),
+      caller_(std::move(caller)),
+      record_action_(std::move(record_action)) {}
 
 void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
   const auto start = std::chrono::steady_clock::now();
@@ -268,19 +280,52 @@ ClaimsJobManager& TxScoreHandler::Jobs() const {
   return *jobs_;
 }
 
+void TxScoreHandler::Record(const std::string& action, const std::string& target, const std::string& outcome,
+                            const std::string& detail) const {
+  if (!record_action_) return;
+  storage::AuditAction entry;
+  entry.time_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  entry.action = action;
+  entry.caller = caller_.Describe();
+  entry.target = target;
+  entry.outcome = outcome;
+  entry.detail = detail;
+  record_action_(entry);
+}
+
+void TxScoreHandler::RequireOperator(const std::string& action, const std::string& target) const {
+  if (caller_.is_operator) return;
+  const std::string reason = caller_.identity + " is not an operator (security.tls.operators): only operators may " +
+                             (action == "submit_claims_job" ? "submit" : "cancel") + " claims jobs";
+  Record(action, target, "denied", reason);
+  rpc::AccessDenied denied;
+  denied.reason = reason;
+  throw denied;
+}
+
 void TxScoreHandler::submitClaimsJob(rpc::ClaimsJobStatus& status, const rpc::ClaimsJobRequest& request) {
+  const std::string target =
+      request.__isset.input_path ? request.input_path : std::to_string(request.claims.size()) + " claims sent inline";
+  RequireOperator("submit_claims_job", target);
   ClaimsJobManager& jobs = Jobs();
   if (request.__isset.input_path == request.__isset.claims) {
     throw ToInvalidRequest(InvalidArgument("set exactly one of input_path and claims", "input_path"));
   }
-  if (request.__isset.input_path) {
-    status = JobStatusOrThrow(jobs.SubmitFile(request.input_path, request.restart), "");
-    return;
+  Result<ClaimsJobView> submitted = [&] {
+    if (request.__isset.input_path) return jobs.SubmitFile(request.input_path, request.restart);
+    std::vector<fraud::RawClaim> claims;
+    claims.reserve(request.claims.size());
+    for (const rpc::Claim& c : request.claims) claims.push_back(FromThriftClaim(c));
+    return jobs.SubmitClaims(claims, request.restart);
+  }();
+  if (submitted.ok()) {
+    Record("submit_claims_job", target, "applied", "job " + submitted->job_id + (request.restart ? " (restart)" : ""));
+  } else {
+    Record("submit_claims_job", target, "refused", submitted.error().ToString());
   }
-  std::vector<fraud::RawClaim> claims;
-  claims.reserve(request.claims.size());
-  for (const rpc::Claim& c : request.claims) claims.push_back(FromThriftClaim(c));
-  status = JobStatusOrThrow(jobs.SubmitClaims(claims, request.restart), "");
+  status = JobStatusOrThrow(submitted, "");
 }
 
 void TxScoreHandler::claimsJobStatus(rpc::ClaimsJobStatus& status, const std::string& job_id) {
@@ -288,7 +333,11 @@ void TxScoreHandler::claimsJobStatus(rpc::ClaimsJobStatus& status, const std::st
 }
 
 void TxScoreHandler::cancelClaimsJob(rpc::ClaimsJobStatus& status, const std::string& job_id) {
-  status = JobStatusOrThrow(Jobs().Cancel(job_id), job_id);
+  RequireOperator("cancel_claims_job", job_id);
+  Result<ClaimsJobView> cancelled = Jobs().Cancel(job_id);
+  Record("cancel_claims_job", job_id, cancelled.ok() ? "applied" : "refused",
+         cancelled.ok() ? "" : cancelled.error().ToString());
+  status = JobStatusOrThrow(cancelled, job_id);
 }
 
 }  // namespace txscore::service

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,8 @@
 #include "pipelines/scoring_pipeline.h"
 #include "service/claims_jobs.h"
 #include "service/metrics.h"
+#include "service/tls.h"
+#include "storage/audit_log.h"
 
 namespace txscore::service {
 
@@ -72,11 +75,21 @@ class ActivePipeline {
   std::shared_ptr<const Version> current_;
 };
 
+// Writes an operator action to the audit trail. Thread-safe.
+using ActionRecorder = std::function<void(const storage::AuditAction& action)>;
+
+// A caller inside the process (tests, tools): no identity, may operate.
+Caller InProcessCaller();
+
+// One per connection: it knows who the caller is (service/tls.h).
 class TxScoreHandler : public rpc::TxScoreIf {
  public:
   // `active` and `jobs` must outlive the handler. `ready` is read by health(). `jobs` is null
-  // when the server runs no claims jobs (no jobs section).
-  TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs = nullptr);
+  // when the server runs no claims jobs (no jobs section). Submitting and cancelling jobs needs
+  // `caller` to be an operator; each attempt, allowed or not, goes to `record_action` (none:
+  // not recorded).
+  TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs = nullptr,
+                 Caller caller = InProcessCaller(), ActionRecorder record_action = nullptr);
 
   void score(rpc::ScoreResult& result, const rpc::Transaction& transaction) override;
   void scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) override;
@@ -88,10 +101,16 @@ class TxScoreHandler : public rpc::TxScoreIf {
  private:
   // The job manager, or a ServiceError saying how to enable jobs.
   ClaimsJobManager& Jobs() const;
+  // Throws AccessDenied (and records the attempt) unless the caller is an operator.
+  void RequireOperator(const std::string& action, const std::string& target) const;
+  void Record(const std::string& action, const std::string& target, const std::string& outcome,
+              const std::string& detail) const;
 
   const ActivePipeline* active_;
   ClaimsJobManager* jobs_;
   const std::atomic<bool>* ready_;
+  const Caller caller_;
+  const ActionRecorder record_action_;
 };
 
 }  // namespace txscore::service

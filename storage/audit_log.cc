@@ -84,6 +84,34 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
   return r;
 }
 
+std::string EncodeAuditAction(const AuditAction& a) {
+  // "kind" first, so IsAuditAction needs no parse.
+  nlohmann::ordered_json doc = {{"kind", "action"},   {"time_us", a.time_us}, {"action", a.action},
+                                {"caller", a.caller}, {"target", a.target},   {"outcome", a.outcome},
+                                {"detail", a.detail}};
+  return doc.dump();
+}
+
+bool IsAuditAction(const std::string& json_text) { return json_text.rfind("{\"kind\":\"action\"", 0) == 0; }
+
+Result<AuditAction> DecodeAuditAction(const std::string& json_text) {
+  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return DataLoss("audit action is not a JSON object");
+  AuditAction a;
+  try {
+    if (doc.at("kind").get<std::string>() != "action") return DataLoss("audit record is not an action");
+    a.time_us = doc.at("time_us").get<int64_t>();
+    a.action = doc.at("action").get<std::string>();
+    a.caller = doc.at("caller").get<std::string>();
+    a.target = doc.at("target").get<std::string>();
+    a.outcome = doc.at("outcome").get<std::string>();
+    a.detail = doc.at("detail").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("audit action is malformed: ") + e.what());
+  }
+  return a;
+}
+
 namespace {
 
 constexpr size_t kRecordKeyBytes = 16;
@@ -126,6 +154,14 @@ Status AuditLog::BeginWriting() {
 }
 
 Status AuditLog::Append(const AuditRecord& record, WriteBatch* batch) {
+  return AppendEncoded(record.time_us, EncodeAuditRecord(record), batch);
+}
+
+Status AuditLog::AppendAction(const AuditAction& action, WriteBatch* batch) {
+  return AppendEncoded(action.time_us, EncodeAuditAction(action), batch);
+}
+
+Status AuditLog::AppendEncoded(int64_t time_us, std::string value, WriteBatch* batch) {
   if (!writing_) return FailedPrecondition("AuditLog::Append before BeginWriting");
   const uint64_t counter = counter_.fetch_add(1, std::memory_order_relaxed);
   if (counter >= (uint64_t{1} << kCounterBits)) {
@@ -133,23 +169,39 @@ Status AuditLog::Append(const AuditRecord& record, WriteBatch* batch) {
   }
   std::string key;
   key.reserve(kRecordKeyBytes);
-  PutU64BE(&key, static_cast<uint64_t>(record.time_us));
+  PutU64BE(&key, static_cast<uint64_t>(time_us));
   PutU64BE(&key, (uint64_t{epoch_} << kCounterBits) | counter);
-  batch->Put(ColumnFamily::kAudit, key, EncodeAuditRecord(record));
+  batch->Put(ColumnFamily::kAudit, key, value);
   return Status::Ok();
 }
 
+template <typename Entry>
+Result<std::vector<Entry>> AuditLog::ReadLastOfKind(size_t limit, bool actions,
+                                                    Result<Entry> (*decode)(const std::string&)) const {
+  std::vector<Entry> entries;
+  Status error;
+  TXSCORE_RETURN_IF_ERROR(db_->ScanBackward(ColumnFamily::kAudit, [&](std::string_view key, std::string_view value) {
+    if (entries.size() >= limit) return false;
+    const std::string text(value);
+    if (key.size() != kRecordKeyBytes || IsAuditAction(text) != actions) return true;  // the epoch record, another kind
+    Result<Entry> entry = decode(text);
+    if (!entry.ok()) {
+      error = entry.error();
+      return false;
+    }
+    entries.push_back(std::move(entry).value());
+    return true;
+  }));
+  if (!error.ok()) return error.error();
+  return entries;
+}
+
 Result<std::vector<AuditRecord>> AuditLog::ReadLast(size_t limit) const {
-  auto entries = db_->ReadLast(ColumnFamily::kAudit, limit);
-  if (!entries.ok()) return entries.error();
-  std::vector<AuditRecord> records;
-  for (const auto& [key, value] : *entries) {
-    if (key.size() != kRecordKeyBytes) continue;  // the epoch record
-    Result<AuditRecord> record = DecodeAuditRecord(value);
-    if (!record.ok()) return record.error();
-    records.push_back(std::move(record).value());
-  }
-  return records;
+  return ReadLastOfKind<AuditRecord>(limit, /*actions=*/false, &DecodeAuditRecord);
+}
+
+Result<std::vector<AuditAction>> AuditLog::ReadLastActions(size_t limit) const {
+  return ReadLastOfKind<AuditAction>(limit, /*actions=*/true, &DecodeAuditAction);
 }
 
 }  // namespace txscore::storage

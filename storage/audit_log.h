@@ -1,4 +1,5 @@
-// The audit trail: one record per decision, in column family `audit`.
+// The audit trail: one record per decision, and one per operator action (a reload, a claims
+// job submitted or cancelled, allowed or denied), in column family `audit`, one sequence.
 //
 // Keys are 16 bytes, big-endian (time_us, sequence), so RocksDB's byte order is time order
 // and "the last N" is a reverse scan. The sequence is (epoch << 40 | counter): each writer
@@ -67,6 +68,23 @@ struct AuditRecord {
 std::string EncodeAuditRecord(const AuditRecord& record);
 Result<AuditRecord> DecodeAuditRecord(const std::string& json_text);
 
+// Something an operator did or tried, in the same trail as the decisions.
+struct AuditAction {
+  int64_t time_us = 0;  // when, microseconds since the epoch (UTC)
+  std::string action;   // "reload", "submit_claims_job", "cancel_claims_job"
+  // Who: the caller's certificate identity and address ("txscore-admin (127.0.0.1:5555)"),
+  // "unauthenticated 127.0.0.1:5555" on a plaintext port, or "signal SIGHUP".
+  std::string caller;
+  std::string target;   // what it acted on: a job id, the settings file
+  std::string outcome;  // "applied"; "refused" (tried, and it failed); "denied" (the caller may not)
+  std::string detail;
+};
+
+// Stored as JSON with "kind": "action" (decision records have no "kind").
+std::string EncodeAuditAction(const AuditAction& action);
+Result<AuditAction> DecodeAuditAction(const std::string& json_text);
+bool IsAuditAction(const std::string& json_text);
+
 class AuditLog {
  public:
   explicit AuditLog(Database* db) : db_(db) {}
@@ -77,11 +95,21 @@ class AuditLog {
   // Adds the record to `batch` under a fresh, time-ordered key. kFailedPrecondition before
   // BeginWriting, or after 2^40 records of one epoch (restart the writer).
   Status Append(const AuditRecord& record, WriteBatch* batch);
+  // The same for an operator action.
+  Status AppendAction(const AuditAction& action, WriteBatch* batch);
   uint32_t epoch() const { return epoch_; }
-  // Up to `limit` most recent records, newest first.
+  // Up to `limit` most recent decision records, newest first.
   Result<std::vector<AuditRecord>> ReadLast(size_t limit) const;
+  // Up to `limit` most recent operator actions, newest first.
+  Result<std::vector<AuditAction>> ReadLastActions(size_t limit) const;
 
  private:
+  Status AppendEncoded(int64_t time_us, std::string value, WriteBatch* batch);
+  // The newest `limit` entries of one kind (actions or decisions), newest first.
+  template <typename Entry>
+  Result<std::vector<Entry>> ReadLastOfKind(size_t limit, bool actions,
+                                            Result<Entry> (*decode)(const std::string&)) const;
+
   Database* db_;
   uint32_t epoch_ = 0;
   bool writing_ = false;

@@ -142,6 +142,19 @@ Result<std::vector<std::pair<std::string, std::string>>> Database::ReadLast(Colu
   return out;
 }
 
+Status Database::ScanBackward(ColumnFamily cf,
+                              const std::function<bool(std::string_view key, std::string_view value)>& visit) const {
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
+  for (it->SeekToLast(); it->Valid(); it->Prev()) {
+    if (!visit(std::string_view(it->key().data(), it->key().size()),
+               std::string_view(it->value().data(), it->value().size()))) {
+      return Status::Ok();
+    }
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), std::string("scan ") + ColumnFamilyName(cf));
+  return Status::Ok();
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> Database::ReadAll(ColumnFamily cf) const {
   std::vector<std::pair<std::string, std::string>> out;
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));

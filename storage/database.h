@@ -12,6 +12,7 @@
 //          writes of the last moments (until the OS flushes, typically up to ~30 s).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,9 @@ class Database {
   Status Write(const WriteBatch& batch);
   // Up to `limit` entries with the largest keys, largest first.
   Result<std::vector<std::pair<std::string, std::string>>> ReadLast(ColumnFamily cf, size_t limit) const;
+  // Visits entries from the largest key down while `visit` returns true.
+  Status ScanBackward(ColumnFamily cf,
+                      const std::function<bool(std::string_view key, std::string_view value)>& visit) const;
   // Every entry, smallest key first (tests and tools; not for the request path).
   Result<std::vector<std::pair<std::string, std::string>>> ReadAll(ColumnFamily cf) const;
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "fraud/trainer.h"
+#include "tests/test_pki.h"
 
 namespace txscore::testing {
 
@@ -121,19 +122,22 @@ std::string WriteClaimsPipelineWithLlmStage(const TempDir& dir, const std::strin
   return yaml;
 }
 
-std::string WriteTestPipeline(const TempDir& dir, const std::string& durability) {
+std::string WriteTestPipeline(const TempDir& dir, const std::string& durability, TestTransport transport) {
   const std::string key = dir.file("card.key");
   WriteFile(key, std::string(32, 'k'));
   ::chmod(key.c_str(), 0600);
+  const bool tls = transport == TestTransport::kTls;
+  const std::string plaintext = tls ? "" : "  plaintext: true\n";
   WriteFile(TestSettingsPath(dir),
             "pipeline: pipeline.yaml\n"
-            "server:\n  host: 127.0.0.1\n  port: 0\n  workers: 4\n  frame_timeout_ms: 2000\n"
-            "  limits:\n    max_string_bytes: 1024\n    max_container_items: 100\n"
-            "admin:\n  host: 127.0.0.1\n  port: 0\n"
-            "storage:\n  path: db\n  durability: " +
-                durability +
+            "server:\n  host: 127.0.0.1\n  port: 0\n  workers: 4\n  frame_timeout_ms: 2000\n" +
+                plaintext +
+                "  limits:\n    max_string_bytes: 1024\n    max_container_items: 100\n"
+                "admin:\n  host: 127.0.0.1\n  port: 0\n" +
+                plaintext + "storage:\n  path: db\n  durability: " + durability +
                 "\n"
-                "security:\n  card_key_file: card.key\n");
+                "security:\n  card_key_file: card.key\n" +
+                (tls ? TestTlsSettingsYaml() : ""));
   const std::string yaml = dir.file("pipeline.yaml");
   WriteFile(yaml,
             "pipeline:\n  name: test\n  version: \"t1\"\n"

@@ -49,10 +49,15 @@ std::string ReadFile(const std::string& path);
 // and ubj copies. Returns the directory holding fraud.json, fraud.ubj and fraud.features.json.
 const std::string& SmallModelDir();
 
+// How a test server's ports are reached: plaintext (server.plaintext and admin.plaintext true),
+// or TLS with client certificates from SharedTestPki (tests/test_pki.h).
+enum class TestTransport { kPlaintext, kTls };
+
 // Writes a 32-byte key DIR/card.key (mode 0600), a pipeline file DIR/pipeline.yaml using the
 // small model, and service settings DIR/settings.yaml naming it (database DIR/db with
-// `durability`, ports 0). Returns the pipeline file's path.
-std::string WriteTestPipeline(const TempDir& dir, const std::string& durability = "wal");
+// `durability`, ports 0, `transport`). Returns the pipeline file's path.
+std::string WriteTestPipeline(const TempDir& dir, const std::string& durability = "wal",
+                              TestTransport transport = TestTransport::kPlaintext);
 // What WriteTestPipeline wrote beside the pipeline file.
 inline std::string TestSettingsPath(const TempDir& dir) { return dir.file("settings.yaml"); }
 inline std::string TestCardKeyPath(const TempDir& dir) { return dir.file("card.key"); }

@@ -1,4 +1,5 @@
-// txscore audit --last N: recent audit records, newest first, one JSON object per line.
+// txscore audit --last N [--actions]: recent decisions (or operator actions: reloads, claims
+// jobs submitted or cancelled, with who did them), newest first, one JSON object per line.
 #include <cstdio>
 
 #include "service/commands/commands.h"
@@ -13,6 +14,7 @@ struct AuditOptions {
   std::string config_path = "config/txscore.yaml";
   std::string db_path;
   size_t last = 10;
+  bool actions = false;
 };
 
 int RunAudit(const AuditOptions& options) {
@@ -33,6 +35,18 @@ int RunAudit(const AuditOptions& options) {
     return 1;
   }
   storage::AuditLog log(db->get());
+  if (options.actions) {
+    Result<std::vector<storage::AuditAction>> actions = log.ReadLastActions(options.last);
+    if (!actions.ok()) {
+      std::fprintf(stderr, "%s\n", actions.error().ToString().c_str());
+      return 1;
+    }
+    for (const storage::AuditAction& action : *actions) {
+      std::printf("%s\n", storage::EncodeAuditAction(action).c_str());
+    }
+    if (actions->empty()) std::fprintf(stderr, "no operator actions yet in %s\n", path.c_str());
+    return 0;
+  }
   Result<std::vector<storage::AuditRecord>> records = log.ReadLast(options.last);
   if (!records.ok()) {
     std::fprintf(stderr, "%s\n", records.error().ToString().c_str());
@@ -53,6 +67,8 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--config", options->config_path, "Service settings file naming the database")->capture_default_str();
   cmd->add_option("--db", options->db_path, "Database directory (overrides --config)");
+  cmd->add_flag("--actions", options->actions,
+                "Operator actions instead of decisions: reloads, claims jobs submitted or cancelled, and who did them");
   cmd->callback([options, exit_code] { *exit_code = RunAudit(*options); });
 }
 

@@ -11,6 +11,7 @@
 #include "common/host_port.h"
 #include "fraud/claim.h"
 #include "gen-cpp/TxScore.h"
+#include "service/commands/client_tls.h"
 #include "service/commands/commands.h"
 #include "service/rpc_client.h"
 #include "service/transaction_json.h"
@@ -20,6 +21,7 @@ namespace {
 
 struct JobOptions {
   std::string server = "127.0.0.1:9090";
+  ClientTlsFlags tls;
   std::string action;       // submit, status, cancel
   std::string input_path;   // submit: a file in the server's jobs input directory
   std::string claims_file;  // submit: local JSON-lines claims, sent inline
@@ -93,7 +95,13 @@ int RunJob(const JobOptions& options) {
     std::fprintf(stderr, "%s needs --id JOB_ID\n", options.action.c_str());
     return 2;
   }
-  Result<std::unique_ptr<RpcConnection>> connection = RpcConnection::Open(*server, {.recv_timeout_ms = 60000});
+  Result<TlsClientFiles> tls = ResolveClientTls(options.tls);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "%s\n", tls.error().message.c_str());
+    return 2;
+  }
+  Result<std::unique_ptr<RpcConnection>> connection =
+      RpcConnection::Open(*server, {.recv_timeout_ms = 60000, .tls = *tls});
   if (!connection.ok()) {
     std::fprintf(stderr, "cannot reach %s: %s\nIs the server running?\n", options.server.c_str(),
                  connection.error().message.c_str());
@@ -114,6 +122,9 @@ int RunJob(const JobOptions& options) {
     return 1;
   } catch (const rpc::ServiceError& e) {
     std::fprintf(stderr, "the server failed: %s\n", e.reason.c_str());
+    return 1;
+  } catch (const rpc::AccessDenied& e) {
+    std::fprintf(stderr, "denied: %s\nJob control needs an operator's certificate (--tls-dir).\n", e.reason.c_str());
     return 1;
   } catch (const apache::thrift::TException& e) {
     const size_t request_bytes = SerializedBytes(request);
@@ -141,6 +152,7 @@ void AddJobCommand(CLI::App& app, int* exit_code) {
   for (const char* action : {"submit", "status", "cancel"}) {
     CLI::App* cmd = job->add_subcommand(action, std::string(action) + " a claims job");
     cmd->add_option("--server", options->server, "HOST:PORT of txscore serve")->capture_default_str();
+    AddClientTlsFlags(cmd, &options->tls, "var/pki/admin");
     if (std::string(action) == "submit") {
       cmd->add_option("--input", options->input_path, "A claims file in the server's jobs.input_dir");
       cmd->add_option("--claims", options->claims_file, "A local JSON-lines claims file, sent inline");

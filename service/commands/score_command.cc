@@ -14,6 +14,7 @@
 #include "fraud/card_token.h"
 #include "fraud/synthetic.h"
 #include "gen-cpp/TxScore.h"
+#include "service/commands/client_tls.h"
 #include "service/commands/commands.h"
 #include "service/rpc_client.h"
 #include "service/transaction_json.h"
@@ -23,6 +24,7 @@ namespace {
 
 struct ScoreOptions {
   std::string server = "127.0.0.1:9090";
+  ClientTlsFlags tls;
   std::string file;
   int count = 0;  // 0: all
   uint64_t seed = 7;
@@ -111,7 +113,12 @@ int RunScore(const ScoreOptions& options) {
   }
   if (options.count > 0 && static_cast<int>(transactions.size()) > options.count) transactions.resize(options.count);
 
-  Result<std::unique_ptr<RpcConnection>> connection = RpcConnection::Open(*server);
+  Result<TlsClientFiles> tls = ResolveClientTls(options.tls);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "%s\n", tls.error().message.c_str());
+    return 2;
+  }
+  Result<std::unique_ptr<RpcConnection>> connection = RpcConnection::Open(*server, {.tls = *tls});
   if (!connection.ok()) {
     std::fprintf(stderr, "cannot connect to %s: %s\nIs the server running? Start it with ./scripts/demo.sh\n",
                  options.server.c_str(), connection.error().message.c_str());
@@ -139,7 +146,10 @@ int RunScore(const ScoreOptions& options) {
       }
     }
   } catch (const apache::thrift::TException& e) {
-    std::fprintf(stderr, "request failed: %s\n", e.what());
+    std::fprintf(stderr, "request failed: %s\n%s", e.what(),
+                 options.tls.plaintext ? ""
+                                       : "If the server refused the TLS client: its log says why (its "
+                                         "security.tls.thrift_clients must name this certificate's identity).\n");
     return 1;
   }
   (*connection)->Close();
@@ -156,6 +166,7 @@ void AddScoreCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<ScoreOptions>();
   CLI::App* cmd = app.add_subcommand("score", "Send transactions to a running server and print the results");
   cmd->add_option("--server", options->server, "HOST:PORT of txscore serve")->capture_default_str();
+  AddClientTlsFlags(cmd, &options->tls, "var/pki/client");
   cmd->add_option("--file", options->file, "JSON lines of transactions (default: generated demo transactions)");
   cmd->add_option("--count", options->count, "Send at most this many (0: all)")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print each result as a JSON line instead of a table row");

@@ -75,11 +75,13 @@ int RunServe(const ServeOptions& options) {
                  PriorityName(settings.jobs.priority));
   }
   spdlog::info(
-      "serving Thrift on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
-      "http://{}:{}/ (healthz, readyz, metrics; POST admin/reload or SIGHUP reloads the pipeline)",
-      settings.server.host, (*server)->rpc_port(), settings.server.workers, settings.server.io_threads,
-      settings.server.max_connections, settings.admin.host, (*server)->admin_port());
-  spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}", (*server)->rpc_port());
+      "serving Thrift{} on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
+      "{}://{}:{}/ (healthz, readyz, metrics; POST admin/reload by an operator, or SIGHUP, reloads the pipeline)",
+      settings.server.plaintext ? " (plaintext)" : " over mutual TLS", settings.server.host, (*server)->rpc_port(),
+      settings.server.workers, settings.server.io_threads, settings.server.max_connections,
+      settings.admin.plaintext ? "http" : "https", settings.admin.host, (*server)->admin_port());
+  spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}{}", (*server)->rpc_port(),
+               settings.server.plaintext ? " --plaintext" : " (client certificate from --tls-dir, var/pki/client)");
   // One machine-readable line for scripts and tests that asked for port 0.
   std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()
             << std::endl;
@@ -87,7 +89,7 @@ int RunServe(const ServeOptions& options) {
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGHUP) {
     spdlog::info("received SIGHUP; reloading {} and the pipeline it names", settings.source_path);
-    (*server)->Reload("SIGHUP");  // logs what happened
+    (*server)->Reload("SIGHUP", "signal SIGHUP");  // logs what happened, and audits it
   }
   spdlog::info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Stop();

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,14 @@ def main():
         os.symlink(os.path.join(repo_var, "models"), os.path.join(var, "models"))
         shutil.copy(os.path.join(repo_var, "card.key"), os.path.join(var, "card.key"))
         os.chmod(os.path.join(var, "card.key"), 0o600)
+        # The demo PKI, as scripts/setup.sh makes it for the shipped settings (var/pki).
+        pki = os.path.join(var, "pki")
+        r = subprocess.run([os.path.join(args.source, "scripts", "make-demo-pki.sh"), pki], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        client_dir, admin_dir = os.path.join(pki, "client"), os.path.join(pki, "admin")
+        admin_tls = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        admin_tls.load_cert_chain(os.path.join(admin_dir, "tls.crt"), os.path.join(admin_dir, "tls.key"))
         r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "40", "--seed", "11",
                 "--out", os.path.join(var, "claims-small.jsonl"))
         assert r.returncode == 0, r.stderr
@@ -82,7 +91,7 @@ def main():
         address = f"127.0.0.1:{ports['thrift_port']}"
 
         # Demo transactions: every result a JSON line; REVIEWs carry the forensic stage's findings.
-        r = run(txscore, "score", "--server", address, "--json")
+        r = run(txscore, "score", "--tls-dir", client_dir, "--server", address, "--json")
         assert r.returncode == 0, r.stderr
         results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
         assert len(results) > 20, r.stdout
@@ -92,7 +101,7 @@ def main():
         # A second demo run scores new cards, not the past of the first run's cards: the same
         # story, decided the same way, for the same reasons (not "seconds_since_last" of
         # transactions sent before the cards' stored history).
-        r = run(txscore, "score", "--server", address, "--json")
+        r = run(txscore, "score", "--tls-dir", client_dir, "--server", address, "--json")
         assert r.returncode == 0, r.stderr
         again = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
         def story(xs):
@@ -123,14 +132,14 @@ def main():
         server.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 60
         while True:
-            r = run(txscore, "score", "--server", address, "--json", "--count", "1")
+            r = run(txscore, "score", "--tls-dir", client_dir, "--server", address, "--json", "--count", "1")
             assert r.returncode == 0, r.stderr
             scored = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
             if scored and scored[0]["pipeline_version"] == "2026.12":
                 break
             assert time.monotonic() < deadline, f"still {scored[0]['pipeline_version']} 60 s after SIGHUP"
             time.sleep(0.2)
-        r = run(txscore, "score", "--server", address, "--json")
+        r = run(txscore, "score", "--tls-dir", client_dir, "--server", address, "--json")
         assert r.returncode == 0, r.stderr
         on_device = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
         reviews = [x for x in on_device if x.get("decision") == "REVIEW"]
@@ -146,14 +155,14 @@ def main():
         server.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 60
         while True:  # /readyz names the last reload
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports['admin_port']}/readyz") as answer:
+            with urllib.request.urlopen(f"https://127.0.0.1:{ports['admin_port']}/readyz", context=admin_tls) as answer:
                 last = json.load(answer).get("last_reload", {})
             if "workers" in last.get("detail", ""):
                 assert last["applied"] is False and last["trigger"] == "SIGHUP", last
                 break
             assert time.monotonic() < deadline, f"no refusal 60 s after SIGHUP: {last}"
             time.sleep(0.2)
-        r = run(txscore, "score", "--server", address, "--json", "--count", "1")
+        r = run(txscore, "score", "--tls-dir", client_dir, "--server", address, "--json", "--count", "1")
         assert r.returncode == 0 and '"pipeline_version": "2026.12"' in r.stdout.replace('":"', '": "'), r.stdout
         with open(pipeline, "w") as f:
             f.write(shipped)
@@ -163,7 +172,7 @@ def main():
         def wait_for_job(job_id):
             deadline = time.monotonic() + 240
             while True:
-                r = run(txscore, "job", "status", "--server", address, "--id", job_id)
+                r = run(txscore, "job", "status", "--tls-dir", admin_dir, "--server", address, "--id", job_id)
                 assert r.returncode == 0, r.stderr
                 state = r.stdout.split()[2].rstrip(":")
                 if state not in ("QUEUED", "RUNNING"):
@@ -171,7 +180,7 @@ def main():
                 assert time.monotonic() < deadline, f"job still {state} after 240 s: {r.stdout}"
                 time.sleep(0.2)
 
-        r = run(txscore, "job", "submit", "--server", address, "--input", "claims-small.jsonl")
+        r = run(txscore, "job", "submit", "--tls-dir", admin_dir, "--server", address, "--input", "claims-small.jsonl")
         assert r.returncode == 0, r.stderr
         job_id = r.stdout.split()[1]
         state, status = wait_for_job(job_id)
@@ -183,7 +192,7 @@ def main():
             first_run = [json.loads(line) for line in f]
         assert len(first_run) == 40
         # --restart: the same job, scored again from the start, to the same results.
-        r = run(txscore, "job", "submit", "--server", address, "--input", "claims-small.jsonl", "--restart")
+        r = run(txscore, "job", "submit", "--tls-dir", admin_dir, "--server", address, "--input", "claims-small.jsonl", "--restart")
         assert r.returncode == 0 and r.stdout.split()[1] == job_id, r
         state, status = wait_for_job(job_id)
         assert state == "DONE" and "40 of 40 rows, 0 errors" in status, status
@@ -192,7 +201,7 @@ def main():
         for line in first_run + second_run:
             line.pop("timings", None)
         assert second_run == first_run
-        r = run(txscore, "job", "cancel", "--server", address, "--id", job_id)  # done: nothing to stop
+        r = run(txscore, "job", "cancel", "--tls-dir", admin_dir, "--server", address, "--id", job_id)  # done: nothing to stop
         assert r.returncode == 0 and " DONE:" in r.stdout, r
 
         # The batch settings as shipped: the same claims in a process of its own (its own database).
@@ -208,9 +217,23 @@ def main():
         # Inline claims over the server's 1 MiB frame limit: told so, and what to do instead.
         big = os.path.join(work, "big.jsonl")
         assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "4000", "--out", big).returncode == 0
-        r = run(txscore, "job", "submit", "--server", address, "--claims", big)
+        r = run(txscore, "job", "submit", "--tls-dir", admin_dir, "--server", address, "--claims", big)
         assert r.returncode == 1, r
         assert "over the server's frame limit" in r.stderr and "--input NAME" in r.stderr, r.stderr
+
+        # Operator actions are in the audit trail with who did them; a client that is no operator
+        # is denied job control, and that attempt is recorded too.
+        r = run(txscore, "job", "cancel", "--tls-dir", client_dir, "--server", address, "--id", job_id)
+        assert r.returncode == 1 and "denied: txscore-client is not an operator" in r.stderr, r
+        r = run(txscore, "audit", "--actions", "--last", "50", "--config", settings)
+        assert r.returncode == 0, r.stderr
+        actions = [json.loads(line) for line in r.stdout.splitlines()]
+        assert actions[0]["action"] == "cancel_claims_job" and actions[0]["outcome"] == "denied", actions[0]
+        assert actions[0]["caller"].startswith("txscore-client (127.0.0.1:"), actions[0]
+        assert any(a["action"] == "submit_claims_job" and a["outcome"] == "applied" and
+                   a["caller"].startswith("txscore-admin (127.0.0.1:") for a in actions), actions
+        assert any(a["action"] == "reload" and a["outcome"] == "applied" and a["caller"] == "signal SIGHUP"
+                   for a in actions), actions
 
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=60)

@@ -109,14 +109,15 @@ class HotReloadTest : public ::testing::Test {
   }
   // The service settings, naming the pipeline file `pipeline`.
   void WriteSettings(const std::string& pipeline) {
-    testing::WriteFile(dir_.file("settings.yaml"), "pipeline: " + pipeline +
-                                                       "\n"
-                                                       "server: {host: 127.0.0.1, port: 0, workers: 4}\n"
-                                                       "admin: {host: " +
-                                                       admin_host_ +
-                                                       ", port: 0}\n"
-                                                       "storage: {path: db, durability: wal}\n"
-                                                       "security: {card_key_file: card.key}\n");
+    testing::WriteFile(dir_.file("settings.yaml"),
+                       "pipeline: " + pipeline +
+                           "\n"
+                           "server: {host: 127.0.0.1, port: 0, workers: 4, plaintext: true}\n"
+                           "admin: {host: " +
+                           admin_host_ +
+                           ", port: 0, plaintext: true}\n"
+                           "storage: {path: db, durability: wal}\n"
+                           "security: {card_key_file: card.key}\n");
   }
   // The pipeline file `file`: version `version`, and `extra` stages after the decision's inputs.
   void WritePipeline(const std::string& version, const std::string& extra, const std::string& file = "pipeline.yaml") {
@@ -399,7 +400,7 @@ TEST_F(HotReloadTest, TheLastTwentyReloadsAreKept) {
 TEST_F(HotReloadTest, ARestartOnlySettingIsNamedInTheRefusal) {
   WritePipeline("p2", "");
   std::string yaml = testing::ReadFile(dir_.file("settings.yaml"));
-  yaml.replace(yaml.find("workers: 4}"), 11, "workers: 5, max_connections: 10}");
+  yaml.replace(yaml.find("workers: 4,"), 11, "workers: 5, max_connections: 10,");
   yaml.replace(yaml.find("durability: wal"), 15, "durability: sync");
   testing::WriteFile(dir_.file("settings.yaml"), yaml);
   const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
@@ -441,7 +442,7 @@ TEST_F(HotReloadTest, TheAdminReloadRouteIsPostOnly) {
       << refused.body;
 }
 
-TEST_F(HotReloadTest, OnlyLocalCallersMayReload) {
+TEST_F(HotReloadTest, OverPlaintextOnlyLocalCallersMayReloadAndEachAttemptIsAudited) {
   const std::string address = NonLoopbackAddress();
   if (address.empty()) GTEST_SKIP() << "this machine has no address but loopback to call from";
   // A server whose admin port listens on every address, called through a non-loopback one.
@@ -457,6 +458,13 @@ TEST_F(HotReloadTest, OnlyLocalCallersMayReload) {
   EXPECT_EQ(Http(address, server_->admin_port(), boost::beast::http::verb::get, "/healthz").status, 200);
   EXPECT_EQ(Http("127.0.0.1", server_->admin_port(), boost::beast::http::verb::post, "/admin/reload").status, 200);
   EXPECT_EQ(server_->pipeline()->config().version, "p2");
+  // No identity over plaintext: the audit trail names the addresses.
+  const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0].outcome, "applied");
+  EXPECT_EQ(actions[0].caller.rfind("unauthenticated 127.0.0.1:", 0), 0u) << actions[0].caller;
+  EXPECT_EQ(actions[1].outcome, "denied");
+  EXPECT_EQ(actions[1].caller.rfind("unauthenticated " + address + ":", 0), 0u) << actions[1].caller;
 }
 
 }  // namespace

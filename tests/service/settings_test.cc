@@ -65,7 +65,10 @@ TEST_F(SettingsTest, TheShippedServeSettingsParse) {
   std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/txscore.yaml");
   for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
                           {"pipeline: pipeline.yaml", "pipeline: p.yaml"},
-                          {"claims_pipeline: claims.yaml", "claims_pipeline: p.yaml"}}) {
+                          {"claims_pipeline: claims.yaml", "claims_pipeline: p.yaml"},
+                          {"../var/pki/server/tls.crt", "card.key"},
+                          {"../var/pki/server/tls.key", "card.key"},
+                          {"../var/pki/ca.crt", "card.key"}}) {
     yaml.replace(yaml.find(from), from.size(), to);
   }
   auto settings = Parse(yaml);
@@ -77,6 +80,13 @@ TEST_F(SettingsTest, TheShippedServeSettingsParse) {
   EXPECT_EQ(settings->jobs.claims_pipeline, dir_.file("p.yaml"));
   EXPECT_EQ(settings->jobs.priority, JobsConfig::Priority::kIdle);
   EXPECT_EQ(settings->devices.backend.library, Beside("build/libtxscore_emulated_device.so"));
+  // Both ports over mutual TLS; the demo clients' identities.
+  EXPECT_FALSE(settings->server.plaintext);
+  EXPECT_FALSE(settings->admin.plaintext);
+  ASSERT_TRUE(settings->security.tls.has_value());
+  EXPECT_EQ(settings->security.tls->thrift_clients, (std::vector<std::string>{"txscore-client", "txscore-admin"}));
+  EXPECT_EQ(settings->security.tls->admin_clients, std::vector<std::string>{"txscore-admin"});
+  EXPECT_EQ(settings->security.tls->operators, std::vector<std::string>{"txscore-admin"});
 }
 
 TEST_F(SettingsTest, TheShippedBatchSettingsParse) {
@@ -128,6 +138,43 @@ TEST_F(SettingsTest, ASettingWrittenDifferentlyWithTheSameValueIsNoRestartOnlyCh
   EXPECT_EQ(RestartOnlyChanges(*running, *same), std::vector<std::string>{});
 }
 
+TEST_F(SettingsTest, TlsIsParsedAndAChangeToItIsReloadableButPlaintextIsRestartOnly) {
+  for (const char* file : {"s.crt", "s.key", "ca.crt"}) testing::WriteFile(dir_.file(file), "x");
+  const std::string tls =
+      "  tls:\n    certificate: s.crt\n    private_key: s.key\n    client_ca: ca.crt\n    min_version: \"1.3\"\n"
+      "    thrift_clients: [a, \"spiffe://x/y\"]\n    admin_clients: [b]\n    operators: [b]\n";
+  auto running = Parse(std::string(kValid) + tls);
+  ASSERT_TRUE(running.ok()) << running.error().ToString();
+  ASSERT_TRUE(running->security.tls.has_value());
+  const TlsConfig& parsed = *running->security.tls;
+  EXPECT_EQ(parsed.certificate, dir_.file("s.crt"));
+  EXPECT_EQ(parsed.private_key, dir_.file("s.key"));
+  EXPECT_EQ(parsed.client_ca, dir_.file("ca.crt"));
+  EXPECT_EQ(parsed.min_version, TlsVersion::k1_3);
+  EXPECT_EQ(parsed.thrift_clients, (std::vector<std::string>{"a", "spiffe://x/y"}));
+  EXPECT_EQ(parsed.admin_clients, std::vector<std::string>{"b"});
+  EXPECT_EQ(parsed.operators, std::vector<std::string>{"b"});
+  EXPECT_FALSE(running->server.plaintext);
+  // Other lists and files: no restart needed. The plaintext switch: a restart.
+  std::string other = std::string(kValid) + tls;
+  other.replace(other.find("operators: [b]"), 14, "operators: [a]");
+  EXPECT_EQ(RestartOnlyChanges(*running, *Parse(other)), std::vector<std::string>{});
+  auto plaintext = Parse(std::string(kValid) + tls + "server: {plaintext: true}\n");
+  ASSERT_TRUE(plaintext.ok()) << plaintext.error().ToString();
+  EXPECT_EQ(RestartOnlyChanges(*running, *plaintext), std::vector<std::string>{"server.plaintext: (default) -> true"});
+}
+
+TEST_F(SettingsTest, BadTlsSettingsAreNamedWithTheirPlace) {
+  testing::WriteFile(dir_.file("s.crt"), "x");
+  EXPECT_TRUE(testing::IsError(
+      Parse(std::string(kValid) + "  tls: {certificate: s.crt, private_key: s.crt, client_ca: s.crt, min_version: "
+                                  "\"1.1\"}\n"),
+      ErrorCode::kInvalidArgument, Where(6, 80) + "min_version must be \"1.2\" or \"1.3\", not \"1.1\""));
+  auto missing = Parse(std::string(kValid) + "  tls: {certificate: s.crt, client_ca: s.crt}\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("private_key"), std::string::npos) << missing.error().message;
+}
+
 TEST(LoadServiceSettings, MissingFileIsNotFound) {
   auto settings = LoadServiceSettings("/nonexistent/s.yaml");
   ASSERT_FALSE(settings.ok());
@@ -141,7 +188,7 @@ TEST_F(SettingsTest, UnknownKeyIsRejectedWithLineAndColumn) {
   EXPECT_EQ(config.error().message,
             Where(2, 3) +
                 "unknown key \"prot\" in server (expected one of: frame_timeout_ms, host, idle_timeout_ms, io_threads, "
-                "limits, max_connections, max_queued_requests, port, workers)");
+                "limits, max_connections, max_queued_requests, plaintext, port, workers)");
 }
 
 TEST_F(SettingsTest, ServerTransportSettingsAreReadAndBounded) {

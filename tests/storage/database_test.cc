@@ -91,6 +91,43 @@ TEST(AuditLog, ReadLastReturnsNewestFirst) {
   EXPECT_EQ((*last)[2].request_id, "r2");
 }
 
+TEST(AuditLog, OperatorActionsShareTheTrailAndEachKindReadsBackAlone) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting().ok());
+  for (int i = 0; i < 4; ++i) {
+    WriteBatch batch;
+    if (i % 2 == 0) {
+      AuditRecord record;
+      record.time_us = 1000 + i;
+      record.request_id = "r" + std::to_string(i);
+      ASSERT_TRUE(log.Append(record, &batch).ok());
+    } else {
+      AuditAction action{1000 + i, "reload",  "txscore-admin (127.0.0.1:5)",
+                         "s.yaml", "applied", "p" + std::to_string(i)};
+      ASSERT_TRUE(log.AppendAction(action, &batch).ok());
+    }
+    ASSERT_TRUE((*db)->Write(batch).ok());
+  }
+  const std::vector<AuditRecord> decisions = log.ReadLast(10).value();
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[0].request_id, "r2");
+  EXPECT_EQ(decisions[1].request_id, "r0");
+  const std::vector<AuditAction> actions = log.ReadLastActions(1).value();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].time_us, 1003);
+  EXPECT_EQ(actions[0].action, "reload");
+  EXPECT_EQ(actions[0].caller, "txscore-admin (127.0.0.1:5)");
+  EXPECT_EQ(actions[0].target, "s.yaml");
+  EXPECT_EQ(actions[0].outcome, "applied");
+  EXPECT_EQ(actions[0].detail, "p3");
+  EXPECT_EQ(EncodeAuditAction(actions[0]),
+            "{\"kind\":\"action\",\"time_us\":1003,\"action\":\"reload\",\"caller\":\"txscore-admin "
+            "(127.0.0.1:5)\",\"target\":\"s.yaml\",\"outcome\":\"applied\",\"detail\":\"p3\"}");
+}
+
 // One record at `time_us` written by a fresh writer, as a restarted process would.
 void AppendAsANewWriter(Database* db, int64_t time_us, const std::string& request_id) {
   AuditLog log(db);

@@ -1,0 +1,323 @@
+// Both ports over mutual TLS: who is admitted, who is refused and how it is counted, what only
+// operators may do and how it is audited, and certificates reloaded without a restart.
+#include "service/tls.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <thrift/transport/TTransportException.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "gen-cpp/TxScore.h"
+#include "service/rpc_client.h"
+#include "service/scoring_server.h"
+#include "service/thrift_handler.h"
+#include "service/transaction_json.h"
+#include "storage/audit_log.h"
+#include "tests/rpc_test_support.h"
+#include "tests/server_test_support.h"
+#include "tests/test_pki.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A TLS client written with OpenSSL directly, for what txscore's own client never does: no
+// certificate, an old protocol version, an HTTP request on the admin port.
+struct RawTlsClient {
+  std::string cert_dir;              // empty: present no certificate
+  int max_version = TLS1_3_VERSION;  // TLS1_1_VERSION: an old client
+  // Connects, shakes hands, writes `request`, and returns what the server sent back before it
+  // closed (empty when it refused).
+  std::string Exchange(int port, const std::string& request) const {
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_security_level(ctx, 0);  // let an old version be offered at all
+    SSL_CTX_set_min_proto_version(ctx, TLS1_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, max_version);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+    if (!cert_dir.empty()) {
+      SSL_CTX_use_certificate_file(ctx, (cert_dir + "/tls.crt").c_str(), SSL_FILETYPE_PEM);
+      SSL_CTX_use_PrivateKey_file(ctx, (cert_dir + "/tls.key").c_str(), SSL_FILETYPE_PEM);
+    }
+    const int fd = testing::RawConnect(port);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    std::string answer;
+    if (SSL_connect(ssl) == 1 && SSL_write(ssl, request.data(), static_cast<int>(request.size())) > 0) {
+      char buffer[4096];
+      for (int n; (n = SSL_read(ssl, buffer, sizeof buffer)) > 0;) answer.append(buffer, static_cast<size_t>(n));
+    }
+    ERR_clear_error();
+    SSL_free(ssl);
+    ::close(fd);
+    SSL_CTX_free(ctx);
+    return answer;
+  }
+};
+
+std::string HttpRequestText(const std::string& method, const std::string& target) {
+  return method + " " + target + " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+}
+
+// The status code of an HTTP answer ("HTTP/1.1 200 OK..." -> 200), 0 when there is none.
+int HttpStatus(const std::string& answer) {
+  return answer.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(answer.substr(9, 3)) : 0;
+}
+
+TlsClientFiles Files(const std::string& dir) { return TlsClientFilesIn(dir); }
+
+class TlsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(); }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+  void Start() {
+    testing::WriteTestPipeline(dir_, "wal", testing::TestTransport::kTls);
+    auto server = testing::CreateTestServer(testing::TestSettingsPath(dir_));
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+  }
+  // A score call over a fresh connection presenting `files`: true when it was answered.
+  bool Scores(const TlsClientFiles& files) {
+    Result<std::unique_ptr<RpcConnection>> connection =
+        RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = files});
+    if (!connection.ok()) return false;
+    try {
+      rpc::HealthStatus health;
+      (*connection)->client().health(health);
+      return health.ready;
+    } catch (const apache::thrift::TException&) {
+      return false;
+    }
+  }
+  // Waits (up to 10 s) until the Thrift port has counted `count` refusals for `reason`: the
+  // server closes a refused client before it counts, so the client may see the close first.
+  uint64_t WaitForThriftRefusals(TlsRefusal reason, uint64_t count) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (server_->rpc_stats().tls_refusals[static_cast<size_t>(reason)] < count &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return server_->rpc_stats().tls_refusals[static_cast<size_t>(reason)];
+  }
+  std::string Metrics() {
+    return RawTlsClient{testing::SharedTestPki().admin_dir}.Exchange(server_->admin_port(),
+                                                                     HttpRequestText("GET", "/metrics"));
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ScoringServer> server_;
+};
+
+TEST_F(TlsServerTest, AnAllowedClientIsServedOverMutualTls) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  Result<std::unique_ptr<RpcConnection>> connection =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.client_dir)});
+  ASSERT_TRUE(connection.ok()) << connection.error().ToString();
+  const rpc::Transaction tx = ToThriftTransaction(testing::ValidTransaction("over-tls"));
+  rpc::ScoreResult result;
+  (*connection)->client().score(result, tx);
+  EXPECT_EQ(result.request_id, "over-tls");
+  EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).request_id, "over-tls");
+}
+
+TEST_F(TlsServerTest, AnIdentityFromASanUriIsAdmitted) { EXPECT_TRUE(Scores(Files(testing::SharedTestPki().uri_dir))); }
+
+TEST_F(TlsServerTest, EachBadClientIsRefusedCountedByReasonAndTheServerGoesOn) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  const int port = server_->rpc_port();
+  EXPECT_FALSE(Scores(Files(pki.stranger_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kIdentityNotAllowed, 1), 1u);
+  EXPECT_FALSE(Scores(Files(pki.expired_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kExpiredCertificate, 1), 1u);
+  EXPECT_FALSE(Scores(Files(pki.rogue_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kUntrustedCertificate, 1), 1u);
+  EXPECT_EQ(RawTlsClient{}.Exchange(port, "anything"), "");
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kNoCertificate, 1), 1u);
+  EXPECT_EQ((RawTlsClient{pki.client_dir, TLS1_1_VERSION}.Exchange(port, "anything")), "");
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kProtocolVersion, 1), 1u);
+  EXPECT_FALSE(Scores({}));  // a plaintext Thrift client
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kNotTls, 1), 1u);
+  // Nothing else was counted, and a good client is still served.
+  uint64_t total = 0;
+  for (uint64_t n : server_->rpc_stats().tls_refusals) total += n;
+  EXPECT_EQ(total, 6u);
+  EXPECT_TRUE(Scores(Files(pki.client_dir)));
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("txscore_tls_refusals_total{port=\"thrift\",reason=\"expired_certificate\"} 1\n"),
+            std::string::npos)
+      << metrics;
+}
+
+TEST_F(TlsServerTest, AHandshakeNotDoneWithinTheFrameTimeoutIsCutOff) {
+  const int fd = testing::RawConnect(server_->rpc_port());  // connects and says nothing
+  char byte = 0;
+  EXPECT_EQ(::recv(fd, &byte, 1, 0), 0);  // closed by the server (frame_timeout_ms: 2 s), not by our 10 s timeout
+  ::close(fd);
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kHandshakeTimeout, 1), 1u);
+}
+
+TEST_F(TlsServerTest, TheAdminPortAdmitsOnlyItsAllowlistAndReloadOnlyOperators) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  const int port = server_->admin_port();
+  // txscore-client may score but is not on the admin port's allowlist.
+  EXPECT_EQ(RawTlsClient{pki.client_dir}.Exchange(port, HttpRequestText("GET", "/readyz")), "");
+  EXPECT_EQ(HttpStatus(RawTlsClient{pki.admin_dir}.Exchange(port, HttpRequestText("GET", "/readyz"))), 200);
+  // The URI identity is on the admin port's allowlist but is no operator: it may read, not reload.
+  EXPECT_EQ(HttpStatus(RawTlsClient{pki.uri_dir}.Exchange(port, HttpRequestText("GET", "/healthz"))), 200);
+  const std::string denied = RawTlsClient{pki.uri_dir}.Exchange(port, HttpRequestText("POST", "/admin/reload"));
+  EXPECT_EQ(HttpStatus(denied), 403);
+  EXPECT_NE(denied.find("spiffe://txscore.test/client is not an operator"), std::string::npos) << denied;
+  EXPECT_EQ(HttpStatus(RawTlsClient{pki.admin_dir}.Exchange(port, HttpRequestText("POST", "/admin/reload"))), 200);
+
+  // Both attempts are in the audit trail, newest first, with who made them.
+  const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0].action, "reload");
+  EXPECT_EQ(actions[0].outcome, "applied");
+  EXPECT_EQ(actions[0].caller.rfind("txscore-admin (127.0.0.1:", 0), 0u) << actions[0].caller;
+  EXPECT_EQ(actions[0].target, testing::TestSettingsPath(dir_));
+  EXPECT_EQ(actions[1].action, "reload");
+  EXPECT_EQ(actions[1].outcome, "denied");
+  EXPECT_EQ(actions[1].caller.rfind("spiffe://txscore.test/client (127.0.0.1:", 0), 0u) << actions[1].caller;
+  // Decisions read back without the actions among them.
+  EXPECT_TRUE(server_->audit_log().ReadLast(10).value().empty());
+  EXPECT_EQ(server_->admin_port(), port);
+}
+
+TEST_F(TlsServerTest, JobControlIsForOperatorsAndEveryAttemptIsAudited) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  std::unique_ptr<RpcConnection> client =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.client_dir)}).value();
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("claims.jsonl");
+  rpc::ClaimsJobStatus status;
+  try {
+    client->client().submitClaimsJob(status, request);
+    ADD_FAILURE() << "a non-operator submitted a job";
+  } catch (const rpc::AccessDenied& e) {
+    EXPECT_EQ(e.reason,
+              "txscore-client is not an operator (security.tls.operators): only operators may submit claims jobs");
+  }
+  EXPECT_THROW(client->client().cancelClaimsJob(status, "some-job"), rpc::AccessDenied);
+  // An operator gets past the check (this server runs no jobs, which it then says).
+  std::unique_ptr<RpcConnection> admin =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.admin_dir)}).value();
+  EXPECT_THROW(admin->client().submitClaimsJob(status, request), rpc::ServiceError);
+  const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0].action, "cancel_claims_job");
+  EXPECT_EQ(actions[0].target, "some-job");
+  EXPECT_EQ(actions[0].outcome, "denied");
+  EXPECT_EQ(actions[1].action, "submit_claims_job");
+  EXPECT_EQ(actions[1].target, "claims.jsonl");
+  EXPECT_EQ(actions[1].outcome, "denied");
+  EXPECT_EQ(actions[1].caller.rfind("txscore-client (127.0.0.1:", 0), 0u) << actions[1].caller;
+}
+
+// The settings name copies of the certificate files, so the test can replace them on disk.
+class TlsReloadTest : public TlsServerTest {
+ protected:
+  void SetUp() override {
+    const testing::TestPki& pki = testing::SharedTestPki();
+    fs::copy_file(pki.server_certificate, dir_.file("server.crt"));
+    fs::copy_file(pki.server_key, dir_.file("server.key"));
+    testing::WriteTestPipeline(dir_, "wal", testing::TestTransport::kTls);
+    std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
+    settings.replace(settings.find(pki.server_certificate), pki.server_certificate.size(), "server.crt");
+    settings.replace(settings.find(pki.server_key), pki.server_key.size(), "server.key");
+    testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+    auto server = testing::CreateTestServer(testing::TestSettingsPath(dir_));
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+  }
+};
+
+TEST_F(TlsReloadTest, AReloadServesTheCertificateNowOnDiskAndOpenConnectionsKeepTheirs) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  std::unique_ptr<RpcConnection> before =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.client_dir)}).value();
+  rpc::HealthStatus health;
+  before->client().health(health);
+  // The server's certificate is rotated on disk to one from another CA, then reloaded.
+  fs::copy_file(pki.other_server_dir + "/tls.crt", dir_.file("server.crt"), fs::copy_options::overwrite_existing);
+  fs::copy_file(pki.other_server_dir + "/tls.key", dir_.file("server.key"), fs::copy_options::overwrite_existing);
+  ::chmod(dir_.file("server.key").c_str(), 0600);
+  EXPECT_TRUE(Scores(Files(pki.client_dir)));  // not before the reload
+  ASSERT_TRUE(server_->Reload("test").applied);
+  // New clients trusting only the old CA refuse the new certificate; those trusting the new CA connect.
+  EXPECT_FALSE(Scores(Files(pki.client_dir)));
+  TlsClientFiles trusting_new_ca = Files(pki.client_dir);
+  trusting_new_ca.ca = pki.other_server_dir + "/ca.crt";
+  EXPECT_TRUE(Scores(trusting_new_ca));
+  // The connection opened before the reload goes on.
+  before->client().health(health);
+  EXPECT_TRUE(health.ready);
+}
+
+TEST_F(TlsReloadTest, AReloadAppliesAChangedAllowlistAndRefusesUnusableFiles) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
+  const std::string allowed = "thrift_clients: [txscore-client, ";
+  settings.replace(settings.find(allowed), allowed.size(), "thrift_clients: [");
+  testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+  ASSERT_TRUE(server_->Reload("test").applied);
+  EXPECT_FALSE(Scores(Files(pki.client_dir)));
+  EXPECT_TRUE(Scores(Files(pki.admin_dir)));
+  // A key that does not belong to the certificate: refused, and the running set keeps serving.
+  fs::copy_file(pki.other_server_dir + "/tls.key", dir_.file("server.key"), fs::copy_options::overwrite_existing);
+  const ScoringServer::ReloadOutcome refused = server_->Reload("test");
+  EXPECT_FALSE(refused.applied);
+  EXPECT_NE(refused.detail.find("cannot load the TLS private key " + dir_.file("server.key") +
+                                ": error:05800074:x509 certificate routines::key values mismatch"),
+            std::string::npos)
+      << refused.detail;
+  EXPECT_TRUE(Scores(Files(pki.admin_dir)));
+}
+
+TEST(TlsSettings, AServerWithoutTlsOrAnExplicitPlaintextDoesNotStart) {
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir);
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(dir));
+  settings.erase(settings.find("  plaintext: true\n"), std::string("  plaintext: true\n").size());  // server: TLS
+  testing::WriteFile(testing::TestSettingsPath(dir), settings);
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir));
+  EXPECT_TRUE(testing::IsError(
+      server, ErrorCode::kInvalidArgument,
+      testing::TestSettingsPath(dir) +
+          ": security.tls is missing: both ports serve TLS with client certificates unless server.plaintext and "
+          "admin.plaintext say true (scripts/make-demo-pki.sh makes a demo CA and certificates; docs/settings.md)"));
+}
+
+TEST(TlsSettings, APrivateKeyOthersMayReadIsRefused) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  testing::TempDir dir;
+  fs::copy_file(pki.server_key, dir.file("server.key"));
+  ::chmod(dir.file("server.key").c_str(), 0644);
+  TlsConfig config;
+  config.certificate = pki.server_certificate;
+  config.private_key = dir.file("server.key");
+  config.client_ca = pki.ca_certificate;
+  EXPECT_TRUE(testing::IsError(TlsServerContext::Create(config), ErrorCode::kInvalidArgument,
+                               "the TLS private key " + dir.file("server.key") +
+                                   " has mode 0644: group or others may read it; only its owner may (chmod 600 " +
+                                   dir.file("server.key") + ")"));
+  ::chmod(dir.file("server.key").c_str(), 0600);
+  EXPECT_TRUE(TlsServerContext::Create(config).ok());
+}
+
+}  // namespace
+}  // namespace txscore::service

@@ -1,0 +1,159 @@
+#include "tests/test_pki.h"
+
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include "tests/test_support.h"
+
+namespace txscore::testing {
+namespace {
+
+struct KeyDeleter {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+struct CertDeleter {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+using Key = std::unique_ptr<EVP_PKEY, KeyDeleter>;
+using Cert = std::unique_ptr<X509, CertDeleter>;
+
+void Check(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string("test PKI: ") + what);
+}
+
+Key NewKey() {
+  Key key(EVP_EC_gen("P-256"));
+  Check(key != nullptr, "EC key generation");
+  return key;
+}
+
+void AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+  Check(ext != nullptr, "extension");
+  X509_add_ext(cert, ext, -1);
+  X509_EXTENSION_free(ext);
+}
+
+// A certificate for `key` named `cn`, valid from `from_days` to `to_days` around now, signed by
+// (issuer, issuer_key), or self-signed when issuer is null (a CA).
+Cert Issue(EVP_PKEY* key, const std::string& cn, const std::string& san, bool server, X509* issuer,
+           EVP_PKEY* issuer_key, long from_days, long to_days) {
+  static long serial = 1;
+  Cert cert(X509_new());
+  X509_set_version(cert.get(), 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), serial++);
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), from_days * 86400);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), to_days * 86400);
+  X509_set_pubkey(cert.get(), key);
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
+  X509* signer = issuer != nullptr ? issuer : cert.get();
+  X509_set_issuer_name(cert.get(), X509_get_subject_name(signer));
+  if (issuer == nullptr) {
+    AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE");
+    AddExtension(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign");
+  } else {
+    AddExtension(cert.get(), signer, NID_basic_constraints, "critical,CA:FALSE");
+    AddExtension(cert.get(), signer, NID_ext_key_usage, server ? "serverAuth" : "clientAuth");
+    if (!san.empty()) AddExtension(cert.get(), signer, NID_subject_alt_name, san);
+  }
+  AddExtension(cert.get(), signer, NID_subject_key_identifier, "hash");
+  Check(X509_sign(cert.get(), issuer_key != nullptr ? issuer_key : key, EVP_sha256()) > 0, "signing");
+  return cert;
+}
+
+void WritePem(const std::string& path, X509* cert) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  Check(f != nullptr && PEM_write_X509(f, cert) == 1, "writing a certificate");
+  std::fclose(f);
+}
+
+void WritePem(const std::string& path, EVP_PKEY* key) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  Check(f != nullptr && PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1, "writing a key");
+  std::fclose(f);
+  ::chmod(path.c_str(), 0600);
+}
+
+// DIR/NAME/{ca.crt, tls.crt, tls.key}: a client (or server) certificate and the CA to trust.
+std::string WriteIdentity(const std::string& dir, const std::string& name, X509* trust, X509* cert, EVP_PKEY* key) {
+  const std::string out = dir + "/" + name;
+  std::filesystem::create_directories(out);
+  WritePem(out + "/ca.crt", trust);
+  WritePem(out + "/tls.crt", cert);
+  WritePem(out + "/tls.key", key);
+  return out;
+}
+
+TestPki Make(const std::string& dir) {
+  TestPki pki;
+  pki.dir = dir;
+  Key ca_key = NewKey();
+  Cert ca = Issue(ca_key.get(), "txscore test CA", "", false, nullptr, nullptr, -1, 30);
+  Key rogue_ca_key = NewKey();
+  Cert rogue_ca = Issue(rogue_ca_key.get(), "txscore test CA", "", false, nullptr, nullptr, -1, 30);
+  pki.ca_certificate = dir + "/ca.crt";
+  WritePem(pki.ca_certificate, ca.get());
+
+  Key server_key = NewKey();
+  Cert server =
+      Issue(server_key.get(), "txscore-server", "DNS:localhost,IP:127.0.0.1", true, ca.get(), ca_key.get(), -1, 30);
+  const std::string server_dir = WriteIdentity(dir, "server", ca.get(), server.get(), server_key.get());
+  pki.server_certificate = server_dir + "/tls.crt";
+  pki.server_key = server_dir + "/tls.key";
+  Key other_server_key = NewKey();
+  Cert other_server = Issue(other_server_key.get(), "txscore-server", "DNS:localhost,IP:127.0.0.1", true,
+                            rogue_ca.get(), rogue_ca_key.get(), -1, 30);
+  pki.other_server_dir = WriteIdentity(dir, "other-server", rogue_ca.get(), other_server.get(), other_server_key.get());
+
+  const auto client = [&](const std::string& name, const std::string& cn, const std::string& san, X509* issuer,
+                          EVP_PKEY* issuer_key, long from, long to) {
+    Key key = NewKey();
+    Cert cert = Issue(key.get(), cn, san, false, issuer, issuer_key, from, to);
+    return WriteIdentity(dir, name, ca.get(), cert.get(), key.get());
+  };
+  pki.client_dir = client("client", "txscore-client", "DNS:txscore-client", ca.get(), ca_key.get(), -1, 30);
+  pki.admin_dir = client("admin", "txscore-admin", "DNS:txscore-admin", ca.get(), ca_key.get(), -1, 30);
+  pki.stranger_dir = client("stranger", "txscore-stranger", "DNS:txscore-stranger", ca.get(), ca_key.get(), -1, 30);
+  pki.expired_dir = client("expired", "txscore-client", "DNS:txscore-client", ca.get(), ca_key.get(), -30, -1);
+  pki.rogue_dir = client("rogue", "txscore-client", "DNS:txscore-client", rogue_ca.get(), rogue_ca_key.get(), -1, 30);
+  pki.uri_dir = client("uri", "someone-else", "URI:spiffe://txscore.test/client", ca.get(), ca_key.get(), -1, 30);
+  return pki;
+}
+
+}  // namespace
+
+const TestPki& SharedTestPki() {
+  static TempDir* dir = new TempDir();  // removed at exit by the handler below
+  static const TestPki pki = [] {
+    std::atexit([] { delete dir; });
+    return Make(dir->path());
+  }();
+  return pki;
+}
+
+std::string TestTlsSettingsYaml() {
+  const TestPki& pki = SharedTestPki();
+  return "  tls:\n"
+         "    certificate: " +
+         pki.server_certificate + "\n    private_key: " + pki.server_key + "\n    client_ca: " + pki.ca_certificate +
+         "\n"
+         "    thrift_clients: [txscore-client, txscore-admin, \"spiffe://txscore.test/client\"]\n"
+         "    admin_clients: [txscore-admin, \"spiffe://txscore.test/client\"]\n"
+         "    operators: [txscore-admin]\n";
+}
+
+}  // namespace txscore::testing
