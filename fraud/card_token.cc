@@ -54,9 +54,7 @@ Status ValidatePan(std::string_view pan) {
   return Status::Ok();
 }
 
-bool IsTxscoreTokenForm(std::string_view token) {
-  return token.size() == 64 && token.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-}
+bool IsTxscoreTokenForm(std::string_view token) { return !Keyset::KeyIdOf(token).empty(); }
 
 Status ValidateCardToken(std::string_view token) {
   if (token.empty() || token.size() > 128) {
@@ -85,43 +83,44 @@ Status ValidateCardVerificationCode(std::string_view code) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return NotFound("card key file " + path + " does not exist");
-  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    return FailedPrecondition("card key file " + path + " is readable by group or others; run: chmod 600 " + path);
-  }
-  Result<std::string> read = ReadFileBounded(path, 1 << 20, "card key file");
-  if (!read.ok()) return read.error();
-  std::string key = std::move(read).value();
-  if (key.size() < kMinKeyBytes) {
-    return InvalidArgument("card key file " + path + " holds " + std::to_string(key.size()) + " bytes; at least " +
-                           std::to_string(kMinKeyBytes) + " random bytes are needed (openssl rand -out " + path +
-                           " 32)");
-  }
-  return FromKey(std::move(key));
+Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::string& path, const KekSource& kek) {
+  TXSCORE_ASSIGN_OR_RETURN(Keyset keyset, LoadKeyset(path, kek));
+  return FromKeyset(std::move(keyset));
 }
 
 std::unique_ptr<CardTokenizer> CardTokenizer::FromKey(std::string key) {
-  return std::unique_ptr<CardTokenizer>(new CardTokenizer(std::move(key)));
+  return FromKeyset(Keyset::Legacy(std::move(key)));
 }
 
-CardTokenizer::~CardTokenizer() { WipeString(&key_); }
+std::unique_ptr<CardTokenizer> CardTokenizer::FromKeyset(Keyset keyset) {
+  return std::unique_ptr<CardTokenizer>(new CardTokenizer(std::move(keyset)));
+}
 
-std::string CardTokenizer::Tokenize(std::string_view pan) const {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), reinterpret_cast<const unsigned char*>(pan.data()),
-       pan.size(), mac, &mac_len);
-  static const char kHex[] = "0123456789abcdef";
-  std::string token;
-  token.reserve(mac_len * 2);
-  for (unsigned int i = 0; i < mac_len; ++i) {
-    token.push_back(kHex[mac[i] >> 4]);
-    token.push_back(kHex[mac[i] & 0xf]);
+CardTokenizer::~CardTokenizer() = default;  // the keyset wipes its secrets
+
+std::string CardTokenizer::Tokenize(std::string_view pan) const { return Keyset::TokenUnder(keyset_.primary(), pan); }
+
+std::vector<std::string> CardTokenizer::Candidates(std::string_view pan) const {
+  std::vector<std::string> tokens{Tokenize(pan)};
+  for (const KeysetKey& key : keyset_.keys()) {
+    if (key.state == KeyState::kActive) tokens.push_back(Keyset::TokenUnder(key, pan));
   }
-  OPENSSL_cleanse(mac, sizeof mac);
-  return token;
+  return tokens;
+}
+
+Status CardTokenizer::CheckCallerToken(std::string_view token) const {
+  const std::string id = Keyset::KeyIdOf(token);
+  if (id.empty()) return Status::Ok();  // the caller's own form
+  for (const KeysetKey& key : keyset_.keys()) {
+    if (key.id != id) continue;
+    if (key.state != KeyState::kRetired) return Status::Ok();
+    return InvalidArgument(
+        "was made with key " + id + ", which is retired: tokenize with the primary key " + keyset_.primary().id,
+        "card_token");
+  }
+  // A legacy-looking token when the keyset has no legacy key is a caller's own 64-hex form.
+  if (id == kLegacyKeyId) return Status::Ok();
+  return InvalidArgument("was made with key " + id + ", which this server's keyset does not hold", "card_token");
 }
 
 void WipeBytes(void* data, size_t size) {

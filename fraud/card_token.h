@@ -1,7 +1,8 @@
 // Card number (PAN) validation and tokenization.
 //
 // A PAN is checked (12-19 digits, Luhn) and replaced at once by a token:
-// hex(HMAC-SHA256(service key, PAN)). The same PAN always maps to the same token under one
+// "<key id>_" + hex(HMAC-SHA256(key, PAN)) under the keyset's primary key (fraud/keyset.h; a
+// legacy key's tokens are the bare hex). The same PAN always maps to the same token under one
 // key, so per-card state can be keyed by it; without the key the token reveals nothing.
 // Only the token travels further: the PAN never reaches storage, logs, metrics or audit.
 #pragma once
@@ -11,6 +12,7 @@
 #include <string_view>
 
 #include "common/result.h"
+#include "fraud/keyset.h"
 
 namespace txscore::fraud {
 
@@ -23,7 +25,8 @@ char LuhnCheckDigit(std::string_view digits);
 // OK when `pan` is 12-19 ASCII digits and Luhn-valid; the error never echoes the PAN.
 Status ValidatePan(std::string_view pan);
 
-// True for txscore's own token form: 64 lowercase hex digits (hex of an HMAC-SHA256).
+// True for txscore's own token form: 64 lowercase hex digits (hex of an HMAC-SHA256), alone
+// (a legacy key's) or after "<key id>_".
 bool IsTxscoreTokenForm(std::string_view token);
 
 // OK when `token` can be a card token sent by a caller that tokenizes itself, in one of two
@@ -37,23 +40,32 @@ Status ValidateCardToken(std::string_view token);
 // txscore never stores it.
 Status ValidateCardVerificationCode(std::string_view code);
 
-// Thread-safe after construction: Tokenize only reads the key.
+// Thread-safe after construction: it only reads its keyset.
 class CardTokenizer {
  public:
   static constexpr size_t kMinKeyBytes = 32;
 
-  // Reads the key from a file that must hold at least kMinKeyBytes bytes and must not be
-  // readable by group or others (mode 0600 or stricter).
-  static Result<std::unique_ptr<CardTokenizer>> FromKeyFile(const std::string& path);
-  static std::unique_ptr<CardTokenizer> FromKey(std::string key);
+  // Reads a keyset file (LoadKeyset: JSON, wrapped when `kek` names a source), or a raw key
+  // file of at least kMinKeyBytes bytes (one legacy key). Either must not be readable by group
+  // or others (mode 0600 or stricter).
+  static Result<std::unique_ptr<CardTokenizer>> FromKeyFile(const std::string& path, const KekSource& kek = {});
+  static std::unique_ptr<CardTokenizer> FromKey(std::string key);  // one legacy key
+  static std::unique_ptr<CardTokenizer> FromKeyset(Keyset keyset);
   ~CardTokenizer();
 
-  // hex(HMAC-SHA256(key, pan)), 64 lowercase hex characters. Validate the PAN first.
+  // The token under the primary key. Validate the PAN first.
   std::string Tokenize(std::string_view pan) const;
+  // The tokens a card's state may be stored under: the primary key's first, then each active
+  // key's (never a retired key's).
+  std::vector<std::string> Candidates(std::string_view pan) const;
+  // For a token a caller made: refused when it is in txscore's form under a key this keyset
+  // has retired or never had; a caller's own token form passes (ValidateCardToken checked it).
+  Status CheckCallerToken(std::string_view token) const;
+  const Keyset& keyset() const { return keyset_; }
 
  private:
-  explicit CardTokenizer(std::string key) : key_(std::move(key)) {}
-  std::string key_;
+  explicit CardTokenizer(Keyset keyset) : keyset_(std::move(keyset)) {}
+  Keyset keyset_;
 };
 
 // Overwrites a string's bytes (OPENSSL_cleanse, which the compiler may not optimise away)

@@ -13,8 +13,9 @@ constexpr std::chrono::hours kBatchStageLimit{1};
 }  // namespace
 
 Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineConfig& config,
-                                                               const std::string& card_key_file,
-                                                               const PipelineRuntime& runtime) {
+                                                               const std::string& key_file,
+                                                               const PipelineRuntime& runtime,
+                                                               const fraud::KekSource& kek) {
   if (config.items != ItemKind::kClaim) {
     return FailedPrecondition(config.source_path +
                               " is a transactions pipeline; claims jobs need one whose first stage is of kind "
@@ -22,7 +23,7 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
   }
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
   pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
-  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(card_key_file));
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(key_file, kek));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
   return pipeline;

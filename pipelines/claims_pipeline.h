@@ -56,11 +56,12 @@ struct ClaimOutcome {
 
 class ClaimsPipeline {
  public:
-  // Loads the claimant key (`card_key_file`: claimant ids are tokenized like card numbers), the
-  // models and the LLM stage named in a claims pipeline file. `runtime.devices` must outlive
-  // the pipeline.
-  static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config, const std::string& card_key_file,
-                                                        const PipelineRuntime& runtime = {});
+  // Loads the claimant keys (`key_file`, a keyset or raw key file, fraud/keyset.h: claimant ids
+  // are tokenized like card numbers, under the primary key), the models and the LLM stage named
+  // in a claims pipeline file. `runtime.devices` must outlive the pipeline.
+  static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config, const std::string& key_file,
+                                                        const PipelineRuntime& runtime = {},
+                                                        const fraud::KekSource& kek = {});
 
   // `provider_claims[i]`: claims of the batch naming claims[i]'s provider (fraud/features.h).
   // Errors: a model failing (kInternal); the LLM stage's failures are per claim (degraded).

@@ -39,21 +39,40 @@ int64_t NowMicros() {
 
 }  // namespace
 
-Result<std::shared_ptr<ScoringLedger>> ScoringLedger::Create(storage::Database* db, const std::string& card_key_file) {
+Result<std::shared_ptr<ScoringLedger>> ScoringLedger::Create(storage::Database* db, const std::string& key_file,
+                                                             const fraud::KekSource& kek) {
   std::shared_ptr<ScoringLedger> ledger(new ScoringLedger(db));
+  TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<fraud::CardTokenizer> tokenizer,
+                           fraud::CardTokenizer::FromKeyFile(key_file, kek));
+  ledger->tokenizer_ = std::move(tokenizer);
   TXSCORE_RETURN_IF_ERROR(ledger->audit_log_.BeginWriting());
-  TXSCORE_ASSIGN_OR_RETURN(ledger->tokenizer_, fraud::CardTokenizer::FromKeyFile(card_key_file));
   return ledger;
 }
 
-std::mutex& ScoringLedger::CardLock(const std::string& card_token) {
-  return card_locks_[Fnv1a64(card_token) % kCardLockStripes];
+std::shared_ptr<const fraud::CardTokenizer> ScoringLedger::tokenizer() const {
+  std::lock_guard<std::mutex> lock(tokenizer_mutex_);
+  return tokenizer_;
+}
+
+void ScoringLedger::SetTokenizer(std::shared_ptr<const fraud::CardTokenizer> tokenizer) {
+  std::lock_guard<std::mutex> lock(tokenizer_mutex_);
+  tokenizer_.swap(tokenizer);
+}
+
+std::vector<std::mutex*> ScoringLedger::CardLocks(const std::vector<std::string>& tokens) {
+  std::vector<size_t> stripes;
+  for (const std::string& token : tokens) stripes.push_back(Fnv1a64(token) % kCardLockStripes);
+  std::sort(stripes.begin(), stripes.end());
+  stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
+  std::vector<std::mutex*> locks;
+  for (size_t stripe : stripes) locks.push_back(&card_locks_[stripe]);
+  return locks;
 }
 
 Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineConfig& config, storage::Database* db,
-                                                                 const std::string& card_key_file,
+                                                                 const std::string& key_file,
                                                                  const PipelineRuntime& runtime) {
-  TXSCORE_ASSIGN_OR_RETURN(std::shared_ptr<ScoringLedger> ledger, ScoringLedger::Create(db, card_key_file));
+  TXSCORE_ASSIGN_OR_RETURN(std::shared_ptr<ScoringLedger> ledger, ScoringLedger::Create(db, key_file));
   return Create(config, std::move(ledger), runtime);
 }
 
@@ -83,7 +102,7 @@ const PreparedStage* ScoringPipeline::FindStage(const std::string& name) const {
   return index < 0 ? nullptr : stages_[static_cast<size_t>(index)].get();
 }
 
-Result<std::string> ScoringPipeline::CardToken(fraud::RawTransaction* raw) const {
+Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const {
   if (raw->card_verification_code) {
     Status cvc = fraud::ValidateCardVerificationCode(*raw->card_verification_code);
     fraud::WipeString(&*raw->card_verification_code);
@@ -99,25 +118,38 @@ Result<std::string> ScoringPipeline::CardToken(fraud::RawTransaction* raw) const
   }
   if (raw->card_token) {
     TXSCORE_RETURN_IF_ERROR(fraud::ValidateCardToken(*raw->card_token));
-    return *raw->card_token;
+    TXSCORE_RETURN_IF_ERROR(tokenizer.CheckCallerToken(*raw->card_token));
+    return CardKeys{*raw->card_token, {}};
   }
   Status valid = fraud::ValidatePan(*raw->card_number);
-  std::string token = valid.ok() ? ledger_->tokenizer().Tokenize(*raw->card_number) : std::string();
+  CardKeys card;
+  if (valid.ok()) {
+    std::vector<std::string> tokens = tokenizer.Candidates(*raw->card_number);
+    card.token = std::move(tokens.front());
+    card.older.assign(std::make_move_iterator(tokens.begin() + 1), std::make_move_iterator(tokens.end()));
+  }
   fraud::WipeString(&*raw->card_number);
   if (!valid.ok()) return valid.error();
-  return token;
+  return card;
 }
 
-Result<fraud::CardState> ScoringPipeline::ReadCardState(const std::string& card_token) const {
-  Result<std::optional<std::string>> stored = ledger_->database().Get(storage::ColumnFamily::kEntityState, card_token);
-  if (!stored.ok()) return stored.error();
-  if (!stored->has_value()) return fraud::CardState();
-  return fraud::DecodeCardState(**stored);
+Result<fraud::CardState> ScoringPipeline::ReadCardState(const CardKeys& card, std::string* found_under) const {
+  found_under->clear();
+  for (size_t i = 0; i <= card.older.size(); ++i) {
+    const std::string& token = i == 0 ? card.token : card.older[i - 1];
+    Result<std::optional<std::string>> stored = ledger_->database().Get(storage::ColumnFamily::kEntityState, token);
+    if (!stored.ok()) return stored.error();
+    if (!stored->has_value()) continue;
+    if (i > 0) *found_under = token;
+    return fraud::DecodeCardState(**stored);
+  }
+  return fraud::CardState();
 }
 
-Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, SteadyClock::time_point deadline,
-                                 std::unique_lock<std::mutex>* card_lock, Result<fraud::CardState>* state,
-                                 RequestValues* values, ScoreOutcome* outcome) {
+Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const CardKeys& card,
+                                 SteadyClock::time_point deadline, CardLockSet* card_lock,
+                                 Result<fraud::CardState>* state, std::string* found_under, RequestValues* values,
+                                 ScoreOutcome* outcome) {
   const GraphStage& stage = config_.graph.stage(index);
   const PreparedStage& prepared = *stages_[static_cast<size_t>(index)];
   const StageKindSpec& spec = config_.kinds[static_cast<size_t>(index)]->spec();
@@ -129,7 +161,7 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, Steady
     card_lock->unlock();
     ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
     card_lock->lock();
-    *state = ReadCardState(tx.card_token);  // another transaction of this card may have landed meanwhile
+    *state = ReadCardState(card, found_under);  // another transaction of this card may have landed meanwhile
     if (!state->ok()) return state->error();
   } else {
     ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
@@ -213,16 +245,18 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   StageClock clock(&outcome.timings);
 
   // Validate everything before touching storage: bad input writes nothing.
-  Result<std::string> token = CardToken(&raw);
-  if (!token.ok()) return token.error();
+  const std::shared_ptr<const fraud::CardTokenizer> tokenizer = ledger_->tokenizer();  // one key set, start to end
+  Result<CardKeys> card = CardToken(&raw, *tokenizer);
+  if (!card.ok()) return card.error();
   Result<fraud::Transaction> validated = fraud::ValidateTransaction(raw);
   if (!validated.ok()) return validated.error();
   fraud::Transaction& tx = validated.value();
-  tx.card_token = std::move(token).value();
+  tx.card_token = card->token;
   clock.Lap("validate", kValidateSlot);
 
-  std::unique_lock<std::mutex> card_lock(ledger_->CardLock(tx.card_token));
-  Result<fraud::CardState> state = ReadCardState(tx.card_token);
+  CardLockSet card_lock(ledger_->CardLocks(card->all()));
+  std::string found_under;  // an older key's token the state was found under: re-keyed below
+  Result<fraud::CardState> state = ReadCardState(*card, &found_under);
   if (!state.ok()) return state.error();
   clock.Lap("state", kStateSlot);
 
@@ -250,7 +284,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
       outcome.skipped_stages.push_back({i, stage.name});
       continue;
     }
-    TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, deadline, &card_lock, &state, &values, &outcome));
+    TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, *card, deadline, &card_lock, &state, &found_under, &values, &outcome));
     clock.Lap(stage.name, kFirstStageSlot + i);
   }
 
@@ -294,6 +328,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));
+  if (!found_under.empty()) batch.Delete(storage::ColumnFamily::kEntityState, found_under);  // re-keyed
   TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Append(record, &batch));
   TXSCORE_RETURN_IF_ERROR(ledger_->database().Write(batch));
   clock.Lap("persist", kFirstStageSlot + static_cast<int>(graph.size()));

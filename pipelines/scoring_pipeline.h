@@ -89,26 +89,70 @@ struct ScoreOutcome {
 
 // What every version of a server's transaction pipeline shares, so that replacing the
 // pipeline (a reload) changes neither how one card's transactions are serialised nor the
-// audit trail's sequence: the database, its one audit writer, the card key and the card locks.
+// audit trail's sequence: the database, its one audit writer, the card keys and the card locks.
 // Thread-safe.
 class ScoringLedger {
  public:
-  // Loads the card key and takes a new audit epoch; `db` must outlive the ledger.
-  static Result<std::shared_ptr<ScoringLedger>> Create(storage::Database* db, const std::string& card_key_file);
+  // Loads the card keys (a keyset or a raw key file, fraud/keyset.h) and takes a new audit
+  // epoch; `db` must outlive the ledger.
+  static Result<std::shared_ptr<ScoringLedger>> Create(storage::Database* db, const std::string& key_file,
+                                                       const fraud::KekSource& kek = {});
 
   storage::Database& database() const { return *db_; }
   storage::AuditLog& audit_log() { return audit_log_; }
-  const fraud::CardTokenizer& tokenizer() const { return *tokenizer_; }
-  // The lock that serialises the transactions of one card.
-  std::mutex& CardLock(const std::string& card_token);
+  // The keys in force; a request takes them once and keeps them to its end.
+  std::shared_ptr<const fraud::CardTokenizer> tokenizer() const;
+  // New keys (a rotation, read by a reload): requests that start from now on use them.
+  void SetTokenizer(std::shared_ptr<const fraud::CardTokenizer> tokenizer);
+  // The lock stripes that serialise the transactions of a card stored under any of `tokens`,
+  // in stripe order (every request takes them in that order, so none waits crosswise).
+  std::vector<std::mutex*> CardLocks(const std::vector<std::string>& tokens);
 
  private:
   explicit ScoringLedger(storage::Database* db) : db_(db), audit_log_(db) {}
   static constexpr size_t kCardLockStripes = 256;
   storage::Database* db_;
   storage::AuditLog audit_log_;
-  std::unique_ptr<fraud::CardTokenizer> tokenizer_;
+  mutable std::mutex tokenizer_mutex_;
+  std::shared_ptr<const fraud::CardTokenizer> tokenizer_;
   std::array<std::mutex, kCardLockStripes> card_locks_;
+};
+
+// The card a transaction is for: the token its state is written under (the primary key's, or
+// the caller's own), and the tokens of older keys its state may still be stored under (it is
+// then re-keyed: written under `token`, deleted under the older one, in the same batch).
+struct CardKeys {
+  std::string token;
+  std::vector<std::string> older;
+  std::vector<std::string> all() const {
+    std::vector<std::string> tokens{token};
+    tokens.insert(tokens.end(), older.begin(), older.end());
+    return tokens;
+  }
+};
+
+// Holds a card's lock stripes (ScoringLedger::CardLocks) from construction to destruction,
+// except between unlock() and lock() (around a slow stage).
+class CardLockSet {
+ public:
+  explicit CardLockSet(std::vector<std::mutex*> stripes) : stripes_(std::move(stripes)) { lock(); }
+  ~CardLockSet() {
+    if (locked_) unlock();
+  }
+  CardLockSet(const CardLockSet&) = delete;
+  CardLockSet& operator=(const CardLockSet&) = delete;
+  void lock() {
+    for (std::mutex* m : stripes_) m->lock();
+    locked_ = true;
+  }
+  void unlock() {
+    for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) (*it)->unlock();
+    locked_ = false;
+  }
+
+ private:
+  std::vector<std::mutex*> stripes_;
+  bool locked_ = false;
 };
 
 class ScoringPipeline {
@@ -119,9 +163,9 @@ class ScoringPipeline {
   static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config,
                                                          std::shared_ptr<ScoringLedger> ledger,
                                                          const PipelineRuntime& runtime = {});
-  // The same with a ledger of its own over `db`, tokenizing with the key in `card_key_file`.
+  // The same with a ledger of its own over `db`, tokenizing with the keys in `key_file`.
   static Result<std::unique_ptr<ScoringPipeline>> Create(const PipelineConfig& config, storage::Database* db,
-                                                         const std::string& card_key_file,
+                                                         const std::string& key_file,
                                                          const PipelineRuntime& runtime = {});
 
   // A dry run before the pipeline serves (a reload's check): scores a fixed synthetic
@@ -153,13 +197,17 @@ class ScoringPipeline {
   ScoringPipeline(PipelineConfig config, std::shared_ptr<ScoringLedger> ledger)
       : config_(std::move(config)), ledger_(std::move(ledger)) {}
 
-  // The card's token: from the PAN (validated, then wiped) or the caller's own token.
-  Result<std::string> CardToken(fraud::RawTransaction* raw) const;
-  Result<fraud::CardState> ReadCardState(const std::string& card_token) const;
+  // The card's tokens: from the PAN (validated, then wiped) under the keys of `tokenizer`, or
+  // the caller's own token (refused when made under a retired key).
+  Result<CardKeys> CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const;
+  // The card's state under card.token, else under the first older token that holds one
+  // (*found_under names it; empty when none did).
+  Result<fraud::CardState> ReadCardState(const CardKeys& card, std::string* found_under) const;
   // Runs stage `index` on the request; records what happened in `outcome`. A slow stage
   // runs with `card_lock` released, and `state` is read again after it.
-  Status RunStage(int index, const fraud::Transaction& tx, std::chrono::steady_clock::time_point deadline,
-                  std::unique_lock<std::mutex>* card_lock, Result<fraud::CardState>* state, RequestValues* values,
+  Status RunStage(int index, const fraud::Transaction& tx, const CardKeys& card,
+                  std::chrono::steady_clock::time_point deadline, CardLockSet* card_lock,
+                  Result<fraud::CardState>* state, std::string* found_under, RequestValues* values,
                   ScoreOutcome* outcome);
 
   PipelineConfig config_;

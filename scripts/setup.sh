@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything txscore needs on a Debian 12 machine, as root: Debian packages, the
-# build (build/txscore), the demo card key and the demo model. Idempotent: a second run
+# build (build/txscore), the demo keyset, certificates and models. Idempotent: a second run
 # installs nothing, rebuilds only what changed and keeps the existing key and model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +49,13 @@ if [ ! -f var/card.key ]; then
   (umask 077 && openssl rand -out var/card.key 32)
 fi
 chmod 600 var/card.key
+# The demo keyset (fraud/keyset.h): made from the card key, so that a database written before
+# keysets keeps its cards' history (its tokens are the legacy key's); rotate it with
+# ./build/txscore keys rotate.
+if [ ! -f var/keyset.json ]; then
+  echo "setup: creating the demo keyset var/keyset.json from var/card.key (mode 0600)"
+  ./build/txscore keys import --card-key var/card.key --out var/keyset.json >/dev/null
+fi
 # The demo CA and the certificates of the server and its two demo clients (config/txscore.yaml
 # serves TLS with client certificates on both ports); kept while they are valid.
 ./scripts/make-demo-pki.sh var/pki

@@ -205,6 +205,24 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
   void OnRead(beast::error_code ec) {
     if (ec) return Shutdown();
+    if constexpr (kTls) {
+      // Admitted again under the certificates and lists in force now: a reload that took the
+      // identity off a list (or off operators) applies to an open connection's next request.
+      std::shared_ptr<const TlsServerContext> current;
+      {
+        std::lock_guard<std::mutex> lock(shared_->tls_mutex);
+        current = shared_->tls;
+      }
+      if (current != tls_) {
+        const Admission admission = current->Admit(stream_.native_handle(), TlsPort::kAdmin, caller_.address);
+        if (!admission.admitted) {
+          shared_->Refuse(admission, caller_.address);
+          return;  // closed as the session is freed
+        }
+        caller_ = admission.caller;
+        tls_ = std::move(current);
+      }
+    }
     const Routing routing = Route(parser_->get(), shared_->routes, caller_);
     if (routing.denied != nullptr && routing.denied->on_denied) routing.denied->on_denied(caller_);
     if (routing.route == nullptr) return Write(routing.refusal);

@@ -1,5 +1,6 @@
 #include "service/rpc_client.h"
 
+#include <openssl/ssl.h>
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/transport/TBufferTransports.h>
 #include <thrift/transport/TSSLSocket.h>
@@ -13,6 +14,16 @@ namespace txscore::service {
 namespace {
 
 using apache::thrift::transport::TSSLSocketFactory;
+
+// Thrift 0.17's SSLProtocol::LATEST means TLS 1.2 and nothing else; this factory allows TLS 1.2
+// and later, so TLS 1.3 is used whenever the server has it (and a server asking for 1.3 only
+// is reached).
+class TlsFactoryAllowing13 : public TSSLSocketFactory {
+ public:
+  TlsFactoryAllowing13() : TSSLSocketFactory(apache::thrift::transport::SSLTLS) {
+    SSL_CTX_set_min_proto_version(ctx_->get(), TLS1_2_VERSION);
+  }
+};
 
 // A Thrift SSL socket factory presenting the client's certificate and checking the server's.
 Result<std::shared_ptr<TSSLSocketFactory>> TlsFactory(const TlsClientFiles& files) {
@@ -31,7 +42,7 @@ Result<std::shared_ptr<TSSLSocketFactory>> TlsFactory(const TlsClientFiles& file
   }
   TXSCORE_RETURN_IF_ERROR(CheckPrivateFile(files.private_key, "the client's TLS private key"));
   try {
-    auto factory = std::make_shared<TSSLSocketFactory>(apache::thrift::transport::SSLProtocol::LATEST);
+    std::shared_ptr<TSSLSocketFactory> factory = std::make_shared<TlsFactoryAllowing13>();
     factory->authenticate(true);
     factory->loadTrustedCertificates(files.ca.c_str());
     factory->loadCertificate(files.certificate.c_str());

@@ -130,6 +130,8 @@ struct RpcServer::Shared {
   }
   std::mutex tls_mutex;
   std::shared_ptr<const TlsServerContext> tls;
+  // Counts SetTls calls: a connection admitted under an older one is admitted again.
+  std::atomic<uint64_t> tls_generation{0};
   TlsRefusalCounters tls_refusals;
 
   asio::io_context io;
@@ -223,7 +225,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!self->shared_->tls_enabled) {
         Caller caller;
         caller.address = self->address_;
-        caller.is_operator = true;  // plaintext: no identities (service/tls.h, Caller)
+        caller.is_operator = !ec && peer.address().is_loopback();  // plaintext: no identities (service/tls.h)
         return self->Admitted(caller);
       }
       self->tls_ = self->shared_->CurrentTls();
@@ -235,6 +237,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       SSL_set_accept_state(self->ssl_);
       self->phase_ = Phase::kHandshake;
+      self->idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
       self->SetDeadline(self->shared_->config.frame_timeout_ms);  // the whole handshake within this
       self->ContinueHandshake();
     });
@@ -270,8 +273,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       {
         std::lock_guard<std::mutex> lock(self->mutex_);
         boost::system::error_code ec;
-        const bool tls_pending = self->ssl_ != nullptr && SSL_has_pending(self->ssl_) == 1;
-        if (self->phase_ == Phase::kIdle && self->socket_.available(ec) == 0 && !ec && !tls_pending) {
+        const bool tls_pending = self->ssl_ != nullptr && SSL_pending(self->ssl_) > 0;
+        // Still shaking hands counts as idle: clients that never finish a handshake must not
+        // hold every slot.
+        if (self->phase_ == Phase::kHandshake ||
+            (self->phase_ == Phase::kIdle && self->socket_.available(ec) == 0 && !ec && !tls_pending)) {
           self->shared_->counters.idle_evictions.fetch_add(1);
           self->Close();
         }
@@ -386,10 +392,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Calls `resume(error_code)` under no lock once the socket is ready for `wait`, or at once
-  // (through the reactor) when TLS already holds bytes the socket will not signal again.
+  // (through the reactor) when TLS already holds decrypted bytes the socket will not signal
+  // again. Only decrypted bytes count (SSL_pending): part of a record (SSL_has_pending) needs
+  // the rest from the socket, and retrying at once would spin an I/O thread (a client sending
+  // 9 bytes of a hello held one at 100 % until the handshake deadline).
   template <typename Resume>
   void WaitFor(tcp::socket::wait_type wait, Resume resume) {
-    if (wait == tcp::socket::wait_read && ssl_ != nullptr && SSL_has_pending(ssl_) == 1) {
+    if (wait == tcp::socket::wait_read && ssl_ != nullptr && SSL_pending(ssl_) > 0) {
       asio::post(socket_.get_executor(),
                  [resume = std::move(resume)]() mutable { resume(boost::system::error_code()); });
       return;
@@ -401,6 +410,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ERR_clear_error();
     const int done = SSL_do_handshake(ssl_);
     if (done == 1) {
+      tls_generation_ = shared_->tls_generation.load();
       const Admission admission = tls_->Admit(ssl_, TlsPort::kThrift, address_);
       if (!admission.admitted) return RefuseTls(admission);
       return Admitted(admission.caller);
@@ -432,13 +442,42 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // The caller is known: its requests go to a handler made for it.
   void Admitted(const Caller& caller) {
-    std::shared_ptr<rpc::TxScoreIf> handler = shared_->handlers(caller);
-    if (handler == nullptr) {
+    if (!BindCaller(caller)) {
       Close();
       return;
     }
-    processor_ = std::make_shared<rpc::TxScoreProcessor>(std::move(handler));
     ReadHeader();
+  }
+
+  // Requests from now on go to a handler made for `caller`; false when none could be made.
+  bool BindCaller(const Caller& caller) {
+    std::shared_ptr<rpc::TxScoreIf> handler = shared_->handlers(caller);
+    if (handler == nullptr) return false;
+    caller_ = caller;
+    processor_ = std::make_shared<rpc::TxScoreProcessor>(std::move(handler));
+    return true;
+  }
+
+  // A reload replaced the certificates or lists since this connection was admitted: admits it
+  // again under the new ones, so that an identity taken off a list (or off operators) loses its
+  // rights on open connections too. False when it is no longer allowed. Runs in kProcessing,
+  // when nothing else touches the connection.
+  bool ReadmitIfTlsChanged() {
+    const uint64_t generation = shared_->tls_generation.load();
+    if (ssl_ == nullptr || generation == tls_generation_) return true;
+    tls_generation_ = generation;
+    const std::shared_ptr<const TlsServerContext> current = shared_->CurrentTls();
+    const Admission admission = current->Admit(ssl_, TlsPort::kThrift, address_);
+    if (!admission.admitted) {
+      shared_->tls_refusals.Add(admission.refusal);
+      shared_->tls_warning.Warn("thrift: closed a connection from {} after a reload: {} ({})", address_,
+                                TlsRefusalName(admission.refusal), admission.detail);
+      return false;
+    }
+    if (admission.caller.identity == caller_.identity && admission.caller.is_operator == caller_.is_operator) {
+      return true;
+    }
+    return BindCaller(admission.caller);
   }
 
   void ReadHeader() {
@@ -527,20 +566,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // touches frame_ or the socket, so the request runs without the lock.
   void Process() {
     std::vector<uint8_t> reply;
-    bool keep_open = true;
-    try {
-      auto in = std::make_shared<TMemoryBuffer>(frame_.data(), static_cast<uint32_t>(frame_size_),
-                                                TMemoryBuffer::OBSERVE, shared_->thrift_config);
-      auto out = std::make_shared<TMemoryBuffer>(shared_->thrift_config);
-      uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in below
-      out->write(placeholder, sizeof placeholder);
-      keep_open = processor_->process(shared_->protocols.getProtocol(in), shared_->protocols.getProtocol(out), nullptr);
-      reply = FramedReply(*out);
-    } catch (const std::exception& e) {
-      // Over a limit, malformed or truncated: Thrift threw while reading the message.
-      shared_->counters.protocol_errors.fetch_add(1);
-      shared_->protocol_warning.Warn("thrift: closed a connection after a bad message: {}", e.what());
-      keep_open = false;
+    bool keep_open = ReadmitIfTlsChanged();
+    if (keep_open) {
+      try {
+        auto in = std::make_shared<TMemoryBuffer>(frame_.data(), static_cast<uint32_t>(frame_size_),
+                                                  TMemoryBuffer::OBSERVE, shared_->thrift_config);
+        auto out = std::make_shared<TMemoryBuffer>(shared_->thrift_config);
+        uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in below
+        out->write(placeholder, sizeof placeholder);
+        keep_open =
+            processor_->process(shared_->protocols.getProtocol(in), shared_->protocols.getProtocol(out), nullptr);
+        reply = FramedReply(*out);
+      } catch (const std::exception& e) {
+        // Over a limit, malformed or truncated: Thrift threw while reading the message.
+        shared_->counters.protocol_errors.fetch_add(1);
+        shared_->protocol_warning.Warn("thrift: closed a connection after a bad message: {}", e.what());
+        keep_open = false;
+      }
     }
     WipeFrame();  // the request may carry a card number: it leaves no copy in our buffers
     std::lock_guard<std::mutex> lock(mutex_);
@@ -711,6 +753,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string address_;                               // the peer's IP:port, for logs and the caller
   std::shared_ptr<const TlsServerContext> tls_;       // the certificates this connection was accepted with
   SSL* ssl_ = nullptr;                                // null on a plaintext server, and once closed
+  uint64_t tls_generation_ = 0;                       // Shared::tls_generation when last admitted
+  Caller caller_;                                     // who this connection's requests come from
   bool tls_fatal_ = false;                            // OpenSSL reported a fatal error: no close_notify
   std::shared_ptr<rpc::TxScoreProcessor> processor_;  // set once the caller is admitted
   std::atomic<int64_t> deadline_{0};                  // steady-clock ticks; 0: no deadline (processing, closed)
@@ -980,8 +1024,11 @@ RpcServerStats RpcServer::stats() const {
 
 void RpcServer::SetTls(std::shared_ptr<const TlsServerContext> tls) {
   if (!shared_->tls_enabled || tls == nullptr) return;
-  std::lock_guard<std::mutex> lock(shared_->tls_mutex);
-  shared_->tls.swap(tls);  // the old one is freed when its last connection closes
+  {
+    std::lock_guard<std::mutex> lock(shared_->tls_mutex);
+    shared_->tls.swap(tls);  // the old one is freed when its last connection closes
+  }
+  shared_->tls_generation.fetch_add(1);
 }
 
 bool RpcServer::uses_tls() const { return shared_->tls_enabled; }

@@ -107,8 +107,9 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
-  TXSCORE_ASSIGN_OR_RETURN(server->ledger_,
-                           pipelines::ScoringLedger::Create(server->db_.get(), settings.security.card_key_file));
+  TXSCORE_ASSIGN_OR_RETURN(
+      server->ledger_,
+      pipelines::ScoringLedger::Create(server->db_.get(), settings.security.key_file(), settings.security.kek()));
   TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipelines::ScoringPipeline> pipeline,
                            pipelines::ScoringPipeline::Create(config, server->ledger_, runtime));
   server->settings_ = std::make_shared<const ServiceSettings>(settings);
@@ -148,7 +149,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     background.background =
         settings.jobs.priority == JobsConfig::Priority::kIdle;  // the jobs' threads leave the cores to requests
     Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline =
-        pipelines::ClaimsPipeline::Create(*claims, settings.security.card_key_file, background);
+        pipelines::ClaimsPipeline::Create(*claims, settings.security.key_file(), background, settings.security.kek());
     if (!claims_pipeline.ok()) return claims_pipeline.error();
     server->claims_pipeline_ = std::move(claims_pipeline).value();
     ClaimsJobManagerOptions job_options;
@@ -421,6 +422,13 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = tls.error().ToString();
     return outcome;
   }
+  // The card keys too: a rotated keyset (txscore keys rotate) tokenizes new traffic from now on.
+  Result<std::unique_ptr<fraud::CardTokenizer>> keys =
+      fraud::CardTokenizer::FromKeyFile(settings->security.key_file(), settings->security.kek());
+  if (!keys.ok()) {
+    outcome.detail = keys.error().ToString();
+    return outcome;
+  }
   Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(
       settings->pipeline, runtime_.kinds != nullptr ? *runtime_.kinds : pipelines::BuiltinStageKinds());
   if (!loaded.ok()) {
@@ -442,6 +450,7 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = canary.error().ToString();
     return outcome;
   }
+  ledger_->SetTokenizer(std::move(keys).value());
   active_.Set(Serve(pipeline));
   rpc_->SetTls(*tls);
   admin_->SetTls(*tls);

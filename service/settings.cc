@@ -80,7 +80,11 @@ Status ParseTls(const YamlReader& r, const YAML::Node& node, TlsConfig* out) {
   for (const auto& [key, list] :
        {std::pair{"thrift_clients", &out->thrift_clients}, std::pair{"admin_clients", &out->admin_clients},
         std::pair{"operators", &out->operators}}) {
-    if (node[key]) TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, key, any_name, list));
+    // `operators: []` says "none" explicitly; an empty allowlist would admit nobody.
+    const YAML::Node given = node[key];
+    if (given && !(std::string(key) == "operators" && given.IsSequence() && given.size() == 0)) {
+      TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, key, any_name, list));
+    }
   }
   return Status::Ok();
 }
@@ -240,9 +244,22 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   }
   const YAML::Node security = root["security"];
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"card_key_file", "tls"}));
-  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", true, YamlReader::PathMustBe::kRegularFile,
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"keyset", "card_key_file", "kek_file", "kek_env", "tls"}));
+  if (security["keyset"].IsDefined() == security["card_key_file"].IsDefined()) {
+    return r.ErrorAt(security,
+                     "security needs exactly one of keyset (a keyset file: txscore keys create) and "
+                     "card_key_file (a raw key file from before keysets)");
+  }
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(security, "keyset", false, YamlReader::PathMustBe::kRegularFile, &settings.security.keyset));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(security, "card_key_file", false, YamlReader::PathMustBe::kRegularFile,
                                      &settings.security.card_key_file));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(security, "kek_file", false, YamlReader::PathMustBe::kRegularFile, &settings.security.kek_file));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(security, "kek_env", false, &settings.security.kek_env));
+  if (!settings.security.kek_file.empty() && !settings.security.kek_env.empty()) {
+    return r.ErrorAt(security["kek_env"], "give the key-encryption key as kek_file or as kek_env, not both");
+  }
   if (const YAML::Node tls = security["tls"]) {
     settings.security.tls.emplace();
     TXSCORE_RETURN_IF_ERROR(ParseTls(r, tls, &*settings.security.tls));
@@ -269,9 +286,11 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
     if (const YAML::Node node = root[section]) Flatten(node, section, &settings.restart_only);
   }
-  // Reloadable: certificates, keys and allowlists are read again by each reload.
+  // Reloadable: certificates, keys and allowlists, and the keyset, are read again by each reload.
   for (auto it = settings.restart_only.begin(); it != settings.restart_only.end();) {
-    it = it->first.rfind("security.tls", 0) == 0 ? settings.restart_only.erase(it) : std::next(it);
+    const bool reloadable = it->first.rfind("security.tls", 0) == 0 || it->first == "security.keyset" ||
+                            it->first == "security.kek_file" || it->first == "security.kek_env";
+    it = reloadable ? settings.restart_only.erase(it) : std::next(it);
   }
   return settings;
 }

@@ -24,6 +24,7 @@
 
 #include "accelerator/backend.h"
 #include "common/result.h"
+#include "fraud/keyset.h"
 #include "service/tls.h"
 #include "storage/database.h"
 
@@ -80,8 +81,19 @@ struct StorageConfig {
 // read again by each reload (certificates and lists may change without a restart), so it is
 // not restart-only. `card_key_file` is.
 struct SecurityConfig {
-  std::string card_key_file;  // required: >= 32 random bytes, mode 0600
+  // Exactly one of the two (required). A keyset (fraud/keyset.h; `txscore keys create`): keys
+  // with ids and states that rotate without losing history, read again by each reload. Or a
+  // raw key file from before keysets: >= 32 random bytes, one key, no rotation. Mode 0600 either way.
+  std::string keyset;
+  std::string card_key_file;
+  // At most one, with a wrapped keyset: its key-encryption key (64 hex digits) from a file
+  // (mode 0600) or an environment variable. Read again by each reload.
+  std::string kek_file;
+  std::string kek_env;
   std::optional<TlsConfig> tls;
+  // The file the card keys come from, and the KEK source, as the tokenizers take them.
+  const std::string& key_file() const { return keyset.empty() ? card_key_file : keyset; }
+  fraud::KekSource kek() const { return {kek_file, kek_env}; }
   bool operator==(const SecurityConfig&) const = default;
 };
 

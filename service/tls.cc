@@ -113,6 +113,7 @@ Result<std::shared_ptr<const TlsServerContext>> TlsServerContext::Create(const T
   // Callers keep their connections open: resumption would save little, and a session cache
   // would outlive a certificate reload.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_num_tickets(ctx, 0);  // TLS 1.3 would send tickets no one can use
   // Non-blocking sockets: a write may take part of a buffer, and an idle connection gives its
   // read and write buffers back (thousands of idle callers cost little).
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
@@ -159,9 +160,14 @@ std::vector<std::string> CertificateIdentities(ssl_st* ssl) {
     }
     GENERAL_NAMES_free(sans);
   }
+  // The CN only when there is no SAN name (RFC 6125): a CA's name constraints bind SANs, and
+  // OpenSSL checks a CN against them only when it looks like a host name, so a constrained
+  // sub-CA could otherwise issue "CN=txscore-admin".
   const X509_NAME* subject = X509_get_subject_name(cert);
   const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
-  if (index >= 0) names.push_back(Utf8(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index))));
+  if (names.empty() && index >= 0) {
+    names.push_back(Utf8(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index))));
+  }
   // Each name once, in order (a CN usually repeats a SAN DNS name).
   std::vector<std::string> unique;
   for (std::string& name : names) {
@@ -177,6 +183,11 @@ Admission TlsServerContext::Admit(ssl_st* ssl, TlsPort port, const std::string& 
     // Cannot happen with SSL_VERIFY_FAIL_IF_NO_PEER_CERT; refuse rather than assume.
     admission.refusal = TlsRefusal::kNoCertificate;
     admission.detail = "no verified client certificate";
+    return admission;
+  }
+  if (X509_check_ca(SSL_get0_peer_certificate(ssl)) != 0) {
+    admission.refusal = TlsRefusal::kUntrustedCertificate;
+    admission.detail = "a CA certificate is not a client certificate";
     return admission;
   }
   const std::set<std::string>& allowed = port == TlsPort::kThrift ? thrift_clients_ : admin_clients_;

@@ -124,7 +124,8 @@ class TlsServerContext {
   std::set<std::string> thrift_clients_, admin_clients_, operators_;
 };
 
-// The names a certificate vouches for, in order: SAN DNS names, SAN URIs, then the subject's CN.
+// The names a certificate vouches for: its SAN DNS names, then its SAN URIs; the subject's CN
+// only when it has neither. Each once.
 std::vector<std::string> CertificateIdentities(ssl_st* ssl);
 
 // An error naming `path` unless only its owner may read it (mode 0600 or 0400): a private key

@@ -124,7 +124,8 @@ Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_vi
 Status Database::Write(const WriteBatch& batch) {
   rocksdb::WriteBatch rocks_batch;
   for (const WriteBatch::Op& op : batch.ops_) {
-    rocksdb::Status s = rocks_batch.Put(impl_->handle(op.cf), op.key, op.value);
+    rocksdb::Status s = op.erase ? rocks_batch.Delete(impl_->handle(op.cf), op.key)
+                                 : rocks_batch.Put(impl_->handle(op.cf), op.key, op.value);
     if (!s.ok()) return FromRocks(s, "prepare write batch");
   }
   rocksdb::Status s = impl_->db->Write(impl_->write_options, &rocks_batch);

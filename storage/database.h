@@ -47,8 +47,9 @@ struct DatabaseOptions {
 class WriteBatch {
  public:
   void Put(ColumnFamily cf, std::string_view key, std::string_view value) {
-    ops_.push_back({cf, std::string(key), std::string(value)});
+    ops_.push_back({cf, std::string(key), std::string(value), false});
   }
+  void Delete(ColumnFamily cf, std::string_view key) { ops_.push_back({cf, std::string(key), std::string(), true}); }
   bool empty() const { return ops_.empty(); }
 
  private:
@@ -57,6 +58,7 @@ class WriteBatch {
     ColumnFamily cf;
     std::string key;
     std::string value;
+    bool erase = false;
   };
   std::vector<Op> ops_;
 };

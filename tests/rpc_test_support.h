@@ -2,7 +2,9 @@
 // raw sockets for bytes no Thrift client would send. Header-only: only RPC tests include it.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <thrift/protocol/TBinaryProtocol.h>
@@ -34,6 +36,23 @@ struct RpcClient {
   std::unique_ptr<service::RpcConnection> connection;
   rpc::TxScoreClient* client = nullptr;
 };
+
+// An IPv4 address of this machine other than loopback, or "" when it has none: for tests of
+// what only local callers may do.
+inline std::string NonLoopbackAddress() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    if (std::string(text).rfind("127.", 0) != 0) found = text;
+  }
+  freeifaddrs(list);
+  return found;
+}
 
 // A plain TCP connection to 127.0.0.1:port with a 10 s receive timeout.
 inline int RawConnect(int port) {

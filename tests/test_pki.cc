@@ -131,6 +131,8 @@ TestPki Make(const std::string& dir) {
   pki.expired_dir = client("expired", "txscore-client", "DNS:txscore-client", ca.get(), ca_key.get(), -30, -1);
   pki.rogue_dir = client("rogue", "txscore-client", "DNS:txscore-client", rogue_ca.get(), rogue_ca_key.get(), -1, 30);
   pki.uri_dir = client("uri", "someone-else", "URI:spiffe://txscore.test/client", ca.get(), ca_key.get(), -1, 30);
+  pki.cn_behind_san_dir = client("cn-behind-san", "txscore-admin", "DNS:someone-else", ca.get(), ca_key.get(), -1, 30);
+  pki.ca_as_client_dir = WriteIdentity(dir, "ca-as-client", ca.get(), ca.get(), ca_key.get());
   return pki;
 }
 

@@ -17,8 +17,10 @@ struct TestPki {
   std::string stranger_dir;                    // txscore-stranger: a valid certificate on no allowlist
   std::string expired_dir;                     // txscore-client, expired yesterday
   std::string rogue_dir;                       // txscore-client, issued by another CA
-  std::string uri_dir;           // SAN URI spiffe://txscore.test/client only, CN other: the URI is its identity
-  std::string other_server_dir;  // the rogue CA's server certificate files (tls.crt, tls.key) and its ca.crt
+  std::string uri_dir;            // SAN URI spiffe://txscore.test/client only, CN other: the URI is its identity
+  std::string cn_behind_san_dir;  // SAN DNS someone-else, CN txscore-admin: a CN counts only without SANs
+  std::string ca_as_client_dir;   // the CA's own certificate and key, presented as a client's
+  std::string other_server_dir;   // the rogue CA's server certificate files (tls.crt, tls.key) and its ca.crt
 };
 
 // Made on first use, in a directory removed when the process exits.

@@ -93,7 +93,7 @@ int RunBatch(BatchRunOptions& options) {
   const ServiceSettings& settings = loaded->settings;
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
   Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline =
-      pipelines::ClaimsPipeline::Create(loaded->config, settings.security.card_key_file, runtime);
+      pipelines::ClaimsPipeline::Create(loaded->config, settings.security.key_file(), runtime, settings.security.kek());
   if (!pipeline.ok()) {
     spdlog::error("cannot start: {}", pipeline.error().ToString());
     if (pipeline.error().code == ErrorCode::kNotFound)

@@ -18,5 +18,6 @@ void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddConformanceCommand(CLI::App& app, int* exit_code);
 void AddBatchCommand(CLI::App& app, int* exit_code);
 void AddJobCommand(CLI::App& app, int* exit_code);
+void AddKeysCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

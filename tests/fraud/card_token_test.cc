@@ -125,8 +125,7 @@ TEST(CardTokenizer, RefusesKeyFileReadableByOthers) {
   auto result = CardTokenizer::FromKeyFile(path);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error().code, ErrorCode::kFailedPrecondition);
-  EXPECT_EQ(result.error().message,
-            "card key file " + path + " is readable by group or others; run: chmod 600 " + path);
+  EXPECT_EQ(result.error().message, "keyset file " + path + " is readable by group or others; run: chmod 600 " + path);
 }
 
 TEST(CardTokenizer, RefusesShortKey) {

@@ -292,6 +292,41 @@ def check_generate_reports_a_dump_logits_file_it_could_not_write(txscore):
         assert r.returncode == 0 and os.path.getsize(good) > 0, r
 
 
+def check_keys_create_rotate_retire_and_list_a_wrapped_keyset(txscore):
+    import os
+    import stat
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        keyset = os.path.join(work, "keyset.json")
+        env = dict(os.environ, TXSCORE_TEST_KEK="ab" * 32)
+        def keys(*args):
+            return subprocess.run([txscore, "keys", *args], capture_output=True, text=True, timeout=60, env=env)
+        r = keys("create", "--out", keyset, "--kek-env", "TXSCORE_TEST_KEK")
+        assert r.returncode == 0 and "(wrapped with AES-256-GCM)" in r.stdout and "k1 primary" in r.stdout, r
+        assert stat.S_IMODE(os.stat(keyset).st_mode) == 0o600
+        with open(keyset) as f:
+            assert "txscore-keyset-wrapped" in f.read()
+        r = keys("create", "--out", keyset)
+        assert r.returncode == 1 and "exists: a keyset is never overwritten" in r.stderr, r
+        r = keys("rotate", "--keyset", keyset, "--kek-env", "TXSCORE_TEST_KEK")
+        assert r.returncode == 0 and "k1 active" in r.stdout and "k2 primary" in r.stdout, r
+        r = keys("retire", "--keyset", keyset, "--kek-env", "TXSCORE_TEST_KEK", "--id", "k1")
+        assert r.returncode == 0 and "k1 retired" in r.stdout, r
+        r = keys("retire", "--keyset", keyset, "--kek-env", "TXSCORE_TEST_KEK", "--id", "k2")
+        assert r.returncode == 1 and "k2 is the primary key" in r.stderr, r
+        r = keys("list", "--keyset", keyset, "--kek-env", "TXSCORE_TEST_KEK")
+        assert r.returncode == 0 and r.stdout.split("\n")[0].startswith("k1 retired"), r
+        assert "secret" not in r.stdout, r.stdout
+        r = keys("list", "--keyset", keyset)  # without its KEK
+        assert r.returncode == 1 and "is wrapped" in r.stderr, r
+        raw = os.path.join(work, "card.key")
+        with open(raw, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(raw, 0o600)
+        r = keys("import", "--card-key", raw, "--out", os.path.join(work, "imported.json"))
+        assert r.returncode == 0 and "legacy primary" in r.stdout, r
+
+
 def check_llm_help_describes_what_is_there(txscore):
     r = run(txscore, "llm", "--help")
     assert r.returncode == 0, r
@@ -341,6 +376,7 @@ CHECKS = [
     check_generate_starts_the_prompt_with_one_bos_even_when_the_prompt_writes_it,
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
+    check_keys_create_rotate_retire_and_list_a_wrapped_keyset,
     check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,
 ]
 

@@ -27,7 +27,7 @@ def main():
     args = parser.parse_args()
     txscore = args.txscore
     repo_var = os.path.join(os.path.abspath(args.source), "var")
-    for needed in ("card.key", "models/fraud.ubj", "models/claims.ubj", "models/llm-tiny/config.json"):
+    for needed in ("keyset.json", "models/fraud.ubj", "models/claims.ubj", "models/llm-tiny/config.json"):
         if not os.path.exists(os.path.join(repo_var, needed)):
             sys.exit(f"missing var/{needed}: run ./scripts/setup.sh first")
 
@@ -54,8 +54,8 @@ def main():
                 f.write(text)
         shutil.copytree(os.path.join(args.source, "config", "lists"), os.path.join(config_dir, "lists"))
         os.symlink(os.path.join(repo_var, "models"), os.path.join(var, "models"))
-        shutil.copy(os.path.join(repo_var, "card.key"), os.path.join(var, "card.key"))
-        os.chmod(os.path.join(var, "card.key"), 0o600)
+        shutil.copy(os.path.join(repo_var, "keyset.json"), os.path.join(var, "keyset.json"))
+        os.chmod(os.path.join(var, "keyset.json"), 0o600)
         # The demo PKI, as scripts/setup.sh makes it for the shipped settings (var/pki).
         pki = os.path.join(var, "pki")
         r = subprocess.run([os.path.join(args.source, "scripts", "make-demo-pki.sh"), pki], capture_output=True,

@@ -52,21 +52,6 @@ HttpAnswer Http(const std::string& host, int port, boost::beast::http::verb verb
 }
 
 // The first IPv4 address of this machine that is not loopback, or "" when it has none.
-std::string NonLoopbackAddress() {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "";
-  std::string found;
-  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    char text[INET_ADDRSTRLEN];
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
-    if (std::string(text).rfind("127.", 0) != 0) found = text;
-  }
-  freeifaddrs(list);
-  return found;
-}
-
 // A server whose settings, pipeline file and model file (models/fraud.ubj) the test rewrites
 // between reloads. Models: A (the small test model) and B (the challenger), with their schemas.
 class HotReloadTest : public ::testing::Test {
@@ -443,7 +428,7 @@ TEST_F(HotReloadTest, TheAdminReloadRouteIsPostOnly) {
 }
 
 TEST_F(HotReloadTest, OverPlaintextOnlyLocalCallersMayReloadAndEachAttemptIsAudited) {
-  const std::string address = NonLoopbackAddress();
+  const std::string address = testing::NonLoopbackAddress();
   if (address.empty()) GTEST_SKIP() << "this machine has no address but loopback to call from";
   // A server whose admin port listens on every address, called through a non-loopback one.
   server_->Stop();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -112,6 +113,17 @@ class TlsServerTest : public ::testing::Test {
     }
     return server_->rpc_stats().tls_refusals[static_cast<size_t>(reason)];
   }
+  // Stops the server, replaces `from` by `to` in its settings file, and starts it again.
+  void RestartWith(const std::string& from, const std::string& to) {
+    server_->Stop();
+    std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
+    settings.replace(settings.find(from), from.size(), to);
+    testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+    auto server = testing::CreateTestServer(testing::TestSettingsPath(dir_));
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+  }
   std::string Metrics() {
     return RawTlsClient{testing::SharedTestPki().admin_dir}.Exchange(server_->admin_port(),
                                                                      HttpRequestText("GET", "/metrics"));
@@ -148,12 +160,19 @@ TEST_F(TlsServerTest, EachBadClientIsRefusedCountedByReasonAndTheServerGoesOn) {
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kNoCertificate, 1), 1u);
   EXPECT_EQ((RawTlsClient{pki.client_dir, TLS1_1_VERSION}.Exchange(port, "anything")), "");
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kProtocolVersion, 1), 1u);
+  EXPECT_EQ((RawTlsClient{pki.client_dir, TLS1_VERSION}.Exchange(port, "anything")), "");
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kProtocolVersion, 2), 2u);
+  // A CN counts only when the certificate has no SAN name; a CA's certificate is no client's.
+  EXPECT_FALSE(Scores(Files(pki.cn_behind_san_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kIdentityNotAllowed, 2), 2u);
+  EXPECT_FALSE(Scores(Files(pki.ca_as_client_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kUntrustedCertificate, 2), 2u);
   EXPECT_FALSE(Scores({}));  // a plaintext Thrift client
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kNotTls, 1), 1u);
   // Nothing else was counted, and a good client is still served.
   uint64_t total = 0;
   for (uint64_t n : server_->rpc_stats().tls_refusals) total += n;
-  EXPECT_EQ(total, 6u);
+  EXPECT_EQ(total, 9u);
   EXPECT_TRUE(Scores(Files(pki.client_dir)));
   const std::string metrics = Metrics();
   EXPECT_NE(metrics.find("txscore_tls_refusals_total{port=\"thrift\",reason=\"expired_certificate\"} 1\n"),
@@ -182,6 +201,8 @@ TEST_F(TlsServerTest, TheAdminPortAdmitsOnlyItsAllowlistAndReloadOnlyOperators) 
   EXPECT_NE(denied.find("spiffe://txscore.test/client is not an operator"), std::string::npos) << denied;
   EXPECT_EQ(HttpStatus(RawTlsClient{pki.admin_dir}.Exchange(port, HttpRequestText("POST", "/admin/reload"))), 200);
 
+  EXPECT_NE(Metrics().find("txscore_tls_refusals_total{port=\"admin\",reason=\"identity_not_allowed\"} 1\n"),
+            std::string::npos);
   // Both attempts are in the audit trail, newest first, with who made them.
   const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
   ASSERT_EQ(actions.size(), 2u);
@@ -227,6 +248,70 @@ TEST_F(TlsServerTest, JobControlIsForOperatorsAndEveryAttemptIsAudited) {
   EXPECT_EQ(actions[1].caller.rfind("txscore-client (127.0.0.1:", 0), 0u) << actions[1].caller;
 }
 
+TEST_F(TlsServerTest, APartialTlsRecordDoesNotSpinAThread) {
+  // 9 bytes of a ClientHello, then nothing: the server must wait for the rest, not poll.
+  const int fd = testing::RawConnect(server_->rpc_port());
+  const unsigned char partial_hello[] = {0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4};
+  ASSERT_EQ(::send(fd, partial_hello, sizeof partial_hello, 0), static_cast<ssize_t>(sizeof partial_hello));
+  const auto cpu_seconds = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+  };
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // measuring an interval, not synchronising
+  const double used = cpu_seconds() - before;
+  ::close(fd);
+  // A spinning I/O thread uses ~1 s of CPU in that second; a waiting one nearly none.
+  EXPECT_LT(used, 0.3) << "the server used " << used << " s of CPU while a client held half a record";
+}
+
+TEST_F(TlsServerTest, ClientsStillShakingHandsDoNotLockOutAGoodOne) {
+  RestartWith("workers: 4", "workers: 4\n  max_connections: 5");
+  std::vector<int> silent;  // connect and never say hello
+  for (int i = 0; i < 8; ++i) silent.push_back(testing::RawConnect(server_->rpc_port()));
+  EXPECT_TRUE(Scores(Files(testing::SharedTestPki().client_dir)));
+  // 9 connections for 5 slots: the 4 that shook hands the longest were closed to make room.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server_->rpc_stats().idle_evictions < 4 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server_->rpc_stats().idle_evictions, 4u);
+  for (int fd : silent) ::close(fd);
+}
+
+TEST_F(TlsServerTest, TlsOneThreeOnlyServersAreReachedByTxscoresOwnClient) {
+  RestartWith("    thrift_clients:", "    min_version: \"1.3\"\n    thrift_clients:");
+  EXPECT_TRUE(Scores(Files(testing::SharedTestPki().client_dir)));
+  EXPECT_EQ((RawTlsClient{testing::SharedTestPki().client_dir, TLS1_2_VERSION}.Exchange(server_->rpc_port(), "x")), "");
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kProtocolVersion, 1), 1u);
+}
+
+TEST(PlaintextJobControl, IsForLocalCallersOnly) {
+  const std::string address = testing::NonLoopbackAddress();
+  if (address.empty()) GTEST_SKIP() << "this machine has no address but loopback to call from";
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir);
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(dir));
+  settings.replace(settings.find("host: 127.0.0.1"), 15, "host: 0.0.0.0");
+  testing::WriteFile(testing::TestSettingsPath(dir), settings);
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir));
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  (*server)->Start();
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("claims.jsonl");
+  rpc::ClaimsJobStatus status;
+  std::unique_ptr<RpcConnection> remote = RpcConnection::Open({address, (*server)->rpc_port()}).value();
+  EXPECT_THROW(remote->client().submitClaimsJob(status, request), rpc::AccessDenied);
+  std::unique_ptr<RpcConnection> local = RpcConnection::Open({"127.0.0.1", (*server)->rpc_port()}).value();
+  EXPECT_THROW(local->client().submitClaimsJob(status, request), rpc::ServiceError);  // past the check: no jobs here
+  const std::vector<storage::AuditAction> actions = (*server)->audit_log().ReadLastActions(10).value();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].outcome, "denied");
+  EXPECT_EQ(actions[0].caller.rfind("unauthenticated " + address + ":", 0), 0u) << actions[0].caller;
+  (*server)->Stop();
+}
+
 // The settings name copies of the certificate files, so the test can replace them on disk.
 class TlsReloadTest : public TlsServerTest {
  protected:
@@ -265,6 +350,32 @@ TEST_F(TlsReloadTest, AReloadServesTheCertificateNowOnDiskAndOpenConnectionsKeep
   EXPECT_TRUE(Scores(trusting_new_ca));
   // The connection opened before the reload goes on.
   before->client().health(health);
+  EXPECT_TRUE(health.ready);
+}
+
+TEST_F(TlsReloadTest, AReloadTakesRightsAwayFromOpenConnectionsToo) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  std::unique_ptr<RpcConnection> admin =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.admin_dir)}).value();
+  std::unique_ptr<RpcConnection> client =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.client_dir)}).value();
+  rpc::HealthStatus health;
+  admin->client().health(health);
+  client->client().health(health);
+  // txscore-admin is no operator any more, and txscore-client no longer on the Thrift port's list.
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
+  settings.replace(settings.find("operators: [txscore-admin]"), 26, "operators: []");
+  const std::string allowed = "thrift_clients: [txscore-client, ";
+  settings.replace(settings.find(allowed), allowed.size(), "thrift_clients: [");
+  testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+  ASSERT_TRUE(server_->Reload("test").applied);
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("claims.jsonl");
+  rpc::ClaimsJobStatus status;
+  EXPECT_THROW(admin->client().submitClaimsJob(status, request), rpc::AccessDenied);
+  EXPECT_THROW(client->client().health(health), apache::thrift::transport::TTransportException);
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kIdentityNotAllowed, 1), 1u);
+  admin->client().health(health);  // still admitted, as a caller who is no operator
   EXPECT_TRUE(health.ready);
 }
 

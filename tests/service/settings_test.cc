@@ -63,7 +63,7 @@ TEST_F(SettingsTest, MinimalFileGetsDefaultsAndResolvedPaths) {
 // their shape is checked with the paths pointed at this test's files.
 TEST_F(SettingsTest, TheShippedServeSettingsParse) {
   std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/txscore.yaml");
-  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+  for (auto [from, to] : {std::pair<std::string, std::string>{"keyset: ../var/keyset.json", "keyset: card.key"},
                           {"pipeline: pipeline.yaml", "pipeline: p.yaml"},
                           {"claims_pipeline: claims.yaml", "claims_pipeline: p.yaml"},
                           {"../var/pki/server/tls.crt", "card.key"},
@@ -91,7 +91,7 @@ TEST_F(SettingsTest, TheShippedServeSettingsParse) {
 
 TEST_F(SettingsTest, TheShippedBatchSettingsParse) {
   std::string yaml = testing::ReadFile(std::string(TXSCORE_SOURCE_DIR) + "/config/batch.yaml");
-  for (auto [from, to] : {std::pair<std::string, std::string>{"../var/card.key", "card.key"},
+  for (auto [from, to] : {std::pair<std::string, std::string>{"keyset: ../var/keyset.json", "keyset: card.key"},
                           {"pipeline: claims.yaml", "pipeline: p.yaml"}}) {
     yaml.replace(yaml.find(from), from.size(), to);
   }
@@ -321,6 +321,26 @@ TEST_F(SettingsTest, RequiredKeysAreNamed) {
             Where(1, 1) + "missing required key \"security\"");
   EXPECT_EQ(Parse("pipeline: absent.yaml\nstorage: {path: db}\nsecurity: {card_key_file: card.key}\n").error().message,
             Where(1, 11) + "\"pipeline\": file " + dir_.file("absent.yaml") + " does not exist");
+}
+
+TEST_F(SettingsTest, SecurityTakesExactlyOneKeySourceAndAReloadMayChangeTheKeyset) {
+  const std::string need_one =
+      "security needs exactly one of keyset (a keyset file: txscore keys create) and card_key_file (a raw key file "
+      "from before keysets)";
+  EXPECT_EQ(Parse("pipeline: p.yaml\nstorage: {path: db}\nsecurity: {kek_env: K}\n").error().message,
+            Where(3, 11) + need_one);
+  EXPECT_EQ(Parse("pipeline: p.yaml\nstorage: {path: db}\nsecurity: {keyset: card.key, card_key_file: card.key}\n")
+                .error()
+                .message,
+            Where(3, 11) + need_one);
+  auto keyset = Parse("pipeline: p.yaml\nstorage: {path: db}\nsecurity: {keyset: card.key, kek_env: TXSCORE_KEK}\n");
+  ASSERT_TRUE(keyset.ok()) << keyset.error().ToString();
+  EXPECT_EQ(keyset->security.key_file(), dir_.file("card.key"));
+  EXPECT_EQ(keyset->security.kek().env, "TXSCORE_KEK");
+  testing::WriteFile(dir_.file("other.json"), "{}");
+  auto other = Parse("pipeline: p.yaml\nstorage: {path: db}\nsecurity: {keyset: other.json}\n");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(RestartOnlyChanges(*keyset, *other), std::vector<std::string>{});
 }
 
 TEST_F(SettingsTest, BadDurabilityIsRejected) {

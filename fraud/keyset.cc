@@ -1,0 +1,365 @@
+#include "fraud/keyset.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/durable_file.h"
+#include "common/file_io.h"
+
+namespace txscore::fraud {
+namespace {
+
+constexpr char kFormat[] = "txscore-keyset";
+constexpr char kWrappedFormat[] = "txscore-keyset-wrapped";
+// Bound to the ciphertext (GCM's additional data): a wrapped keyset cannot pass for anything else.
+constexpr char kWrapAad[] = "txscore-keyset-wrapped/1";
+constexpr size_t kNonceBytes = 12, kTagBytes = 16;
+
+std::string Hex(std::string_view bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    hex.push_back(kDigits[c >> 4]);
+    hex.push_back(kDigits[c & 15]);
+  }
+  return hex;
+}
+
+// The bytes of lowercase or uppercase hex `text`, or nullopt-like empty + false.
+bool FromHex(std::string_view text, std::string* out) {
+  if (text.size() % 2 != 0) return false;
+  out->clear();
+  for (size_t i = 0; i < text.size(); i += 2) {
+    int value = 0;
+    for (size_t j = 0; j < 2; ++j) {
+      const char c = text[i + j];
+      const int digit = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+      if (digit < 0) return false;
+      value = value * 16 + digit;
+    }
+    out->push_back(static_cast<char>(value));
+  }
+  return true;
+}
+
+std::string RandomBytes(size_t n) {
+  std::string bytes(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n)) != 1) std::abort();
+  return bytes;
+}
+
+bool ValidKeyId(const std::string& id) {
+  return !id.empty() && id.size() <= 32 &&
+         id.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos;
+}
+
+struct CipherDeleter {
+  void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
+};
+
+Status CheckPrivate(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return NotFound(what + " " + path + " does not exist");
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return FailedPrecondition(what + " " + path + " is readable by group or others; run: chmod 600 " + path);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* KeyStateName(KeyState state) {
+  switch (state) {
+    case KeyState::kPrimary:
+      return "primary";
+    case KeyState::kActive:
+      return "active";
+    case KeyState::kRetired:
+      return "retired";
+  }
+  return "retired";
+}
+
+Keyset::~Keyset() {
+  for (KeysetKey& key : keys_) OPENSSL_cleanse(key.secret.data(), key.secret.size());
+}
+
+Result<Keyset> Keyset::FromKeys(std::vector<KeysetKey> keys) {
+  std::set<std::string> ids;
+  int primaries = 0;
+  for (const KeysetKey& key : keys) {
+    if (!ValidKeyId(key.id)) {
+      return InvalidArgument("key id \"" + key.id + "\" is not 1-32 characters of a-z, 0-9 and -");
+    }
+    if (!ids.insert(key.id).second) return InvalidArgument("key id \"" + key.id + "\" appears twice");
+    if (key.secret.size() < kKeyBytes || (key.id != kLegacyKeyId && key.secret.size() != kKeyBytes)) {
+      return InvalidArgument("key \"" + key.id + "\" has " + std::to_string(key.secret.size()) +
+                             " secret bytes; a key has 32");
+    }
+    if (key.state == KeyState::kPrimary) ++primaries;
+  }
+  if (primaries != 1) {
+    return InvalidArgument("a keyset needs exactly one primary key; this one has " + std::to_string(primaries));
+  }
+  Keyset keyset;
+  keyset.keys_ = std::move(keys);
+  return keyset;
+}
+
+Keyset Keyset::Generate(int64_t now_ms) {
+  Keyset keyset;
+  keyset.keys_.push_back({"k1", KeyState::kPrimary, now_ms, RandomBytes(kKeyBytes)});
+  return keyset;
+}
+
+Keyset Keyset::Legacy(std::string key) {
+  Keyset keyset;
+  keyset.keys_.push_back({kLegacyKeyId, KeyState::kPrimary, 0, std::move(key)});
+  return keyset;
+}
+
+const KeysetKey& Keyset::primary() const {
+  for (const KeysetKey& key : keys_) {
+    if (key.state == KeyState::kPrimary) return key;
+  }
+  std::abort();  // FromKeys, Generate and Legacy each make exactly one
+}
+
+Keyset Keyset::Rotated(int64_t now_ms) const {
+  Keyset next = *this;
+  int highest = 0;
+  for (KeysetKey& key : next.keys_) {
+    if (key.state == KeyState::kPrimary) key.state = KeyState::kActive;
+    if (key.id.size() > 1 && key.id[0] == 'k' && key.id.find_first_not_of("0123456789", 1) == std::string::npos &&
+        key.id.size() < 10) {
+      highest = std::max(highest, std::atoi(key.id.c_str() + 1));
+    }
+  }
+  next.keys_.push_back({"k" + std::to_string(highest + 1), KeyState::kPrimary, now_ms, RandomBytes(kKeyBytes)});
+  return next;
+}
+
+Result<Keyset> Keyset::WithRetired(const std::string& id) const {
+  Keyset next = *this;
+  for (KeysetKey& key : next.keys_) {
+    if (key.id != id) continue;
+    if (key.state == KeyState::kPrimary) {
+      return InvalidArgument("key " + id + " is the primary key: rotate first (txscore keys rotate), then retire it");
+    }
+    key.state = KeyState::kRetired;
+    return next;
+  }
+  return NotFound("the keyset has no key " + id);
+}
+
+std::string Keyset::TokenUnder(const KeysetKey& key, std::string_view value) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int mac_len = 0;
+  HMAC(EVP_sha256(), key.secret.data(), static_cast<int>(key.secret.size()),
+       reinterpret_cast<const unsigned char*>(value.data()), value.size(), mac, &mac_len);
+  const std::string hex = Hex(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
+  return key.id == kLegacyKeyId ? hex : key.id + "_" + hex;
+}
+
+std::string Keyset::KeyIdOf(std::string_view token) {
+  const auto is_hex = [](std::string_view s) {
+    return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  };
+  if (is_hex(token)) return kLegacyKeyId;
+  const size_t underscore = token.find('_');
+  if (underscore == std::string_view::npos || !is_hex(token.substr(underscore + 1))) return "";
+  const std::string id(token.substr(0, underscore));
+  return ValidKeyId(id) ? id : "";
+}
+
+std::string SerializeKeyset(const Keyset& keyset) {
+  nlohmann::ordered_json keys = nlohmann::ordered_json::array();
+  for (const KeysetKey& key : keyset.keys()) {
+    keys.push_back({{"id", key.id},
+                    {"state", KeyStateName(key.state)},
+                    {"created_ms", key.created_ms},
+                    {"secret_hex", Hex(key.secret)}});
+  }
+  nlohmann::ordered_json doc = {{"format", kFormat}, {"version", 1}, {"keys", keys}};
+  return doc.dump(2) + "\n";
+}
+
+Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where) {
+  const nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return InvalidArgument(where + ": not a JSON object");
+  std::vector<KeysetKey> keys;
+  try {
+    if (doc.at("format").get<std::string>() != kFormat || doc.at("version").get<int>() != 1) {
+      return InvalidArgument(where + ": not a txscore keyset of version 1 (format \"txscore-keyset\", version 1)");
+    }
+    for (const nlohmann::json& entry : doc.at("keys")) {
+      KeysetKey key;
+      key.id = entry.at("id").get<std::string>();
+      const std::string state = entry.at("state").get<std::string>();
+      if (state == "primary") {
+        key.state = KeyState::kPrimary;
+      } else if (state == "active") {
+        key.state = KeyState::kActive;
+      } else if (state == "retired") {
+        key.state = KeyState::kRetired;
+      } else {
+        return InvalidArgument(where + ": key " + key.id + " has state \"" + state +
+                               "\"; a state is primary, active or retired");
+      }
+      key.created_ms = entry.value("created_ms", int64_t{0});
+      if (!FromHex(entry.at("secret_hex").get<std::string>(), &key.secret)) {
+        return InvalidArgument(where + ": key " + key.id + ": secret_hex is not hex");
+      }
+      keys.push_back(std::move(key));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(where + ": malformed keyset: " + e.what());
+  }
+  Result<Keyset> keyset = Keyset::FromKeys(std::move(keys));
+  if (!keyset.ok()) return InvalidArgument(where + ": " + keyset.error().message);
+  return keyset;
+}
+
+bool IsWrappedKeyset(std::string_view file_text) {
+  return file_text.find(std::string("\"") + kWrappedFormat + "\"") != std::string_view::npos;
+}
+
+Result<std::string> WrapKeyset(const std::string& plain_json, const std::string& kek) {
+  if (kek.size() != kKeyBytes) return InvalidArgument("a key-encryption key has 32 bytes");
+  const std::string nonce = RandomBytes(kNonceBytes);
+  std::unique_ptr<EVP_CIPHER_CTX, CipherDeleter> ctx(EVP_CIPHER_CTX_new());
+  std::string ciphertext(plain_json.size(), '\0');
+  unsigned char tag[kTagBytes];
+  int n = 0, total = 0;
+  const auto* key = reinterpret_cast<const unsigned char*>(kek.data());
+  const auto* iv = reinterpret_cast<const unsigned char*>(nonce.data());
+  if (ctx == nullptr || EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key, iv) != 1 ||
+      EVP_EncryptUpdate(ctx.get(), nullptr, &n, reinterpret_cast<const unsigned char*>(kWrapAad),
+                        static_cast<int>(std::strlen(kWrapAad))) != 1 ||
+      EVP_EncryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(ciphertext.data()), &n,
+                        reinterpret_cast<const unsigned char*>(plain_json.data()),
+                        static_cast<int>(plain_json.size())) != 1) {
+    return Internal("AES-256-GCM encryption failed");
+  }
+  total = n;
+  if (EVP_EncryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(ciphertext.data()) + total, &n) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) != 1) {
+    return Internal("AES-256-GCM encryption failed");
+  }
+  nlohmann::ordered_json doc = {{"format", kWrappedFormat},
+                                {"version", 1},
+                                {"algorithm", "AES-256-GCM"},
+                                {"nonce_hex", Hex(nonce)},
+                                {"ciphertext_hex", Hex(ciphertext)},
+                                {"tag_hex", Hex(std::string_view(reinterpret_cast<const char*>(tag), kTagBytes))}};
+  return doc.dump(2) + "\n";
+}
+
+Result<std::string> UnwrapKeyset(const std::string& wrapped_json, const std::string& kek, const std::string& where) {
+  const nlohmann::json doc = nlohmann::json::parse(wrapped_json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return InvalidArgument(where + ": not a JSON object");
+  std::string nonce, ciphertext, tag;
+  try {
+    if (doc.at("format").get<std::string>() != kWrappedFormat ||
+        doc.at("algorithm").get<std::string>() != "AES-256-GCM" ||
+        !FromHex(doc.at("nonce_hex").get<std::string>(), &nonce) ||
+        !FromHex(doc.at("ciphertext_hex").get<std::string>(), &ciphertext) ||
+        !FromHex(doc.at("tag_hex").get<std::string>(), &tag) || nonce.size() != kNonceBytes ||
+        tag.size() != kTagBytes) {
+      return InvalidArgument(where + ": not a keyset wrapped with AES-256-GCM");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(where + ": malformed wrapped keyset: " + e.what());
+  }
+  std::unique_ptr<EVP_CIPHER_CTX, CipherDeleter> ctx(EVP_CIPHER_CTX_new());
+  std::string plain(ciphertext.size(), '\0');
+  int n = 0;
+  const auto* key = reinterpret_cast<const unsigned char*>(kek.data());
+  const auto* iv = reinterpret_cast<const unsigned char*>(nonce.data());
+  const bool opened = ctx != nullptr && kek.size() == kKeyBytes &&
+                      EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key, iv) == 1 &&
+                      EVP_DecryptUpdate(ctx.get(), nullptr, &n, reinterpret_cast<const unsigned char*>(kWrapAad),
+                                        static_cast<int>(std::strlen(kWrapAad))) == 1 &&
+                      EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(plain.data()), &n,
+                                        reinterpret_cast<const unsigned char*>(ciphertext.data()),
+                                        static_cast<int>(ciphertext.size())) == 1 &&
+                      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagBytes, tag.data()) == 1 &&
+                      EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(plain.data()) + n, &n) == 1;
+  if (!opened) {
+    return InvalidArgument(where +
+                           ": cannot unwrap the keyset: the key-encryption key is not the one it was wrapped "
+                           "with, or the file was altered");
+  }
+  return plain;
+}
+
+Result<std::string> LoadKek(const KekSource& source) {
+  if (!source.file.empty() && !source.env.empty()) {
+    return InvalidArgument("give the key-encryption key as a file or as an environment variable, not both");
+  }
+  std::string text, where;
+  if (!source.file.empty()) {
+    TXSCORE_RETURN_IF_ERROR(CheckPrivate(source.file, "key-encryption key file"));
+    TXSCORE_ASSIGN_OR_RETURN(text, ReadFileBounded(source.file, 4096, "key-encryption key file"));
+    where = "key-encryption key file " + source.file;
+  } else {
+    const char* value = std::getenv(source.env.c_str());
+    if (value == nullptr)
+      return NotFound("the environment variable " + source.env + " (the key-encryption key) is not set");
+    text = value;
+    where = "the environment variable " + source.env;
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  std::string kek;
+  if (text.size() != 2 * kKeyBytes || !FromHex(text, &kek)) {
+    return InvalidArgument(where + " must hold 64 hex digits (32 bytes; openssl rand -hex 32)");
+  }
+  return kek;
+}
+
+Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
+  TXSCORE_RETURN_IF_ERROR(CheckPrivate(path, "keyset file"));
+  TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "keyset file"));
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') {
+    // A raw key file from before keysets: one legacy key.
+    if (text.size() < kKeyBytes) {
+      return InvalidArgument("card key file " + path + " holds " + std::to_string(text.size()) +
+                             " bytes; at least 32 random bytes are needed (openssl rand -out " + path + " 32)");
+    }
+    return Keyset::Legacy(std::move(text));
+  }
+  if (IsWrappedKeyset(text)) {
+    if (kek.empty()) {
+      return FailedPrecondition("keyset file " + path +
+                                " is wrapped: the settings need security.kek_file or security.kek_env");
+    }
+    TXSCORE_ASSIGN_OR_RETURN(const std::string key, LoadKek(kek));
+    TXSCORE_ASSIGN_OR_RETURN(text, UnwrapKeyset(text, key, "keyset file " + path));
+  }
+  return ParseKeyset(text, "keyset file " + path);
+}
+
+Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource& kek) {
+  std::string text = SerializeKeyset(keyset);
+  if (!kek.empty()) {
+    TXSCORE_ASSIGN_OR_RETURN(const std::string key, LoadKek(kek));
+    TXSCORE_ASSIGN_OR_RETURN(text, WrapKeyset(text, key));
+  }
+  return WriteFileDurably(path, text, 0600);
+}
+
+}  // namespace txscore::fraud

@@ -1,0 +1,103 @@
+// The keys that tokenize card numbers and claimant ids: a keyset, so that keys can rotate
+// without losing any card's history (PCI DSS 3.6/3.7: cryptoperiods and key changes).
+//
+// Each key has an id, a state and 32 secret bytes:
+//   primary  tokenizes new traffic (exactly one);
+//   active   still resolves: a card whose state was written under it is found, and re-keyed
+//            under the primary on its next transaction;
+//   retired  kept for the record only: its tokens are no longer resolved.
+// A token carries its key's id: "<id>_<64 hex digits of HMAC-SHA256(key, value)>". One id is
+// special: "legacy", the key of a raw key file from before keysets, whose tokens are the bare
+// 64 hex digits, so a database written then is still read (txscore keys import puts such a key
+// into a keyset).
+//
+// The file (docs/security.md, "Keys") is JSON:
+//   {"format": "txscore-keyset", "version": 1,
+//    "keys": [{"id": "k1", "state": "primary", "created_ms": 1796180000000, "secret_hex": "<64 hex>"}]}
+// or, wrapped by a key-encryption key (KEK) with AES-256-GCM, so the data keys are never on disk
+// in clear:
+//   {"format": "txscore-keyset-wrapped", "version": 1, "algorithm": "AES-256-GCM",
+//    "nonce_hex": "<24 hex>", "ciphertext_hex": "...", "tag_hex": "<32 hex>"}
+// The KEK (64 hex digits) comes from a file or an environment variable: the one place where an
+// HSM or a KMS would plug in (it would unwrap the keyset, or hold the KEK itself).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace txscore::fraud {
+
+enum class KeyState { kPrimary, kActive, kRetired };
+const char* KeyStateName(KeyState state);
+
+struct KeysetKey {
+  std::string id;  // [a-z0-9-], 1-32 characters
+  KeyState state = KeyState::kActive;
+  int64_t created_ms = 0;  // ms since the epoch
+  std::string secret;      // 32 bytes
+};
+
+inline constexpr char kLegacyKeyId[] = "legacy";
+inline constexpr size_t kKeyBytes = 32;
+
+// Where a wrapped keyset's key-encryption key comes from (at most one of the two).
+struct KekSource {
+  std::string file;  // a file holding 64 hex digits, mode 0600
+  std::string env;   // an environment variable holding 64 hex digits
+  bool empty() const { return file.empty() && env.empty(); }
+};
+
+// Copies hold copies of the secrets; each is wiped when its keyset is destroyed.
+class Keyset {
+ public:
+  Keyset() = default;
+  Keyset(const Keyset&) = default;
+  Keyset(Keyset&&) = default;
+  Keyset& operator=(const Keyset&) = default;
+  Keyset& operator=(Keyset&&) = default;
+  ~Keyset();
+
+  // Checks: ids well-formed and unique, exactly one primary, 32-byte secrets.
+  static Result<Keyset> FromKeys(std::vector<KeysetKey> keys);
+  // A new keyset of one primary key "k1" with random secret bytes.
+  static Keyset Generate(int64_t now_ms);
+  // One legacy primary key (a raw key file's bytes; any length from 32).
+  static Keyset Legacy(std::string key);
+
+  const std::vector<KeysetKey>& keys() const { return keys_; }
+  const KeysetKey& primary() const;
+  // A copy with a new primary key (id "k<n+1>", random secret); the old primary becomes active.
+  Keyset Rotated(int64_t now_ms) const;
+  // A copy with key `id` retired; refused for the primary and for an unknown id.
+  Result<Keyset> WithRetired(const std::string& id) const;
+
+  // The token of `value` under `key`.
+  static std::string TokenUnder(const KeysetKey& key, std::string_view value);
+  // The id of the key a txscore token was made with ("legacy" for bare hex), or "" when the
+  // token is not in txscore's form.
+  static std::string KeyIdOf(std::string_view token);
+
+ private:
+  std::vector<KeysetKey> keys_;
+};
+
+// The keyset as JSON (secrets in hex); WrapKeyset seals that text under a KEK.
+std::string SerializeKeyset(const Keyset& keyset);
+Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where);
+Result<std::string> WrapKeyset(const std::string& plain_json, const std::string& kek);
+Result<std::string> UnwrapKeyset(const std::string& wrapped_json, const std::string& kek, const std::string& where);
+bool IsWrappedKeyset(std::string_view file_text);
+// The 32-byte KEK from its source; errors name the file or variable.
+Result<std::string> LoadKek(const KekSource& source);
+
+// Reads a keyset file (plain, or wrapped when `kek` names a source), refusing a file that
+// group or others may read. A raw key file (not JSON) is read as Keyset::Legacy.
+Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek = {});
+// Writes it (wrapped when `kek` names a source) durably with mode 0600, replacing the file.
+Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource& kek = {});
+
+}  // namespace txscore::fraud

@@ -1,0 +1,139 @@
+#include "fraud/keyset.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "fraud/card_token.h"
+#include "tests/test_support.h"
+
+namespace txscore::fraud {
+namespace {
+
+constexpr char kPan[] = "4000001234567899";
+const std::string kKekHex(64, 'a');
+
+TEST(Keyset, ATokenCarriesItsKeyIdAndALegacyKeysTokenIsBareHex) {
+  const Keyset keyset = Keyset::Generate(1);
+  const std::string token = Keyset::TokenUnder(keyset.primary(), kPan);
+  ASSERT_EQ(token.size(), 3u + 64u);
+  EXPECT_EQ(token.substr(0, 3), "k1_");
+  EXPECT_EQ(Keyset::KeyIdOf(token), "k1");
+  const Keyset legacy = Keyset::Legacy(std::string(32, 'k'));
+  const std::string bare = Keyset::TokenUnder(legacy.primary(), kPan);
+  EXPECT_EQ(bare.size(), 64u);
+  EXPECT_EQ(Keyset::KeyIdOf(bare), kLegacyKeyId);
+  // The legacy key tokenizes as the raw key file did before keysets.
+  EXPECT_EQ(bare, CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(kPan));
+  EXPECT_EQ(Keyset::KeyIdOf("not-a-token"), "");
+}
+
+TEST(Keyset, RotationMakesANewPrimaryAndKeepsTheOldOneForLookups) {
+  const Keyset first = Keyset::Generate(1);
+  const Keyset second = first.Rotated(2);
+  ASSERT_EQ(second.keys().size(), 2u);
+  EXPECT_EQ(second.primary().id, "k2");
+  EXPECT_EQ(second.keys()[0].state, KeyState::kActive);
+  const auto tokenizer = CardTokenizer::FromKeyset(second.Rotated(3));
+  const std::vector<std::string> candidates = tokenizer->Candidates(kPan);
+  ASSERT_EQ(candidates.size(), 3u);  // k3 (primary), then k1 and k2 (active)
+  EXPECT_EQ(candidates[0].substr(0, 3), "k3_");
+  EXPECT_EQ(candidates[1], Keyset::TokenUnder(first.primary(), kPan));
+  EXPECT_EQ(candidates[2].substr(0, 3), "k2_");
+  // A retired key is never a candidate, and its tokens from callers are refused.
+  const Keyset retired = second.Rotated(3).WithRetired("k1").value();
+  const auto after = CardTokenizer::FromKeyset(retired);
+  EXPECT_EQ(after->Candidates(kPan).size(), 2u);
+  EXPECT_TRUE(testing::IsError(after->CheckCallerToken(candidates[1]), ErrorCode::kInvalidArgument,
+                               "was made with key k1, which is retired: tokenize with the primary key k3"));
+  EXPECT_TRUE(after->CheckCallerToken(candidates[2]).ok());
+  EXPECT_TRUE(after->CheckCallerToken("my-own-token-17").ok());
+  EXPECT_TRUE(testing::IsError(second.WithRetired("k2"), ErrorCode::kInvalidArgument,
+                               "key k2 is the primary key: rotate first (txscore keys rotate), then retire it"));
+}
+
+TEST(Keyset, AFileRoundTripsAndIsRefusedWhenOthersMayReadIt) {
+  testing::TempDir dir;
+  const Keyset keyset = Keyset::Generate(5).Rotated(6);
+  ASSERT_TRUE(SaveKeyset(keyset, dir.file("keyset.json")).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("keyset.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const Keyset loaded = LoadKeyset(dir.file("keyset.json")).value();
+  ASSERT_EQ(loaded.keys().size(), 2u);
+  EXPECT_EQ(loaded.primary().id, "k2");
+  EXPECT_EQ(loaded.keys()[0].secret, keyset.keys()[0].secret);
+  EXPECT_EQ(loaded.keys()[1].created_ms, 6);
+  ::chmod(dir.file("keyset.json").c_str(), 0644);
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kFailedPrecondition,
+                               "keyset file " + dir.file("keyset.json") +
+                                   " is readable by group or others; run: chmod 600 " + dir.file("keyset.json")));
+}
+
+TEST(Keyset, MalformedKeysetsAreRefusedSayingWhy) {
+  const std::string secret(64, '1');
+  EXPECT_TRUE(testing::IsError(
+      ParseKeyset(R"({"format":"txscore-keyset","version":1,"keys":[{"id":"k1","state":"active","secret_hex":")" +
+                      secret + R"("}]})",
+                  "f"),
+      ErrorCode::kInvalidArgument, "f: a keyset needs exactly one primary key; this one has 0"));
+  EXPECT_TRUE(testing::IsError(
+      ParseKeyset(R"({"format":"txscore-keyset","version":1,"keys":[{"id":"K_1","state":"primary","secret_hex":")" +
+                      secret + R"("}]})",
+                  "f"),
+      ErrorCode::kInvalidArgument, "f: key id \"K_1\" is not 1-32 characters of a-z, 0-9 and -"));
+  EXPECT_TRUE(testing::IsError(
+      ParseKeyset(R"({"format":"txscore-keyset","version":1,"keys":[{"id":"k1","state":"primary","secret_hex":"00"}]})",
+                  "f"),
+      ErrorCode::kInvalidArgument, "f: key \"k1\" has 1 secret bytes; a key has 32"));
+}
+
+TEST(Keyset, AWrappedKeysetHoldsNoSecretInClearAndOpensOnlyWithItsKek) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("kek"), kKekHex + "\n");
+  ::chmod(dir.file("kek").c_str(), 0600);
+  const KekSource kek{dir.file("kek"), ""};
+  const Keyset keyset = Keyset::Generate(1);
+  ASSERT_TRUE(SaveKeyset(keyset, dir.file("keyset.json"), kek).ok());
+  const std::string on_disk = testing::ReadFile(dir.file("keyset.json"));
+  EXPECT_TRUE(IsWrappedKeyset(on_disk));
+  const std::string plain = SerializeKeyset(keyset);
+  const std::string secret_hex = plain.substr(plain.find("secret_hex") + 14, 64);
+  EXPECT_EQ(on_disk.find(secret_hex), std::string::npos);
+  EXPECT_EQ(on_disk.find("\"k1\""), std::string::npos);  // not even the key ids
+  EXPECT_EQ(LoadKeyset(dir.file("keyset.json"), kek).value().primary().secret, keyset.primary().secret);
+  // The same KEK from the environment.
+  ::setenv("TXSCORE_TEST_KEK", kKekHex.c_str(), 1);
+  EXPECT_EQ(LoadKeyset(dir.file("keyset.json"), {"", "TXSCORE_TEST_KEK"}).value().primary().id, "k1");
+  // Another KEK, no KEK, or one altered byte: refused.
+  ::setenv("TXSCORE_TEST_KEK", std::string(64, 'b').c_str(), 1);
+  const std::string refused = "keyset file " + dir.file("keyset.json") +
+                              ": cannot unwrap the keyset: the key-encryption key is not the one it was wrapped with, "
+                              "or the file was altered";
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json"), {"", "TXSCORE_TEST_KEK"}),
+                               ErrorCode::kInvalidArgument, refused));
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kFailedPrecondition,
+                               "keyset file " + dir.file("keyset.json") +
+                                   " is wrapped: the settings need security.kek_file or security.kek_env"));
+  std::string altered = on_disk;
+  const size_t at = altered.find("ciphertext_hex") + 20;
+  altered[at] = altered[at] == '0' ? '1' : '0';
+  testing::WriteFile(dir.file("keyset.json"), altered);
+  ::chmod(dir.file("keyset.json").c_str(), 0600);
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json"), kek), ErrorCode::kInvalidArgument, refused));
+  ::unsetenv("TXSCORE_TEST_KEK");
+}
+
+TEST(Keyset, AKekMustBe64HexDigits) {
+  ::setenv("TXSCORE_TEST_KEK", "short", 1);
+  EXPECT_TRUE(testing::IsError(LoadKek({"", "TXSCORE_TEST_KEK"}), ErrorCode::kInvalidArgument,
+                               "the environment variable TXSCORE_TEST_KEK must hold 64 hex digits (32 bytes; openssl "
+                               "rand -hex 32)"));
+  ::unsetenv("TXSCORE_TEST_KEK");
+  EXPECT_TRUE(testing::IsError(LoadKek({"", "TXSCORE_TEST_KEK"}), ErrorCode::kNotFound,
+                               "the environment variable TXSCORE_TEST_KEK (the key-encryption key) is not set"));
+}
+
+}  // namespace
+}  // namespace txscore::fraud

@@ -1,0 +1,168 @@
+// Card keys rotate under traffic without losing any card's history; a retired key's tokens are
+// no longer resolved (fraud/keyset.h, docs/security.md "Keys").
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "fraud/card_token.h"
+#include "fraud/entity_state.h"
+#include "fraud/keyset.h"
+#include "gen-cpp/TxScore.h"
+#include "service/rpc_client.h"
+#include "service/scoring_server.h"
+#include "service/transaction_json.h"
+#include "tests/server_test_support.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+// A Luhn-valid test card number of its own for each index.
+std::string Pan(int index) {
+  std::string digits = "400000" + std::to_string(100000000 + index);
+  return digits + fraud::LuhnCheckDigit(digits);
+}
+
+class KeyRotationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteTestPipeline(dir_);
+    std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
+    settings.replace(settings.find("card_key_file: card.key"), 23, "keyset: keyset.json");
+    testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+    ASSERT_TRUE(fraud::SaveKeyset(fraud::Keyset::Generate(1), keyset_path()).ok());
+    auto server = testing::CreateTestServer(testing::TestSettingsPath(dir_));
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+  std::string keyset_path() const { return dir_.file("keyset.json"); }
+  fraud::Keyset Keys() const { return fraud::LoadKeyset(keyset_path()).value(); }
+  void RotateAndReload() {
+    ASSERT_TRUE(fraud::SaveKeyset(Keys().Rotated(2), keyset_path()).ok());
+    const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+    ASSERT_TRUE(outcome.applied) << outcome.detail;
+  }
+  // Scores one transaction of card `index`, `minute` minutes into the test's day.
+  void Score(RpcConnection& connection, int index, int minute, const std::string& request_id) {
+    fraud::RawTransaction raw = testing::ValidTransaction(request_id);
+    raw.card_number = Pan(index);
+    raw.timestamp_ms = 1767261600000 + int64_t{minute} * 60000;
+    rpc::ScoreResult result;
+    connection.client().score(result, ToThriftTransaction(raw));
+  }
+  // The card's stored state under `key`'s token, if any.
+  std::optional<fraud::CardState> StateUnder(const fraud::KeysetKey& key, int index) {
+    auto stored =
+        server_->database().Get(storage::ColumnFamily::kEntityState, fraud::Keyset::TokenUnder(key, Pan(index)));
+    if (!stored.ok() || !stored->has_value()) return std::nullopt;
+    return fraud::DecodeCardState(**stored).value();
+  }
+  const fraud::KeysetKey& Key(const fraud::Keyset& keys, const std::string& id) {
+    for (const fraud::KeysetKey& key : keys.keys()) {
+      if (key.id == id) return key;
+    }
+    throw std::runtime_error("no key " + id);
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<ScoringServer> server_;
+};
+
+TEST_F(KeyRotationTest, TwoRotationsUnderTrafficKeepEveryCardsHistory) {
+  constexpr int kCards = 6, kThreads = 2;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::map<int, int> sent[kThreads];  // card -> transactions sent, per thread (each thread owns its cards)
+  std::vector<std::thread> traffic;
+  for (int t = 0; t < kThreads; ++t) {
+    traffic.emplace_back([&, t] {
+      auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+      // Until told to stop, then one more round, so every card is also seen after the last rotation.
+      const int cards_per_thread = kCards / kThreads;
+      int last_round = -1;
+      for (int n = 0; last_round < 0 || n < last_round; ++n) {
+        if (last_round < 0 && stop.load()) last_round = n + cards_per_thread;
+        const int card = t + kThreads * (n % cards_per_thread);
+        try {
+          Score(*connection, card, n, "t" + std::to_string(t) + "-" + std::to_string(n));
+          ++sent[t][card];
+        } catch (const std::exception&) {
+          ++failures;
+        }
+      }
+    });
+  }
+  // Two rotations while the traffic runs, each picked up by a reload.
+  while (server_->audit_log().ReadLast(10).value().size() < 10) std::this_thread::yield();
+  RotateAndReload();
+  while (server_->audit_log().ReadLast(40).value().size() < 40) std::this_thread::yield();
+  RotateAndReload();
+  stop = true;
+  for (std::thread& t : traffic) t.join();
+  EXPECT_EQ(failures.load(), 0);
+
+  const fraud::Keyset keys = Keys();
+  ASSERT_EQ(keys.primary().id, "k3");
+  for (int t = 0; t < kThreads; ++t) {
+    for (const auto& [card, count] : sent[t]) {
+      // Every transaction of the card is in its state, now under the newest key alone.
+      const std::optional<fraud::CardState> state = StateUnder(keys.primary(), card);
+      ASSERT_TRUE(state.has_value()) << "card " << card;
+      EXPECT_EQ(state->transaction_count, static_cast<uint64_t>(count)) << "card " << card;
+      EXPECT_FALSE(StateUnder(Key(keys, "k1"), card).has_value()) << "card " << card;
+      EXPECT_FALSE(StateUnder(Key(keys, "k2"), card).has_value()) << "card " << card;
+    }
+  }
+}
+
+TEST_F(KeyRotationTest, AnActiveKeysCardIsFoundAndARetiredKeysIsNot) {
+  auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+  Score(*connection, 1, 0, "a-1");  // both cards seen once, under k1
+  Score(*connection, 2, 0, "b-1");
+  RotateAndReload();
+  RotateAndReload();  // k3 primary; k1 and k2 active
+  Score(*connection, 1, 5, "a-2");
+  fraud::Keyset keys = Keys();
+  EXPECT_EQ(StateUnder(keys.primary(), 1)->transaction_count, 2u);  // found under k1, re-keyed under k3
+  EXPECT_FALSE(StateUnder(Key(keys, "k1"), 1).has_value());
+
+  // k1 retired: card 2, seen only under k1, starts over; its old state is not resolved.
+  ASSERT_TRUE(fraud::SaveKeyset(keys.WithRetired("k1").value(), keyset_path()).ok());
+  ASSERT_TRUE(server_->Reload("test").applied);
+  Score(*connection, 2, 5, "b-2");
+  keys = Keys();
+  EXPECT_EQ(StateUnder(keys.primary(), 2)->transaction_count, 1u);
+  EXPECT_EQ(StateUnder(Key(keys, "k1"), 2)->transaction_count, 1u);  // left where it was, unread
+  // A caller's token made under the retired key is refused, naming the field.
+  fraud::RawTransaction raw = testing::ValidTransaction("b-3");
+  raw.card_number.reset();
+  raw.card_token = fraud::Keyset::TokenUnder(Key(keys, "k1"), Pan(2));
+  rpc::ScoreResult result;
+  try {
+    connection->client().score(result, ToThriftTransaction(raw));
+    ADD_FAILURE() << "a retired key's token was resolved";
+  } catch (const rpc::InvalidRequest& e) {
+    EXPECT_EQ(e.field, "card_token");
+    EXPECT_EQ(e.reason, "was made with key k1, which is retired: tokenize with the primary key k3");
+  }
+}
+
+TEST_F(KeyRotationTest, AReloadWithAnUnreadableKeysetIsRefusedAndTheKeysInForceStay) {
+  testing::WriteFile(keyset_path(), "{not json");
+  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_NE(outcome.detail.find("keyset file " + keyset_path() + ": not a JSON object"), std::string::npos)
+      << outcome.detail;
+  auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+  Score(*connection, 3, 0, "c-1");  // still served with k1
+  EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token.substr(0, 3), "k1_");
+}
+
+}  // namespace
+}  // namespace txscore::service
