@@ -7,6 +7,10 @@
 # bench knows are used, so that older builds can be compared with the same files.
 config_for() {
   local binary=$1 settings=$2
+  if ! "$binary" score --help 2>/dev/null | grep -q -- "--plaintext"; then
+    # Builds before TLS serve plaintext and know no `plaintext` key.
+    sed -i 's/, plaintext: true//' "$settings"
+  fi
   if "$binary" serve --help 2>/dev/null | grep -q "Service settings file"; then
     echo "$settings"
     return
@@ -19,17 +23,32 @@ config_for() {
 }
 
 # DIR/card.key, DIR/txscore.yaml (the service settings) and DIR/pipeline.yaml: the demo fraud
-# model behind a server on free ports, with DURABILITY (sync or wal).
+# model behind a server on free ports, with DURABILITY (sync or wal). Plaintext on both ports,
+# or, with TLS=1, mutual TLS with a demo PKI in DIR/pki (clients: --tls-dir DIR/pki/client).
 write_scoring_pipeline() {
   local dir=$1 durability=$2
   (umask 077 && openssl rand -out "$dir/card.key" 32)
-  cat > "$dir/txscore.yaml" <<YAML
+  if [ "${TLS:-0}" = 1 ]; then
+    ./scripts/make-demo-pki.sh "$dir/pki" > /dev/null
+    cat > "$dir/txscore.yaml" <<YAML
 pipeline: pipeline.yaml
 server: {host: 127.0.0.1, port: 0, workers: 8}
 admin: {host: 127.0.0.1, port: 0}
 storage: {path: db, durability: $durability}
+security:
+  card_key_file: card.key
+  tls: {certificate: pki/server/tls.crt, private_key: pki/server/tls.key, client_ca: pki/ca.crt,
+        thrift_clients: [txscore-client], admin_clients: [txscore-admin]}
+YAML
+  else
+    cat > "$dir/txscore.yaml" <<YAML
+pipeline: pipeline.yaml
+server: {host: 127.0.0.1, port: 0, workers: 8, plaintext: true}
+admin: {host: 127.0.0.1, port: 0, plaintext: true}
+storage: {path: db, durability: $durability}
 security: {card_key_file: card.key}
 YAML
+  fi
   cat > "$dir/pipeline.yaml" <<YAML
 pipeline: {name: bench, version: "bench"}
 stages:

@@ -39,8 +39,8 @@ mkdir -p "$work/in"
 write_claims_pipeline "$work" "$llm"
 cat > "$work/txscore.yaml" <<YAML
 pipeline: pipeline.yaml
-server: {host: 127.0.0.1, port: 0, workers: 8}
-admin: {host: 127.0.0.1, port: 0}
+server: {host: 127.0.0.1, port: 0, workers: 8, plaintext: true}
+admin: {host: 127.0.0.1, port: 0, plaintext: true}
 storage: {path: db, durability: wal}
 security: {card_key_file: card.key}
 devices: {calibration_cache: profiles.json}
@@ -58,7 +58,7 @@ server_pid=$!
 for _ in $(seq 300); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*thrift_port=\([0-9]*\).*/\1/p' "$work/serve.out")
 server="127.0.0.1:$port"
-job() { ./build/txscore job "$@" --server "$server"; }
+job() { ./build/txscore job "$@" --server "$server" --plaintext; }
 job_field() { job status --id "$1" | sed -n "s/^job [0-9a-f]* \([A-Z]*\): \([0-9]*\) of.*/\\$2/p"; }
 echo "background=$background rate=$rate/s priority=$priority connections=$connections runs=$runs x ${seconds}s (+${warmup}s warm-up)," \
      "job: $claims claims, LLM stage $([ "$llm" = 1 ] && echo on cpu || echo none); $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"

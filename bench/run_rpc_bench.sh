@@ -7,7 +7,9 @@
 #   env: RUNS (default 5), SECONDS_PER_RUN (5), WARMUP (1), CONNECTIONS (32),
 #        BINARIES ("txscore=./build/txscore"): NAME=PATH pairs; with two or more, each build
 #        serves from its own scratch database and they alternate run by run (A B A B), e.g.
-#        BINARIES="old=/tmp/txscore-old new=./build/txscore" to compare two builds side by side.
+#        BINARIES="old=/tmp/txscore-old new=./build/txscore" to compare two builds side by side;
+#        TLS=1: every server serves mutual TLS (bench_lib.sh) and the load generator connects with
+#        a client certificate; TRANSPORTS="plain tls" with one binary: one server each, alternating.
 #
 # Needs ./scripts/setup.sh to have run (build and demo model).
 set -euo pipefail
@@ -22,18 +24,29 @@ seconds=${SECONDS_PER_RUN:-5}
 warmup=${WARMUP:-1}
 connections=${CONNECTIONS:-32}
 read -r -a binaries <<< "${BINARIES:-txscore=./build/txscore}"
+read -r -a transports <<< "${TRANSPORTS:-}"
+if [ ${#transports[@]} -gt 0 ]; then
+  # One binary, one server per transport: NAME is the transport (plain or tls).
+  first=${binaries[0]#*=}
+  binaries=()
+  for t in "${transports[@]}"; do binaries+=("$t=$first"); done
+fi
 
 work=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
 names=()
 ports=()
+client_tls=()
 for entry in "${binaries[@]}"; do
   name=${entry%%=*}
   binary=${entry#*=}
   dir="$work/$name"
   mkdir -p "$dir"
-  write_scoring_pipeline "$dir" "$durability"
+  tls=${TLS:-0}
+  [ ${#transports[@]} -gt 0 ] && { [ "$name" = tls ] && tls=1 || tls=0; }
+  TLS=$tls write_scoring_pipeline "$dir" "$durability"
+  if [ "$tls" = 1 ]; then client_tls+=("--tls-dir $dir/pki/client"); else client_tls+=(""); fi
   "$binary" serve --config "$(config_for "$binary" "$dir/txscore.yaml")" --log-level warn > "$dir/serve.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q listening "$dir/serve.out" 2>/dev/null && break; sleep 0.1; done
@@ -50,7 +63,7 @@ for rate in "${rates[@]}"; do
       for method in health score; do
         # A run with errors (e.g. connections a server never serves) still reports; keep going.
         ./build/bench/rpc_loadgen --server "127.0.0.1:${ports[$i]}" --rate "$rate" --seconds "$seconds" \
-          --warmup "$warmup" --connections "$connections" --method "$method" | sed "s/^/${names[$i]} /" \
+          --warmup "$warmup" --connections "$connections" --method "$method" ${client_tls[$i]} | sed "s/^/${names[$i]} /" \
           | tee -a "$work/results.txt" || true
       done
     done

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -185,6 +186,25 @@ std::string Keyset::KeyIdOf(std::string_view token) {
   return ValidKeyId(id) ? id : "";
 }
 
+Status CheckSuccessor(const Keyset& running, const Keyset& next) {
+  for (const KeysetKey& key : running.keys()) {
+    const KeysetKey* kept = nullptr;
+    for (const KeysetKey& candidate : next.keys()) {
+      if (candidate.id == key.id) kept = &candidate;
+    }
+    if (kept == nullptr) {
+      return FailedPrecondition("the new keyset drops key " + key.id +
+                                ", whose cards' history it would orphan: retire a key instead of removing it");
+    }
+    if (kept->secret.size() != key.secret.size() ||
+        CRYPTO_memcmp(kept->secret.data(), key.secret.data(), key.secret.size()) != 0) {
+      return FailedPrecondition("the new keyset gives key " + key.id +
+                                " another secret: a key id names one key for good (rotate to get a new one)");
+    }
+  }
+  return Status::Ok();
+}
+
 std::string SerializeKeyset(const Keyset& keyset) {
   nlohmann::ordered_json keys = nlohmann::ordered_json::array();
   for (const KeysetKey& key : keyset.keys()) {
@@ -334,7 +354,7 @@ Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
   TXSCORE_RETURN_IF_ERROR(CheckPrivate(path, "keyset file"));
   TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "keyset file"));
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos || text[first] != '{') {
+  if ((first == std::string::npos || text[first] != '{') && kek.empty()) {
     // A raw key file from before keysets: one legacy key.
     if (text.size() < kKeyBytes) {
       return InvalidArgument("card key file " + path + " holds " + std::to_string(text.size()) +
@@ -342,10 +362,17 @@ Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
     }
     return Keyset::Legacy(std::move(text));
   }
+  if (!IsWrappedKeyset(text) && !kek.empty()) {
+    // The settings promise a wrapped keyset: a file in clear is refused, not quietly used.
+    return FailedPrecondition("keyset file " + path +
+                              " is not wrapped, but a key-encryption key is configured: wrap it (txscore keys "
+                              "rotate --kek-file/--kek-env writes it wrapped) or drop kek_file/kek_env");
+  }
   if (IsWrappedKeyset(text)) {
     if (kek.empty()) {
       return FailedPrecondition("keyset file " + path +
-                                " is wrapped: the settings need security.kek_file or security.kek_env");
+                                " is wrapped: give its key-encryption key (security.kek_file or kek_env in the "
+                                "settings; --kek-file or --kek-env for txscore keys)");
     }
     TXSCORE_ASSIGN_OR_RETURN(const std::string key, LoadKek(kek));
     TXSCORE_ASSIGN_OR_RETURN(text, UnwrapKeyset(text, key, "keyset file " + path));
@@ -359,7 +386,18 @@ Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource
     TXSCORE_ASSIGN_OR_RETURN(const std::string key, LoadKek(kek));
     TXSCORE_ASSIGN_OR_RETURN(text, WrapKeyset(text, key));
   }
-  return WriteFileDurably(path, text, 0600);
+  // Written beside it, then renamed over it: a crash leaves the old keyset or the new one,
+  // never a truncated file (which would lose every key, and every card's history with it).
+  const std::string temporary = path + ".tmp";
+  std::filesystem::remove(temporary);
+  Status written = WriteFileDurably(temporary, text, 0600);
+  OPENSSL_cleanse(text.data(), text.size());
+  TXSCORE_RETURN_IF_ERROR(written);
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) return Internal("cannot replace keyset file " + path + ": " + ec.message());
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return SyncDirectory(dir.empty() ? "." : dir);
 }
 
 }  // namespace txscore::fraud

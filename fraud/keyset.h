@@ -85,6 +85,11 @@ class Keyset {
   std::vector<KeysetKey> keys_;
 };
 
+// OK when `next` may follow `running` (a reload): it keeps every key `running` has, each with
+// the same secret (states may change). A key dropped or a secret changed would orphan the
+// history stored under it, and make its id name two keys.
+Status CheckSuccessor(const Keyset& running, const Keyset& next);
+
 // The keyset as JSON (secrets in hex); WrapKeyset seals that text under a KEK.
 std::string SerializeKeyset(const Keyset& keyset);
 Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where);

@@ -133,22 +133,49 @@ Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fr
   return card;
 }
 
-Result<fraud::CardState> ScoringPipeline::ReadCardState(const CardKeys& card, std::string* found_under) const {
-  found_under->clear();
-  for (size_t i = 0; i <= card.older.size(); ++i) {
-    const std::string& token = i == 0 ? card.token : card.older[i - 1];
-    Result<std::optional<std::string>> stored = ledger_->database().Get(storage::ColumnFamily::kEntityState, token);
+namespace {
+// The value left under a re-keyed card's old token: this prefix, then the token it moved to.
+constexpr std::string_view kMovedTo = "moved-to:";
+constexpr int kMaxMoves = 16;  // one per rotation; a longer chain is a corrupt database
+}  // namespace
+
+Result<std::optional<std::pair<std::string, fraud::CardState>>> ScoringPipeline::Resolve(
+    const std::string& token) const {
+  std::string at = token;
+  for (int hop = 0; hop <= kMaxMoves; ++hop) {
+    Result<std::optional<std::string>> stored = ledger_->database().Get(storage::ColumnFamily::kEntityState, at);
     if (!stored.ok()) return stored.error();
-    if (!stored->has_value()) continue;
-    if (i > 0) *found_under = token;
-    return fraud::DecodeCardState(**stored);
+    if (!stored->has_value()) return std::optional<std::pair<std::string, fraud::CardState>>();
+    const std::string& value = **stored;
+    if (value.rfind(kMovedTo, 0) == 0) {
+      at = value.substr(kMovedTo.size());
+      continue;
+    }
+    TXSCORE_ASSIGN_OR_RETURN(fraud::CardState state, fraud::DecodeCardState(value));
+    return std::optional<std::pair<std::string, fraud::CardState>>(std::pair{at, std::move(state)});
+  }
+  return DataLoss("card state: more than " + std::to_string(kMaxMoves) + " moved-to markers in a row");
+}
+
+Result<fraud::CardState> ScoringPipeline::ReadCardState(const CardKeys& card, CardPlacement* placement) const {
+  *placement = CardPlacement{card.token, ""};
+  TXSCORE_ASSIGN_OR_RETURN(auto found, Resolve(card.token));
+  if (found) {
+    placement->write_under = found->first;  // card.token, or where a marker says the card moved
+    return std::move(found->second);
+  }
+  for (const std::string& older : card.older) {
+    TXSCORE_ASSIGN_OR_RETURN(found, Resolve(older));
+    if (!found) continue;
+    placement->moved_from = found->first;  // re-keyed under card.token when written
+    return std::move(found->second);
   }
   return fraud::CardState();
 }
 
 Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const CardKeys& card,
                                  SteadyClock::time_point deadline, CardLockSet* card_lock,
-                                 Result<fraud::CardState>* state, std::string* found_under, RequestValues* values,
+                                 Result<fraud::CardState>* state, CardPlacement* placement, RequestValues* values,
                                  ScoreOutcome* outcome) {
   const GraphStage& stage = config_.graph.stage(index);
   const PreparedStage& prepared = *stages_[static_cast<size_t>(index)];
@@ -161,7 +188,7 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const 
     card_lock->unlock();
     ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
     card_lock->lock();
-    *state = ReadCardState(card, found_under);  // another transaction of this card may have landed meanwhile
+    *state = ReadCardState(card, placement);  // another transaction of this card may have landed meanwhile
     if (!state->ok()) return state->error();
   } else {
     ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
@@ -255,8 +282,8 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   clock.Lap("validate", kValidateSlot);
 
   CardLockSet card_lock(ledger_->CardLocks(card->all()));
-  std::string found_under;  // an older key's token the state was found under: re-keyed below
-  Result<fraud::CardState> state = ReadCardState(*card, &found_under);
+  CardPlacement placement;  // where the new state goes, and an older token it moves from
+  Result<fraud::CardState> state = ReadCardState(*card, &placement);
   if (!state.ok()) return state.error();
   clock.Lap("state", kStateSlot);
 
@@ -284,7 +311,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
       outcome.skipped_stages.push_back({i, stage.name});
       continue;
     }
-    TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, *card, deadline, &card_lock, &state, &found_under, &values, &outcome));
+    TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, *card, deadline, &card_lock, &state, &placement, &values, &outcome));
     clock.Lap(stage.name, kFirstStageSlot + i);
   }
 
@@ -327,8 +354,10 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   record.stage_scores = outcome.stage_scores;
   record.traceparent = tx.traceparent;
   storage::WriteBatch batch;
-  batch.Put(storage::ColumnFamily::kEntityState, tx.card_token, fraud::EncodeCardState(*state));
-  if (!found_under.empty()) batch.Delete(storage::ColumnFamily::kEntityState, found_under);  // re-keyed
+  batch.Put(storage::ColumnFamily::kEntityState, placement.write_under, fraud::EncodeCardState(*state));
+  if (!placement.moved_from.empty()) {  // re-keyed: the old entry says where the card lives now
+    batch.Put(storage::ColumnFamily::kEntityState, placement.moved_from, std::string(kMovedTo) + placement.write_under);
+  }
   TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Append(record, &batch));
   TXSCORE_RETURN_IF_ERROR(ledger_->database().Write(batch));
   clock.Lap("persist", kFirstStageSlot + static_cast<int>(graph.size()));

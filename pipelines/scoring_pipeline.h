@@ -131,6 +131,16 @@ struct CardKeys {
   }
 };
 
+// Where a request writes its card's new state: `write_under`; and, when the state was found
+// under an older key's token, `moved_from`, which then gets a "moved to write_under" marker in
+// the same batch. A request that started on the keys before a rotation (its primary is now an
+// older key) finds the marker and writes where the card lives now: a card's history never
+// splits, and never moves back to an older key.
+struct CardPlacement {
+  std::string write_under;
+  std::string moved_from;
+};
+
 // Holds a card's lock stripes (ScoringLedger::CardLocks) from construction to destruction,
 // except between unlock() and lock() (around a slow stage).
 class CardLockSet {
@@ -200,14 +210,17 @@ class ScoringPipeline {
   // The card's tokens: from the PAN (validated, then wiped) under the keys of `tokenizer`, or
   // the caller's own token (refused when made under a retired key).
   Result<CardKeys> CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const;
-  // The card's state under card.token, else under the first older token that holds one
-  // (*found_under names it; empty when none did).
-  Result<fraud::CardState> ReadCardState(const CardKeys& card, std::string* found_under) const;
+  // The card's state: under card.token, else under the first older token that holds one,
+  // following "moved to" markers left by re-keying; `placement` says where to write it.
+  Result<fraud::CardState> ReadCardState(const CardKeys& card, CardPlacement* placement) const;
+  // Follows markers from `token`: the token the state is stored under and the state, or
+  // nullopt when the card has none there.
+  Result<std::optional<std::pair<std::string, fraud::CardState>>> Resolve(const std::string& token) const;
   // Runs stage `index` on the request; records what happened in `outcome`. A slow stage
   // runs with `card_lock` released, and `state` is read again after it.
   Status RunStage(int index, const fraud::Transaction& tx, const CardKeys& card,
                   std::chrono::steady_clock::time_point deadline, CardLockSet* card_lock,
-                  Result<fraud::CardState>* state, std::string* found_under, RequestValues* values,
+                  Result<fraud::CardState>* state, CardPlacement* placement, RequestValues* values,
                   ScoreOutcome* outcome);
 
   PipelineConfig config_;

@@ -429,6 +429,10 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = keys.error().ToString();
     return outcome;
   }
+  if (Status successor = fraud::CheckSuccessor(ledger_->tokenizer()->keyset(), (*keys)->keyset()); !successor.ok()) {
+    outcome.detail = settings->security.key_file() + ": " + successor.error().message;
+    return outcome;
+  }
   Result<pipelines::PipelineConfig> loaded = pipelines::LoadPipelineConfig(
       settings->pipeline, runtime_.kinds != nullptr ? *runtime_.kinds : pipelines::BuiltinStageKinds());
   if (!loaded.ok()) {

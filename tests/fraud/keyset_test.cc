@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "fraud/card_token.h"
 #include "tests/test_support.h"
@@ -115,7 +116,8 @@ TEST(Keyset, AWrappedKeysetHoldsNoSecretInClearAndOpensOnlyWithItsKek) {
                                ErrorCode::kInvalidArgument, refused));
   EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kFailedPrecondition,
                                "keyset file " + dir.file("keyset.json") +
-                                   " is wrapped: the settings need security.kek_file or security.kek_env"));
+                                   " is wrapped: give its key-encryption key (security.kek_file or kek_env in the "
+                                   "settings; --kek-file or --kek-env for txscore keys)"));
   std::string altered = on_disk;
   const size_t at = altered.find("ciphertext_hex") + 20;
   altered[at] = altered[at] == '0' ? '1' : '0';
@@ -123,6 +125,22 @@ TEST(Keyset, AWrappedKeysetHoldsNoSecretInClearAndOpensOnlyWithItsKek) {
   ::chmod(dir.file("keyset.json").c_str(), 0600);
   EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json"), kek), ErrorCode::kInvalidArgument, refused));
   ::unsetenv("TXSCORE_TEST_KEK");
+}
+
+TEST(Keyset, WithAKekConfiguredAKeysetInClearIsRefused) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("kek"), kKekHex);
+  ::chmod(dir.file("kek").c_str(), 0600);
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(1), dir.file("keyset.json")).ok());  // in clear
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json"), {dir.file("kek"), ""}),
+                               ErrorCode::kFailedPrecondition,
+                               "keyset file " + dir.file("keyset.json") +
+                                   " is not wrapped, but a key-encryption key is configured: wrap it (txscore keys "
+                                   "rotate --kek-file/--kek-env writes it wrapped) or drop kek_file/kek_env"));
+  // A save replaces the file whole (written beside it, renamed over it): no temporary is left.
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(2), dir.file("keyset.json"), {dir.file("kek"), ""}).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.file("keyset.json.tmp")));
+  EXPECT_EQ(LoadKeyset(dir.file("keyset.json"), {dir.file("kek"), ""}).value().primary().created_ms, 2);
 }
 
 TEST(Keyset, AKekMustBe64HexDigits) {

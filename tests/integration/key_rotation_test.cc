@@ -10,6 +10,8 @@
 #include "fraud/entity_state.h"
 #include "fraud/keyset.h"
 #include "gen-cpp/TxScore.h"
+#include "pipelines/config.h"
+#include "pipelines/scoring_pipeline.h"
 #include "service/rpc_client.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
@@ -56,12 +58,17 @@ class KeyRotationTest : public ::testing::Test {
     rpc::ScoreResult result;
     connection.client().score(result, ToThriftTransaction(raw));
   }
-  // The card's stored state under `key`'s token, if any.
+  // The card's stored state under `key`'s token, if any (not a moved-to marker).
   std::optional<fraud::CardState> StateUnder(const fraud::KeysetKey& key, int index) {
+    const std::string value = Stored(key, index);
+    if (value.empty() || value.rfind("moved-to:", 0) == 0) return std::nullopt;
+    return fraud::DecodeCardState(value).value();
+  }
+  // What is stored under `key`'s token for the card ("" when nothing).
+  std::string Stored(const fraud::KeysetKey& key, int index) {
     auto stored =
         server_->database().Get(storage::ColumnFamily::kEntityState, fraud::Keyset::TokenUnder(key, Pan(index)));
-    if (!stored.ok() || !stored->has_value()) return std::nullopt;
-    return fraud::DecodeCardState(**stored).value();
+    return stored.ok() && stored->has_value() ? **stored : std::string();
   }
   const fraud::KeysetKey& Key(const fraud::Keyset& keys, const std::string& id) {
     for (const fraud::KeysetKey& key : keys.keys()) {
@@ -111,12 +118,14 @@ TEST_F(KeyRotationTest, TwoRotationsUnderTrafficKeepEveryCardsHistory) {
   ASSERT_EQ(keys.primary().id, "k3");
   for (int t = 0; t < kThreads; ++t) {
     for (const auto& [card, count] : sent[t]) {
-      // Every transaction of the card is in its state, now under the newest key alone.
+      // Every transaction of the card is in its state, now under the newest key alone; the older
+      // keys' entries say where it moved.
       const std::optional<fraud::CardState> state = StateUnder(keys.primary(), card);
       ASSERT_TRUE(state.has_value()) << "card " << card;
       EXPECT_EQ(state->transaction_count, static_cast<uint64_t>(count)) << "card " << card;
       EXPECT_FALSE(StateUnder(Key(keys, "k1"), card).has_value()) << "card " << card;
       EXPECT_FALSE(StateUnder(Key(keys, "k2"), card).has_value()) << "card " << card;
+      EXPECT_EQ(Stored(Key(keys, "k1"), card).rfind("moved-to:k", 0), 0u) << "card " << card;
     }
   }
 }
@@ -130,7 +139,7 @@ TEST_F(KeyRotationTest, AnActiveKeysCardIsFoundAndARetiredKeysIsNot) {
   Score(*connection, 1, 5, "a-2");
   fraud::Keyset keys = Keys();
   EXPECT_EQ(StateUnder(keys.primary(), 1)->transaction_count, 2u);  // found under k1, re-keyed under k3
-  EXPECT_FALSE(StateUnder(Key(keys, "k1"), 1).has_value());
+  EXPECT_EQ(Stored(Key(keys, "k1"), 1), "moved-to:" + fraud::Keyset::TokenUnder(keys.primary(), Pan(1)));
 
   // k1 retired: card 2, seen only under k1, starts over; its old state is not resolved.
   ASSERT_TRUE(fraud::SaveKeyset(keys.WithRetired("k1").value(), keyset_path()).ok());
@@ -151,6 +160,59 @@ TEST_F(KeyRotationTest, AnActiveKeysCardIsFoundAndARetiredKeysIsNot) {
     EXPECT_EQ(e.field, "card_token");
     EXPECT_EQ(e.reason, "was made with key k1, which is retired: tokenize with the primary key k3");
   }
+}
+
+// A request that started on the keys before a rotation and lands after another request moved
+// the card: it follows the marker and adds to the card's history where it lives now, rather
+// than starting a second history under the old key (the requests' order, replayed through the
+// ledger's keys).
+TEST(KeyRotationLedger, ARequestOnTheOldKeysFollowsTheCardToItsNewKey) {
+  testing::TempDir dir;
+  const std::string pipeline_file = testing::WriteTestPipeline(dir);
+  const fraud::Keyset old_keys = fraud::Keyset::Generate(1);
+  const fraud::Keyset new_keys = old_keys.Rotated(2);
+  ASSERT_TRUE(fraud::SaveKeyset(old_keys, dir.file("keyset.json")).ok());
+  auto db = storage::Database::Open(dir.file("db")).value();
+  auto ledger = pipelines::ScoringLedger::Create(db.get(), dir.file("keyset.json")).value();
+  auto pipeline =
+      pipelines::ScoringPipeline::Create(pipelines::LoadPipelineConfig(pipeline_file).value(), ledger).value();
+  const auto score = [&](const fraud::Keyset& keys, int minute) {
+    ledger->SetTokenizer(fraud::CardTokenizer::FromKeyset(keys));
+    fraud::RawTransaction raw = testing::ValidTransaction("r" + std::to_string(minute));
+    raw.card_number = Pan(7);
+    raw.timestamp_ms = 1767261600000 + int64_t{minute} * 60000;
+    ASSERT_TRUE(pipeline->Score(raw).ok());
+  };
+  const auto stored = [&](const fraud::KeysetKey& key) {
+    return db->Get(storage::ColumnFamily::kEntityState, fraud::Keyset::TokenUnder(key, Pan(7))).value().value_or("");
+  };
+  score(old_keys, 0);  // under k1
+  score(new_keys, 1);  // moved to k2
+  score(old_keys, 2);  // a request that took the old keys before the reload
+  score(new_keys, 3);
+  EXPECT_EQ(stored(new_keys.keys()[0]), "moved-to:" + fraud::Keyset::TokenUnder(new_keys.primary(), Pan(7)));
+  EXPECT_EQ(fraud::DecodeCardState(stored(new_keys.primary())).value().transaction_count, 4u);
+}
+
+TEST_F(KeyRotationTest, AReloadRefusesAKeysetThatDropsAKeyOrChangesItsSecret) {
+  RotateAndReload();  // k1 active, k2 primary
+  const fraud::Keyset keys = Keys();
+  std::vector<fraud::KeysetKey> dropped = {keys.keys()[0]};  // k1 alone, primary again: k2 gone
+  dropped[0].state = fraud::KeyState::kPrimary;
+  ASSERT_TRUE(fraud::SaveKeyset(fraud::Keyset::FromKeys(dropped).value(), keyset_path()).ok());
+  ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_EQ(outcome.detail, keyset_path() +
+                                ": the new keyset drops key k2, whose cards' history it would orphan: retire a key "
+                                "instead of removing it");
+  std::vector<fraud::KeysetKey> changed = keys.keys();
+  changed[0].secret = std::string(32, 'x');
+  ASSERT_TRUE(fraud::SaveKeyset(fraud::Keyset::FromKeys(changed).value(), keyset_path()).ok());
+  outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_EQ(outcome.detail, keyset_path() +
+                                ": the new keyset gives key k1 another secret: a key id names one key for good "
+                                "(rotate to get a new one)");
 }
 
 TEST_F(KeyRotationTest, AReloadWithAnUnreadableKeysetIsRefusedAndTheKeysInForceStay) {
