@@ -108,19 +108,18 @@ std::vector<std::string> CardTokenizer::Candidates(std::string_view pan) const {
   return tokens;
 }
 
-Status CardTokenizer::CheckCallerToken(std::string_view token) const {
+Status CardTokenizer::CheckCallerToken(std::string_view token, const char* field) const {
   const std::string id = Keyset::KeyIdOf(token);
   if (id.empty()) return Status::Ok();  // the caller's own form
   for (const KeysetKey& key : keyset_.keys()) {
     if (key.id != id) continue;
     if (key.state != KeyState::kRetired) return Status::Ok();
     return InvalidArgument(
-        "was made with key " + id + ", which is retired: tokenize with the primary key " + keyset_.primary().id,
-        "card_token");
+        "was made with key " + id + ", which is retired: tokenize with the primary key " + keyset_.primary().id, field);
   }
   // A legacy-looking token when the keyset has no legacy key is a caller's own 64-hex form.
   if (id == kLegacyKeyId) return Status::Ok();
-  return InvalidArgument("was made with key " + id + ", which this server's keyset does not hold", "card_token");
+  return InvalidArgument("was made with key " + id + ", which this server's keyset does not hold", field);
 }
 
 void WipeBytes(void* data, size_t size) {

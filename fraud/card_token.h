@@ -60,7 +60,7 @@ class CardTokenizer {
   std::vector<std::string> Candidates(std::string_view pan) const;
   // For a token a caller made: refused when it is in txscore's form under a key this keyset
   // has retired or never had; a caller's own token form passes (ValidateCardToken checked it).
-  Status CheckCallerToken(std::string_view token) const;
+  Status CheckCallerToken(std::string_view token, const char* field = "card_token") const;
   const Keyset& keyset() const { return keyset_; }
 
  private:

@@ -88,8 +88,14 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
   if (raw.claimant_token.empty()) {
     TXSCORE_RETURN_IF_ERROR(CheckId(raw.claimant_id, "claimant_id", limits));
   } else if (!raw.claimant_id.empty() || !IsTxscoreTokenForm(raw.claimant_token)) {
-    return InvalidArgument("claimant_token must be 64 lowercase hex digits and comes instead of claimant_id",
-                           "claimant_token");
+    return InvalidArgument(
+        "claimant_token must be txscore's token form (64 lowercase hex digits, after KEYID_ when made under a keyset's "
+        "key) and comes instead of claimant_id",
+        "claimant_token");
+  } else {
+    // A token made under a retired key names a claimant txscore no longer resolves.
+    Status key = tokenizer.CheckCallerToken(raw.claimant_token, "claimant_token");
+    if (!key.ok()) return InvalidArgument("claimant_token " + key.error().message, "claimant_token");
   }
   TXSCORE_RETURN_IF_ERROR(CheckId(raw.provider_id, "provider_id", limits));
   Claim c;

@@ -6,6 +6,7 @@
 
 #include "fraud/claims_synthetic.h"
 #include "fraud/features.h"
+#include "tests/test_support.h"
 
 namespace txscore::fraud {
 namespace {
@@ -99,6 +100,20 @@ TEST(ClaimForStorage, StoresOnlyAClaimThatPassesEveryCheck) {
   raw = ValidRawClaim();
   raw.incident_date = "4000001234567899";
   EXPECT_EQ(ClaimForStorage(raw, *Tokenizer()).error().field, "incident_date");
+}
+
+TEST(ValidateClaim, AClaimantTokenMadeUnderARetiredKeyIsRefused) {
+  const Keyset keys = Keyset::Generate(1).Rotated(2);
+  const std::string old_token = Keyset::TokenUnder(keys.keys()[0], "claimant:C-1");
+  RawClaim raw = ValidRawClaim();
+  raw.claimant_id.clear();
+  raw.claimant_token = old_token;
+  EXPECT_TRUE(ValidateClaim(raw, *CardTokenizer::FromKeyset(keys)).ok());  // k1 active: resolved
+  const auto retired = CardTokenizer::FromKeyset(keys.WithRetired("k1").value());
+  EXPECT_TRUE(
+      testing::IsError(ValidateClaim(raw, *retired), ErrorCode::kInvalidArgument,
+                       "claimant_token was made with key k1, which is retired: tokenize with the primary key k2"));
+  EXPECT_EQ(ValidateClaim(raw, *retired).error().field, "claimant_token");
 }
 
 TEST(ParseClaimJson, TakesExactlyOneOfClaimantIdAndToken) {
