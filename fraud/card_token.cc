@@ -1,14 +1,7 @@
 #include "fraud/card_token.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <sys/stat.h>
 
-#include <fstream>
-#include <iterator>
-
-#include "common/file_io.h"
 #include "fraud/pan_scan.h"
 
 namespace txscore::fraud {
