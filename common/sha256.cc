@@ -1,7 +1,10 @@
 #include "common/sha256.h"
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -36,7 +39,50 @@ Result<std::string> Digest(Feed feed) {
   return Hex(digest, length);
 }
 
+[[noreturn]] void OpenSslFailed(const char* what) {
+  std::fprintf(stderr, "fatal: OpenSSL failed computing %s\n", what);
+  std::abort();
+}
+
 }  // namespace
+
+std::string Sha256Bytes(std::initializer_list<std::string_view> parts) {
+  DigestContext ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (ctx == nullptr || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) OpenSslFailed("SHA-256");
+  for (std::string_view part : parts) {
+    if (EVP_DigestUpdate(ctx.get(), part.data(), part.size()) != 1) OpenSslFailed("SHA-256");
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) OpenSslFailed("SHA-256");
+  return std::string(reinterpret_cast<const char*>(digest), length);
+}
+
+std::string HmacSha256Bytes(std::string_view key, std::initializer_list<std::string_view> parts) {
+  using MacContext = std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)>;
+  std::unique_ptr<EVP_MAC, decltype(&EVP_MAC_free)> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr), &EVP_MAC_free);
+  if (mac == nullptr) OpenSslFailed("HMAC-SHA256");
+  MacContext ctx(EVP_MAC_CTX_new(mac.get()), &EVP_MAC_CTX_free);
+  char digest_name[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0), OSSL_PARAM_END};
+  if (ctx == nullptr ||
+      EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1) {
+    OpenSslFailed("HMAC-SHA256");
+  }
+  for (std::string_view part : parts) {
+    if (EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()), part.size()) != 1) {
+      OpenSslFailed("HMAC-SHA256");
+    }
+  }
+  unsigned char out[EVP_MAX_MD_SIZE];
+  size_t length = 0;
+  if (EVP_MAC_final(ctx.get(), out, &length, sizeof out) != 1) OpenSslFailed("HMAC-SHA256");
+  return std::string(reinterpret_cast<const char*>(out), length);
+}
+
+std::string HexOfBytes(std::string_view bytes) {
+  return Hex(reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned int>(bytes.size()));
+}
 
 Result<std::string> Sha256Hex(std::string_view bytes) {
   return Digest([bytes](const auto& update) -> Status {

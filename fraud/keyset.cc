@@ -175,6 +175,15 @@ std::string Keyset::TokenUnder(const KeysetKey& key, std::string_view value) {
   return key.id == kLegacyKeyId ? hex : key.id + "_" + hex;
 }
 
+std::string DeriveAuditCheckpointKey(const KeysetKey& key) {
+  static constexpr std::string_view kPurpose = "txscore audit checkpoint key v1";
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int mac_len = 0;
+  HMAC(EVP_sha256(), key.secret.data(), static_cast<int>(key.secret.size()),
+       reinterpret_cast<const unsigned char*>(kPurpose.data()), kPurpose.size(), mac, &mac_len);
+  return std::string(reinterpret_cast<const char*>(mac), mac_len);
+}
+
 std::string Keyset::KeyIdOf(std::string_view token) {
   const auto is_hex = [](std::string_view s) {
     return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;

@@ -85,6 +85,11 @@ class Keyset {
   std::vector<KeysetKey> keys_;
 };
 
+// The secret that signs the audit trail's checkpoints (storage/audit_chain.h) under `key`:
+// HMAC-SHA256(key.secret, "txscore audit checkpoint key v1"), so the tokenizing secret itself
+// signs nothing and the two uses cannot be confused. 32 bytes.
+std::string DeriveAuditCheckpointKey(const KeysetKey& key);
+
 // OK when `next` may follow `running` (a reload): it keeps every key `running` has, each with
 // the same secret (states may change). A key dropped or a secret changed would orphan the
 // history stored under it, and make its id name two keys.

@@ -37,15 +37,21 @@ int64_t NowMicros() {
       .count();
 }
 
+storage::AuditCheckpointKey CheckpointKeyOf(const fraud::CardTokenizer& tokenizer) {
+  const fraud::KeysetKey& primary = tokenizer.keyset().primary();
+  return {primary.id, fraud::DeriveAuditCheckpointKey(primary)};
+}
+
 }  // namespace
 
 Result<std::shared_ptr<ScoringLedger>> ScoringLedger::Create(storage::Database* db, const std::string& key_file,
-                                                             const fraud::KekSource& kek) {
-  std::shared_ptr<ScoringLedger> ledger(new ScoringLedger(db));
+                                                             const fraud::KekSource& kek,
+                                                             storage::AuditLog::Options audit) {
+  std::shared_ptr<ScoringLedger> ledger(new ScoringLedger(db, audit));
   TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<fraud::CardTokenizer> tokenizer,
                            fraud::CardTokenizer::FromKeyFile(key_file, kek));
   ledger->tokenizer_ = std::move(tokenizer);
-  TXSCORE_RETURN_IF_ERROR(ledger->audit_log_.BeginWriting());
+  TXSCORE_RETURN_IF_ERROR(ledger->audit_log_.BeginWriting(CheckpointKeyOf(*ledger->tokenizer_)));
   return ledger;
 }
 
@@ -55,6 +61,7 @@ std::shared_ptr<const fraud::CardTokenizer> ScoringLedger::tokenizer() const {
 }
 
 void ScoringLedger::SetTokenizer(std::shared_ptr<const fraud::CardTokenizer> tokenizer) {
+  audit_log_.SetCheckpointKey(CheckpointKeyOf(*tokenizer));
   std::lock_guard<std::mutex> lock(tokenizer_mutex_);
   tokenizer_.swap(tokenizer);
 }
@@ -358,8 +365,7 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   if (!placement.moved_from.empty()) {  // re-keyed: the old entry says where the card lives now
     batch.Put(storage::ColumnFamily::kEntityState, placement.moved_from, std::string(kMovedTo) + placement.write_under);
   }
-  TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Append(record, &batch));
-  TXSCORE_RETURN_IF_ERROR(ledger_->database().Write(batch));
+  TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Commit(record, std::move(batch)));
   clock.Lap("persist", kFirstStageSlot + static_cast<int>(graph.size()));
   return outcome;
 }

@@ -93,23 +93,26 @@ struct ScoreOutcome {
 // Thread-safe.
 class ScoringLedger {
  public:
-  // Loads the card keys (a keyset or a raw key file, fraud/keyset.h) and takes a new audit
-  // epoch; `db` must outlive the ledger.
+  // Loads the card keys (a keyset or a raw key file, fraud/keyset.h) and starts the audit
+  // trail's writer (a new epoch and a start checkpoint signed with a key derived from the
+  // primary key); `db` must outlive the ledger.
   static Result<std::shared_ptr<ScoringLedger>> Create(storage::Database* db, const std::string& key_file,
-                                                       const fraud::KekSource& kek = {});
+                                                       const fraud::KekSource& kek = {},
+                                                       storage::AuditLog::Options audit = {});
 
   storage::Database& database() const { return *db_; }
   storage::AuditLog& audit_log() { return audit_log_; }
   // The keys in force; a request takes them once and keeps them to its end.
   std::shared_ptr<const fraud::CardTokenizer> tokenizer() const;
-  // New keys (a rotation, read by a reload): requests that start from now on use them.
+  // New keys (a rotation, read by a reload): requests that start from now on use them, and the
+  // audit trail's next checkpoints are signed under the new primary key.
   void SetTokenizer(std::shared_ptr<const fraud::CardTokenizer> tokenizer);
   // The lock stripes that serialise the transactions of a card stored under any of `tokens`,
   // in stripe order (every request takes them in that order, so none waits crosswise).
   std::vector<std::mutex*> CardLocks(const std::vector<std::string>& tokens);
 
  private:
-  explicit ScoringLedger(storage::Database* db) : db_(db), audit_log_(db) {}
+  ScoringLedger(storage::Database* db, storage::AuditLog::Options audit) : db_(db), audit_log_(db, audit) {}
   static constexpr size_t kCardLockStripes = 256;
   storage::Database* db_;
   storage::AuditLog audit_log_;

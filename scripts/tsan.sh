@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The concurrency tests under ThreadSanitizer: the hot reload under load (service/
-# scoring_server.h). Builds only what that test needs (no libtorch code) with -fsanitize=thread
+# scoring_server.h) and the audit trail's group commit (storage/audit_log.h). Builds only what
+# those tests need (no libtorch code) with -fsanitize=thread
 # in build-tsan/, and fails on any race report. Run by scripts/test.sh; needs scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$f
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
 # GCC warns about every atomic_thread_fence in Boost.Asio under TSan: the log is kept, and
 # shown only when the build fails.
-if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test >build-tsan/build.log 2>&1; then
+if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test storage_test >build-tsan/build.log 2>&1; then
   tail -50 build-tsan/build.log
   echo "tsan: the ThreadSanitizer build failed (full log: build-tsan/build.log)" >&2
   exit 1
@@ -20,4 +21,6 @@ fi
 # OMP_NUM_THREADS=1: XGBoost's OpenMP (uninstrumented libgomp) starts no threads.
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/hot_reload_test --gtest_filter='HotReloadTest.*'
-echo "tsan: hot_reload_test is clean under ThreadSanitizer"
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+  ./build-tsan/tests/storage_test --gtest_filter='AuditLog.*'
+echo "tsan: hot_reload_test and the audit log's tests are clean under ThreadSanitizer"

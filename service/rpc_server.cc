@@ -43,9 +43,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr size_t kFirstReadBytes = 4 << 10;            // a frame's buffer starts at this and doubles
-constexpr size_t kKeptBufferBytes = 64 << 10;          // an idle connection keeps at most this much buffer
-constexpr auto kStopGrace = std::chrono::seconds(30);  // Stop() waits this long for replies
+constexpr size_t kFirstReadBytes = 4 << 10;    // a frame's buffer starts at this and doubles
+constexpr size_t kKeptBufferBytes = 64 << 10;  // an idle connection keeps at most this much buffer
 
 // Warns at most once per `period` for each call site, with how many events it stands for, so
 // a flood of hostile connections cannot flood the log.
@@ -987,9 +986,12 @@ void RpcServer::Stop() {
   open.clear();
   {
     std::unique_lock<std::mutex> lock(shared_->connections_mutex);
-    if (!shared_->connections_closed.wait_for(lock, kStopGrace, [this] { return shared_->connections.empty(); })) {
-      spdlog::warn("thrift: {} connection(s) still open {} s after stop was asked; closing them",
-                   shared_->connections.size(), kStopGrace.count());
+    const auto drain_timeout = std::chrono::milliseconds(shared_->config.drain_timeout_ms);
+    if (!shared_->connections_closed.wait_for(lock, drain_timeout, [this] { return shared_->connections.empty(); })) {
+      spdlog::warn(
+          "thrift: {} connection(s) still open {} ms after stop was asked (server.drain_timeout_ms); "
+          "closing them",
+          shared_->connections.size(), shared_->config.drain_timeout_ms);
     }
   }
   shared_->stopped_sweeping = true;

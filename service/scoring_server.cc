@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/sha256.h"
 
@@ -108,11 +109,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
   TXSCORE_ASSIGN_OR_RETURN(
-      server->ledger_,
-      pipelines::ScoringLedger::Create(server->db_.get(), settings.security.key_file(), settings.security.kek()));
+      server->ledger_, pipelines::ScoringLedger::Create(
+                           server->db_.get(), settings.security.key_file(), settings.security.kek(),
+                           storage::AuditLog::Options{static_cast<uint64_t>(settings.storage.audit_checkpoint_every)}));
   TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipelines::ScoringPipeline> pipeline,
                            pipelines::ScoringPipeline::Create(config, server->ledger_, runtime));
   server->settings_ = std::make_shared<const ServiceSettings>(settings);
+  server->stop_delay_ms_ = settings.server.stop_delay_ms;
   server->runtime_ = runtime;
   server->active_.Set(server->Serve(std::move(pipeline)));
   server->reloads_applied_ =
@@ -137,6 +140,16 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     server->registry_.AddCounterFunction(c.name, c.help, {},
                                          [counters, field = c.field] { return counters->RequestPathWork().*field; });
   }
+  // Group commit at work: decisions per database write, and WAL syncs per write (durability sync).
+  server->registry_.AddCounterFunction("txscore_audit_entries_total",
+                                       "Audit trail entries written: decisions, operator actions, checkpoints.", {},
+                                       [counters] { return counters->audit_log().stats().entries; });
+  server->registry_.AddCounterFunction("txscore_audit_writes_total",
+                                       "Database writes of the audit trail (one per commit group).", {},
+                                       [counters] { return counters->audit_log().stats().writes; });
+  server->registry_.AddCounterFunction("txscore_wal_syncs_total",
+                                       "Write-ahead-log syncs (fsync/fdatasync) since start (durability sync).", {},
+                                       [counters] { return counters->db_ ? counters->db_->WalSyncs() : 0; });
 
   if (!settings.jobs.claims_pipeline.empty()) {
     Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(
@@ -301,15 +314,31 @@ void ScoringServer::Stop() {
   phase_ = Phase::kDraining;
   if (hooks_.on_draining) hooks_.on_draining();
   if (rpc_thread_.joinable()) {
+    if (stop_delay_ms_ > 0) {
+      // Readiness is off: a load balancer polling /readyz moves its traffic away meanwhile.
+      spdlog::info("stopping: readiness is off; serving {} ms more (server.stop_delay_ms) before the listener closes",
+                   stop_delay_ms_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(stop_delay_ms_));
+    }
+    const auto drain_start = std::chrono::steady_clock::now();
     rpc_->Stop();
     rpc_thread_.join();
+    spdlog::info(
+        "stopping: the Thrift listener closed and its connections drained in {} ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - drain_start).count());
   }
   if (admin_) admin_->Stop();
   jobs_.reset();  // a running job stops after its chunk in flight, resumable
   claims_pipeline_.reset();
   active_.Set(nullptr);
   if (db_) {
-    stop_status_ = db_->Close();  // every write has returned: close RocksDB, and say how it went
+    // Nothing writes any more: sign the trail's end, so the next start links a clean shutdown.
+    Status audit_closed = ledger_ ? audit_log().Close() : Status::Ok();
+    if (!audit_closed.ok()) {
+      spdlog::error("audit: cannot write the shutdown checkpoint: {}", audit_closed.error().ToString());
+    }
+    stop_status_ = db_->Close();
+    if (stop_status_.ok()) stop_status_ = audit_closed;  // every write has returned: close RocksDB, and say how it went
     db_.reset();
   }
   phase_ = Phase::kStopped;
@@ -346,9 +375,7 @@ void ScoringServer::RecordAction(const storage::AuditAction& action) {
     spdlog::error("audit: the {} by {} is not recorded: the database is not open yet", action.action, action.caller);
     return;
   }
-  storage::WriteBatch batch;
-  Status written = audit_log().AppendAction(action, &batch);
-  if (written.ok()) written = db_->Write(batch);
+  Status written = audit_log().CommitAction(action);
   if (!written.ok()) {
     spdlog::error("audit: cannot record the {} by {}: {}", action.action, action.caller, written.error().ToString());
   }

@@ -119,6 +119,7 @@ class ScoringServer {
   // The settings in force: loaded again by each reload (under reload_mutex_), replaced when it
   // applies (only `pipeline:` may have changed).
   std::shared_ptr<const ServiceSettings> settings_;
+  int stop_delay_ms_ = 0;               // server.stop_delay_ms (restart-only)
   std::string settings_path_;           // the settings file (fixed at Create), the target of reload actions
   pipelines::PipelineRuntime runtime_;  // as given to Create
   std::mutex reload_mutex_;

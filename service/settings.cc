@@ -17,9 +17,10 @@ namespace fs = std::filesystem;
 using pipelines::YamlReader;
 
 Status ParseServer(const YamlReader& r, const YAML::Node& node, RpcServerConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "server",
-                                      {"host", "port", "plaintext", "workers", "io_threads", "max_connections",
-                                       "max_queued_requests", "frame_timeout_ms", "idle_timeout_ms", "limits"}));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ExpectMap(node, "server",
+                  {"host", "port", "plaintext", "workers", "io_threads", "max_connections", "max_queued_requests",
+                   "frame_timeout_ms", "idle_timeout_ms", "stop_delay_ms", "drain_timeout_ms", "limits"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "host", false, &out->host));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "port", 0, 65535, &out->port));
   TXSCORE_RETURN_IF_ERROR(r.ReadBool(node, "plaintext", &out->plaintext));
@@ -29,6 +30,8 @@ Status ParseServer(const YamlReader& r, const YAML::Node& node, RpcServerConfig*
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_queued_requests", 1, 1000000, &out->max_queued_requests));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "frame_timeout_ms", 1, 600000, &out->frame_timeout_ms));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "idle_timeout_ms", 1, 86400000, &out->idle_timeout_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "stop_delay_ms", 0, 600000, &out->stop_delay_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "drain_timeout_ms", 1, 600000, &out->drain_timeout_ms));
   if (const YAML::Node limits = node["limits"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
         limits, "server.limits",
@@ -233,7 +236,7 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   }
   const YAML::Node storage = root["storage"];
   if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(storage, "storage", {"path", "durability"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(storage, "storage", {"path", "durability", "audit_checkpoint_every"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(storage, "path", true, YamlReader::PathMustBe::kAnything, &settings.storage.path));
   if (storage["durability"]) {
     std::string durability;
@@ -242,6 +245,8 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
     if (!parsed.ok()) return r.ErrorAt(storage["durability"], parsed.error().message);
     settings.storage.durability = *parsed;
   }
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadInt(storage, "audit_checkpoint_every", 1, 100000000, &settings.storage.audit_checkpoint_every));
   const YAML::Node security = root["security"];
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
   TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"keyset", "card_key_file", "kek_file", "kek_env", "tls"}));

@@ -58,6 +58,13 @@ struct RpcServerConfig {
   // taken within this; a client that trickles bytes or does not read is disconnected.
   int frame_timeout_ms = 5000;
   int idle_timeout_ms = 600000;  // Default: 10 min of silence between frames closes a connection
+  // A stop (SIGTERM) first turns readiness off, then keeps serving for stop_delay_ms (Default:
+  // 0), so that a load balancer polling /readyz sends its traffic elsewhere before the listener
+  // closes (set it to the balancer's probe period, or run a preStop sleep instead). Then the
+  // listener closes, idle connections close, and requests in flight get drain_timeout_ms
+  // (Default: 30 s) to be answered; connections still open after it are closed.
+  int stop_delay_ms = 0;
+  int drain_timeout_ms = 30000;
   ThriftLimits limits;
   bool operator==(const RpcServerConfig&) const = default;
 };
@@ -74,6 +81,9 @@ struct AdminConfig {
 struct StorageConfig {
   std::string path;                                             // required: RocksDB directory, created when missing
   storage::Durability durability = storage::Durability::kSync;  // Default: sync (see storage/database.h)
+  // Default: 1000. The audit trail writes a signed checkpoint after this many entries (and at
+  // each start and shutdown); see storage/audit_chain.h. Restart-only.
+  int audit_checkpoint_every = 1000;
   bool operator==(const StorageConfig&) const = default;
 };
 

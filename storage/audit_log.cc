@@ -1,11 +1,15 @@
 #include "storage/audit_log.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
 #include "common/json_forms.h"
+#include "common/sha256.h"
 
 namespace txscore::storage {
 
@@ -115,64 +119,209 @@ Result<AuditAction> DecodeAuditAction(const std::string& json_text) {
 namespace {
 
 constexpr size_t kRecordKeyBytes = 16;
-constexpr int kCounterBits = 40;
 constexpr uint64_t kMaxEpoch = (uint64_t{1} << 24) - 1;
+constexpr uint64_t kMaxCounter = uint64_t{1} << 40;
 // Sorts before every record key (all of which start with a zero byte until the year 4253).
 const std::string kEpochKey(1, '\0');
 
-uint64_t ReadU64BE(const std::string& bytes, size_t at) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
-  return v;
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
 
-Status AuditLog::BeginWriting() {
+Status AuditLog::BeginWriting(AuditCheckpointKey key) {
+  if (chain_.writing) return FailedPrecondition("AuditLog::BeginWriting called twice");
   Result<std::optional<std::string>> stored = db_->Get(ColumnFamily::kAudit, kEpochKey);
   if (!stored.ok()) return stored.error();
   uint64_t epoch = 0;
   if (stored->has_value()) {
     if ((*stored)->size() != 8) return DataLoss("the audit epoch record is corrupt");
-    epoch = ReadU64BE(**stored, 0);
+    epoch = GetU64BE(**stored);
   }
-  // Should the epoch record have been lost, the newest record still bounds it.
+  // The chain's head is the newest entry (key order is chain order). Should the epoch record
+  // have been lost, the head's key still bounds the epoch.
+  ChainState chain;
+  chain.head_hash = std::string(kAuditHashBytes, '\0');
+  std::string previous = "none";
   Result<std::vector<std::pair<std::string, std::string>>> newest = db_->ReadLast(ColumnFamily::kAudit, 1);
   if (!newest.ok()) return newest.error();
   if (!newest->empty() && newest->front().first.size() == kRecordKeyBytes) {
-    epoch = std::max(epoch, ReadU64BE(newest->front().first, 8) >> kCounterBits);
+    const auto& [head_key, head_value] = newest->front();
+    const AuditKeyParts parts = *ParseAuditKey(head_key);
+    epoch = std::max<uint64_t>(epoch, parts.epoch);
+    chain.last_time_us = parts.time_us;
+    chain.head_hash = AuditEntryHash(head_key, head_value);
+    if (std::optional<ChainFields> fields = ReadChainFields(head_value)) {
+      chain.next_seq = fields->seq + 1;
+      const bool clean =
+          IsAuditCheckpoint(head_value) && head_value.find("\"reason\":\"shutdown\"") != std::string::npos;
+      previous = clean ? "shutdown" : "crash";
+    } else if (!head_value.empty() && head_value.front() == '{' && !IsAuditCheckpoint(head_value)) {
+      previous = "legacy";  // written before the chain: the chain starts at 0 and links it
+    } else {
+      return DataLoss(
+          "the audit trail's newest entry is not readable as a chained entry; run `txscore audit verify` "
+          "on the database before writing to it");
+    }
   }
   if (epoch + 1 > kMaxEpoch) return FailedPrecondition("the audit trail has used every epoch");
-  std::string value;
-  PutU64BE(&value, epoch + 1);
-  WriteBatch batch;
-  batch.Put(ColumnFamily::kAudit, kEpochKey, value);
-  TXSCORE_RETURN_IF_ERROR(db_->Write(batch));
   epoch_ = static_cast<uint32_t>(epoch + 1);
-  writing_ = true;
-  return Status::Ok();
-}
-
-Status AuditLog::Append(const AuditRecord& record, WriteBatch* batch) {
-  return AppendEncoded(record.time_us, EncodeAuditRecord(record), batch);
-}
-
-Status AuditLog::AppendAction(const AuditAction& action, WriteBatch* batch) {
-  return AppendEncoded(action.time_us, EncodeAuditAction(action), batch);
-}
-
-Status AuditLog::AppendEncoded(int64_t time_us, std::string value, WriteBatch* batch) {
-  if (!writing_) return FailedPrecondition("AuditLog::Append before BeginWriting");
-  const uint64_t counter = counter_.fetch_add(1, std::memory_order_relaxed);
-  if (counter >= (uint64_t{1} << kCounterBits)) {
-    return FailedPrecondition("this process has written 2^40 audit records; restart it to take a new epoch");
+  {
+    std::lock_guard<std::mutex> lock(key_mutex_);
+    checkpoint_key_ = std::move(key);
   }
-  std::string key;
-  key.reserve(kRecordKeyBytes);
-  PutU64BE(&key, static_cast<uint64_t>(time_us));
-  PutU64BE(&key, (uint64_t{epoch_} << kCounterBits) | counter);
+  chain.writing = true;
+  chain_ = std::move(chain);
+  // The epoch and the start checkpoint land together; should the write fail, nothing changed.
+  WriteBatch batch;
+  std::string value;
+  PutU64BE(&value, epoch_);
+  batch.Put(ColumnFamily::kAudit, kEpochKey, value);
+  Pending start;
+  start.time_us = NowMicros();
+  start.checkpoint_reason = "start";
+  start.json = previous;  // a start checkpoint says what came before it
+  start.batch = std::move(batch);
+  Status written = Enqueue(&start);
+  if (!written.ok()) chain_.writing = false;
+  return written;
+}
+
+void AuditLog::SetCheckpointKey(AuditCheckpointKey key) {
+  std::lock_guard<std::mutex> lock(key_mutex_);
+  checkpoint_key_ = std::move(key);
+}
+
+Status AuditLog::Commit(const AuditRecord& record, WriteBatch batch) {
+  Pending pending;
+  pending.time_us = record.time_us;
+  pending.json = EncodeAuditRecord(record);
+  pending.batch = std::move(batch);
+  return Enqueue(&pending);
+}
+
+Status AuditLog::CommitAction(const AuditAction& action) {
+  Pending pending;
+  pending.time_us = action.time_us;
+  pending.json = EncodeAuditAction(action);
+  return Enqueue(&pending);
+}
+
+Status AuditLog::Close() {
+  Pending shutdown;
+  shutdown.time_us = NowMicros();
+  shutdown.checkpoint_reason = "shutdown";
+  Status written = Enqueue(&shutdown);
+  // Closed already (or never begun): nothing to sign, and that is fine for an idempotent Close.
+  if (shutdown.not_writing) return Status::Ok();
+  return written;
+}
+
+AuditCommitStats AuditLog::stats() const {
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  return stats_;
+}
+
+Status AuditLog::Enqueue(Pending* pending) {
+  std::unique_lock<std::mutex> lock(queue_mutex_);
+  queue_.push_back(pending);
+  while (!pending->done) {
+    if (leader_active_) {
+      queue_cv_.wait(lock);
+      continue;
+    }
+    leader_active_ = true;
+    std::vector<Pending*> group;
+    group.swap(queue_);
+    lock.unlock();
+    WriteGroup(group);
+    lock.lock();
+    for (Pending* member : group) member->done = true;
+    leader_active_ = false;
+    queue_cv_.notify_all();
+  }
+  return pending->status;
+}
+
+void AuditLog::AddEntry(int64_t time_us, const std::string& json, const std::string& checkpoint_reason,
+                        WriteBatch* batch) {
+  ChainState& chain = chain_;
+  chain.last_time_us = std::max(chain.last_time_us, time_us);
+  const std::string key = MakeAuditKey({chain.last_time_us, epoch_, chain.counter++});
+  std::string value;
+  if (checkpoint_reason.empty()) {
+    value = ChainAuditEntry(json, chain.next_seq, chain.head_hash);
+    ++chain.since_checkpoint;
+  } else {
+    AuditCheckpointKey key_copy;
+    {
+      std::lock_guard<std::mutex> lock(key_mutex_);
+      key_copy = checkpoint_key_;
+    }
+    nlohmann::ordered_json doc = {{"kind", "checkpoint"},
+                                  {"time_us", chain.last_time_us},
+                                  {"reason", checkpoint_reason},
+                                  {"epoch", epoch_},
+                                  {"key_id", key_copy.key_id}};
+    if (checkpoint_reason == "start") doc["previous"] = json;
+    value = SignAuditCheckpoint(key, ChainAuditEntry(doc.dump(), chain.next_seq, chain.head_hash), key_copy.secret);
+    chain.since_checkpoint = 0;
+  }
+  chain.head_hash = AuditEntryHash(key, value);
+  if (!checkpoint_reason.empty()) group_checkpoints_.push_back({checkpoint_reason, chain.next_seq, chain.head_hash});
+  ++chain.next_seq;
   batch->Put(ColumnFamily::kAudit, key, value);
-  return Status::Ok();
+}
+
+void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
+  // Work on a copy: should the write fail, the chain continues from where it was.
+  const ChainState before = chain_;
+  WriteBatch merged;
+  std::vector<Pending*> written;
+  for (Pending* member : group) {
+    if (!chain_.writing) {
+      member->not_writing = true;
+      member->status = FailedPrecondition(epoch_ == 0 ? "AuditLog::Commit before BeginWriting"
+                                                      : "the audit trail is closed (the service is stopping)");
+      continue;
+    }
+    if (chain_.counter + 2 >= kMaxCounter) {
+      member->status =
+          FailedPrecondition("this process has written 2^40 audit entries; restart it to take a new epoch");
+      continue;
+    }
+    merged.Append(std::move(member->batch));
+    AddEntry(member->time_us, member->json, member->checkpoint_reason, &merged);
+    if (member->checkpoint_reason == "shutdown") {
+      chain_.writing = false;
+    } else if (chain_.since_checkpoint >= options_.checkpoint_every) {
+      AddEntry(NowMicros(), "", "periodic", &merged);
+    }
+    written.push_back(member);
+  }
+  if (written.empty()) return;
+  const uint64_t entries = chain_.next_seq - before.next_seq;
+  Status status = db_->Write(merged);
+  if (!status.ok()) {
+    chain_ = before;
+  } else {
+    // A checkpoint's hash in a log kept elsewhere anchors the trail: a trail cut back behind
+    // its newest checkpoint would still verify on its own (docs/security.md).
+    for (const GroupCheckpoint& checkpoint : group_checkpoints_) {
+      spdlog::log(checkpoint.reason == "periodic" ? spdlog::level::debug : spdlog::level::info,
+                  "audit: {} checkpoint seq {} (epoch {}), hash {}", checkpoint.reason, checkpoint.seq, epoch_,
+                  HexOfBytes(checkpoint.hash));
+    }
+  }
+  group_checkpoints_.clear();
+  for (Pending* member : written) member->status = status;
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  if (status.ok()) {
+    stats_.writes += 1;
+    stats_.entries += entries;
+  }
 }
 
 template <typename Entry>
@@ -183,7 +332,8 @@ Result<std::vector<Entry>> AuditLog::ReadLastOfKind(size_t limit, bool actions,
   TXSCORE_RETURN_IF_ERROR(db_->ScanBackward(ColumnFamily::kAudit, [&](std::string_view key, std::string_view value) {
     if (entries.size() >= limit) return false;
     const std::string text(value);
-    if (key.size() != kRecordKeyBytes || IsAuditAction(text) != actions) return true;  // the epoch record, another kind
+    // The epoch record, a checkpoint, or the other kind.
+    if (key.size() != kRecordKeyBytes || IsAuditCheckpoint(text) || IsAuditAction(text) != actions) return true;
     Result<Entry> entry = decode(text);
     if (!entry.ok()) {
       error = entry.error();

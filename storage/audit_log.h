@@ -1,22 +1,27 @@
 // The audit trail: one record per decision, and one per operator action (a reload, a claims
-// job submitted or cancelled, allowed or denied), in column family `audit`, one sequence.
+// job submitted or cancelled, allowed or denied), in column family `audit`, one sequence,
+// hash-chained with signed checkpoints (audit_chain.h) so that a change is detected.
 //
 // Keys are 16 bytes, big-endian (time_us, sequence), so RocksDB's byte order is time order
 // and "the last N" is a reverse scan. The sequence is (epoch << 40 | counter): each writer
 // takes a new epoch, stored durably in the same column family before its first record, so a
-// key never repeats across restarts, even when the wall clock steps back (records are never
-// overwritten). Databases written before epochs existed have epoch 0. Values are JSON, readable by any tool. A record
-// is added to the same WriteBatch as the card's new state, so both land or neither does.
+// key never repeats across restarts. A key's time is the record's, or the newest key's when
+// that is later (a commit that overtook it, or a wall clock stepped back), so key order is also
+// the order the entries were written and chained in. Databases written before epochs existed
+// have epoch 0. Values are JSON, readable by any tool. A record is written in the same batch
+// as the card's new state, so both land or neither does.
 #pragma once
 
-#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/result.h"
+#include "storage/audit_chain.h"
 #include "storage/database.h"
 
 namespace txscore::storage {
@@ -85,35 +90,98 @@ std::string EncodeAuditAction(const AuditAction& action);
 Result<AuditAction> DecodeAuditAction(const std::string& json_text);
 bool IsAuditAction(const std::string& json_text);
 
+// What a decision's commit costs the trail, for metrics: how many commits shared one write.
+struct AuditCommitStats {
+  uint64_t writes = 0;   // database writes (one per group; one fsync each under kSync)
+  uint64_t entries = 0;  // entries written (decisions, actions, checkpoints)
+};
+
+// The one writer of the trail. Commit chains each entry (audit_chain.h) and writes it with its
+// batch; concurrent commits are grouped into one database write (one WAL sync under kSync):
+// the first to arrive while no write is in flight leads, takes every commit queued by then,
+// chains them in order, writes them as one batch, and wakes the others. So the chain has one
+// order, has no holes (a group lands whole or not at all; a failed one advances nothing), and
+// its key order is its chain order.
 class AuditLog {
  public:
-  explicit AuditLog(Database* db) : db_(db) {}
+  struct Options {
+    // Default: 1000. A signed checkpoint after this many entries (and at each start and Close).
+    // Only entries written after the newest checkpoint and lost with a crash can go unnoticed.
+    uint64_t checkpoint_every = 1000;
+  };
+  explicit AuditLog(Database* db) : AuditLog(db, Options()) {}
+  AuditLog(Database* db, Options options) : db_(db), options_(options) {}
 
-  // Takes a new epoch for this writer (one past the stored one and past the newest record's)
-  // and stores it. Call once before Append.
-  Status BeginWriting();
-  // Adds the record to `batch` under a fresh, time-ordered key. kFailedPrecondition before
-  // BeginWriting, or after 2^40 records of one epoch (restart the writer).
-  Status Append(const AuditRecord& record, WriteBatch* batch);
+  // Takes a new epoch (one past the stored one and past the newest record's), finds the chain's
+  // head and writes a "start" checkpoint linking to it, signed with `key`. Call once before
+  // Commit. kDataLoss when the newest entry is unreadable (run `txscore audit verify`).
+  Status BeginWriting(AuditCheckpointKey key);
+  // The key later checkpoints are signed with (a key rotation).
+  void SetCheckpointKey(AuditCheckpointKey key);
+  // Writes `batch` and the record, chained, in one durable write; returns when it has landed.
+  // kFailedPrecondition before BeginWriting or after Close.
+  Status Commit(const AuditRecord& record, WriteBatch batch);
   // The same for an operator action.
-  Status AppendAction(const AuditAction& action, WriteBatch* batch);
+  Status CommitAction(const AuditAction& action);
+  // Writes the "shutdown" checkpoint; commits fail afterwards. Idempotent.
+  Status Close();
   uint32_t epoch() const { return epoch_; }
+  AuditCommitStats stats() const;
   // Up to `limit` most recent decision records, newest first.
   Result<std::vector<AuditRecord>> ReadLast(size_t limit) const;
   // Up to `limit` most recent operator actions, newest first.
   Result<std::vector<AuditAction>> ReadLastActions(size_t limit) const;
 
  private:
-  Status AppendEncoded(int64_t time_us, std::string value, WriteBatch* batch);
-  // The newest `limit` entries of one kind (actions or decisions), newest first.
+  // One commit waiting for its group's write.
+  struct Pending {
+    int64_t time_us = 0;
+    std::string json;               // the entry without chain fields; empty for a checkpoint
+    std::string checkpoint_reason;  // "start" or "shutdown": the leader writes a checkpoint
+    WriteBatch batch;
+    Status status;
+    bool done = false;
+    bool not_writing = false;  // refused: before BeginWriting, or after Close
+  };
+  Status Enqueue(Pending* pending);
+  // Chains and writes one group. Only the leader runs it, so the chain state is its own.
+  void WriteGroup(const std::vector<Pending*>& group);
+  // Appends a chained entry (a checkpoint when `checkpoint_reason` is set) to `batch`.
+  void AddEntry(int64_t time_us, const std::string& json, const std::string& checkpoint_reason, WriteBatch* batch);
   template <typename Entry>
   Result<std::vector<Entry>> ReadLastOfKind(size_t limit, bool actions,
                                             Result<Entry> (*decode)(const std::string&)) const;
 
   Database* db_;
+  const Options options_;
   uint32_t epoch_ = 0;
-  bool writing_ = false;
-  std::atomic<uint64_t> counter_{0};
+
+  std::mutex key_mutex_;
+  AuditCheckpointKey checkpoint_key_;
+
+  mutable std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::vector<Pending*> queue_;
+  bool leader_active_ = false;
+  AuditCommitStats stats_;  // under queue_mutex_
+
+  // The chain's state: the leader's alone (leader_active_ hands it from one to the next).
+  struct ChainState {
+    bool writing = false;  // BeginWriting done, Close not yet
+    uint64_t next_seq = 0;
+    std::string head_hash;     // of the newest entry written
+    int64_t last_time_us = 0;  // the newest key's time: keys never go back in time
+    uint64_t counter = 0;      // this epoch's next key counter
+    uint64_t since_checkpoint = 0;
+  };
+  ChainState chain_;
+  // The checkpoints of the group being written, logged once it has landed (the leader's).
+  struct GroupCheckpoint {
+    std::string reason;
+    uint64_t seq = 0;
+    std::string hash;
+  };
+  std::vector<GroupCheckpoint> group_checkpoints_;
 };
 
 }  // namespace txscore::storage

@@ -113,6 +113,7 @@ uint64_t Database::WalSyncs() const {
 }
 
 Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_view key) const {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   std::string value;
   rocksdb::Status s =
       impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(cf), rocksdb::Slice(key.data(), key.size()), &value);
@@ -122,6 +123,7 @@ Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_vi
 }
 
 Status Database::Write(const WriteBatch& batch) {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   rocksdb::WriteBatch rocks_batch;
   for (const WriteBatch::Op& op : batch.ops_) {
     rocksdb::Status s = op.erase ? rocks_batch.Delete(impl_->handle(op.cf), op.key)
@@ -134,6 +136,7 @@ Status Database::Write(const WriteBatch& batch) {
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> Database::ReadLast(ColumnFamily cf, size_t limit) const {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   std::vector<std::pair<std::string, std::string>> out;
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
   for (it->SeekToLast(); it->Valid() && out.size() < limit; it->Prev()) {
@@ -145,6 +148,8 @@ Result<std::vector<std::pair<std::string, std::string>>> Database::ReadLast(Colu
 
 Status Database::ScanBackward(ColumnFamily cf,
                               const std::function<bool(std::string_view key, std::string_view value)>& visit) const {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
   for (it->SeekToLast(); it->Valid(); it->Prev()) {
     if (!visit(std::string_view(it->key().data(), it->key().size()),
@@ -156,7 +161,22 @@ Status Database::ScanBackward(ColumnFamily cf,
   return Status::Ok();
 }
 
+Status Database::ScanForward(ColumnFamily cf, std::string_view from,
+                             const std::function<bool(std::string_view key, std::string_view value)>& visit) const {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
+  for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
+    if (!visit(std::string_view(it->key().data(), it->key().size()),
+               std::string_view(it->value().data(), it->value().size()))) {
+      return Status::Ok();
+    }
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), std::string("scan ") + ColumnFamilyName(cf));
+  return Status::Ok();
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> Database::ReadAll(ColumnFamily cf) const {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   std::vector<std::pair<std::string, std::string>> out;
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) out.emplace_back(it->key().ToString(), it->value().ToString());

@@ -50,6 +50,11 @@ class WriteBatch {
     ops_.push_back({cf, std::string(key), std::string(value), false});
   }
   void Delete(ColumnFamily cf, std::string_view key) { ops_.push_back({cf, std::string(key), std::string(), true}); }
+  // Moves `other`'s writes after this batch's (a group commit joins its members' batches).
+  void Append(WriteBatch&& other) {
+    for (Op& op : other.ops_) ops_.push_back(std::move(op));
+    other.ops_.clear();
+  }
   bool empty() const { return ops_.empty(); }
 
  private:
@@ -80,11 +85,14 @@ class Database {
   // Visits entries from the largest key down while `visit` returns true.
   Status ScanBackward(ColumnFamily cf,
                       const std::function<bool(std::string_view key, std::string_view value)>& visit) const;
+  // Visits entries from the first key >= `from` up while `visit` returns true.
+  Status ScanForward(ColumnFamily cf, std::string_view from,
+                     const std::function<bool(std::string_view key, std::string_view value)>& visit) const;
   // Every entry, smallest key first (tests and tools; not for the request path).
   Result<std::vector<std::pair<std::string, std::string>>> ReadAll(ColumnFamily cf) const;
 
   // Closes RocksDB (flushing nothing: every write is already in the WAL) and reports how
-  // that went. Idempotent; every other call fails or must not be made afterwards.
+  // that went. Idempotent; reads and writes fail with kFailedPrecondition afterwards.
   Status Close();
   // OK while the database is open and RocksDB reports no background error (after one, it
   // refuses writes until resumed). kFailedPrecondition once closed.

@@ -1,9 +1,16 @@
 // txscore audit --last N [--actions]: recent decisions (or operator actions: reloads, claims
 // jobs submitted or cancelled, with who did them), newest first, one JSON object per line.
+// txscore audit verify [--from T]: walks the trail's hash chain and checkpoint signatures
+// (storage/audit_chain.h) and reports the first entry broken, missing, reordered or altered.
 #include <cstdio>
+#include <ctime>
 
+#include "common/sha256.h"
+#include "fraud/claim.h"
+#include "fraud/keyset.h"
 #include "service/commands/commands.h"
 #include "service/settings.h"
+#include "storage/audit_chain.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
 
@@ -17,19 +24,143 @@ struct AuditOptions {
   bool actions = false;
 };
 
-int RunAudit(const AuditOptions& options) {
-  std::string path = options.db_path;
+struct VerifyOptions {
+  std::string config_path = "config/txscore.yaml";
+  std::string db_path;
+  std::string keyset_path;
+  std::string kek_file, kek_env;
+  std::string from;
+};
+
+// Exit codes of `audit verify`: the trail is intact; it is not (tampering or loss); it could not
+// be checked (no database, no keys, a bad option).
+constexpr int kVerifyIntact = 0, kVerifyBroken = 1, kVerifyUnchecked = 2;
+
+// A read-only open (it may run beside a live server) of --db, or of the settings' database.
+Result<std::unique_ptr<storage::Database>> OpenTrail(const std::string& db_path, const std::string& config_path,
+                                                     std::string* path_out) {
+  std::string path = db_path;
   if (path.empty()) {
+    TXSCORE_ASSIGN_OR_RETURN(ServiceSettings settings, LoadServiceSettings(config_path));
+    path = settings.storage.path;
+  }
+  *path_out = path;
+  storage::DatabaseOptions db_options;
+  db_options.read_only = true;
+  return storage::Database::Open(path, db_options);
+}
+
+// "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SS[Z]", UTC, as microseconds since the epoch.
+Result<int64_t> ParseUtcTime(const std::string& text) {
+  const std::string usage = "--from must be a UTC time YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ, not \"" + text + "\"";
+  if (text.size() < 10) return InvalidArgument(usage);
+  Result<int64_t> days = fraud::ParseIsoDate(text.substr(0, 10));
+  if (!days.ok()) return InvalidArgument(usage);
+  int64_t seconds = *days * 86400;
+  std::string rest = text.substr(10);
+  if (!rest.empty() && rest.back() == 'Z') rest.pop_back();
+  if (!rest.empty()) {
+    int hour = 0, minute = 0, second = 0;
+    char tail = 0;
+    if (rest.size() != 9 || std::sscanf(rest.c_str(), "T%2d:%2d:%2d%c", &hour, &minute, &second, &tail) != 3 ||
+        hour > 23 || minute > 59 || second > 59) {
+      return InvalidArgument(usage);
+    }
+    seconds += hour * 3600 + minute * 60 + second;
+  }
+  return seconds * 1000000;
+}
+
+std::string FormatUtc(int64_t time_us) {
+  const std::time_t seconds = static_cast<std::time_t>(time_us / 1000000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  char micros[16];
+  std::snprintf(micros, sizeof micros, ".%06lldZ", static_cast<long long>(time_us % 1000000));
+  return std::string(text) + micros;
+}
+
+int RunVerify(const VerifyOptions& options) {
+  int64_t from_time_us = 0;
+  if (!options.from.empty()) {
+    Result<int64_t> parsed = ParseUtcTime(options.from);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "%s\n", parsed.error().message.c_str());
+      return kVerifyUnchecked;
+    }
+    from_time_us = *parsed;
+  }
+  // The keyset signs the checkpoints: --keyset, or the one the settings name.
+  std::string keyset_path = options.keyset_path;
+  fraud::KekSource kek{options.kek_file, options.kek_env};
+  if (keyset_path.empty()) {
     Result<ServiceSettings> settings = LoadServiceSettings(options.config_path);
     if (!settings.ok()) {
-      std::fprintf(stderr, "%s\n", settings.error().ToString().c_str());
-      return 1;
+      std::fprintf(stderr, "%s\n(or name the keyset with --keyset)\n", settings.error().ToString().c_str());
+      return kVerifyUnchecked;
     }
-    path = settings->storage.path;
+    keyset_path = settings->security.key_file();
+    if (kek.empty()) kek = settings->security.kek();
   }
-  storage::DatabaseOptions db_options;
-  db_options.read_only = true;  // may run beside a live server
-  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(path, db_options);
+  Result<fraud::Keyset> keyset = fraud::LoadKeyset(keyset_path, kek);
+  if (!keyset.ok()) {
+    std::fprintf(stderr, "cannot read the keyset that signs the audit checkpoints: %s\n",
+                 keyset.error().ToString().c_str());
+    return kVerifyUnchecked;
+  }
+  std::string path;
+  Result<std::unique_ptr<storage::Database>> db = OpenTrail(options.db_path, options.config_path, &path);
+  if (!db.ok()) {
+    std::fprintf(stderr, "%s\n", db.error().ToString().c_str());
+    return kVerifyUnchecked;
+  }
+  storage::ChainVerifyOptions verify;
+  verify.from_time_us = from_time_us;
+  verify.checkpoint_key = [&keyset](const std::string& id) -> std::optional<std::string> {
+    for (const fraud::KeysetKey& key : keyset->keys()) {
+      if (key.id == id) return fraud::DeriveAuditCheckpointKey(key);
+    }
+    return std::nullopt;
+  };
+  Result<storage::ChainReport> report = storage::VerifyAuditChain(**db, verify);
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s\n", report.error().ToString().c_str());
+    return kVerifyUnchecked;
+  }
+  const std::string scope = from_time_us > 0 ? "from " + FormatUtc(from_time_us) : "from the first entry";
+  if (report->problem) {
+    const storage::ChainProblem& p = *report->problem;
+    std::printf("audit trail BROKEN: %s entry at position %llu (seq %llu; key time %s, epoch %u, counter %llu): %s\n",
+                storage::ChainProblemKindName(p.kind), static_cast<unsigned long long>(p.position),
+                static_cast<unsigned long long>(p.seq), FormatUtc(p.key_time_us).c_str(), p.epoch,
+                static_cast<unsigned long long>(p.counter), p.detail.c_str());
+    std::printf("  %llu entries before it verified, %s, in %s\n", static_cast<unsigned long long>(report->entries),
+                scope.c_str(), path.c_str());
+    return kVerifyBroken;
+  }
+  std::printf("audit trail intact: %llu entries verified (seq %llu to %llu), %s, in %s\n",
+              static_cast<unsigned long long>(report->entries), static_cast<unsigned long long>(report->first_seq),
+              static_cast<unsigned long long>(report->head_seq), scope.c_str(), path.c_str());
+  std::printf("  checkpoint signatures verified: %llu\n", static_cast<unsigned long long>(report->checkpoints));
+  if (report->legacy > 0) {
+    std::printf("  records from before the chain (not verifiable): %llu\n",
+                static_cast<unsigned long long>(report->legacy));
+  }
+  if (report->after_last_checkpoint > 0) {
+    std::printf("  entries after the last checkpoint (no signature covers them yet): %llu\n",
+                static_cast<unsigned long long>(report->after_last_checkpoint));
+  }
+  if (report->entries > 0)
+    std::printf("  head: seq %llu, hash %s\n", static_cast<unsigned long long>(report->head_seq),
+                report->head_hash_hex.c_str());
+  return kVerifyIntact;
+}
+
+int RunAudit(const AuditOptions& options) {
+  std::string path;
+  Result<std::unique_ptr<storage::Database>> db = OpenTrail(options.db_path, options.config_path, &path);
   if (!db.ok()) {
     std::fprintf(stderr, "%s\n", db.error().ToString().c_str());
     return 1;
@@ -69,7 +200,23 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--db", options->db_path, "Database directory (overrides --config)");
   cmd->add_flag("--actions", options->actions,
                 "Operator actions instead of decisions: reloads, claims jobs submitted or cancelled, and who did them");
-  cmd->callback([options, exit_code] { *exit_code = RunAudit(*options); });
+  auto verify_options = std::make_shared<VerifyOptions>();
+  CLI::App* verify = cmd->add_subcommand(
+      "verify",
+      "Check the audit trail's hash chain and signed checkpoints; report the first entry broken, missing, reordered "
+      "or altered (exit 0 intact, 1 broken, 2 could not check)");
+  verify->add_option("--from", verify_options->from, "Start at this UTC time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)");
+  verify->add_option("--config", verify_options->config_path, "Service settings naming the database and keyset")
+      ->capture_default_str();
+  verify->add_option("--db", verify_options->db_path, "Database directory (overrides --config)");
+  verify->add_option("--keyset", verify_options->keyset_path,
+                     "Keyset whose keys signed the checkpoints (overrides --config)");
+  verify->add_option("--kek-file", verify_options->kek_file, "Key-encryption key file of a wrapped --keyset");
+  verify->add_option("--kek-env", verify_options->kek_env, "... or the environment variable holding it");
+  verify->callback([verify_options, exit_code] { *exit_code = RunVerify(*verify_options); });
+  cmd->callback([options, exit_code, verify] {
+    if (!verify->parsed()) *exit_code = RunAudit(*options);
+  });
 }
 
 }  // namespace txscore::service

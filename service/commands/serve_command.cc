@@ -18,6 +18,15 @@
 namespace txscore::service {
 namespace {
 
+pthread_t g_signal_thread;
+
+// Threads started before RunServe could block the signals (OpenBLAS starts its workers when
+// the library loads, before main) do not block them, and the kernel may hand a process's
+// SIGTERM to one of them: without a handler, that would kill the process on the spot, with no
+// drain. The handler passes the signal on to the thread that waits for it (it blocks them, so
+// the signal stays pending until its sigwait). pthread_kill is async-signal-safe.
+void ForwardToSignalThread(int signal_number) { pthread_kill(g_signal_thread, signal_number); }
+
 struct ServeOptions {
   std::string config_path = "config/txscore.yaml";
   std::string log_level = "info";
@@ -25,13 +34,19 @@ struct ServeOptions {
 
 int RunServe(const ServeOptions& options) {
   ConfigureLogging(options.log_level);
-  // Block the signals before any thread starts, so that only sigwait below sees them.
+  // Block the signals before txscore starts a thread, so that only sigwait below takes them;
+  // any thread that does not block them forwards them here.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  g_signal_thread = pthread_self();
+  struct sigaction forward {};
+  forward.sa_handler = ForwardToSignalThread;
+  sigemptyset(&forward.sa_mask);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) sigaction(signal_number, &forward, nullptr);
 
   Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
   if (!loaded.ok()) {

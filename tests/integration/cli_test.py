@@ -275,6 +275,25 @@ def check_audit_last_zero_is_refused(txscore):
     assert "--last: Value 0 not in range 1 to 1000000" in r.stderr, r.stderr
 
 
+def check_audit_verify_says_what_it_could_not_check(txscore):
+    """Exit 2, with the reason, when the trail cannot be checked: a bad --from, a keyset that
+    cannot be read, no database."""
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        keyset = os.path.join(work, "keyset.json")
+        assert run(txscore, "keys", "create", "--out", keyset).returncode == 0
+        r = run(txscore, "audit", "verify", "--from", "yesterday", "--keyset", keyset, "--db", work)
+        assert r.returncode == 2, r
+        assert r.stderr == ('--from must be a UTC time YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ, not "yesterday"\n'), r.stderr
+        r = run(txscore, "audit", "verify", "--keyset", os.path.join(work, "absent.json"), "--db", work)
+        assert r.returncode == 2, r
+        assert r.stderr.startswith("cannot read the keyset that signs the audit checkpoints: "), r.stderr
+        r = run(txscore, "audit", "verify", "--keyset", keyset, "--db", os.path.join(work, "no-db"))
+        assert r.returncode == 2, r
+        assert "no-db" in r.stderr, r.stderr
+
+
 def check_generate_reports_a_dump_logits_file_it_could_not_write(txscore):
     import os
     import tempfile
@@ -371,6 +390,7 @@ CHECKS = [
     check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file,
     check_batch_run_exits_3_when_no_row_was_scored,
     check_audit_last_zero_is_refused,
+    check_audit_verify_says_what_it_could_not_check,
     check_make_checkpoint_shows_its_progress,
     check_a_server_address_that_is_not_host_port_is_refused,
     check_generate_starts_the_prompt_with_one_bos_even_when_the_prompt_writes_it,

@@ -6,6 +6,7 @@ submit|status|cancel`, `batch run`, then SIGTERM. Needs scripts/setup.sh to have
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -18,6 +19,53 @@ import urllib.request
 
 def run(txscore, *args, timeout=300):
     return subprocess.run([txscore, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def ldb(db, *args):
+    assert shutil.which("ldb"), "RocksDB's ldb is missing: scripts/setup.sh installs rocksdb-tools"
+    r = subprocess.run(["ldb", f"--db={db}", "--column_family=audit", "--key_hex", "--value_hex", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r
+    return r.stdout
+
+
+def check_audit_trail(txscore, settings, db, server_log):
+    """The stopped server's trail verifies, ends at the shutdown checkpoint the server logged,
+    and a decision edited, or deleted, in a copy with RocksDB's own ldb (as someone with the
+    disk could) is reported at its position. Returns the entries verified."""
+    r = run(txscore, "audit", "verify", "--config", settings)
+    assert r.returncode == 0, r
+    assert r.stdout.startswith("audit trail intact: "), r.stdout
+    assert "entries after the last checkpoint" not in r.stdout, r.stdout  # the shutdown signed it all
+    head = re.search(r"head: seq (\d+), hash ([0-9a-f]{64})", r.stdout)
+    assert head, r.stdout
+    assert re.search(rf"audit: shutdown checkpoint seq {head.group(1)} \(epoch \d+\), hash {head.group(2)}",
+                     server_log), r.stdout
+    assert int(re.search(r"checkpoint signatures verified: (\d+)", r.stdout).group(1)) >= 2, r.stdout
+
+    entries = []  # (key hex, value bytes) of the trail's entries (16-byte keys), in key order
+    for line in ldb(db, "scan").splitlines():
+        key, _, value = line.partition(" : ")
+        if len(key) == 2 + 32:
+            entries.append((key, bytes.fromhex(value[2:])))
+    assert len(entries) == int(head.group(1)) + 1, (len(entries), r.stdout)
+    position = next(i for i, (_, v) in enumerate(entries) if b'"decision":"' in v and i > len(entries) // 2) + 1
+    key, value = entries[position - 1]
+    for tamper, kind in (("edit", "altered"), ("delete", "missing")):
+        copy = db + "-" + tamper
+        shutil.copytree(db, copy)
+        if tamper == "edit":
+            decision = re.search(rb'"decision":"([A-Z]+)"', value).group(1)
+            other = b"APPROVE" if decision != b"APPROVE" else b"DECLINE"
+            edited = value.replace(b'"decision":"' + decision + b'"', b'"decision":"' + other + b'"')
+            ldb(copy, "put", key, "0x" + edited.hex().upper())
+        else:
+            ldb(copy, "delete", key)
+        r = run(txscore, "audit", "verify", "--config", settings, "--db", copy)
+        assert r.returncode == 1, r
+        assert r.stdout.startswith(f"audit trail BROKEN: {kind} entry at position {position} (seq {position - 1};"), \
+            (tamper, position, r.stdout)
+    return len(entries)
 
 
 def main():
@@ -245,8 +293,10 @@ def main():
         # The shipped rules stage was prepared with its list, and the decision reads its verdict.
         assert "stage rules (rules): 3 rules, 1 lists of 2 entries" in err, err
         server = None
+        verified = check_audit_trail(txscore, settings, os.path.join(var, "db"), err)
         print(f"ok: {len(results)} scored ({len(reviews)} REVIEW with findings), audit read, plan shown, "
-              f"job {job_id} DONE with 40 rows, stopped cleanly")
+              f"job {job_id} DONE with 40 rows, stopped cleanly, audit trail of {verified} entries verified and "
+              "tampering found")
     finally:
         if server is not None and server.poll() is None:
             server.kill()

@@ -15,6 +15,7 @@
 #include "service/rpc_client.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
+#include "storage/audit_chain.h"
 #include "tests/server_test_support.h"
 #include "tests/test_support.h"
 
@@ -128,6 +129,24 @@ TEST_F(KeyRotationTest, TwoRotationsUnderTrafficKeepEveryCardsHistory) {
       EXPECT_EQ(Stored(Key(keys, "k1"), card).rfind("moved-to:k", 0), 0u) << "card " << card;
     }
   }
+  // The audit trail's checkpoints follow the rotations: after the reloads they are signed under
+  // k3, and the whole trail verifies with the keyset (the older checkpoints under k1).
+  ASSERT_TRUE(server_->audit_log().Close().ok());
+  const std::vector<std::pair<std::string, std::string>> newest =
+      server_->database().ReadLast(storage::ColumnFamily::kAudit, 1).value();
+  ASSERT_EQ(newest.size(), 1u);
+  EXPECT_NE(newest[0].second.find("\"reason\":\"shutdown\",\"epoch\":1,\"key_id\":\"k3\""), std::string::npos)
+      << newest[0].second;
+  storage::ChainVerifyOptions verify;
+  verify.checkpoint_key = [&keys](const std::string& id) -> std::optional<std::string> {
+    for (const fraud::KeysetKey& key : keys.keys()) {
+      if (key.id == id) return fraud::DeriveAuditCheckpointKey(key);
+    }
+    return std::nullopt;
+  };
+  const storage::ChainReport report = storage::VerifyAuditChain(server_->database(), verify).value();
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_GE(report.checkpoints, 2u);  // start (k1), shutdown (k3), and one per 1000 entries
 }
 
 TEST_F(KeyRotationTest, AnActiveKeysCardIsFoundAndARetiredKeysIsNot) {

@@ -449,6 +449,42 @@ TEST_F(RpcServerTest, HealthReportsReadyModel) {
   EXPECT_EQ(health.model_version, server_->pipeline()->FindStage("fraud")->model()->version);
 }
 
+// The group commit's metrics: every entry counted once, and under durability sync exactly one
+// WAL sync per database write (however many decisions the write carried).
+TEST(RpcServerGroupCommit, MetricsCountAuditEntriesWritesAndOneSyncPerWrite) {
+  for (const std::string durability : {"sync", "wal"}) {
+    testing::TempDir dir;
+    testing::WriteTestPipeline(dir, durability);
+    auto server = testing::CreateTestServer(testing::TestSettingsPath(dir));
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    (*server)->Start();
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c) {
+      clients.emplace_back([&, c] {
+        Client client((*server)->rpc_port());
+        for (int i = 0; i < 10; ++i) {
+          fraud::RawTransaction tx = testing::ValidTransaction("g" + std::to_string(c) + "-" + std::to_string(i));
+          tx.timestamp_ms += (c * 10 + i) * 1000;
+          rpc::ScoreResult result;
+          client.client->score(result, ToThriftTransaction(tx));
+        }
+      });
+    }
+    for (std::thread& client : clients) client.join();
+    const std::string metrics = HttpRequest((*server)->admin_port(), "/metrics").body;
+    const auto value = [&metrics](const std::string& name) {
+      const size_t at = metrics.find("\n" + name + " ");
+      return at == std::string::npos ? -1 : std::stoll(metrics.substr(at + name.size() + 2));
+    };
+    EXPECT_EQ(value("txscore_audit_entries_total"), 41) << durability;  // the start checkpoint and 40 decisions
+    const int64_t writes = value("txscore_audit_writes_total");
+    EXPECT_GE(writes, 1) << durability;
+    EXPECT_LE(writes, 41) << durability;
+    EXPECT_EQ(value("txscore_wal_syncs_total"), durability == "sync" ? writes : 0) << durability << "\n" << metrics;
+    (*server)->Stop();
+  }
+}
+
 TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   {
     Client c(server_->rpc_port());

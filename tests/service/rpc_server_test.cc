@@ -368,6 +368,29 @@ TEST_F(RpcServerUnitTest, StopAnswersTheRequestInFlightThenEndsServe) {
   EXPECT_THROW(Client c(server_->port()), apache::thrift::TException);  // nothing listens
 }
 
+TEST_F(RpcServerUnitTest, StopGivesUpOnARequestStillRunningAfterTheDrainTimeout) {
+  RpcServerConfig config;
+  config.drain_timeout_ms = 100;
+  Start(config);
+  handler_->CloseGate();
+  std::thread call([&] {
+    try {
+      rpc::HealthStatus answer;
+      Client(server_->port()).client->health(answer);
+    } catch (const apache::thrift::TException&) {
+      // The connection may be closed under it: what the timeout is for.
+    }
+  });
+  handler_->AwaitHealthCallsEntered(1);
+  const auto stop_started = std::chrono::steady_clock::now();
+  server_->Stop();  // returns while the request is still held at the gate
+  // Far below the 30 s default: the configured window was used (generous for a loaded machine).
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_started, std::chrono::seconds(20));
+  handler_->OpenGate();
+  call.join();
+  serve_.join();
+}
+
 // Each limit, with a request that is valid except for that limit, and the same request
 // within it as the control.
 TEST_F(RpcServerUnitTest, FrameOverTheFrameLimitClosesTheConnection) {

@@ -54,6 +54,7 @@ TEST_F(SettingsTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   EXPECT_EQ(settings->admin.port, 9091);
   EXPECT_EQ(settings->storage.path, dir_.file("db"));
   EXPECT_EQ(settings->storage.durability, storage::Durability::kSync);
+  EXPECT_EQ(settings->storage.audit_checkpoint_every, 1000);
   EXPECT_EQ(settings->security.card_key_file, dir_.file("card.key"));
   EXPECT_EQ(settings->jobs.claims_pipeline, "");
   EXPECT_EQ(settings->devices.backend.library, "");
@@ -187,8 +188,9 @@ TEST_F(SettingsTest, UnknownKeyIsRejectedWithLineAndColumn) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.error().message,
             Where(2, 3) +
-                "unknown key \"prot\" in server (expected one of: frame_timeout_ms, host, idle_timeout_ms, io_threads, "
-                "limits, max_connections, max_queued_requests, plaintext, port, workers)");
+                "unknown key \"prot\" in server (expected one of: drain_timeout_ms, frame_timeout_ms, host, "
+                "idle_timeout_ms, io_threads, limits, max_connections, max_queued_requests, plaintext, port, "
+                "stop_delay_ms, workers)");
 }
 
 TEST_F(SettingsTest, ServerTransportSettingsAreReadAndBounded) {
@@ -349,6 +351,21 @@ TEST_F(SettingsTest, BadDurabilityIsRejected) {
   auto config = Parse(yaml);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.error().message, Where(4, 15) + "durability must be \"sync\" or \"wal\", not \"maybe\"");
+}
+
+TEST_F(SettingsTest, AuditCheckpointEveryIsReadRangeCheckedAndRestartOnly) {
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("path: db"), 8, "path: db\n  audit_checkpoint_every: 50");
+  auto every50 = Parse(yaml);
+  ASSERT_TRUE(every50.ok()) << every50.error().ToString();
+  EXPECT_EQ(every50->storage.audit_checkpoint_every, 50);
+  EXPECT_EQ(RestartOnlyChanges(*Parse(kValid), *every50),
+            std::vector<std::string>{"storage.audit_checkpoint_every: (default) -> 50"});
+  yaml = kValid;
+  yaml.replace(yaml.find("path: db"), 8, "path: db\n  audit_checkpoint_every: 0");
+  auto zero = Parse(yaml);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("audit_checkpoint_every"), std::string::npos) << zero.error().message;
 }
 
 }  // namespace

@@ -69,112 +69,6 @@ TEST(ParseDurability, AcceptsSyncAndWalOnly) {
   EXPECT_EQ(ParseDurability("none").error().message, "durability must be \"sync\" or \"wal\", not \"none\"");
 }
 
-TEST(AuditLog, ReadLastReturnsNewestFirst) {
-  testing::TempDir dir;
-  auto db = Database::Open(dir.file("db"));
-  ASSERT_TRUE(db.ok());
-  AuditLog log(db->get());
-  ASSERT_TRUE(log.BeginWriting().ok());
-  for (int i = 0; i < 5; ++i) {
-    AuditRecord record;
-    record.time_us = 1000 + i;
-    record.request_id = "r" + std::to_string(i);
-    record.decision = "APPROVE";
-    WriteBatch batch;
-    ASSERT_TRUE(log.Append(record, &batch).ok());
-    ASSERT_TRUE((*db)->Write(batch).ok());
-  }
-  auto last = log.ReadLast(3);
-  ASSERT_TRUE(last.ok());
-  ASSERT_EQ(last->size(), 3u);
-  EXPECT_EQ((*last)[0].request_id, "r4");
-  EXPECT_EQ((*last)[2].request_id, "r2");
-}
-
-TEST(AuditLog, OperatorActionsShareTheTrailAndEachKindReadsBackAlone) {
-  testing::TempDir dir;
-  auto db = Database::Open(dir.file("db"));
-  ASSERT_TRUE(db.ok());
-  AuditLog log(db->get());
-  ASSERT_TRUE(log.BeginWriting().ok());
-  for (int i = 0; i < 4; ++i) {
-    WriteBatch batch;
-    if (i % 2 == 0) {
-      AuditRecord record;
-      record.time_us = 1000 + i;
-      record.request_id = "r" + std::to_string(i);
-      ASSERT_TRUE(log.Append(record, &batch).ok());
-    } else {
-      AuditAction action{1000 + i, "reload",  "txscore-admin (127.0.0.1:5)",
-                         "s.yaml", "applied", "p" + std::to_string(i)};
-      ASSERT_TRUE(log.AppendAction(action, &batch).ok());
-    }
-    ASSERT_TRUE((*db)->Write(batch).ok());
-  }
-  const std::vector<AuditRecord> decisions = log.ReadLast(10).value();
-  ASSERT_EQ(decisions.size(), 2u);
-  EXPECT_EQ(decisions[0].request_id, "r2");
-  EXPECT_EQ(decisions[1].request_id, "r0");
-  const std::vector<AuditAction> actions = log.ReadLastActions(1).value();
-  ASSERT_EQ(actions.size(), 1u);
-  EXPECT_EQ(actions[0].time_us, 1003);
-  EXPECT_EQ(actions[0].action, "reload");
-  EXPECT_EQ(actions[0].caller, "txscore-admin (127.0.0.1:5)");
-  EXPECT_EQ(actions[0].target, "s.yaml");
-  EXPECT_EQ(actions[0].outcome, "applied");
-  EXPECT_EQ(actions[0].detail, "p3");
-  EXPECT_EQ(EncodeAuditAction(actions[0]),
-            "{\"kind\":\"action\",\"time_us\":1003,\"action\":\"reload\",\"caller\":\"txscore-admin "
-            "(127.0.0.1:5)\",\"target\":\"s.yaml\",\"outcome\":\"applied\",\"detail\":\"p3\"}");
-}
-
-// One record at `time_us` written by a fresh writer, as a restarted process would.
-void AppendAsANewWriter(Database* db, int64_t time_us, const std::string& request_id) {
-  AuditLog log(db);
-  ASSERT_TRUE(log.BeginWriting().ok());
-  AuditRecord record;
-  record.time_us = time_us;
-  record.request_id = request_id;
-  record.decision = "APPROVE";
-  WriteBatch batch;
-  ASSERT_TRUE(log.Append(record, &batch).ok());
-  ASSERT_TRUE(db->Write(batch).ok());
-}
-
-TEST(AuditLog, RecordsAreNeverOverwrittenWhenTheClockStepsBackAcrossRestarts) {
-  testing::TempDir dir;
-  {
-    auto db = Database::Open(dir.file("db"));
-    ASSERT_TRUE(db.ok());
-    AppendAsANewWriter(db->get(), 5000, "before the restart");
-    AppendAsANewWriter(db->get(), 5000, "same microsecond, next writer");  // the sequence restarts at 0
-  }
-  auto db = Database::Open(dir.file("db"));  // a process restart
-  ASSERT_TRUE(db.ok());
-  AppendAsANewWriter(db->get(), 5000, "after the restart, the clock stepped back");
-  auto all = AuditLog(db->get()).ReadLast(100);
-  ASSERT_TRUE(all.ok()) << all.error().ToString();
-  ASSERT_EQ(all->size(), 3u);  // three records, not one overwritten twice
-  std::set<std::string> ids;
-  for (const AuditRecord& r : *all) ids.insert(r.request_id);
-  EXPECT_EQ(ids, (std::set<std::string>{"before the restart", "same microsecond, next writer",
-                                        "after the restart, the clock stepped back"}));
-  AuditLog fourth(db->get());
-  ASSERT_TRUE(fourth.BeginWriting().ok());
-  EXPECT_EQ(fourth.epoch(), 4u);
-}
-
-TEST(AuditLog, AppendBeforeBeginWritingIsRefused) {
-  testing::TempDir dir;
-  auto db = Database::Open(dir.file("db"));
-  ASSERT_TRUE(db.ok());
-  AuditLog log(db->get());
-  WriteBatch batch;
-  const Status appended = log.Append(AuditRecord{}, &batch);
-  ASSERT_FALSE(appended.ok());
-  EXPECT_EQ(appended.error().code, ErrorCode::kFailedPrecondition);
-}
-
 TEST(Database, SyncDurabilitySyncsTheLogOnEveryWriteAndWalNever) {
   for (Durability durability : {Durability::kSync, Durability::kWal}) {
     testing::TempDir dir;
@@ -211,6 +105,11 @@ TEST(Database, CloseReportsSuccessAndReleasesTheDirectory) {
   EXPECT_TRUE((*db)->Close().ok());
   EXPECT_TRUE((*db)->Close().ok());  // idempotent
   EXPECT_EQ((*db)->CheckHealth().error().code, ErrorCode::kFailedPrecondition);
+  WriteBatch batch;
+  batch.Put(ColumnFamily::kAudit, "k", "v");
+  EXPECT_EQ((*db)->Write(batch).error().code, ErrorCode::kFailedPrecondition);  // refused, not a crash
+  EXPECT_EQ((*db)->Get(ColumnFamily::kAudit, "k").error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ((*db)->ReadLast(ColumnFamily::kAudit, 1).error().code, ErrorCode::kFailedPrecondition);
   EXPECT_TRUE(Database::Open(dir.file("db")).ok());  // the lock is released: another writer may open it
 }
 

@@ -1,0 +1,267 @@
+#include "storage/audit_chain.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/bytes.h"
+#include "common/sha256.h"
+
+namespace txscore::storage {
+namespace {
+
+constexpr size_t kKeyBytes = 16;
+constexpr int kCounterBits = 40;
+constexpr std::string_view kCheckpointPrefix = "{\"kind\":\"checkpoint\"";
+constexpr std::string_view kHmacField = ",\"hmac\":\"";
+constexpr std::string_view kPrevField = ",\"prev\":\"";
+constexpr std::string_view kSeqField = ",\"seq\":";
+constexpr size_t kHexDigits = 2 * kAuditHashBytes;
+
+bool IsLowerHex(std::string_view text) {
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string BytesOfHex(std::string_view hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+    bytes.push_back(static_cast<char>(nibble(hex[i]) << 4 | nibble(hex[i + 1])));
+  }
+  return bytes;
+}
+
+// `value` ends with `<field><64 hex>"}`: the hex, and the value with that field cut out.
+std::optional<std::pair<std::string, std::string>> CutHexField(std::string_view value, std::string_view field) {
+  const size_t tail = field.size() + kHexDigits + 2;
+  if (value.size() < tail + 1 || value.substr(value.size() - 2) != "\"}") return std::nullopt;
+  const size_t at = value.size() - tail;
+  if (value.substr(at, field.size()) != field) return std::nullopt;
+  const std::string_view hex = value.substr(at + field.size(), kHexDigits);
+  if (!IsLowerHex(hex)) return std::nullopt;
+  return std::make_pair(std::string(hex), std::string(value.substr(0, at)) + "}");
+}
+
+// The checkpoint's value without its "hmac" field (what was signed) and the hmac's hex.
+std::optional<std::pair<std::string, std::string>> SplitCheckpoint(std::string_view value) {
+  return CutHexField(value, kHmacField);
+}
+
+}  // namespace
+
+std::string MakeAuditKey(const AuditKeyParts& parts) {
+  std::string key;
+  key.reserve(kKeyBytes);
+  PutU64BE(&key, static_cast<uint64_t>(parts.time_us));
+  PutU64BE(&key, (uint64_t{parts.epoch} << kCounterBits) | parts.counter);
+  return key;
+}
+
+std::optional<AuditKeyParts> ParseAuditKey(std::string_view key) {
+  if (key.size() != kKeyBytes) return std::nullopt;
+  const uint64_t sequence = GetU64BE(key.substr(8));
+  return AuditKeyParts{static_cast<int64_t>(GetU64BE(key)), static_cast<uint32_t>(sequence >> kCounterBits),
+                       sequence & ((uint64_t{1} << kCounterBits) - 1)};
+}
+
+std::string AuditEntryHash(std::string_view key, std::string_view value) { return Sha256Bytes({key, value}); }
+
+std::string ChainAuditEntry(std::string_view json, uint64_t seq, std::string_view prev_hash) {
+  std::string out(json.substr(0, json.size() - 1));  // without the closing brace
+  out.append(kSeqField).append(std::to_string(seq)).append(kPrevField).append(HexOfBytes(prev_hash)).append("\"}");
+  return out;
+}
+
+std::string SignAuditCheckpoint(std::string_view key, std::string_view chained_value, std::string_view secret) {
+  const std::string mac = HmacSha256Bytes(secret, {key, chained_value});
+  std::string out(chained_value.substr(0, chained_value.size() - 1));
+  out.append(kHmacField).append(HexOfBytes(mac)).append("\"}");
+  return out;
+}
+
+bool IsAuditCheckpoint(std::string_view value) {
+  return value.substr(0, kCheckpointPrefix.size()) == kCheckpointPrefix;
+}
+
+std::optional<ChainFields> ReadChainFields(std::string_view value) {
+  std::string unsigned_value;
+  if (IsAuditCheckpoint(value)) {
+    auto split = SplitCheckpoint(value);
+    if (!split) return std::nullopt;
+    unsigned_value = std::move(split->second);
+    value = unsigned_value;
+  }
+  auto prev = CutHexField(value, kPrevField);
+  if (!prev) return std::nullopt;
+  const std::string& rest = prev->second;  // ends with `,"seq":<digits>}`
+  const size_t at = rest.rfind(kSeqField);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string digits = rest.substr(at + kSeqField.size(), rest.size() - 1 - at - kSeqField.size());
+  if (digits.empty() || digits.size() > 19 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return ChainFields{std::stoull(digits), BytesOfHex(prev->first)};
+}
+
+const char* ChainProblemKindName(ChainProblemKind kind) {
+  switch (kind) {
+    case ChainProblemKind::kAltered:
+      return "altered";
+    case ChainProblemKind::kMissing:
+      return "missing";
+    case ChainProblemKind::kReordered:
+      return "reordered";
+    case ChainProblemKind::kUnchained:
+      return "unchained";
+    case ChainProblemKind::kBadSignature:
+      return "bad signature";
+    case ChainProblemKind::kUnknownKey:
+      return "unknown key";
+  }
+  return "?";
+}
+
+namespace {
+
+// The walk's state: what the next entry must say.
+class ChainWalker {
+ public:
+  explicit ChainWalker(const ChainVerifyOptions& options) : options_(options) {}
+
+  // false once a problem is final (the scan stops).
+  bool Visit(std::string_view key, std::string_view value) {
+    const std::optional<AuditKeyParts> parts = ParseAuditKey(key);
+    if (!parts) return true;  // the epoch record, not part of the chain
+    ++position_;
+    const std::optional<ChainFields> fields = ReadChainFields(value);
+    if (pending_) return LookAhead(fields);
+    if (!fields) {
+      if (started_)
+        return Fail(ChainProblemKind::kUnchained, *parts, expected_seq_, "the entry has no chain fields (seq, prev)");
+      ++report_.legacy;
+      prev_hash_ = AuditEntryHash(key, value);
+      have_prev_ = true;
+      previous_ = *parts;
+      return true;
+    }
+    if (!started_) {
+      started_ = true;
+      report_.first_seq = fields->seq;
+      // From the first entry the chain starts at seq 0, after the legacy records (or nothing).
+      // From a time, the first entry's own link is taken as given, unless legacy ones preceded it.
+      if (options_.from_time_us == 0) {
+        expected_seq_ = 0;
+        if (!have_prev_) prev_hash_ = std::string(kAuditHashBytes, '\0');
+        have_prev_ = true;
+      } else {
+        expected_seq_ = fields->seq;
+        if (!have_prev_) prev_hash_ = fields->prev_hash;
+        have_prev_ = true;
+      }
+    }
+    if (fields->seq != expected_seq_) {
+      // Reordered when the expected entry turns up later; missing when it does not.
+      pending_ = Pending{*parts, fields->seq, position_};
+      return true;
+    }
+    if (fields->prev_hash != prev_hash_) {
+      const uint64_t at = position_;
+      position_ -= 1;  // the fault is the predecessor's bytes (or this entry's record of them)
+      Fail(ChainProblemKind::kAltered, previous_, fields->seq == 0 ? 0 : fields->seq - 1,
+           "its bytes do not hash to what the next entry (position " + std::to_string(at) + ", seq " +
+               std::to_string(fields->seq) + ") recorded as prev");
+      return false;
+    }
+    if (IsAuditCheckpoint(value) && !CheckSignature(key, value, *parts, fields->seq)) return false;
+    if (!IsAuditCheckpoint(value)) ++report_.after_last_checkpoint;
+    ++report_.entries;
+    report_.head_seq = fields->seq;
+    prev_hash_ = AuditEntryHash(key, value);
+    report_.head_hash_hex = HexOfBytes(prev_hash_);
+    expected_seq_ = fields->seq + 1;
+    previous_ = *parts;
+    return true;
+  }
+
+  ChainReport Finish() {
+    if (pending_ && !report_.problem) {
+      position_ = pending_->position;
+      Fail(ChainProblemKind::kMissing, pending_->key, expected_seq_,
+           "seq " + std::to_string(expected_seq_) +
+               (pending_->seq > expected_seq_ + 1 ? " to " + std::to_string(pending_->seq - 1) : std::string()) +
+               " absent: the entry here has seq " + std::to_string(pending_->seq));
+    }
+    return report_;
+  }
+
+ private:
+  struct Pending {
+    AuditKeyParts key;
+    uint64_t seq;
+    uint64_t position;
+  };
+
+  bool LookAhead(const std::optional<ChainFields>& fields) {
+    if (!fields || fields->seq != expected_seq_) return true;
+    const uint64_t found_at = position_;
+    position_ = pending_->position;
+    Fail(ChainProblemKind::kReordered, pending_->key, pending_->seq,
+         "the entry here has seq " + std::to_string(pending_->seq) + " where seq " + std::to_string(expected_seq_) +
+             " belongs; that one is at position " + std::to_string(found_at));
+    pending_.reset();
+    return false;
+  }
+
+  bool CheckSignature(std::string_view key, std::string_view value, const AuditKeyParts& parts, uint64_t seq) {
+    const auto split = SplitCheckpoint(value);
+    const nlohmann::json doc = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    std::string key_id;
+    if (doc.is_object() && doc.contains("key_id") && doc["key_id"].is_string()) key_id = doc["key_id"];
+    if (!split || key_id.empty()) {
+      return Fail(ChainProblemKind::kBadSignature, parts, seq, "the checkpoint is not well-formed");
+    }
+    const std::optional<std::string> secret =
+        options_.checkpoint_key ? options_.checkpoint_key(key_id) : std::optional<std::string>();
+    if (!secret) {
+      return Fail(ChainProblemKind::kUnknownKey, parts, seq,
+                  "the checkpoint is signed with key " + key_id + ", which the keyset does not have");
+    }
+    if (HexOfBytes(HmacSha256Bytes(*secret, {key, split->second})) != split->first) {
+      return Fail(ChainProblemKind::kBadSignature, parts, seq,
+                  "the checkpoint's HMAC does not verify under key " + key_id);
+    }
+    ++report_.checkpoints;
+    report_.after_last_checkpoint = 0;
+    return true;
+  }
+
+  bool Fail(ChainProblemKind kind, const AuditKeyParts& key, uint64_t seq, std::string detail) {
+    report_.problem = ChainProblem{kind, position_, seq, key.time_us, key.epoch, key.counter, std::move(detail)};
+    return false;
+  }
+
+  const ChainVerifyOptions& options_;
+  ChainReport report_;
+  uint64_t position_ = 0;
+  bool started_ = false;
+  bool have_prev_ = false;
+  std::string prev_hash_;
+  uint64_t expected_seq_ = 0;
+  AuditKeyParts previous_;
+  std::optional<Pending> pending_;
+};
+
+}  // namespace
+
+Result<ChainReport> VerifyAuditChain(const Database& db, const ChainVerifyOptions& options) {
+  ChainWalker walker(options);
+  std::string from;
+  if (options.from_time_us > 0) from = MakeAuditKey({options.from_time_us, 0, 0});
+  TXSCORE_RETURN_IF_ERROR(
+      db.ScanForward(ColumnFamily::kAudit, from,
+                     [&walker](std::string_view key, std::string_view value) { return walker.Visit(key, value); }));
+  return walker.Finish();
+}
+
+}  // namespace txscore::storage

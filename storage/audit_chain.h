@@ -1,0 +1,113 @@
+// The audit trail's hash chain: how a change to the stored trail is detected (PCI DSS 10.3.2 and
+// 10.3.4: audit logs protected from modification, and changes detected).
+//
+// Every entry of the trail (a decision, an operator action, a checkpoint) is one link. The
+// writer (AuditLog) appends two fields to the entry's JSON before storing it:
+//   "seq":  its place in the chain, from 0, never reset (restarts continue it);
+//   "prev": hex SHA-256 of the previous entry's key and value bytes, as stored.
+// An entry's hash is SHA-256(key || value). Keys are assigned in chain order (audit_log.h), so
+// the column family's key order is the chain's order.
+//
+// Checkpoints are entries of kind "checkpoint", written when a writer starts (linking the
+// previous process's last entry, whether it shut down or crashed), every N entries, and at
+// shutdown. Each carries an HMAC-SHA256 ("hmac", last field) over key || the value without
+// that field, under a key derived from the keyset key named by "key_id" (fraud::
+// DeriveAuditCheckpointKey). The chain detects any change, deletion or reordering of an entry
+// that has a successor; the signatures stop someone who rewrites every later link, since they
+// would have to sign the next checkpoint. What neither can catch, and is documented
+// (docs/security.md): entries written after the last checkpoint before a crash, removed before
+// the next start; and a trail cut off behind its newest checkpoint (compare `txscore audit
+// verify`'s head with the one the service logged at shutdown).
+//
+// Records written before the chain existed (no "seq") are "legacy": counted, not verified; the
+// first chained entry links the newest of them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "storage/database.h"
+
+namespace txscore::storage {
+
+inline constexpr size_t kAuditHashBytes = 32;
+
+// The key a writer signs checkpoints with: the keyset key's id and the derived secret.
+struct AuditCheckpointKey {
+  std::string key_id;
+  std::string secret;
+};
+
+// SHA-256(key || value): what the next entry's "prev" names.
+std::string AuditEntryHash(std::string_view key, std::string_view value);
+// `json` (an object) with "seq" and "prev" added as its last fields.
+std::string ChainAuditEntry(std::string_view json, uint64_t seq, std::string_view prev_hash);
+// A chained checkpoint value with its "hmac" field added (signed over key || value).
+std::string SignAuditCheckpoint(std::string_view key, std::string_view chained_value, std::string_view secret);
+
+// What an entry's chain fields say; nullopt for an entry without them (legacy, or altered
+// beyond recognition).
+struct ChainFields {
+  uint64_t seq = 0;
+  std::string prev_hash;  // raw 32 bytes
+};
+std::optional<ChainFields> ReadChainFields(std::string_view value);
+bool IsAuditCheckpoint(std::string_view value);
+
+enum class ChainProblemKind {
+  kAltered,       // an entry's bytes are not what its successor recorded
+  kMissing,       // entries are absent: "seq" jumps, and the skipped ones are nowhere later
+  kReordered,     // an entry is out of its place: the expected "seq" comes later
+  kUnchained,     // an entry without chain fields after the chain began
+  kBadSignature,  // a checkpoint's HMAC does not verify
+  kUnknownKey,    // a checkpoint names a key the keyset does not have
+};
+const char* ChainProblemKindName(ChainProblemKind kind);
+
+struct ChainProblem {
+  ChainProblemKind kind = ChainProblemKind::kAltered;
+  uint64_t position = 0;    // 1-based place among the entries walked (legacy ones included)
+  uint64_t seq = 0;         // the seq of the entry at fault (for kMissing: the first absent one)
+  int64_t key_time_us = 0;  // the entry's key (for kMissing: the entry where the gap shows)
+  uint32_t epoch = 0;
+  uint64_t counter = 0;
+  std::string detail;
+};
+
+struct ChainReport {
+  uint64_t entries = 0;                // chained entries walked
+  uint64_t legacy = 0;                 // entries from before the chain, not verifiable
+  uint64_t checkpoints = 0;            // checkpoint signatures verified
+  uint64_t after_last_checkpoint = 0;  // entries no checkpoint covers yet
+  uint64_t first_seq = 0;
+  uint64_t head_seq = 0;
+  std::string head_hash_hex;            // hash of the newest entry walked
+  std::optional<ChainProblem> problem;  // the first one found; the walk stops there
+};
+
+struct ChainVerifyOptions {
+  // Default: 0 (from the first entry). Start at the first entry whose key time is >= this; its
+  // own "seq" and "prev" are then taken as given.
+  int64_t from_time_us = 0;
+  // The checkpoint secret for a key id, nullopt when the keyset has no such key.
+  std::function<std::optional<std::string>(const std::string& key_id)> checkpoint_key;
+};
+
+// Walks the trail in key order and reports the first problem. Errors only when the database
+// cannot be read.
+Result<ChainReport> VerifyAuditChain(const Database& db, const ChainVerifyOptions& options);
+
+// A record key's parts (16 bytes: time_us, then epoch << 40 | counter, big-endian).
+struct AuditKeyParts {
+  int64_t time_us = 0;
+  uint32_t epoch = 0;
+  uint64_t counter = 0;
+};
+std::string MakeAuditKey(const AuditKeyParts& parts);
+std::optional<AuditKeyParts> ParseAuditKey(std::string_view key);
+
+}  // namespace txscore::storage

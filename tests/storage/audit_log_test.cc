@@ -1,0 +1,470 @@
+// The audit trail's writer (grouped, chained commits) and its verification: an intact trail
+// verifies across clean and crashed restarts; each kind of tampering with a copy of the
+// database is reported at its position.
+#include "storage/audit_log.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "common/sha256.h"
+#include "storage/audit_chain.h"
+#include "storage/database.h"
+#include "tests/test_support.h"
+
+namespace txscore::storage {
+namespace {
+
+AuditCheckpointKey TestKey(const std::string& id = "k1") { return {id, std::string(32, id.back())}; }
+
+ChainVerifyOptions VerifyWith(const std::vector<AuditCheckpointKey>& keys, int64_t from_time_us = 0) {
+  ChainVerifyOptions options;
+  options.from_time_us = from_time_us;
+  options.checkpoint_key = [keys](const std::string& id) -> std::optional<std::string> {
+    for (const AuditCheckpointKey& key : keys) {
+      if (key.key_id == id) return key.secret;
+    }
+    return std::nullopt;
+  };
+  return options;
+}
+
+AuditRecord Decision(const std::string& request_id, int64_t time_us = 1000) {
+  AuditRecord record;
+  record.time_us = time_us;
+  record.request_id = request_id;
+  record.card_token = "k1_" + std::string(64, 'a');
+  record.decision = "APPROVE";
+  return record;
+}
+
+// The trail's entries (record keys only), in key order.
+std::vector<std::pair<std::string, std::string>> Entries(const Database& db) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::vector<std::pair<std::string, std::string>> all = db.ReadAll(ColumnFamily::kAudit).value();
+  for (auto& entry : all) {
+    if (ParseAuditKey(entry.first)) entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+ChainReport Verify(const Database& db, const std::vector<AuditCheckpointKey>& keys = {TestKey()}) {
+  Result<ChainReport> report = VerifyAuditChain(db, VerifyWith(keys));
+  EXPECT_TRUE(report.ok()) << report.error().ToString();
+  return report.ok() ? *report : ChainReport{};
+}
+
+TEST(AuditLog, ReadLastReturnsNewestFirst) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(log.Commit(Decision("r" + std::to_string(i), 1000 + i), {}).ok());
+  auto last = log.ReadLast(3);
+  ASSERT_TRUE(last.ok()) << last.error().ToString();
+  ASSERT_EQ(last->size(), 3u);
+  EXPECT_EQ((*last)[0].request_id, "r4");
+  EXPECT_EQ((*last)[2].request_id, "r2");
+}
+
+TEST(AuditLog, OperatorActionsShareTheTrailAndEachKindReadsBackAlone) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  for (int i = 0; i < 4; ++i) {
+    if (i % 2 == 0) {
+      ASSERT_TRUE(log.Commit(Decision("r" + std::to_string(i), 1000 + i), {}).ok());
+    } else {
+      AuditAction action{1000 + i, "reload",  "txscore-admin (127.0.0.1:5)",
+                         "s.yaml", "applied", "p" + std::to_string(i)};
+      ASSERT_TRUE(log.CommitAction(action).ok());
+    }
+  }
+  const std::vector<AuditRecord> decisions = log.ReadLast(10).value();  // checkpoints are neither kind
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[0].request_id, "r2");
+  EXPECT_EQ(decisions[1].request_id, "r0");
+  const std::vector<AuditAction> actions = log.ReadLastActions(1).value();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].time_us, 1003);
+  EXPECT_EQ(actions[0].action, "reload");
+  EXPECT_EQ(actions[0].caller, "txscore-admin (127.0.0.1:5)");
+  EXPECT_EQ(actions[0].target, "s.yaml");
+  EXPECT_EQ(actions[0].outcome, "applied");
+  EXPECT_EQ(actions[0].detail, "p3");
+  EXPECT_EQ(EncodeAuditAction(actions[0]),
+            "{\"kind\":\"action\",\"time_us\":1003,\"action\":\"reload\",\"caller\":\"txscore-admin "
+            "(127.0.0.1:5)\",\"target\":\"s.yaml\",\"outcome\":\"applied\",\"detail\":\"p3\"}");
+}
+
+TEST(AuditLog, RecordsAreNeverOverwrittenWhenTheClockStepsBackAcrossRestarts) {
+  testing::TempDir dir;
+  for (const char* id :
+       {"before the restart", "same microsecond, next writer", "after the restart, the clock stepped back"}) {
+    auto db = Database::Open(dir.file("db"));  // a process restart
+    ASSERT_TRUE(db.ok());
+    AuditLog log(db->get());
+    ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+    ASSERT_TRUE(log.Commit(Decision(id, 5000), {}).ok());
+  }
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  auto all = AuditLog(db->get()).ReadLast(100);
+  ASSERT_TRUE(all.ok()) << all.error().ToString();
+  ASSERT_EQ(all->size(), 3u);  // three records, not one overwritten twice
+  std::set<std::string> ids;
+  for (const AuditRecord& r : *all) ids.insert(r.request_id);
+  EXPECT_EQ(ids, (std::set<std::string>{"before the restart", "same microsecond, next writer",
+                                        "after the restart, the clock stepped back"}));
+  AuditLog fourth(db->get());
+  ASSERT_TRUE(fourth.BeginWriting(TestKey()).ok());
+  EXPECT_EQ(fourth.epoch(), 4u);
+  EXPECT_FALSE(Verify(**db).problem.has_value());
+}
+
+TEST(AuditLog, CommitBeforeBeginWritingAndAfterCloseIsRefused) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  const Status early = log.Commit(Decision("r"), {});
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.error().code, ErrorCode::kFailedPrecondition);
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  ASSERT_TRUE(log.Close().ok());
+  ASSERT_TRUE(log.Close().ok());  // idempotent
+  const Status late = log.Commit(Decision("r"), {});
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(Entries(**db).size(), 2u);  // start and shutdown checkpoints, nothing else
+}
+
+TEST(AuditLog, CloseSaysSoWhenTheShutdownCheckpointCannotBeWritten) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  ASSERT_TRUE((*db)->Close().ok());  // the database gone under the writer
+  const Status closed = log.Close();
+  ASSERT_FALSE(closed.ok());
+  EXPECT_NE(closed.error().message.find("is closed"), std::string::npos) << closed.error().message;
+}
+
+TEST(AuditLog, TheRecordLandsWithItsBatch) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  WriteBatch batch;
+  batch.Put(ColumnFamily::kEntityState, "card", "state");
+  ASSERT_TRUE(log.Commit(Decision("r"), std::move(batch)).ok());
+  EXPECT_EQ((*db)->Get(ColumnFamily::kEntityState, "card").value(), std::optional<std::string>("state"));
+  EXPECT_EQ(log.ReadLast(1).value().at(0).request_id, "r");
+}
+
+TEST(AuditLog, EntriesAreChainedBySeqAndThePreviousEntrysHash) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  ASSERT_TRUE(log.Commit(Decision("r"), {}).ok());
+  const auto entries = Entries(**db);
+  ASSERT_EQ(entries.size(), 2u);
+  const std::optional<ChainFields> start = ReadChainFields(entries[0].second);
+  const std::optional<ChainFields> record = ReadChainFields(entries[1].second);
+  ASSERT_TRUE(start && record);
+  EXPECT_EQ(start->seq, 0u);
+  EXPECT_EQ(start->prev_hash, std::string(32, '\0'));  // nothing before it
+  EXPECT_EQ(record->seq, 1u);
+  EXPECT_EQ(record->prev_hash, Sha256Bytes({entries[0].first, entries[0].second}));
+  EXPECT_TRUE(IsAuditCheckpoint(entries[0].second));
+  EXPECT_NE(entries[0].second.find("\"reason\":\"start\""), std::string::npos) << entries[0].second;
+  EXPECT_NE(entries[0].second.find("\"previous\":\"none\""), std::string::npos) << entries[0].second;
+  // The record reads back as it was written: the chain fields are extra.
+  EXPECT_EQ(DecodeAuditRecord(entries[1].second).value().request_id, "r");
+}
+
+TEST(AuditLog, CheckpointsAreWrittenEveryNEntriesAndAtClose) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get(), AuditLog::Options{.checkpoint_every = 3});
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(log.Commit(Decision("r" + std::to_string(i)), {}).ok());
+  ASSERT_TRUE(log.Close().ok());
+  std::string kinds;
+  for (const auto& [key, value] : Entries(**db)) kinds += IsAuditCheckpoint(value) ? 'C' : 'r';
+  EXPECT_EQ(kinds, "CrrrCrrrCrC");
+  const ChainReport report = Verify(**db);
+  EXPECT_FALSE(report.problem.has_value());
+  EXPECT_EQ(report.entries, 11u);
+  EXPECT_EQ(report.checkpoints, 4u);
+  EXPECT_EQ(report.after_last_checkpoint, 0u);
+  EXPECT_EQ(report.head_seq, 10u);
+}
+
+TEST(AuditLog, ConcurrentCommitsFormOneIntactChain) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"), {.durability = Durability::kSync});
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get(), AuditLog::Options{.checkpoint_every = 50});
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  constexpr int kThreads = 8, kEach = 40;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&log, t] {
+      for (int i = 0; i < kEach; ++i) {
+        WriteBatch batch;
+        batch.Put(ColumnFamily::kEntityState, "card" + std::to_string(t), std::to_string(i));
+        EXPECT_TRUE(log.Commit(Decision(std::to_string(t) + "/" + std::to_string(i)), std::move(batch)).ok());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_TRUE(log.Close().ok());
+  const ChainReport report = Verify(**db);
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  // start + 320 records + a checkpoint after every 50 + shutdown.
+  EXPECT_EQ(report.entries, 1u + kThreads * kEach + (kThreads * kEach) / 50 + 1u);
+  const AuditCommitStats stats = log.stats();
+  EXPECT_EQ(stats.entries, report.entries);
+  EXPECT_LE(stats.writes, stats.entries);  // grouped or not, never more writes than entries
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ((*db)->Get(ColumnFamily::kEntityState, "card" + std::to_string(t)).value(),
+              std::optional<std::string>(std::to_string(kEach - 1)));
+  }
+}
+
+TEST(AuditLog, RestartsAreLinkedAndSayWhetherThePreviousWriterShutDownOrCrashed) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  {
+    AuditLog first(db->get());
+    ASSERT_TRUE(first.BeginWriting(TestKey()).ok());
+    ASSERT_TRUE(first.Commit(Decision("a"), {}).ok());
+    ASSERT_TRUE(first.Close().ok());
+  }
+  {
+    AuditLog second(db->get());  // a clean start after a shutdown; then it "crashes": no Close
+    ASSERT_TRUE(second.BeginWriting(TestKey()).ok());
+    ASSERT_TRUE(second.Commit(Decision("b"), {}).ok());
+  }
+  AuditLog third(db->get());
+  ASSERT_TRUE(third.BeginWriting(TestKey("k2")).ok());  // keys rotated meanwhile
+  ASSERT_TRUE(third.Commit(Decision("c"), {}).ok());
+  ASSERT_TRUE(third.Close().ok());
+  const auto entries = Entries(**db);
+  ASSERT_EQ(entries.size(), 8u);
+  EXPECT_NE(entries[3].second.find("\"previous\":\"shutdown\""), std::string::npos) << entries[3].second;
+  EXPECT_NE(entries[5].second.find("\"previous\":\"crash\""), std::string::npos) << entries[5].second;
+  const ChainReport report = Verify(**db, {TestKey(), TestKey("k2")});
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_EQ(report.entries, 8u);
+  EXPECT_EQ(report.checkpoints, 5u);
+  EXPECT_EQ(report.head_hash_hex, HexOfBytes(Sha256Bytes({entries.back().first, entries.back().second})));
+}
+
+TEST(AuditLog, AStartRefusesAnUnreadableNewestEntry) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  WriteBatch garbage;
+  garbage.Put(ColumnFamily::kAudit, MakeAuditKey({5, 1, 0}), "\x01not json");
+  ASSERT_TRUE((*db)->Write(garbage).ok());
+  AuditLog log(db->get());
+  const Status started = log.BeginWriting(TestKey());
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.error().code, ErrorCode::kDataLoss);
+  EXPECT_NE(started.error().message.find("txscore audit verify"), std::string::npos);
+}
+
+// A trail of 3 restarts' worth of entries (checkpoints every 4), closed, and a copy of it to
+// tamper with. Positions are 1-based in key order.
+class AuditTamperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto db = Database::Open(dir_.file("original"));
+    ASSERT_TRUE(db.ok());
+    for (int run = 0; run < 3; ++run) {
+      AuditLog log(db->get(), AuditLog::Options{.checkpoint_every = 4});
+      ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_TRUE(log.Commit(Decision("run" + std::to_string(run) + "-" + std::to_string(i)), {}).ok());
+      }
+      ASSERT_TRUE(log.Close().ok());
+    }
+    ASSERT_TRUE((*db)->Close().ok());
+    std::filesystem::copy(dir_.file("original"), dir_.file("copy"), std::filesystem::copy_options::recursive);
+    auto copy = Database::Open(dir_.file("copy"));
+    ASSERT_TRUE(copy.ok());
+    copy_ = std::move(copy).value();
+    entries_ = Entries(*copy_);
+    // Per run: start, r, r, r, r, periodic, r, shutdown = 8 entries.
+    ASSERT_EQ(entries_.size(), 24u);
+  }
+
+  void Put(size_t position, const std::string& value) {
+    WriteBatch batch;
+    batch.Put(ColumnFamily::kAudit, entries_[position - 1].first, value);
+    ASSERT_TRUE(copy_->Write(batch).ok());
+  }
+  void Erase(size_t position) {
+    WriteBatch batch;
+    batch.Delete(ColumnFamily::kAudit, entries_[position - 1].first);
+    ASSERT_TRUE(copy_->Write(batch).ok());
+  }
+  const std::string& ValueAt(size_t position) { return entries_[position - 1].second; }
+  static std::string Replaced(std::string text, const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " not in " << text;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  }
+  void ExpectProblem(ChainProblemKind kind, uint64_t position, uint64_t seq,
+                     const std::vector<AuditCheckpointKey>& keys = {TestKey()}) {
+    const ChainReport report = Verify(*copy_, keys);
+    ASSERT_TRUE(report.problem.has_value()) << "tampering not detected";
+    EXPECT_EQ(ChainProblemKindName(report.problem->kind), std::string(ChainProblemKindName(kind)))
+        << report.problem->detail;
+    EXPECT_EQ(report.problem->position, position) << report.problem->detail;
+    EXPECT_EQ(report.problem->seq, seq) << report.problem->detail;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Database> copy_;
+  std::vector<std::pair<std::string, std::string>> entries_;
+};
+
+TEST_F(AuditTamperTest, TheUntouchedCopyVerifies) {
+  const ChainReport report = Verify(*copy_);
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_EQ(report.entries, 24u);
+  EXPECT_EQ(report.checkpoints, 9u);
+  EXPECT_EQ(report.legacy, 0u);
+}
+
+TEST_F(AuditTamperTest, AnEditedDecisionIsReportedAtItsPosition) {
+  Put(11, Replaced(ValueAt(11), "\"decision\":\"APPROVE\"", "\"decision\":\"DECLINE\""));
+  ExpectProblem(ChainProblemKind::kAltered, 11, 10);
+}
+
+TEST_F(AuditTamperTest, AnEditedCheckpointFailsItsSignatureAtItsPosition) {
+  Put(8, Replaced(ValueAt(8), "\"reason\":\"shutdown\"", "\"reason\":\"periodic\""));
+  ExpectProblem(ChainProblemKind::kBadSignature, 8, 7);
+}
+
+TEST_F(AuditTamperTest, ADeletedRecordIsReportedMissingWhereTheGapIs) {
+  Erase(13);
+  ExpectProblem(ChainProblemKind::kMissing, 13, 12);
+}
+
+TEST_F(AuditTamperTest, DeletedFirstEntriesAreReportedMissing) {
+  Erase(1);
+  Erase(2);
+  ExpectProblem(ChainProblemKind::kMissing, 1, 0);
+}
+
+TEST_F(AuditTamperTest, SwappedRecordsAreReportedReorderedAtTheFirst) {
+  const std::string fourth = ValueAt(4);
+  Put(4, ValueAt(7));
+  Put(7, fourth);
+  ExpectProblem(ChainProblemKind::kReordered, 4, 6);
+}
+
+TEST_F(AuditTamperTest, ARecordMovedLaterIsReportedReorderedWhereItWas) {
+  Erase(10);
+  AuditKeyParts later = *ParseAuditKey(entries_[9].first);
+  later.counter += 1000;
+  WriteBatch batch;
+  batch.Put(ColumnFamily::kAudit, MakeAuditKey(later), ValueAt(10));
+  ASSERT_TRUE(copy_->Write(batch).ok());
+  ExpectProblem(ChainProblemKind::kReordered, 10, 10);
+}
+
+TEST_F(AuditTamperTest, AChainRewrittenWithoutTheKeyFailsAtTheNextCheckpoint) {
+  // Edit entry 18 and recompute every later link, as someone without the keyset could: the
+  // hashes line up again, and the next checkpoint's signature (position 22) gives it away.
+  std::string previous_hash;
+  for (size_t position = 18; position <= entries_.size(); ++position) {
+    std::string value = ValueAt(position);
+    if (position == 18) value = Replaced(value, "\"decision\":\"APPROVE\"", "\"decision\":\"DECLINE\"");
+    if (position > 18) {
+      const size_t at = value.find(",\"prev\":\"") + 9;
+      value.replace(at, 64, HexOfBytes(previous_hash));
+    }
+    Put(position, value);
+    previous_hash = Sha256Bytes({entries_[position - 1].first, value});
+  }
+  ExpectProblem(ChainProblemKind::kBadSignature, 22, 21);
+}
+
+TEST_F(AuditTamperTest, ACheckpointUnderAnotherKeyOrNoKnownKeyFails) {
+  ExpectProblem(ChainProblemKind::kBadSignature, 1, 0, {{"k1", std::string(32, 'x')}});
+  ExpectProblem(ChainProblemKind::kUnknownKey, 1, 0, {TestKey("k7")});
+}
+
+TEST_F(AuditTamperTest, ARecordStrippedOfItsChainFieldsIsReported) {
+  std::string value = ValueAt(3);
+  value = value.substr(0, value.find(",\"seq\":")) + "}";
+  Put(3, value);
+  ExpectProblem(ChainProblemKind::kUnchained, 3, 2);
+}
+
+TEST_F(AuditTamperTest, VerifyingFromATimeStartsThere) {
+  const int64_t from = ParseAuditKey(entries_[16].first)->time_us;  // position 17: the third start
+  Erase(5);                                                         // before `from`: not walked
+  Result<ChainReport> report = VerifyAuditChain(*copy_, VerifyWith({TestKey()}, from));
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->problem.has_value()) << report->problem->detail;
+  EXPECT_EQ(report->first_seq, 16u);
+  EXPECT_EQ(report->entries, 8u);
+  Put(20, Replaced(ValueAt(20), "\"decision\":\"APPROVE\"", "\"decision\":\"REVIEW\""));
+  report = VerifyAuditChain(*copy_, VerifyWith({TestKey()}, from));
+  ASSERT_TRUE(report.ok());
+  ASSERT_TRUE(report->problem.has_value());
+  EXPECT_EQ(report->problem->kind, ChainProblemKind::kAltered);
+  EXPECT_EQ(report->problem->position, 4u);  // the 4th entry walked from `from`
+  EXPECT_EQ(report->problem->seq, 19u);
+}
+
+TEST(AuditLog, RecordsFromBeforeTheChainAreCountedAndTheNewestIsLinked) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  // What a server before the chain wrote: epoch 1, plain JSON records.
+  WriteBatch legacy;
+  for (uint64_t i = 0; i < 3; ++i) {
+    legacy.Put(ColumnFamily::kAudit, MakeAuditKey({1000 + static_cast<int64_t>(i), 1, i}),
+               EncodeAuditRecord(Decision("old" + std::to_string(i))));
+  }
+  ASSERT_TRUE((*db)->Write(legacy).ok());
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  EXPECT_EQ(log.epoch(), 2u);
+  ASSERT_TRUE(log.Commit(Decision("new"), {}).ok());
+  ASSERT_TRUE(log.Close().ok());
+  ChainReport report = Verify(**db);
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_EQ(report.legacy, 3u);
+  EXPECT_EQ(report.entries, 3u);
+  EXPECT_NE(Entries(**db)[3].second.find("\"previous\":\"legacy\""), std::string::npos);
+  // The newest legacy record is pinned by the chain's first link.
+  WriteBatch edit;
+  edit.Put(ColumnFamily::kAudit, MakeAuditKey({1002, 1, 2}), EncodeAuditRecord(Decision("edited")));
+  ASSERT_TRUE((*db)->Write(edit).ok());
+  report = Verify(**db);
+  ASSERT_TRUE(report.problem.has_value());
+  EXPECT_EQ(report.problem->kind, ChainProblemKind::kAltered);
+  EXPECT_EQ(report.problem->position, 3u);
+}
+
+}  // namespace
+}  // namespace txscore::storage
