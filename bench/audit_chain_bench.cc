@@ -5,8 +5,8 @@
 //   ./build/bench/audit_chain_bench --benchmark_repetitions=5 \
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 //
-// One thread, durability wal (sync would add a disk flush of ~0.2-0.6 ms to both and hide the
-// difference). The database lives in a temporary directory under /tmp.
+// One thread, durability wal (sync would add a disk flush, 0.6-1 ms on the VM measured, to both
+// and hide the difference). The database lives in a temporary directory under /tmp.
 #include <benchmark/benchmark.h>
 
 #include <chrono>

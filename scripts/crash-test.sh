@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The crash test at full length: `txscore serve` killed with SIGKILL at random moments under
 # load, KILLS times (default 20) for each durability (sync, wal), every acknowledged decision
-# checked after each kill (tests/integration/crash_test.cc; CTest runs 3 kills each).
+# checked after each kill (tests/integration/durability_test.cc; CTest runs 3 kills each).
 # Needs scripts/setup.sh. SEED=N replays a run's random moments.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -91,7 +91,69 @@ int FitConnectionsToDescriptorLimit(int connections) {
   return fit;
 }
 
+// The bytes written to `out` after its 4-byte placeholder, with the placeholder set to their
+// length; empty when nothing followed it.
+std::vector<uint8_t> FramedReply(TMemoryBuffer& out) {
+  uint8_t* bytes = nullptr;
+  uint32_t length = 0;
+  out.getBuffer(&bytes, &length);
+  if (length <= 4) return {};
+  const uint32_t body = length - 4;
+  bytes[0] = static_cast<uint8_t>(body >> 24);
+  bytes[1] = static_cast<uint8_t>(body >> 16);
+  bytes[2] = static_cast<uint8_t>(body >> 8);
+  bytes[3] = static_cast<uint8_t>(body);
+  return std::vector<uint8_t>(bytes, bytes + length);
+}
+
 }  // namespace
+
+struct ThriftFrameReader::Impl {
+  explicit Impl(const ThriftLimits& limits)
+      : thrift_config(std::make_shared<TConfiguration>(static_cast<int>(limits.max_message_bytes),
+                                                       static_cast<int>(limits.max_frame_bytes),
+                                                       limits.max_recursion_depth)),
+        protocols(static_cast<int32_t>(limits.max_string_bytes), static_cast<int32_t>(limits.max_container_items),
+                  /*strict_read=*/true, /*strict_write=*/true) {}
+  std::shared_ptr<TConfiguration> thrift_config;
+  mutable TBinaryProtocolFactory protocols;
+};
+
+ThriftFrameReader::ThriftFrameReader(const ThriftLimits& limits) : impl_(std::make_unique<Impl>(limits)) {}
+ThriftFrameReader::~ThriftFrameReader() = default;
+
+std::vector<uint8_t> ThriftFrameReader::Process(apache::thrift::TProcessor& processor, const uint8_t* frame,
+                                                size_t size, bool* keep_open) const {
+  auto in = std::make_shared<TMemoryBuffer>(const_cast<uint8_t*>(frame), static_cast<uint32_t>(size),
+                                            TMemoryBuffer::OBSERVE, impl_->thrift_config);
+  auto out = std::make_shared<TMemoryBuffer>(impl_->thrift_config);
+  uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in by FramedReply
+  out->write(placeholder, sizeof placeholder);
+  *keep_open = processor.process(impl_->protocols.getProtocol(in), impl_->protocols.getProtocol(out), nullptr);
+  return FramedReply(*out);
+}
+
+std::vector<uint8_t> ThriftFrameReader::ErrorReply(const uint8_t* frame, size_t size,
+                                                   const std::string& message) const {
+  try {
+    auto in = std::make_shared<TMemoryBuffer>(const_cast<uint8_t*>(frame), static_cast<uint32_t>(size),
+                                              TMemoryBuffer::OBSERVE, impl_->thrift_config);
+    std::string method;
+    apache::thrift::protocol::TMessageType type;
+    int32_t sequence_id = 0;
+    impl_->protocols.getProtocol(in)->readMessageBegin(method, type, sequence_id);
+    auto out = std::make_shared<TMemoryBuffer>();
+    uint8_t placeholder[4] = {0, 0, 0, 0};
+    out->write(placeholder, sizeof placeholder);
+    auto protocol = impl_->protocols.getProtocol(out);
+    protocol->writeMessageBegin(method, apache::thrift::protocol::T_EXCEPTION, sequence_id);
+    TApplicationException(TApplicationException::INTERNAL_ERROR, message).write(protocol.get());
+    protocol->writeMessageEnd();
+    return FramedReply(*out);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
 
 class Connection;
 // Runs a connection's complete frame now or queues it, or sheds it (defined below).
@@ -100,12 +162,7 @@ void Dispatch(const std::shared_ptr<Connection>& connection);
 struct RpcServer::Shared {
   Shared(const RpcServerConfig& config, RpcHandlerFactory handlers, std::shared_ptr<const TlsServerContext> tls)
       : config(config),
-        thrift_config(std::make_shared<TConfiguration>(static_cast<int>(config.limits.max_message_bytes),
-                                                       static_cast<int>(config.limits.max_frame_bytes),
-                                                       config.limits.max_recursion_depth)),
-        protocols(static_cast<int32_t>(config.limits.max_string_bytes),
-                  static_cast<int32_t>(config.limits.max_container_items), /*strict_read=*/true,
-                  /*strict_write=*/true),
+        frames(config.limits),
         handlers(std::move(handlers)),
         tls_enabled(tls != nullptr),
         tls(std::move(tls)),
@@ -117,8 +174,7 @@ struct RpcServer::Shared {
   int max_connections = 0;
   // The largest frame accepted: a framed message is its frame, so both limits apply.
   int64_t max_frame_bytes = 0;
-  std::shared_ptr<TConfiguration> thrift_config;
-  TBinaryProtocolFactory protocols;
+  const ThriftFrameReader frames;
   const RpcHandlerFactory handlers;
 
   // TLS: fixed at Create whether the server uses it; which certificates, replaced by a reload.
@@ -242,13 +298,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  // The server is stopping: close unless a request of ours is being run or answered.
+  // The server is stopping: close unless a request of ours has begun to arrive, is being run or
+  // is being answered. A request partly read, or waiting unread in the socket, is accepted: it
+  // is read (under the frame deadline), run and answered, and the connection closes after it
+  // (ReadHeader). A connection with nothing of a request yet, or still shaking hands, closes now.
   void OnServerStopping() {
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       std::lock_guard<std::mutex> lock(self->mutex_);
-      if (self->phase_ == Phase::kIdle || self->phase_ == Phase::kReading || self->phase_ == Phase::kHandshake) {
-        self->Close();
-      }
+      if (self->phase_ == Phase::kHandshake) return static_cast<void>(self->Close());
+      if (self->phase_ != Phase::kIdle) return;  // reading, running or answering a request
+      boost::system::error_code ec;
+      const bool request_waiting = self->header_bytes_ > 0 || self->socket_.available(ec) > 0 ||
+                                   (self->ssl_ != nullptr && SSL_pending(self->ssl_) > 0);
+      if (!request_waiting || ec) self->Close();
     });
   }
 
@@ -481,8 +543,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadHeader() {
     if (shared_->stopping.load()) {
-      Close();
-      return;
+      // Stopping: close once nothing of a request has arrived (see OnServerStopping).
+      boost::system::error_code ec;
+      const bool request_waiting = socket_.available(ec) > 0 || (ssl_ != nullptr && SSL_pending(ssl_) > 0);
+      if (!request_waiting || ec) {
+        Close();
+        return;
+      }
     }
     phase_ = Phase::kIdle;
     idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -568,14 +635,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool keep_open = ReadmitIfTlsChanged();
     if (keep_open) {
       try {
-        auto in = std::make_shared<TMemoryBuffer>(frame_.data(), static_cast<uint32_t>(frame_size_),
-                                                  TMemoryBuffer::OBSERVE, shared_->thrift_config);
-        auto out = std::make_shared<TMemoryBuffer>(shared_->thrift_config);
-        uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in below
-        out->write(placeholder, sizeof placeholder);
-        keep_open =
-            processor_->process(shared_->protocols.getProtocol(in), shared_->protocols.getProtocol(out), nullptr);
-        reply = FramedReply(*out);
+        reply = shared_->frames.Process(*processor_, frame_.data(), frame_size_, &keep_open);
       } catch (const std::exception& e) {
         // Over a limit, malformed or truncated: Thrift threw while reading the message.
         shared_->counters.protocol_errors.fetch_add(1);
@@ -618,46 +678,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
-  // The bytes written to `out` after its 4-byte placeholder, with the placeholder set to
-  // their length; empty when nothing followed it.
-  static std::vector<uint8_t> FramedReply(TMemoryBuffer& out) {
-    uint8_t* bytes = nullptr;
-    uint32_t length = 0;
-    out.getBuffer(&bytes, &length);
-    if (length <= 4) return {};
-    const uint32_t body = length - 4;
-    bytes[0] = static_cast<uint8_t>(body >> 24);
-    bytes[1] = static_cast<uint8_t>(body >> 16);
-    bytes[2] = static_cast<uint8_t>(body >> 8);
-    bytes[3] = static_cast<uint8_t>(body);
-    return std::vector<uint8_t>(bytes, bytes + length);
-  }
-
   // A TApplicationException reply to the frame in frame_, or nothing when it has no readable
   // message header (then the connection is closed).
   std::vector<uint8_t> OverloadedReply() {
-    try {
-      auto in = std::make_shared<TMemoryBuffer>(frame_.data(), static_cast<uint32_t>(frame_size_),
-                                                TMemoryBuffer::OBSERVE, shared_->thrift_config);
-      std::string method;
-      apache::thrift::protocol::TMessageType type;
-      int32_t sequence_id = 0;
-      shared_->protocols.getProtocol(in)->readMessageBegin(method, type, sequence_id);
-      auto out = std::make_shared<TMemoryBuffer>();
-      uint8_t placeholder[4] = {0, 0, 0, 0};
-      out->write(placeholder, sizeof placeholder);
-      auto protocol = shared_->protocols.getProtocol(out);
-      protocol->writeMessageBegin(method, apache::thrift::protocol::T_EXCEPTION, sequence_id);
-      TApplicationException(TApplicationException::INTERNAL_ERROR,
-                            "txscore is overloaded: " + std::to_string(shared_->config.max_queued_requests) +
-                                " requests are already waiting; retry shortly or on another replica")
-          .write(protocol.get());
-      protocol->writeMessageEnd();
-      return FramedReply(*out);
-    } catch (const std::exception&) {
-      shared_->counters.protocol_errors.fetch_add(1);
-      return {};
-    }
+    std::vector<uint8_t> reply =
+        shared_->frames.ErrorReply(frame_.data(), frame_size_,
+                                   "txscore is overloaded: " + std::to_string(shared_->config.max_queued_requests) +
+                                       " requests are already waiting; retry shortly or on another replica");
+    if (reply.empty()) shared_->counters.protocol_errors.fetch_add(1);
+    return reply;
   }
 
   // Writes what the socket takes at once (a small reply: all of it), then reads the next

@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "service/settings.h"
@@ -39,8 +40,33 @@
 namespace txscore::rpc {
 class TxScoreIf;
 }
+namespace apache::thrift {
+class TProcessor;
+}
 
 namespace txscore::service {
+
+// How the server reads one request frame: Thrift's binary protocol (strict) under the
+// `server.limits`, into a processor. The server's one decoding path, and the one
+// tests/fuzz/thrift_request_fuzz.cc feeds with arbitrary bytes.
+class ThriftFrameReader {
+ public:
+  explicit ThriftFrameReader(const ThriftLimits& limits);
+  ~ThriftFrameReader();
+  // Runs the request in `frame` (the bytes after the 4-byte frame length) through `processor`.
+  // Returns the reply as a frame (its length first), empty for a oneway call, and sets
+  // *keep_open to what the processor says. Throws Thrift's exception for a malformed,
+  // truncated or over-limit message (the server then closes the connection).
+  std::vector<uint8_t> Process(apache::thrift::TProcessor& processor, const uint8_t* frame, size_t size,
+                               bool* keep_open) const;
+  // A TApplicationException (INTERNAL_ERROR, `message`) answering the request in `frame`, or
+  // empty when the frame has no readable message header.
+  std::vector<uint8_t> ErrorReply(const uint8_t* frame, size_t size, const std::string& message) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Counters since Create(); read them at any time from any thread.
 struct RpcServerStats {

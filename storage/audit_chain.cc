@@ -118,16 +118,45 @@ const char* ChainProblemKindName(ChainProblemKind kind) {
       return "bad signature";
     case ChainProblemKind::kUnknownKey:
       return "unknown key";
+    case ChainProblemKind::kCheckpointMissing:
+      return "checkpoint missing";
   }
   return "?";
 }
 
 namespace {
 
+// What a checkpoint says about itself, once its signature is verified.
+struct CheckpointFacts {
+  std::string reason;    // start, periodic, shutdown
+  std::string previous;  // a start's: shutdown, crash, none, legacy
+  int64_t epoch = -1;
+  uint64_t checkpoint_every = 0;  // 0 when the checkpoint does not say (written before it did)
+};
+
 // The walk's state: what the next entry must say.
 class ChainWalker {
  public:
   explicit ChainWalker(const ChainVerifyOptions& options) : options_(options) {}
+
+  // The entry just before the walk (--from): the first entry walked must link to it.
+  void Seed(std::string_view key, std::string_view value) {
+    const std::optional<AuditKeyParts> parts = ParseAuditKey(key);
+    if (!parts) return;
+    prev_hash_ = AuditEntryHash(key, value);
+    have_prev_ = true;
+    previous_ = *parts;
+    have_previous_entry_ = true;
+    if (const std::optional<ChainFields> fields = ReadChainFields(value)) {
+      started_ = true;
+      started_before_this_ = true;
+      expected_seq_ = fields->seq + 1;
+      report_.first_seq = expected_seq_;
+      previous_was_shutdown_ = IsAuditCheckpoint(value) && value.find("\"reason\":\"shutdown\"") != std::string::npos;
+      // How many entries precede the walk since the last checkpoint is not known: the rule
+      // "at most checkpoint_every between checkpoints" applies from the first checkpoint on.
+    }
+  }
 
   // false once a problem is final (the scan stops).
   bool Visit(std::string_view key, std::string_view value) {
@@ -137,28 +166,22 @@ class ChainWalker {
     const std::optional<ChainFields> fields = ReadChainFields(value);
     if (pending_) return LookAhead(fields);
     if (!fields) {
-      if (started_)
+      if (started_) {
         return Fail(ChainProblemKind::kUnchained, *parts, expected_seq_, "the entry has no chain fields (seq, prev)");
+      }
       ++report_.legacy;
       prev_hash_ = AuditEntryHash(key, value);
       have_prev_ = true;
       previous_ = *parts;
+      have_previous_entry_ = true;
       return true;
     }
     if (!started_) {
+      // The chain starts at seq 0, after the legacy records (or nothing).
       started_ = true;
-      report_.first_seq = fields->seq;
-      // From the first entry the chain starts at seq 0, after the legacy records (or nothing).
-      // From a time, the first entry's own link is taken as given, unless legacy ones preceded it.
-      if (options_.from_time_us == 0) {
-        expected_seq_ = 0;
-        if (!have_prev_) prev_hash_ = std::string(kAuditHashBytes, '\0');
-        have_prev_ = true;
-      } else {
-        expected_seq_ = fields->seq;
-        if (!have_prev_) prev_hash_ = fields->prev_hash;
-        have_prev_ = true;
-      }
+      expected_seq_ = 0;
+      if (!have_prev_) prev_hash_ = std::string(kAuditHashBytes, '\0');
+      have_prev_ = true;
     }
     if (fields->seq != expected_seq_) {
       // Reordered when the expected entry turns up later; missing when it does not.
@@ -173,14 +196,18 @@ class ChainWalker {
                std::to_string(fields->seq) + ") recorded as prev");
       return false;
     }
-    if (IsAuditCheckpoint(value) && !CheckSignature(key, value, *parts, fields->seq)) return false;
-    if (!IsAuditCheckpoint(value)) ++report_.after_last_checkpoint;
+    const bool checkpoint = IsAuditCheckpoint(value);
+    CheckpointFacts facts;
+    if (checkpoint && !CheckSignature(key, value, *parts, fields->seq, &facts)) return false;
+    if (!CheckPlacement(*parts, fields->seq, checkpoint, facts)) return false;
     ++report_.entries;
     report_.head_seq = fields->seq;
     prev_hash_ = AuditEntryHash(key, value);
     report_.head_hash_hex = HexOfBytes(prev_hash_);
     expected_seq_ = fields->seq + 1;
     previous_ = *parts;
+    have_previous_entry_ = true;
+    previous_was_shutdown_ = checkpoint && facts.reason == "shutdown";
     return true;
   }
 
@@ -192,6 +219,8 @@ class ChainWalker {
                (pending_->seq > expected_seq_ + 1 ? " to " + std::to_string(pending_->seq - 1) : std::string()) +
                " absent: the entry here has seq " + std::to_string(pending_->seq));
     }
+    report_.after_last_checkpoint = since_checkpoint_;
+    report_.ends_with_shutdown = previous_was_shutdown_;
     return report_;
   }
 
@@ -213,7 +242,43 @@ class ChainWalker {
     return false;
   }
 
-  bool CheckSignature(std::string_view key, std::string_view value, const AuditKeyParts& parts, uint64_t seq) {
+  // The signed checkpoints are where the writer puts them, so none can be removed or turned
+  // into an ordinary entry unnoticed: each server start (a new epoch in the keys) opens with its
+  // start checkpoint; no more than checkpoint_every entries follow a checkpoint; and a start
+  // that says the previous run shut down follows that run's shutdown checkpoint.
+  bool CheckPlacement(const AuditKeyParts& key, uint64_t seq, bool checkpoint, const CheckpointFacts& facts) {
+    const bool epoch_starts = !have_previous_entry_ || key.epoch != previous_.epoch;
+    const bool start = checkpoint && facts.reason == "start";
+    if (epoch_starts && !start) {
+      return Fail(ChainProblemKind::kCheckpointMissing, key, seq,
+                  "a server start (epoch " + std::to_string(key.epoch) + ") without its signed start checkpoint");
+    }
+    if (start && (!epoch_starts || facts.epoch != key.epoch)) {
+      return Fail(ChainProblemKind::kCheckpointMissing, key, seq,
+                  "a start checkpoint that does not open its epoch (epoch " + std::to_string(facts.epoch) + ")");
+    }
+    if (start && facts.previous == "shutdown" && started_before_this_ && !previous_was_shutdown_) {
+      return Fail(ChainProblemKind::kCheckpointMissing, key, seq,
+                  "the start checkpoint says the previous run shut down, and the entry before it is not that run's "
+                  "shutdown checkpoint");
+    }
+    started_before_this_ = true;
+    if (checkpoint) {
+      since_checkpoint_ = 0;
+      if (facts.checkpoint_every > 0) checkpoint_every_ = facts.checkpoint_every;
+      return true;
+    }
+    ++since_checkpoint_;
+    if (checkpoint_every_ > 0 && since_checkpoint_ > checkpoint_every_) {
+      return Fail(ChainProblemKind::kCheckpointMissing, key, seq,
+                  std::to_string(since_checkpoint_) + " entries since the last checkpoint, where one is written " +
+                      "after every " + std::to_string(checkpoint_every_));
+    }
+    return true;
+  }
+
+  bool CheckSignature(std::string_view key, std::string_view value, const AuditKeyParts& parts, uint64_t seq,
+                      CheckpointFacts* facts) {
     const auto split = SplitCheckpoint(value);
     const nlohmann::json doc = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
     std::string key_id;
@@ -231,8 +296,14 @@ class ChainWalker {
       return Fail(ChainProblemKind::kBadSignature, parts, seq,
                   "the checkpoint's HMAC does not verify under key " + key_id);
     }
+    // Signed: what it says can be believed.
+    facts->reason = doc.value("reason", "");
+    facts->previous = doc.value("previous", "");
+    facts->epoch = doc.contains("epoch") && doc["epoch"].is_number_integer() ? doc["epoch"].get<int64_t>() : -1;
+    if (doc.contains("checkpoint_every") && doc["checkpoint_every"].is_number_unsigned()) {
+      facts->checkpoint_every = doc["checkpoint_every"].get<uint64_t>();
+    }
     ++report_.checkpoints;
-    report_.after_last_checkpoint = 0;
     return true;
   }
 
@@ -249,6 +320,11 @@ class ChainWalker {
   std::string prev_hash_;
   uint64_t expected_seq_ = 0;
   AuditKeyParts previous_;
+  bool have_previous_entry_ = false;
+  bool previous_was_shutdown_ = false;
+  bool started_before_this_ = false;  // a chained entry was walked (or seeded) before this one
+  uint64_t since_checkpoint_ = 0;
+  uint64_t checkpoint_every_ = 0;  // from the last checkpoint that said; 0: not known yet
   std::optional<Pending> pending_;
 };
 
@@ -257,7 +333,12 @@ class ChainWalker {
 Result<ChainReport> VerifyAuditChain(const Database& db, const ChainVerifyOptions& options) {
   ChainWalker walker(options);
   std::string from;
-  if (options.from_time_us > 0) from = MakeAuditKey({options.from_time_us, 0, 0});
+  if (options.from_time_us > 0) {
+    from = MakeAuditKey({options.from_time_us, 0, 0});
+    // The first entry walked must link to the one before it, as any other does.
+    TXSCORE_ASSIGN_OR_RETURN(auto before, db.LastBefore(ColumnFamily::kAudit, from));
+    if (before) walker.Seed(before->first, before->second);
+  }
   TXSCORE_RETURN_IF_ERROR(
       db.ScanForward(ColumnFamily::kAudit, from,
                      [&walker](std::string_view key, std::string_view value) { return walker.Visit(key, value); }));

@@ -12,12 +12,15 @@
 // previous process's last entry, whether it shut down or crashed), every N entries, and at
 // shutdown. Each carries an HMAC-SHA256 ("hmac", last field) over key || the value without
 // that field, under a key derived from the keyset key named by "key_id" (fraud::
-// DeriveAuditCheckpointKey). The chain detects any change, deletion or reordering of an entry
-// that has a successor; the signatures stop someone who rewrites every later link, since they
-// would have to sign the next checkpoint. What neither can catch, and is documented
-// (docs/security.md): entries written after the last checkpoint before a crash, removed before
-// the next start; and a trail cut off behind its newest checkpoint (compare `txscore audit
-// verify`'s head with the one the service logged at shutdown).
+// DeriveAuditCheckpointKey), and says its epoch and checkpoint_every. The chain detects any
+// change, deletion or reordering of an entry that has a successor; the signatures stop someone
+// without the keyset who rewrites every later link, since they would have to sign the next
+// checkpoint; and the checkpoints' places are checked (kCheckpointMissing), so one cannot be
+// removed or rewritten as an ordinary entry either. What none of this can catch, and is
+// documented (docs/security.md): the entries after the newest checkpoint (at most
+// checkpoint_every; the newest run's shutdown checkpoint too, if removed), changed offline; and
+// a trail cut off behind its newest checkpoint (compare `txscore audit verify`'s head with the
+// one the service logged at shutdown).
 //
 // Records written before the chain existed (no "seq") are "legacy": counted, not verified; the
 // first chained entry links the newest of them.
@@ -65,6 +68,11 @@ enum class ChainProblemKind {
   kUnchained,     // an entry without chain fields after the chain began
   kBadSignature,  // a checkpoint's HMAC does not verify
   kUnknownKey,    // a checkpoint names a key the keyset does not have
+  // A signed checkpoint is not where the writer puts one: a server start (a new epoch) without
+  // its start checkpoint, more than checkpoint_every entries after a checkpoint, or a start that
+  // says the run before shut down with no shutdown checkpoint before it. What a checkpoint
+  // removed, or rewritten as an ordinary entry to carry a rewritten chain past it, leaves.
+  kCheckpointMissing,
 };
 const char* ChainProblemKindName(ChainProblemKind kind);
 
@@ -83,6 +91,7 @@ struct ChainReport {
   uint64_t legacy = 0;                 // entries from before the chain, not verifiable
   uint64_t checkpoints = 0;            // checkpoint signatures verified
   uint64_t after_last_checkpoint = 0;  // entries no checkpoint covers yet
+  bool ends_with_shutdown = false;     // the newest entry is a shutdown checkpoint
   uint64_t first_seq = 0;
   uint64_t head_seq = 0;
   std::string head_hash_hex;            // hash of the newest entry walked
@@ -90,8 +99,10 @@ struct ChainReport {
 };
 
 struct ChainVerifyOptions {
-  // Default: 0 (from the first entry). Start at the first entry whose key time is >= this; its
-  // own "seq" and "prev" are then taken as given.
+  // Default: 0 (from the first entry). Start at the first entry whose key time is >= this; it
+  // must link to the entry before it (or be seq 0 when there is none). Positions count from
+  // there. The rule "at most checkpoint_every entries between checkpoints" applies from the
+  // first checkpoint walked.
   int64_t from_time_us = 0;
   // The checkpoint secret for a key id, nullopt when the keyset has no such key.
   std::function<std::optional<std::string>(const std::string& key_id)> checkpoint_key;

@@ -147,8 +147,13 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
   std::string previous = "none";
   Result<std::vector<std::pair<std::string, std::string>>> newest = db_->ReadLast(ColumnFamily::kAudit, 1);
   if (!newest.ok()) return newest.error();
-  if (!newest->empty() && newest->front().first.size() == kRecordKeyBytes) {
+  if (!newest->empty() && newest->front().first != kEpochKey) {
     const auto& [head_key, head_value] = newest->front();
+    if (head_key.size() != kRecordKeyBytes) {
+      return DataLoss(
+          "the audit trail's newest key is not an audit record's; run `txscore audit verify` on the "
+          "database before writing to it");
+    }
     const AuditKeyParts parts = *ParseAuditKey(head_key);
     epoch = std::max<uint64_t>(epoch, parts.epoch);
     chain.last_time_us = parts.time_us;
@@ -159,7 +164,20 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
           IsAuditCheckpoint(head_value) && head_value.find("\"reason\":\"shutdown\"") != std::string::npos;
       previous = clean ? "shutdown" : "crash";
     } else if (!head_value.empty() && head_value.front() == '{' && !IsAuditCheckpoint(head_value)) {
-      previous = "legacy";  // written before the chain: the chain starts at 0 and links it
+      // Written before the chain: the chain starts at 0 and links it, unless a chained entry
+      // exists further back (the newest entry was then altered, not legacy). A trail with no
+      // chained entry is walked back once, at its first chained start.
+      bool chained_before = false;
+      TXSCORE_RETURN_IF_ERROR(db_->ScanBackward(ColumnFamily::kAudit, [&](std::string_view, std::string_view value) {
+        chained_before = ReadChainFields(value).has_value();
+        return !chained_before;
+      }));
+      if (chained_before) {
+        return DataLoss(
+            "the audit trail's newest entry has no chain fields, and older ones do: it was altered; run "
+            "`txscore audit verify` on the database before writing to it");
+      }
+      previous = "legacy";
     } else {
       return DataLoss(
           "the audit trail's newest entry is not readable as a chained entry; run `txscore audit verify` "
@@ -224,6 +242,11 @@ AuditCommitStats AuditLog::stats() const {
   return stats_;
 }
 
+size_t AuditLog::queued() const {
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  return queue_.size();
+}
+
 Status AuditLog::Enqueue(Pending* pending) {
   std::unique_lock<std::mutex> lock(queue_mutex_);
   queue_.push_back(pending);
@@ -264,6 +287,7 @@ void AuditLog::AddEntry(int64_t time_us, const std::string& json, const std::str
                                   {"time_us", chain.last_time_us},
                                   {"reason", checkpoint_reason},
                                   {"epoch", epoch_},
+                                  {"checkpoint_every", options_.checkpoint_every},
                                   {"key_id", key_copy.key_id}};
     if (checkpoint_reason == "start") doc["previous"] = json;
     value = SignAuditCheckpoint(key, ChainAuditEntry(doc.dump(), chain.next_seq, chain.head_hash), key_copy.secret);
@@ -278,6 +302,20 @@ void AuditLog::AddEntry(int64_t time_us, const std::string& json, const std::str
 void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
   // Work on a copy: should the write fail, the chain continues from where it was.
   const ChainState before = chain_;
+  try {
+    WriteGroupOrThrow(group, before);
+  } catch (const std::exception& e) {
+    // An allocation failure, say: the group fails, nothing of it was written, and the next
+    // leader goes on from the chain as it was.
+    chain_ = before;
+    group_checkpoints_.clear();
+    for (Pending* member : group) {
+      if (member->status.ok()) member->status = Internal(std::string("audit commit failed: ") + e.what());
+    }
+  }
+}
+
+void AuditLog::WriteGroupOrThrow(const std::vector<Pending*>& group, const ChainState& before) {
   WriteBatch merged;
   std::vector<Pending*> written;
   for (Pending* member : group) {
@@ -303,7 +341,8 @@ void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
   }
   if (written.empty()) return;
   const uint64_t entries = chain_.next_seq - before.next_seq;
-  Status status = db_->Write(merged);
+  Status status = options_.before_write ? options_.before_write() : Status::Ok();
+  if (status.ok()) status = db_->Write(merged);
   if (!status.ok()) {
     chain_ = before;
   } else {

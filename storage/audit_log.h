@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -108,6 +109,9 @@ class AuditLog {
     // Default: 1000. A signed checkpoint after this many entries (and at each start and Close).
     // Only entries written after the newest checkpoint and lost with a crash can go unnoticed.
     uint64_t checkpoint_every = 1000;
+    // Default: none. Called by the leader before each database write; an error it returns
+    // fails that group as a failed write would. A seam for tests (grouping, a failed write).
+    std::function<Status()> before_write;
   };
   explicit AuditLog(Database* db) : AuditLog(db, Options()) {}
   AuditLog(Database* db, Options options) : db_(db), options_(options) {}
@@ -127,6 +131,8 @@ class AuditLog {
   Status Close();
   uint32_t epoch() const { return epoch_; }
   AuditCommitStats stats() const;
+  // Commits waiting for the write in flight (tests).
+  size_t queued() const;
   // Up to `limit` most recent decision records, newest first.
   Result<std::vector<AuditRecord>> ReadLast(size_t limit) const;
   // Up to `limit` most recent operator actions, newest first.
@@ -146,6 +152,8 @@ class AuditLog {
   Status Enqueue(Pending* pending);
   // Chains and writes one group. Only the leader runs it, so the chain state is its own.
   void WriteGroup(const std::vector<Pending*>& group);
+  struct ChainState;
+  void WriteGroupOrThrow(const std::vector<Pending*>& group, const ChainState& before);
   // Appends a chained entry (a checkpoint when `checkpoint_reason` is set) to `batch`.
   void AddEntry(int64_t time_us, const std::string& json, const std::string& checkpoint_reason, WriteBatch* batch);
   template <typename Entry>

@@ -149,7 +149,6 @@ Result<std::vector<std::pair<std::string, std::string>>> Database::ReadLast(Colu
 Status Database::ScanBackward(ColumnFamily cf,
                               const std::function<bool(std::string_view key, std::string_view value)>& visit) const {
   if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
-  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
   for (it->SeekToLast(); it->Valid(); it->Prev()) {
     if (!visit(std::string_view(it->key().data(), it->key().size()),
@@ -173,6 +172,19 @@ Status Database::ScanForward(ColumnFamily cf, std::string_view from,
   }
   if (!it->status().ok()) return FromRocks(it->status(), std::string("scan ") + ColumnFamilyName(cf));
   return Status::Ok();
+}
+
+Result<std::optional<std::pair<std::string, std::string>>> Database::LastBefore(ColumnFamily cf,
+                                                                                std::string_view key) const {
+  if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->handle(cf)));
+  const rocksdb::Slice target(key.data(), key.size());
+  it->SeekForPrev(target);
+  if (it->Valid() && it->key() == target) it->Prev();  // strictly before
+  if (!it->status().ok()) return FromRocks(it->status(), std::string("scan ") + ColumnFamilyName(cf));
+  if (!it->Valid()) return std::optional<std::pair<std::string, std::string>>();
+  return std::optional<std::pair<std::string, std::string>>(
+      std::make_pair(it->key().ToString(), it->value().ToString()));
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> Database::ReadAll(ColumnFamily cf) const {

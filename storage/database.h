@@ -88,6 +88,8 @@ class Database {
   // Visits entries from the first key >= `from` up while `visit` returns true.
   Status ScanForward(ColumnFamily cf, std::string_view from,
                      const std::function<bool(std::string_view key, std::string_view value)>& visit) const;
+  // The entry with the largest key < `key`, or nullopt when there is none.
+  Result<std::optional<std::pair<std::string, std::string>>> LastBefore(ColumnFamily cf, std::string_view key) const;
   // Every entry, smallest key first (tests and tools; not for the request path).
   Result<std::vector<std::pair<std::string, std::string>>> ReadAll(ColumnFamily cf) const;
 

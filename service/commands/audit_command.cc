@@ -63,7 +63,7 @@ Result<int64_t> ParseUtcTime(const std::string& text) {
     int hour = 0, minute = 0, second = 0;
     char tail = 0;
     if (rest.size() != 9 || std::sscanf(rest.c_str(), "T%2d:%2d:%2d%c", &hour, &minute, &second, &tail) != 3 ||
-        hour > 23 || minute > 59 || second > 59) {
+        hour < 0 || hour > 23 || minute < 0 || minute > 59 || second < 0 || second > 59 || rest[1] == '-') {
       return InvalidArgument(usage);
     }
     seconds += hour * 3600 + minute * 60 + second;
@@ -132,10 +132,11 @@ int RunVerify(const VerifyOptions& options) {
   const std::string scope = from_time_us > 0 ? "from " + FormatUtc(from_time_us) : "from the first entry";
   if (report->problem) {
     const storage::ChainProblem& p = *report->problem;
-    std::printf("audit trail BROKEN: %s entry at position %llu (seq %llu; key time %s, epoch %u, counter %llu): %s\n",
+    std::printf("audit trail BROKEN: %s at position %llu%s (seq %llu; key time %s, epoch %u, counter %llu): %s\n",
                 storage::ChainProblemKindName(p.kind), static_cast<unsigned long long>(p.position),
-                static_cast<unsigned long long>(p.seq), FormatUtc(p.key_time_us).c_str(), p.epoch,
-                static_cast<unsigned long long>(p.counter), p.detail.c_str());
+                from_time_us > 0 ? " of this walk" : "", static_cast<unsigned long long>(p.seq),
+                FormatUtc(p.key_time_us).c_str(), p.epoch, static_cast<unsigned long long>(p.counter),
+                p.detail.c_str());
     std::printf("  %llu entries before it verified, %s, in %s\n", static_cast<unsigned long long>(report->entries),
                 scope.c_str(), path.c_str());
     return kVerifyBroken;
@@ -151,6 +152,11 @@ int RunVerify(const VerifyOptions& options) {
   if (report->after_last_checkpoint > 0) {
     std::printf("  entries after the last checkpoint (no signature covers them yet): %llu\n",
                 static_cast<unsigned long long>(report->after_last_checkpoint));
+  }
+  if (report->entries > 0 && !report->ends_with_shutdown) {
+    std::printf(
+        "  the newest entry is not a shutdown checkpoint: the server is running or did not stop cleanly "
+        "(or the trail's end was cut off: compare the head with the last checkpoint the server logged)\n");
   }
   if (report->entries > 0)
     std::printf("  head: seq %llu, hash %s\n", static_cast<unsigned long long>(report->head_seq),

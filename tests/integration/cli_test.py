@@ -292,6 +292,22 @@ def check_audit_verify_says_what_it_could_not_check(txscore):
         r = run(txscore, "audit", "verify", "--keyset", keyset, "--db", os.path.join(work, "no-db"))
         assert r.returncode == 2, r
         assert "no-db" in r.stderr, r.stderr
+        # A wrapped keyset opens with its key-encryption key from --kek-file or --kek-env (the
+        # check then gets as far as the missing database), and not without it.
+        kek = os.path.join(work, "kek")
+        with open(kek, "w") as f:
+            f.write("ab" * 32)
+        os.chmod(kek, 0o600)
+        wrapped = os.path.join(work, "wrapped.json")
+        assert run(txscore, "keys", "create", "--out", wrapped, "--kek-file", kek).returncode == 0
+        for how in (["--kek-file", kek], ["--kek-env", "TXSCORE_TEST_AUDIT_KEK"]):
+            r = subprocess.run([txscore, "audit", "verify", "--keyset", wrapped, *how, "--db", os.path.join(work, "no-db")],
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, TXSCORE_TEST_AUDIT_KEK="ab" * 32))
+            assert r.returncode == 2 and "no-db" in r.stderr and "keyset" not in r.stderr, (how, r)
+        r = run(txscore, "audit", "verify", "--keyset", wrapped, "--db", os.path.join(work, "no-db"))
+        assert r.returncode == 2, r
+        assert r.stderr.startswith("cannot read the keyset that signs the audit checkpoints: "), r.stderr
 
 
 def check_generate_reports_a_dump_logits_file_it_could_not_write(txscore):

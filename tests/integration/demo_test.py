@@ -42,6 +42,13 @@ def check_audit_trail(txscore, settings, db, server_log):
     assert re.search(rf"audit: shutdown checkpoint seq {head.group(1)} \(epoch \d+\), hash {head.group(2)}",
                      server_log), r.stdout
     assert int(re.search(r"checkpoint signatures verified: (\d+)", r.stdout).group(1)) >= 2, r.stdout
+    # From a time (today, UTC: the whole run), with the keyset named rather than read from the settings.
+    keyset = os.path.join(os.path.dirname(db), "keyset.json")
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    r = run(txscore, "audit", "verify", "--from", today, "--keyset", keyset, "--db", db)
+    assert r.returncode == 0, r
+    assert r.stdout.startswith(f"audit trail intact: {int(head.group(1)) + 1} entries verified (seq 0 to "), r.stdout
+    assert f"from {today}T00:00:00.000000Z" in r.stdout, r.stdout
 
     entries = []  # (key hex, value bytes) of the trail's entries (16-byte keys), in key order
     for line in ldb(db, "scan").splitlines():
@@ -63,7 +70,7 @@ def check_audit_trail(txscore, settings, db, server_log):
             ldb(copy, "delete", key)
         r = run(txscore, "audit", "verify", "--config", settings, "--db", copy)
         assert r.returncode == 1, r
-        assert r.stdout.startswith(f"audit trail BROKEN: {kind} entry at position {position} (seq {position - 1};"), \
+        assert r.stdout.startswith(f"audit trail BROKEN: {kind} at position {position} (seq {position - 1};"), \
             (tamper, position, r.stdout)
     return len(entries)
 

@@ -123,6 +123,11 @@ class CrashTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     testing::WriteTestPipeline(dir_, GetParam());
     settings_ = testing::TestSettingsPath(dir_);
+    // Checkpoints every 50 entries, so that each round's trail has periodic ones to verify.
+    std::string settings = testing::ReadFile(settings_);
+    const std::string durability = "durability: " + GetParam() + "\n";
+    settings.replace(settings.find(durability), durability.size(), durability + "  audit_checkpoint_every: 50\n");
+    testing::WriteFile(settings_, settings);
     const fraud::Keyset keyset = fraud::LoadKeyset(testing::TestCardKeyPath(dir_)).value();
     checkpoint_secret_ = fraud::DeriveAuditCheckpointKey(keyset.primary());
     checkpoint_key_id_ = keyset.primary().id;
@@ -248,6 +253,12 @@ TEST_P(CrashTest, EveryAcknowledgedDecisionSurvivesSigkill) {
   ASSERT_EQ(last.size(), 2u);
   EXPECT_NE(last[0].second.find("\"reason\":\"shutdown\""), std::string::npos) << last[0].second;
   EXPECT_NE(last[1].second.find("\"previous\":\"crash\""), std::string::npos) << last[1].second;
+  // storage.audit_checkpoint_every: 50 from the settings file: signed periodic checkpoints.
+  const std::vector<std::pair<std::string, std::string>> all = (*db)->ReadAll(storage::ColumnFamily::kAudit).value();
+  const size_t periodic = std::count_if(all.begin(), all.end(), [](const auto& entry) {
+    return entry.second.find("\"reason\":\"periodic\",\"epoch\":1,\"checkpoint_every\":50,") != std::string::npos;
+  });
+  EXPECT_GT(periodic, 0u);
   std::printf(
       "%d kills survived (durability %s, seed %u): %zu acknowledged decisions, all with their audit record "
       "and card state; audit verify passed after each\n",
@@ -305,7 +316,7 @@ TEST(DrainTest, SigtermUnderLoadTurnsReadinessOffFirstAndAnswersEveryAcceptedReq
   testing::TempDir dir;
   testing::WriteTestPipeline(dir, "sync");
   std::string settings = testing::ReadFile(testing::TestSettingsPath(dir));
-  settings.replace(settings.find("server:\n"), 8, "server:\n  stop_delay_ms: 400\n");
+  settings.replace(settings.find("server:\n"), 8, "server:\n  stop_delay_ms: 400\n  drain_timeout_ms: 10000\n");
   testing::WriteFile(testing::TestSettingsPath(dir), settings);
   ServerProcess server(testing::TestSettingsPath(dir), dir.file("server.log"));
   ASSERT_GT(server.port(), 0) << testing::ReadFile(dir.file("server.log"));
@@ -406,8 +417,10 @@ TEST(DrainTest, SigtermUnderLoadTurnsReadinessOffFirstAndAnswersEveryAcceptedReq
     }
   }
   EXPECT_GT(decisions_while_not_ready, 0u);
-  std::printf("drain: %zu decisions (%zu after readiness went off), %zu requests refused unread, 0 failed\n", decisions,
-              decisions_while_not_ready, unanswered);
+  std::printf(
+      "drain: %zu decisions (%zu after readiness went off); %zu requests sent on connections the server had "
+      "closed, none of them processed; 0 failed among those it accepted\n",
+      decisions, decisions_while_not_ready, unanswered);
 }
 
 }  // namespace

@@ -135,7 +135,8 @@ TEST_F(KeyRotationTest, TwoRotationsUnderTrafficKeepEveryCardsHistory) {
   const std::vector<std::pair<std::string, std::string>> newest =
       server_->database().ReadLast(storage::ColumnFamily::kAudit, 1).value();
   ASSERT_EQ(newest.size(), 1u);
-  EXPECT_NE(newest[0].second.find("\"reason\":\"shutdown\",\"epoch\":1,\"key_id\":\"k3\""), std::string::npos)
+  EXPECT_NE(newest[0].second.find("\"reason\":\"shutdown\",\"epoch\":1,\"checkpoint_every\":1000,\"key_id\":\"k3\""),
+            std::string::npos)
       << newest[0].second;
   storage::ChainVerifyOptions verify;
   verify.checkpoint_key = [&keys](const std::string& id) -> std::optional<std::string> {

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -243,6 +245,67 @@ TEST(AuditLog, ConcurrentCommitsFormOneIntactChain) {
   }
 }
 
+TEST(AuditLog, CommitsQueuedDuringAWriteShareTheNextOne) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"), {.durability = Durability::kSync});
+  ASSERT_TRUE(db.ok());
+  AuditLog* log_ptr = nullptr;
+  std::atomic<int> writes_seen{0};
+  AuditLog::Options options;
+  // The second write (the first decision's) waits until seven more commits have queued.
+  options.before_write = [&]() -> Status {
+    if (writes_seen.fetch_add(1) == 1) {
+      while (log_ptr->queued() < 7) std::this_thread::yield();
+    }
+    return Status::Ok();
+  };
+  AuditLog log(db->get(), options);
+  log_ptr = &log;
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());  // write 1: the start checkpoint
+  std::thread first([&] { EXPECT_TRUE(log.Commit(Decision("first"), {}).ok()); });
+  while (writes_seen.load() < 2) std::this_thread::yield();  // the first decision's write is in flight
+  std::vector<std::thread> others;
+  for (int i = 0; i < 7; ++i) {
+    others.emplace_back([&, i] { EXPECT_TRUE(log.Commit(Decision("other" + std::to_string(i)), {}).ok()); });
+  }
+  first.join();
+  for (std::thread& other : others) other.join();
+  const AuditCommitStats stats = log.stats();
+  EXPECT_EQ(stats.entries, 9u);
+  EXPECT_EQ(stats.writes, 3u);  // the start, the first decision, the seven together
+  EXPECT_EQ((*db)->WalSyncs(), 3u);
+  EXPECT_FALSE(Verify(**db).problem.has_value());
+}
+
+TEST(AuditLog, AFailedWriteLeavesNoHoleInTheChain) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  bool fail_next = false;
+  AuditLog::Options options;
+  options.before_write = [&]() -> Status {
+    if (!fail_next) return Status::Ok();
+    fail_next = false;
+    return Unavailable("the disk is full");
+  };
+  AuditLog log(db->get(), options);
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  ASSERT_TRUE(log.Commit(Decision("a"), {}).ok());
+  fail_next = true;
+  WriteBatch lost;
+  lost.Put(ColumnFamily::kEntityState, "card", "never written");
+  const Status failed = log.Commit(Decision("b"), std::move(lost));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().message, "the disk is full");
+  ASSERT_TRUE(log.Commit(Decision("c"), {}).ok());
+  EXPECT_EQ((*db)->Get(ColumnFamily::kEntityState, "card").value(), std::nullopt);  // b's batch did not land
+  const auto entries = Entries(**db);
+  ASSERT_EQ(entries.size(), 3u);                           // start, a, c
+  EXPECT_EQ(ReadChainFields(entries[2].second)->seq, 2u);  // c took the seq b did not use
+  const ChainReport report = Verify(**db);
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+}
+
 TEST(AuditLog, RestartsAreLinkedAndSayWhetherThePreviousWriterShutDownOrCrashed) {
   testing::TempDir dir;
   auto db = Database::Open(dir.file("db"));
@@ -273,6 +336,27 @@ TEST(AuditLog, RestartsAreLinkedAndSayWhetherThePreviousWriterShutDownOrCrashed)
   EXPECT_EQ(report.head_hash_hex, HexOfBytes(Sha256Bytes({entries.back().first, entries.back().second})));
 }
 
+TEST(AuditLog, AStartRefusesANewestEntryStrippedOfItsChainFields) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  {
+    AuditLog log(db->get());
+    ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+    ASSERT_TRUE(log.Commit(Decision("r"), {}).ok());
+  }
+  // The newest entry made to look like a record from before the chain.
+  const auto entries = Entries(**db);
+  WriteBatch edit;
+  edit.Put(ColumnFamily::kAudit, entries.back().first, EncodeAuditRecord(Decision("forged")));
+  ASSERT_TRUE((*db)->Write(edit).ok());
+  AuditLog next(db->get());
+  const Status started = next.BeginWriting(TestKey());
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.error().code, ErrorCode::kDataLoss);
+  EXPECT_NE(started.error().message.find("it was altered"), std::string::npos) << started.error().message;
+}
+
 TEST(AuditLog, AStartRefusesAnUnreadableNewestEntry) {
   testing::TempDir dir;
   auto db = Database::Open(dir.file("db"));
@@ -290,7 +374,7 @@ TEST(AuditLog, AStartRefusesAnUnreadableNewestEntry) {
 // A trail of 3 restarts' worth of entries (checkpoints every 4), closed, and a copy of it to
 // tamper with. Positions are 1-based in key order.
 class AuditTamperTest : public ::testing::Test {
- protected:
+ public:  // RelinkFrom, below, edits through them
   void SetUp() override {
     auto db = Database::Open(dir_.file("original"));
     ASSERT_TRUE(db.ok());
@@ -323,6 +407,12 @@ class AuditTamperTest : public ::testing::Test {
     ASSERT_TRUE(copy_->Write(batch).ok());
   }
   const std::string& ValueAt(size_t position) { return entries_[position - 1].second; }
+  // A checkpoint made an ordinary entry: another kind, and no signature to check.
+  static std::string AsAction(const std::string& checkpoint) {
+    const std::string unsigned_value = checkpoint.substr(0, checkpoint.size() - (9 + 64 + 2)) + "}";
+    EXPECT_EQ(checkpoint.substr(unsigned_value.size() - 1, 9), ",\"hmac\":\"") << checkpoint;
+    return Replaced(unsigned_value, "{\"kind\":\"checkpoint\"", "{\"kind\":\"action\"");
+  }
   static std::string Replaced(std::string text, const std::string& from, const std::string& to) {
     const size_t at = text.find(from);
     EXPECT_NE(at, std::string::npos) << from << " not in " << text;
@@ -389,21 +479,77 @@ TEST_F(AuditTamperTest, ARecordMovedLaterIsReportedReorderedWhereItWas) {
   ExpectProblem(ChainProblemKind::kReordered, 10, 10);
 }
 
-TEST_F(AuditTamperTest, AChainRewrittenWithoutTheKeyFailsAtTheNextCheckpoint) {
-  // Edit entry 18 and recompute every later link, as someone without the keyset could: the
-  // hashes line up again, and the next checkpoint's signature (position 22) gives it away.
+void RelinkFrom(AuditTamperTest* test, size_t from, const std::function<std::string(size_t, std::string)>& edit) {
   std::string previous_hash;
-  for (size_t position = 18; position <= entries_.size(); ++position) {
-    std::string value = ValueAt(position);
-    if (position == 18) value = Replaced(value, "\"decision\":\"APPROVE\"", "\"decision\":\"DECLINE\"");
-    if (position > 18) {
+  for (size_t position = from; position <= test->entries_.size(); ++position) {
+    std::string value = edit(position, test->ValueAt(position));
+    if (position > from) {
       const size_t at = value.find(",\"prev\":\"") + 9;
       value.replace(at, 64, HexOfBytes(previous_hash));
     }
-    Put(position, value);
-    previous_hash = Sha256Bytes({entries_[position - 1].first, value});
+    test->Put(position, value);
+    previous_hash = Sha256Bytes({test->entries_[position - 1].first, value});
   }
+}
+
+TEST_F(AuditTamperTest, AChainRewrittenWithoutTheKeyFailsAtTheNextCheckpoint) {
+  // Edit entry 18 and recompute every later link: the hashes line up again, and the next
+  // checkpoint's signature (position 22) gives it away.
+  RelinkFrom(this, 18, [](size_t position, std::string value) {
+    return position == 18 ? Replaced(value, "\"decision\":\"APPROVE\"", "\"decision\":\"DECLINE\"") : value;
+  });
   ExpectProblem(ChainProblemKind::kBadSignature, 22, 21);
+}
+
+// Rewrites positions from..end: `edit` changes an entry's value, and every entry's "prev" is
+// recomputed, as someone without the keyset could.
+void RelinkFrom(AuditTamperTest* test, size_t from, const std::function<std::string(size_t, std::string)>& edit);
+
+TEST_F(AuditTamperTest, CheckpointsTurnedIntoOrdinaryEntriesToCarryARewriteAreCaught) {
+  // The rewrite of position 18 carried past the periodic checkpoint at 22 by making it an
+  // operator action (so no signature is checked there): 5 entries follow the start checkpoint
+  // where one is written after every 4.
+  RelinkFrom(this, 18, [](size_t position, std::string value) {
+    if (position == 18) return Replaced(value, "\"decision\":\"APPROVE\"", "\"decision\":\"DECLINE\"");
+    if (position == 22) return AsAction(value);
+    return value;
+  });
+  ExpectProblem(ChainProblemKind::kCheckpointMissing, 22, 21);
+}
+
+TEST_F(AuditTamperTest, AServerStartWithoutItsStartCheckpointIsCaught) {
+  RelinkFrom(this, 17, [](size_t position, std::string value) {
+    if (position == 17) return AsAction(value);
+    return value;
+  });
+  ExpectProblem(ChainProblemKind::kCheckpointMissing, 17, 16);
+}
+
+TEST_F(AuditTamperTest, TheNewestRunsEndRewrittenIsOnlyReportedAsNotEndingCleanly) {
+  // What the documentation says the chain cannot show: the entries after the newest checkpoint,
+  // the last run's shutdown checkpoint among them, rewritten. The report says the trail does
+  // not end with a shutdown checkpoint; the log's anchor (the shutdown hash) is what shows it.
+  RelinkFrom(this, 23, [](size_t position, std::string value) {
+    if (position == 23) return Replaced(value, "\"decision\":\"APPROVE\"", "\"decision\":\"DECLINE\"");
+    if (position == 24) return AsAction(value);
+    return value;
+  });
+  const ChainReport report = Verify(*copy_);
+  EXPECT_FALSE(report.problem.has_value());
+  EXPECT_FALSE(report.ends_with_shutdown);
+  EXPECT_EQ(report.after_last_checkpoint, 2u);
+  EXPECT_NE(report.head_hash_hex, HexOfBytes(Sha256Bytes({entries_.back().first, entries_.back().second})));
+}
+
+TEST_F(AuditTamperTest, VerifyingFromATimeBeforeTheTrailStillNeedsItsFirstEntries) {
+  Erase(1);
+  Erase(2);
+  Result<ChainReport> report = VerifyAuditChain(*copy_, VerifyWith({TestKey()}, /*from_time_us=*/1));
+  ASSERT_TRUE(report.ok());
+  ASSERT_TRUE(report->problem.has_value());
+  EXPECT_EQ(report->problem->kind, ChainProblemKind::kMissing);
+  EXPECT_EQ(report->problem->position, 1u);
+  EXPECT_EQ(report->problem->seq, 0u);
 }
 
 TEST_F(AuditTamperTest, ACheckpointUnderAnotherKeyOrNoKnownKeyFails) {
