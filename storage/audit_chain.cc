@@ -147,6 +147,7 @@ class ChainWalker {
     have_prev_ = true;
     previous_ = *parts;
     have_previous_entry_ = true;
+    if (!IsAuditCheckpoint(value) && !ReadChainFields(value)) legacy_before_ = true;
     if (const std::optional<ChainFields> fields = ReadChainFields(value)) {
       started_ = true;
       started_before_this_ = true;
@@ -156,6 +157,22 @@ class ChainWalker {
       // How many entries precede the walk since the last checkpoint is not known: the rule
       // "at most checkpoint_every between checkpoints" applies from the first checkpoint on.
     }
+  }
+
+  // The newest checkpoint before the walk and the chained entries after it (`since`): the walk
+  // goes on with its spacing rule. False when its signature does not verify.
+  bool SeedCheckpoint(std::string_view key, std::string_view value, uint64_t since) {
+    const std::optional<AuditKeyParts> parts = ParseAuditKey(key);
+    const std::optional<ChainFields> fields = ReadChainFields(value);
+    if (!parts || !fields) return true;
+    CheckpointFacts facts;
+    if (!CheckSignature(key, value, *parts, fields->seq, &facts, /*count=*/false)) {
+      report_.problem->detail += " (the newest checkpoint before the walk)";
+      return false;
+    }
+    checkpoint_every_ = facts.checkpoint_every;
+    since_checkpoint_ = since;
+    return true;
   }
 
   // false once a problem is final (the scan stops).
@@ -249,6 +266,15 @@ class ChainWalker {
   bool CheckPlacement(const AuditKeyParts& key, uint64_t seq, bool checkpoint, const CheckpointFacts& facts) {
     const bool epoch_starts = !have_previous_entry_ || key.epoch != previous_.epoch;
     const bool start = checkpoint && facts.reason == "start";
+    // The chain opens with a signed start checkpoint that says what came before it, so neither
+    // a chain restarted at 0 nor records stripped of their chain fields pass for "legacy".
+    if (seq == 0) {
+      const std::string before = report_.legacy > 0 || legacy_before_ ? "legacy" : "none";
+      if (!start || facts.previous != before) {
+        return Fail(ChainProblemKind::kCheckpointMissing, key, seq,
+                    "the chain's first entry is not a signed start checkpoint saying previous: " + before);
+      }
+    }
     if (epoch_starts && !start) {
       return Fail(ChainProblemKind::kCheckpointMissing, key, seq,
                   "a server start (epoch " + std::to_string(key.epoch) + ") without its signed start checkpoint");
@@ -278,7 +304,7 @@ class ChainWalker {
   }
 
   bool CheckSignature(std::string_view key, std::string_view value, const AuditKeyParts& parts, uint64_t seq,
-                      CheckpointFacts* facts) {
+                      CheckpointFacts* facts, bool count = true) {
     const auto split = SplitCheckpoint(value);
     const nlohmann::json doc = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
     std::string key_id;
@@ -300,10 +326,12 @@ class ChainWalker {
     facts->reason = doc.value("reason", "");
     facts->previous = doc.value("previous", "");
     facts->epoch = doc.contains("epoch") && doc["epoch"].is_number_integer() ? doc["epoch"].get<int64_t>() : -1;
-    if (doc.contains("checkpoint_every") && doc["checkpoint_every"].is_number_unsigned()) {
-      facts->checkpoint_every = doc["checkpoint_every"].get<uint64_t>();
+    if (!doc.contains("checkpoint_every") || !doc["checkpoint_every"].is_number_unsigned() ||
+        doc["checkpoint_every"].get<uint64_t>() == 0) {
+      return Fail(ChainProblemKind::kBadSignature, parts, seq, "the checkpoint does not say its checkpoint_every");
     }
-    ++report_.checkpoints;
+    facts->checkpoint_every = doc["checkpoint_every"].get<uint64_t>();
+    if (count) ++report_.checkpoints;
     return true;
   }
 
@@ -325,6 +353,7 @@ class ChainWalker {
   bool started_before_this_ = false;  // a chained entry was walked (or seeded) before this one
   uint64_t since_checkpoint_ = 0;
   uint64_t checkpoint_every_ = 0;  // from the last checkpoint that said; 0: not known yet
+  bool legacy_before_ = false;     // the entry before the walk (--from) has no chain fields
   std::optional<Pending> pending_;
 };
 
@@ -337,7 +366,21 @@ Result<ChainReport> VerifyAuditChain(const Database& db, const ChainVerifyOption
     from = MakeAuditKey({options.from_time_us, 0, 0});
     // The first entry walked must link to the one before it, as any other does.
     TXSCORE_ASSIGN_OR_RETURN(auto before, db.LastBefore(ColumnFamily::kAudit, from));
-    if (before) walker.Seed(before->first, before->second);
+    if (before) {
+      walker.Seed(before->first, before->second);
+      // Back to the newest checkpoint, so that the spacing rule holds from the first entry
+      // walked (a rewrite after T cannot turn the checkpoints after T into ordinary entries).
+      uint64_t since = 0;
+      std::optional<std::pair<std::string, std::string>> entry = before;
+      while (entry && ParseAuditKey(entry->first) && ReadChainFields(entry->second)) {
+        if (IsAuditCheckpoint(entry->second)) {
+          if (!walker.SeedCheckpoint(entry->first, entry->second, since)) return walker.Finish();
+          break;
+        }
+        ++since;
+        TXSCORE_ASSIGN_OR_RETURN(entry, db.LastBefore(ColumnFamily::kAudit, entry->first));
+      }
+    }
   }
   TXSCORE_RETURN_IF_ERROR(
       db.ScanForward(ColumnFamily::kAudit, from,

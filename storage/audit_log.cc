@@ -178,6 +178,9 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
             "`txscore audit verify` on the database before writing to it");
       }
       previous = "legacy";
+      spdlog::warn(
+          "audit: the trail's records carry no chain fields (written before the chain); the chain starts "
+          "now and links the newest of them; txscore audit verify reports them as unverifiable (exit 3)");
     } else {
       return DataLoss(
           "the audit trail's newest entry is not readable as a chained entry; run `txscore audit verify` "
@@ -302,22 +305,42 @@ void AuditLog::AddEntry(int64_t time_us, const std::string& json, const std::str
 void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
   // Work on a copy: should the write fail, the chain continues from where it was.
   const ChainState before = chain_;
+  std::vector<Pending*> written;
+  Status status;
   try {
-    WriteGroupOrThrow(group, before);
+    status = ChainAndWrite(group, &written);
   } catch (const std::exception& e) {
-    // An allocation failure, say: the group fails, nothing of it was written, and the next
-    // leader goes on from the chain as it was.
-    chain_ = before;
-    group_checkpoints_.clear();
+    // An allocation failure before the write, say: nothing of the group was written.
+    status = Internal(std::string("audit commit failed: ") + e.what());
+    written.clear();
     for (Pending* member : group) {
-      if (member->status.ok()) member->status = Internal(std::string("audit commit failed: ") + e.what());
+      if (member->status.ok()) written.push_back(member);
     }
+  }
+  if (written.empty()) return;
+  const uint64_t entries = chain_.next_seq - before.next_seq;
+  if (!status.ok()) {
+    chain_ = before;
+  } else {
+    // A checkpoint's hash in a log kept elsewhere anchors the trail: a trail cut back behind
+    // its newest checkpoint would still verify on its own (docs/security.md).
+    for (const GroupCheckpoint& checkpoint : group_checkpoints_) {
+      spdlog::log(checkpoint.reason == "periodic" ? spdlog::level::debug : spdlog::level::info,
+                  "audit: {} checkpoint seq {} (epoch {}), hash {}", checkpoint.reason, checkpoint.seq, epoch_,
+                  HexOfBytes(checkpoint.hash));
+    }
+  }
+  group_checkpoints_.clear();
+  for (Pending* member : written) member->status = status;
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  if (status.ok()) {
+    stats_.writes += 1;
+    stats_.entries += entries;
   }
 }
 
-void AuditLog::WriteGroupOrThrow(const std::vector<Pending*>& group, const ChainState& before) {
+Status AuditLog::ChainAndWrite(const std::vector<Pending*>& group, std::vector<Pending*>* written) {
   WriteBatch merged;
-  std::vector<Pending*> written;
   for (Pending* member : group) {
     if (!chain_.writing) {
       member->not_writing = true;
@@ -337,30 +360,11 @@ void AuditLog::WriteGroupOrThrow(const std::vector<Pending*>& group, const Chain
     } else if (chain_.since_checkpoint >= options_.checkpoint_every) {
       AddEntry(NowMicros(), "", "periodic", &merged);
     }
-    written.push_back(member);
+    written->push_back(member);
   }
-  if (written.empty()) return;
-  const uint64_t entries = chain_.next_seq - before.next_seq;
-  Status status = options_.before_write ? options_.before_write() : Status::Ok();
-  if (status.ok()) status = db_->Write(merged);
-  if (!status.ok()) {
-    chain_ = before;
-  } else {
-    // A checkpoint's hash in a log kept elsewhere anchors the trail: a trail cut back behind
-    // its newest checkpoint would still verify on its own (docs/security.md).
-    for (const GroupCheckpoint& checkpoint : group_checkpoints_) {
-      spdlog::log(checkpoint.reason == "periodic" ? spdlog::level::debug : spdlog::level::info,
-                  "audit: {} checkpoint seq {} (epoch {}), hash {}", checkpoint.reason, checkpoint.seq, epoch_,
-                  HexOfBytes(checkpoint.hash));
-    }
-  }
-  group_checkpoints_.clear();
-  for (Pending* member : written) member->status = status;
-  std::lock_guard<std::mutex> lock(queue_mutex_);
-  if (status.ok()) {
-    stats_.writes += 1;
-    stats_.entries += entries;
-  }
+  if (written->empty()) return Status::Ok();
+  TXSCORE_RETURN_IF_ERROR(options_.before_write ? options_.before_write() : Status::Ok());
+  return db_->Write(merged);
 }
 
 template <typename Entry>

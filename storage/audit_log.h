@@ -152,8 +152,9 @@ class AuditLog {
   Status Enqueue(Pending* pending);
   // Chains and writes one group. Only the leader runs it, so the chain state is its own.
   void WriteGroup(const std::vector<Pending*>& group);
-  struct ChainState;
-  void WriteGroupOrThrow(const std::vector<Pending*>& group, const ChainState& before);
+  // Chains the group's entries into one batch and writes it; `written` receives the members
+  // it carries. Throws only before the write (an allocation failure).
+  Status ChainAndWrite(const std::vector<Pending*>& group, std::vector<Pending*>* written);
   // Appends a chained entry (a checkpoint when `checkpoint_reason` is set) to `batch`.
   void AddEntry(int64_t time_us, const std::string& json, const std::string& checkpoint_reason, WriteBatch* batch);
   template <typename Entry>

@@ -34,7 +34,9 @@ struct VerifyOptions {
 
 // Exit codes of `audit verify`: the trail is intact; it is not (tampering or loss); it could not
 // be checked (no database, no keys, a bad option).
-constexpr int kVerifyIntact = 0, kVerifyBroken = 1, kVerifyUnchecked = 2;
+// Partly: the chain is intact, but records outside it exist (written before the chain, or
+// stripped of their chain fields: nothing tells which, nor whether they were changed).
+constexpr int kVerifyIntact = 0, kVerifyBroken = 1, kVerifyUnchecked = 2, kVerifyPartly = 3;
 
 // A read-only open (it may run beside a live server) of --db, or of the settings' database.
 Result<std::unique_ptr<storage::Database>> OpenTrail(const std::string& db_path, const std::string& config_path,
@@ -141,14 +143,20 @@ int RunVerify(const VerifyOptions& options) {
                 scope.c_str(), path.c_str());
     return kVerifyBroken;
   }
+  if (report->legacy > 0) {
+    std::printf(
+        "audit trail PARTLY VERIFIED: %llu records carry no chain fields (written before the chain, or "
+        "stripped of them): nothing shows whether they were changed; %llu chained entries verified, %s, "
+        "in %s\n",
+        static_cast<unsigned long long>(report->legacy), static_cast<unsigned long long>(report->entries),
+        scope.c_str(), path.c_str());
+    std::printf("  to verify only what the chain covers: --from a time after the first chained start\n");
+    return kVerifyPartly;
+  }
   std::printf("audit trail intact: %llu entries verified (seq %llu to %llu), %s, in %s\n",
               static_cast<unsigned long long>(report->entries), static_cast<unsigned long long>(report->first_seq),
               static_cast<unsigned long long>(report->head_seq), scope.c_str(), path.c_str());
   std::printf("  checkpoint signatures verified: %llu\n", static_cast<unsigned long long>(report->checkpoints));
-  if (report->legacy > 0) {
-    std::printf("  records from before the chain (not verifiable): %llu\n",
-                static_cast<unsigned long long>(report->legacy));
-  }
   if (report->after_last_checkpoint > 0) {
     std::printf("  entries after the last checkpoint (no signature covers them yet): %llu\n",
                 static_cast<unsigned long long>(report->after_last_checkpoint));
@@ -210,7 +218,7 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   CLI::App* verify = cmd->add_subcommand(
       "verify",
       "Check the audit trail's hash chain and signed checkpoints; report the first entry broken, missing, reordered "
-      "or altered (exit 0 intact, 1 broken, 2 could not check)");
+      "or altered (exit 0 intact, 1 broken, 2 could not check, 3 records outside the chain)");
   verify->add_option("--from", verify_options->from, "Start at this UTC time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)");
   verify->add_option("--config", verify_options->config_path, "Service settings naming the database and keyset")
       ->capture_default_str();

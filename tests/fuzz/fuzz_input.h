@@ -10,6 +10,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
+// Optional: what a target sets up in LLVMFuzzerInitialize and must tear down, called by the
+// replay after the last input (libFuzzer has no such hook).
+extern "C" __attribute__((weak)) void TxscoreFuzzTeardown();
 
 namespace txscore::fuzz {
 

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       ++replayed;
     }
   }
+  if (TxscoreFuzzTeardown != nullptr) TxscoreFuzzTeardown();
   std::printf("replayed %zu inputs\n", replayed);
   return replayed > 0 ? 0 : 1;
 }

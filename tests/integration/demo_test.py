@@ -29,7 +29,7 @@ def ldb(db, *args):
     return r.stdout
 
 
-def check_audit_trail(txscore, settings, db, server_log):
+def check_audit_trail(txscore, settings, db, server_log, run_started):
     """The stopped server's trail verifies, ends at the shutdown checkpoint the server logged,
     and a decision edited, or deleted, in a copy with RocksDB's own ldb (as someone with the
     disk could) is reported at its position. Returns the entries verified."""
@@ -42,13 +42,13 @@ def check_audit_trail(txscore, settings, db, server_log):
     assert re.search(rf"audit: shutdown checkpoint seq {head.group(1)} \(epoch \d+\), hash {head.group(2)}",
                      server_log), r.stdout
     assert int(re.search(r"checkpoint signatures verified: (\d+)", r.stdout).group(1)) >= 2, r.stdout
-    # From a time (today, UTC: the whole run), with the keyset named rather than read from the settings.
+    # From a time (the test's start: the whole trail), with the keyset named rather than read
+    # from the settings.
     keyset = os.path.join(os.path.dirname(db), "keyset.json")
-    today = time.strftime("%Y-%m-%d", time.gmtime())
-    r = run(txscore, "audit", "verify", "--from", today, "--keyset", keyset, "--db", db)
+    r = run(txscore, "audit", "verify", "--from", run_started, "--keyset", keyset, "--db", db)
     assert r.returncode == 0, r
     assert r.stdout.startswith(f"audit trail intact: {int(head.group(1)) + 1} entries verified (seq 0 to "), r.stdout
-    assert f"from {today}T00:00:00.000000Z" in r.stdout, r.stdout
+    assert f"from {run_started[:-1]}.000000Z" in r.stdout, r.stdout
 
     entries = []  # (key hex, value bytes) of the trail's entries (16-byte keys), in key order
     for line in ldb(db, "scan").splitlines():
@@ -86,6 +86,7 @@ def main():
         if not os.path.exists(os.path.join(repo_var, needed)):
             sys.exit(f"missing var/{needed}: run ./scripts/setup.sh first")
 
+    run_started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))  # before any audit entry
     work = tempfile.mkdtemp(prefix="txscore-demo-")
     server = None
     try:
@@ -300,7 +301,7 @@ def main():
         # The shipped rules stage was prepared with its list, and the decision reads its verdict.
         assert "stage rules (rules): 3 rules, 1 lists of 2 entries" in err, err
         server = None
-        verified = check_audit_trail(txscore, settings, os.path.join(var, "db"), err)
+        verified = check_audit_trail(txscore, settings, os.path.join(var, "db"), err, run_started)
         print(f"ok: {len(results)} scored ({len(reviews)} REVIEW with findings), audit read, plan shown, "
               f"job {job_id} DONE with 40 rows, stopped cleanly, audit trail of {verified} entries verified and "
               "tampering found")

@@ -368,6 +368,34 @@ TEST_F(RpcServerUnitTest, StopAnswersTheRequestInFlightThenEndsServe) {
   EXPECT_THROW(Client c(server_->port()), apache::thrift::TException);  // nothing listens
 }
 
+// A stop closes each connection once nothing of a request has arrived on it; a request whose
+// first bytes have arrived is read, run and answered first (docs/operations.md, "Stopping").
+TEST_F(RpcServerUnitTest, StopAnswersARequestWhoseFirstBytesHadArrived) {
+  Start({});
+  const std::string frame = HealthCallWithNesting(0);  // framed
+  int fd = RawConnect();
+  ASSERT_EQ(::send(fd, frame.data(), 2, MSG_NOSIGNAL), 2);  // half the frame's length
+  ASSERT_TRUE(Eventually([&] { return server_->stats().connections_open == 1; }));
+  std::thread stop([&] { server_->Stop(); });
+  const auto listening = [this] {
+    const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool connected = ::connect(probe, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    ::close(probe);
+    return connected;
+  };
+  ASSERT_TRUE(Eventually([&] { return !listening(); }));  // the stop has begun: the listener is closed
+  ASSERT_EQ(::send(fd, frame.data() + 2, frame.size() - 2, MSG_NOSIGNAL), static_cast<ssize_t>(frame.size() - 2));
+  char reply[256];
+  EXPECT_GT(::recv(fd, reply, sizeof reply, 0), 0);  // the answer, then the close
+  ::close(fd);
+  stop.join();
+  serve_.join();
+}
+
 TEST_F(RpcServerUnitTest, StopGivesUpOnARequestStillRunningAfterTheDrainTimeout) {
   RpcServerConfig config;
   config.drain_timeout_ms = 100;

@@ -552,6 +552,40 @@ TEST_F(AuditTamperTest, VerifyingFromATimeBeforeTheTrailStillNeedsItsFirstEntrie
   EXPECT_EQ(report->problem->seq, 0u);
 }
 
+TEST_F(AuditTamperTest, EveryEntryStrippedOfItsChainIsCountedAsOutsideIt) {
+  // Nothing is verified then: `txscore audit verify` says so (exit 3), never "intact".
+  for (size_t position = 1; position <= entries_.size(); ++position) {
+    std::string value = ValueAt(position);
+    if (IsAuditCheckpoint(value)) value = AsAction(value);
+    Put(position, value.substr(0, value.find(",\"seq\":")) + "}");
+  }
+  const ChainReport report = Verify(*copy_);
+  EXPECT_FALSE(report.problem.has_value());
+  EXPECT_EQ(report.legacy, 24u);
+  EXPECT_EQ(report.entries, 0u);
+}
+
+TEST_F(AuditTamperTest, AChainRestartedAtZeroAfterStrippedEntriesIsCaught) {
+  // Everything up to the newest checkpoint stripped, the two entries after it chained again
+  // from seq 0: the chain's first entry must be a signed start checkpoint.
+  std::string previous_hash;  // of the newest stripped entry, which the new chain links
+  for (size_t position = 1; position <= 22; ++position) {
+    std::string value = ValueAt(position);
+    if (IsAuditCheckpoint(value)) value = AsAction(value);
+    value = value.substr(0, value.find(",\"seq\":")) + "}";
+    Put(position, value);
+    previous_hash = Sha256Bytes({entries_[position - 1].first, value});
+  }
+  for (size_t position = 23; position <= 24; ++position) {
+    std::string value = ValueAt(position);
+    if (IsAuditCheckpoint(value)) value = AsAction(value);
+    value = ChainAuditEntry(value.substr(0, value.find(",\"seq\":")) + "}", position - 23, previous_hash);
+    Put(position, value);
+    previous_hash = Sha256Bytes({entries_[position - 1].first, value});
+  }
+  ExpectProblem(ChainProblemKind::kCheckpointMissing, 23, 0);
+}
+
 TEST_F(AuditTamperTest, ACheckpointUnderAnotherKeyOrNoKnownKeyFails) {
   ExpectProblem(ChainProblemKind::kBadSignature, 1, 0, {{"k1", std::string(32, 'x')}});
   ExpectProblem(ChainProblemKind::kUnknownKey, 1, 0, {TestKey("k7")});
@@ -579,6 +613,43 @@ TEST_F(AuditTamperTest, VerifyingFromATimeStartsThere) {
   EXPECT_EQ(report->problem->kind, ChainProblemKind::kAltered);
   EXPECT_EQ(report->problem->position, 4u);  // the 4th entry walked from `from`
   EXPECT_EQ(report->problem->seq, 19u);
+}
+
+TEST(AuditLog, VerifyingFromATimeKeepsTheCheckpointSpacingOfTheEntriesBeforeIt) {
+  testing::TempDir dir;
+  auto db = Database::Open(dir.file("db"));
+  ASSERT_TRUE(db.ok());
+  AuditLog log(db->get(), AuditLog::Options{.checkpoint_every = 3});
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  // Times after the start's, one second apart, so that --from can start between two records.
+  const int64_t base = ParseAuditKey(Entries(**db)[0].first)->time_us + 1000000;
+  for (int i = 1; i <= 7; ++i) ASSERT_TRUE(log.Commit(Decision("r" + std::to_string(i), base + i * 1000000), {}).ok());
+  // Positions: 1 start, 2-4 r1-r3, 5 periodic, 6-8 r4-r6, 9 periodic, 10 r7.
+  auto entries = Entries(**db);
+  ASSERT_EQ(entries.size(), 10u);
+  // r5 edited and the checkpoint after it made an ordinary entry, every link from r5 on
+  // recomputed: walked from r5's time, 4 entries follow the checkpoint before the walk.
+  std::string previous_hash = Sha256Bytes({entries[5].first, entries[5].second});
+  for (size_t i = 6; i < entries.size(); ++i) {
+    std::string value = entries[i].second;
+    if (i == 6) value.replace(value.find("\"request_id\":\"r5\""), 17, "\"request_id\":\"r9\"");
+    if (i == 8) {
+      value = value.substr(0, value.size() - (9 + 64 + 2)) + "}";
+      value.replace(0, 20, "{\"kind\":\"action\"");
+    }
+    const size_t at = value.find(",\"prev\":\"") + 9;
+    value.replace(at, 64, HexOfBytes(previous_hash));
+    WriteBatch batch;
+    batch.Put(ColumnFamily::kAudit, entries[i].first, value);
+    ASSERT_TRUE((*db)->Write(batch).ok());
+    previous_hash = Sha256Bytes({entries[i].first, value});
+  }
+  const int64_t from = ParseAuditKey(entries[6].first)->time_us;
+  Result<ChainReport> report = VerifyAuditChain(**db, VerifyWith({TestKey()}, from));
+  ASSERT_TRUE(report.ok());
+  ASSERT_TRUE(report->problem.has_value());
+  EXPECT_EQ(report->problem->kind, ChainProblemKind::kCheckpointMissing) << report->problem->detail;
+  EXPECT_EQ(report->problem->position, 3u);  // the third entry walked: the one that was a checkpoint
 }
 
 TEST(AuditLog, RecordsFromBeforeTheChainAreCountedAndTheNewestIsLinked) {
