@@ -15,6 +15,7 @@
 
 #include "common/durable_file.h"
 #include "common/file_io.h"
+#include "common/sha256.h"
 
 namespace txscore::fraud {
 namespace {
@@ -24,17 +25,6 @@ constexpr char kWrappedFormat[] = "txscore-keyset-wrapped";
 // Bound to the ciphertext (GCM's additional data): a wrapped keyset cannot pass for anything else.
 constexpr char kWrapAad[] = "txscore-keyset-wrapped/1";
 constexpr size_t kNonceBytes = 12, kTagBytes = 16;
-
-std::string Hex(std::string_view bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    hex.push_back(kDigits[c >> 4]);
-    hex.push_back(kDigits[c & 15]);
-  }
-  return hex;
-}
 
 // The bytes of lowercase or uppercase hex `text`, or nullopt-like empty + false.
 bool FromHex(std::string_view text, std::string* out) {
@@ -171,17 +161,12 @@ std::string Keyset::TokenUnder(const KeysetKey& key, std::string_view value) {
   unsigned int mac_len = 0;
   HMAC(EVP_sha256(), key.secret.data(), static_cast<int>(key.secret.size()),
        reinterpret_cast<const unsigned char*>(value.data()), value.size(), mac, &mac_len);
-  const std::string hex = Hex(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
+  const std::string hex = HexOfBytes(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
   return key.id == kLegacyKeyId ? hex : key.id + "_" + hex;
 }
 
 std::string DeriveAuditCheckpointKey(const KeysetKey& key) {
-  static constexpr std::string_view kPurpose = "txscore audit checkpoint key v1";
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), key.secret.data(), static_cast<int>(key.secret.size()),
-       reinterpret_cast<const unsigned char*>(kPurpose.data()), kPurpose.size(), mac, &mac_len);
-  return std::string(reinterpret_cast<const char*>(mac), mac_len);
+  return HmacSha256Bytes(key.secret, {"txscore audit checkpoint key v1"});
 }
 
 std::string Keyset::KeyIdOf(std::string_view token) {
@@ -220,7 +205,7 @@ std::string SerializeKeyset(const Keyset& keyset) {
     keys.push_back({{"id", key.id},
                     {"state", KeyStateName(key.state)},
                     {"created_ms", key.created_ms},
-                    {"secret_hex", Hex(key.secret)}});
+                    {"secret_hex", HexOfBytes(key.secret)}});
   }
   nlohmann::ordered_json doc = {{"format", kFormat}, {"version", 1}, {"keys", keys}};
   return doc.dump(2) + "\n";
@@ -288,12 +273,13 @@ Result<std::string> WrapKeyset(const std::string& plain_json, const std::string&
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) != 1) {
     return Internal("AES-256-GCM encryption failed");
   }
-  nlohmann::ordered_json doc = {{"format", kWrappedFormat},
-                                {"version", 1},
-                                {"algorithm", "AES-256-GCM"},
-                                {"nonce_hex", Hex(nonce)},
-                                {"ciphertext_hex", Hex(ciphertext)},
-                                {"tag_hex", Hex(std::string_view(reinterpret_cast<const char*>(tag), kTagBytes))}};
+  nlohmann::ordered_json doc = {
+      {"format", kWrappedFormat},
+      {"version", 1},
+      {"algorithm", "AES-256-GCM"},
+      {"nonce_hex", HexOfBytes(nonce)},
+      {"ciphertext_hex", HexOfBytes(ciphertext)},
+      {"tag_hex", HexOfBytes(std::string_view(reinterpret_cast<const char*>(tag), kTagBytes))}};
   return doc.dump(2) + "\n";
 }
 

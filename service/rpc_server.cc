@@ -307,11 +307,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::lock_guard<std::mutex> lock(self->mutex_);
       if (self->phase_ == Phase::kHandshake) return static_cast<void>(self->Close());
       if (self->phase_ != Phase::kIdle) return;  // reading, running or answering a request
-      boost::system::error_code ec;
-      const bool request_waiting = self->header_bytes_ > 0 || self->socket_.available(ec) > 0 ||
-                                   (self->ssl_ != nullptr && SSL_pending(self->ssl_) > 0);
-      if (!request_waiting || ec) self->Close();
+      if (!self->RequestArriving()) self->Close();
     });
+  }
+
+  // Whether bytes of a request have arrived: read into the header, or waiting in the socket
+  // (or in OpenSSL's buffer). Call with mutex_ held.
+  bool RequestArriving() {
+    boost::system::error_code ec;
+    const bool waiting = header_bytes_ > 0 || socket_.available(ec) > 0 || (ssl_ != nullptr && SSL_pending(ssl_) > 0);
+    return waiting && !ec;
   }
 
   const std::shared_ptr<RpcServer::Shared>& shared() const { return shared_; }
@@ -542,18 +547,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void ReadHeader() {
-    if (shared_->stopping.load()) {
-      // Stopping: close once nothing of a request has arrived (see OnServerStopping).
-      boost::system::error_code ec;
-      const bool request_waiting = socket_.available(ec) > 0 || (ssl_ != nullptr && SSL_pending(ssl_) > 0);
-      if (!request_waiting || ec) {
-        Close();
-        return;
-      }
+    header_bytes_ = 0;
+    // Stopping: close once nothing of a request has arrived (see OnServerStopping).
+    if (shared_->stopping.load() && !RequestArriving()) {
+      Close();
+      return;
     }
     phase_ = Phase::kIdle;
     idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    header_bytes_ = 0;
     SetDeadline(shared_->config.idle_timeout_ms);
     // Waits first, even when bytes are there: ReadHeader may run inside Process, which must not
     // dispatch the next request itself.

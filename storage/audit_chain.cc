@@ -84,6 +84,10 @@ bool IsAuditCheckpoint(std::string_view value) {
   return value.substr(0, kCheckpointPrefix.size()) == kCheckpointPrefix;
 }
 
+bool IsShutdownCheckpoint(std::string_view value) {
+  return IsAuditCheckpoint(value) && value.find("\"reason\":\"shutdown\"") != std::string_view::npos;
+}
+
 std::optional<ChainFields> ReadChainFields(std::string_view value) {
   std::string unsigned_value;
   if (IsAuditCheckpoint(value)) {
@@ -153,7 +157,7 @@ class ChainWalker {
       started_before_this_ = true;
       expected_seq_ = fields->seq + 1;
       report_.first_seq = expected_seq_;
-      previous_was_shutdown_ = IsAuditCheckpoint(value) && value.find("\"reason\":\"shutdown\"") != std::string::npos;
+      previous_was_shutdown_ = IsShutdownCheckpoint(value);
       // How many entries precede the walk since the last checkpoint is not known: the rule
       // "at most checkpoint_every between checkpoints" applies from the first checkpoint on.
     }

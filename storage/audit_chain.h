@@ -60,6 +60,8 @@ struct ChainFields {
 };
 std::optional<ChainFields> ReadChainFields(std::string_view value);
 bool IsAuditCheckpoint(std::string_view value);
+// A checkpoint written at a clean shutdown.
+bool IsShutdownCheckpoint(std::string_view value);
 
 enum class ChainProblemKind {
   kAltered,       // an entry's bytes are not what its successor recorded

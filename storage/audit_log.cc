@@ -160,9 +160,7 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
     chain.head_hash = AuditEntryHash(head_key, head_value);
     if (std::optional<ChainFields> fields = ReadChainFields(head_value)) {
       chain.next_seq = fields->seq + 1;
-      const bool clean =
-          IsAuditCheckpoint(head_value) && head_value.find("\"reason\":\"shutdown\"") != std::string::npos;
-      previous = clean ? "shutdown" : "crash";
+      previous = IsShutdownCheckpoint(head_value) ? "shutdown" : "crash";
     } else if (!head_value.empty() && head_value.front() == '{' && !IsAuditCheckpoint(head_value)) {
       // Written before the chain: the chain starts at 0 and links it, unless a chained entry
       // exists further back (the newest entry was then altered, not legacy). A trail with no
