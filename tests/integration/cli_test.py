@@ -308,6 +308,21 @@ def check_audit_verify_says_what_it_could_not_check(txscore):
         r = run(txscore, "audit", "verify", "--keyset", wrapped, "--db", os.path.join(work, "no-db"))
         assert r.returncode == 2, r
         assert r.stderr.startswith("cannot read the keyset that signs the audit checkpoints: "), r.stderr
+        # A trail whose records carry no chain fields (as written before the chain, or stripped):
+        # not "intact", exit 3. Made with RocksDB's own ldb.
+        db = os.path.join(work, "legacy-db")
+        def ldb(*args):
+            r = subprocess.run(["ldb", f"--db={db}", *args], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, (args, r)
+        ldb("--create_if_missing", "put", "x", "y")
+        for family in ("entity_state", "audit", "jobs"):
+            ldb("create_column_family", family)
+        key = (1796180000000000).to_bytes(8, "big") + ((1 << 40) | 0).to_bytes(8, "big")
+        ldb("--column_family=audit", "--key_hex", "--value_hex", "put", "0x" + key.hex(),
+            "0x" + b'{"decision":"APPROVE","request_id":"old"}'.hex())
+        r = run(txscore, "audit", "verify", "--keyset", keyset, "--db", db)
+        assert r.returncode == 3, r
+        assert r.stdout.startswith("audit trail PARTLY VERIFIED: 1 records carry no chain fields"), r.stdout
 
 
 def check_generate_reports_a_dump_logits_file_it_could_not_write(txscore):
