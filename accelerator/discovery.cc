@@ -1,7 +1,6 @@
 #include "accelerator/discovery.h"
 
 #include <dlfcn.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 
 #include "accelerator/compute_threads.h"
 #include "common/file_io.h"
+#include "common/logging.h"
 
 namespace txscore::accelerator {
 namespace {
@@ -44,12 +44,12 @@ nlohmann::json ReadCache(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) return nlohmann::json::object();  // the first start: calibrate
   Result<std::string> text = ReadFileBounded(path, 16 << 20, "calibration cache");
   if (!text.ok()) {
-    spdlog::warn("{}; calibrating again", text.error().message);
+    Log("device").warn("{}; calibrating again", text.error().message);
     return nlohmann::json::object();
   }
   nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) {
-    spdlog::warn("calibration cache {} is not a JSON object; calibrating again and rewriting it", path);
+    Log("device").warn("calibration cache {} is not a JSON object; calibrating again and rewriting it", path);
     return nlohmann::json::object();
   }
   return doc;
@@ -64,13 +64,14 @@ void WriteCache(const std::string& path, const nlohmann::json& doc) {
     out << doc.dump(2) << "\n";
     out.close();
     if (!out) {
-      spdlog::warn("cannot write calibration cache {}; the next start calibrates again", tmp);
+      Log("device").warn("cannot write calibration cache {}; the next start calibrates again", tmp);
       return;
     }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) spdlog::warn("cannot write calibration cache {}: {}; the next start calibrates again", path, ec.message());
+  if (ec)
+    Log("device").warn("cannot write calibration cache {}: {}; the next start calibrates again", path, ec.message());
 }
 
 // From the cache when present, else measured (and cached).

@@ -1,5 +1,8 @@
 #include "accelerator/emulated_device.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -230,6 +233,12 @@ std::once_flag registered_once;
 std::atomic<bool> registered{false};
 
 void RegisterBackend() {
+#if defined(__SANITIZE_ADDRESS__)
+  // What is registered here stays registered with torch's dispatcher for the life of the
+  // process, as an out-of-tree backend's kernels do; LeakSanitizer (scripts/asan.sh) is told
+  // that these allocations, and torch's for them, are not leaks.
+  __lsan::ScopedDisabler registrations_live_until_exit;
+#endif
   c10::SetAllocator(kDeviceType, &Allocator());
   static c10::impl::DeviceGuardImplRegistrar guard(kDeviceType, new EmulatedGuard());
   static torch::Library* kernels = [] {

@@ -1,14 +1,56 @@
-// Logging set-up. Components log through spdlog; this picks the format and level once.
+// Logging: every component logs through Log("component"), one spdlog logger per component
+// sharing one stderr sink, in one of two formats chosen once by ConfigureLogging:
 //
-// Contract for every log call site: never log a PAN, a card verification code or a key.
-// Card tokens and request ids are fine.
+//   json (txscore serve's default): one JSON object per line, for log collectors:
+//     {"time":"2026-12-02T10:00:00.123456Z","level":"warning","component":"thrift",
+//      "message":"...","request_id":"r-1","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}
+//     request_id and trace_id are null outside a request (see LogContext).
+//   text (the command-line tools' default): 2026-12-02T10:00:00.123456Z warning thrift: ...
+//
+// Contract for every log call site: never log a PAN, a card verification code, a claimant's
+// name or id, or a key. Card tokens and request ids are fine. tests/integration/log_scan_test.py
+// scans the logs of a full demo run for card numbers and claimant ids.
 #pragma once
 
+#include <spdlog/logger.h>
+
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace txscore {
 
-// `level` is one of trace, debug, info, warn, error, off. Logs go to stderr.
-void ConfigureLogging(const std::string& level);
+enum class LogFormat { kJson, kText };
+
+struct LoggingOptions {
+  std::string level = "info";  // Default: info. One of trace, debug, info, warn, error, off
+  LogFormat format = LogFormat::kText;
+};
+
+// Sets the level and format of every component's logger, now and later. Logs go to stderr.
+void ConfigureLogging(const LoggingOptions& options);
+
+// The logger of `component` (a short lowercase name: thrift, admin, audit, pipeline, ...).
+// Thread-safe; the same logger for the same name.
+spdlog::logger& Log(std::string_view component);
+
+// "json" or "text", as the --log-format flags spell them; nullopt for anything else.
+std::optional<LogFormat> ParseLogFormat(std::string_view name);
+
+// While alive, lines logged by this thread carry the request's id and trace id (the 32 hex
+// digits of a traceparent the caller validated). Scopes nest; the previous ones come back.
+// Set only after the request passed validation: an id that is not printable ASCII or holds a
+// card number never reaches a log line this way.
+class LogContext {
+ public:
+  LogContext(std::string_view request_id, std::string_view trace_id);
+  ~LogContext();
+  LogContext(const LogContext&) = delete;
+  LogContext& operator=(const LogContext&) = delete;
+
+ private:
+  std::string previous_request_id_;
+  std::string previous_trace_id_;
+};
 
 }  // namespace txscore

@@ -1,7 +1,5 @@
 #include "pipelines/claims_job.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -10,6 +8,7 @@
 #include <optional>
 
 #include "common/durable_file.h"
+#include "common/logging.h"
 #include "common/sha256.h"
 #include "fraud/pan_scan.h"
 #include "pipelines/claims_rows.h"
@@ -270,7 +269,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
       std::string counts;
       for (const auto& [reason, n] : chunk_shortfalls)
         counts += (counts.empty() ? "" : ", ") + reason + " " + std::to_string(n);
-      spdlog::warn(
+      Log("claims").warn(
           "job {} chunk {}: the LLM stage wrote no findings for {} of the {} claims it was asked to read ({}); "
           "first: {}",
           job_id, chunk_index, next.llm_shortfall_total() - summary.llm_shortfall_total(), chunk_selected, counts,
@@ -328,7 +327,7 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
       state.output = output;
     }
     if (Status saved = SaveState(db, ClaimsJobKey(job_id), state); !saved.ok()) {
-      spdlog::error("job {}: cannot record that it failed: {}", job_id, saved.error().ToString());
+      Log("claims").error("job {}: cannot record that it failed: {}", job_id, saved.error().ToString());
     }
   }
   return summary;

@@ -1,11 +1,10 @@
 #include "pipelines/claims_job_record.h"
 
-#include <spdlog/spdlog.h>
-
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "common/logging.h"
 #include "common/sha256.h"
 
 namespace txscore::pipelines {
@@ -127,7 +126,7 @@ std::string ShortDigest(const std::string& text) {
   if (!digest.ok()) {
     // Only an allocation failure inside OpenSSL gets here. A made-up digest would give two
     // jobs one id (and one output file): stop instead.
-    spdlog::critical("cannot name a claims job: {}", digest.error().ToString());
+    Log("claims").critical("cannot name a claims job: {}", digest.error().ToString());
     std::abort();
   }
   return digest->substr(0, 16);

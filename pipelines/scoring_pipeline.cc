@@ -1,11 +1,10 @@
 #include "pipelines/scoring_pipeline.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <chrono>
 
 #include "common/bytes.h"
+#include "common/logging.h"
 #include "fraud/entity_state.h"
 
 namespace txscore::pipelines {
@@ -205,8 +204,9 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const 
   if (!report.device.empty()) outcome->devices.emplace_back(stage.name, report.device);
   for (const std::string& failed : report.failed_devices) {
     if (failed == report.device) continue;  // the last one tried: reported below as the stage's failure
-    spdlog::warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed, tx.request_id,
-                 report.device);
+    Log("pipeline")
+        .warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed, tx.request_id,
+              report.device);
   }
   switch (report.outcome) {
     case StageReport::Outcome::kDone:
@@ -218,7 +218,7 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const 
       break;
     case StageReport::Outcome::kFailed:
       // The decision stands without this stage; the operator sees why in the log.
-      spdlog::warn("stage {} failed for request {}: {}", stage.name, tx.request_id, report.detail);
+      Log("pipeline").warn("stage {} failed for request {}: {}", stage.name, tx.request_id, report.detail);
       [[fallthrough]];
     case StageReport::Outcome::kCutShort:
       outcome->degraded_stages.push_back({index, stage.name});
@@ -274,6 +274,15 @@ Status ScoringPipeline::Canary() const {
 }
 
 Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
+  std::optional<LogContext> log_context;
+  Result<ScoreOutcome> scored = ScoreAndLogAs(std::move(raw), &log_context);
+  if (!scored.ok() && scored.error().code != ErrorCode::kInvalidArgument) {
+    Log("pipeline").error("the request failed: {}", scored.error().ToString());
+  }
+  return scored;
+}
+
+Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, std::optional<LogContext>* log_context) {
   const SteadyClock::time_point arrival = clock_();
   ScoreOutcome outcome;
   StageClock clock(&outcome.timings);
@@ -286,6 +295,8 @@ Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
   if (!validated.ok()) return validated.error();
   fraud::Transaction& tx = validated.value();
   tx.card_token = card->token;
+  // From here on, this thread's log lines name the request (both ids are validated above).
+  log_context->emplace(tx.request_id, tx.traceparent.empty() ? "" : tx.traceparent.substr(3, 32));
   clock.Lap("validate", kValidateSlot);
 
   CardLockSet card_lock(ledger_->CardLocks(card->all()));

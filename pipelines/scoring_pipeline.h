@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/result.h"
 #include "fraud/card_token.h"
 #include "fraud/entity_state.h"
@@ -188,7 +189,8 @@ class ScoringPipeline {
 
   // Takes the transaction by value: its PAN and card verification code are wiped from
   // memory once tokenized. kInvalidArgument (with the field) for bad input, in which case
-  // nothing was written; kInternal / kDataLoss when storage or the model fails.
+  // nothing was written; kInternal / kDataLoss when storage or the model fails (logged here,
+  // with the request's ids once they are validated).
   Result<ScoreOutcome> Score(fraud::RawTransaction raw);
 
   const PipelineConfig& config() const { return config_; }
@@ -210,6 +212,9 @@ class ScoringPipeline {
   ScoringPipeline(PipelineConfig config, std::shared_ptr<ScoringLedger> ledger)
       : config_(std::move(config)), ledger_(std::move(ledger)) {}
 
+  // Score without the logging of failures; sets *log_context once the ids are validated, so
+  // that every line logged for the request from then on names it.
+  Result<ScoreOutcome> ScoreAndLogAs(fraud::RawTransaction raw, std::optional<LogContext>* log_context);
   // The card's tokens: from the PAN (validated, then wiped) under the keys of `tokenizer`, or
   // the caller's own token (refused when made under a retired key).
   Result<CardKeys> CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const;

@@ -16,6 +16,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(thrift_request_fuzz pipeline_yaml_fuzz safetensors_header_fuzz tokenizer_fuzz
                                      claims_rows_fuzz ubjson_check_fuzz)
 jobs=$(nproc 2>/dev/null || echo 2)
+. scripts/ccache-env.sh
 # -fno-sanitize=enum: Thrift stores values off the wire in C++ enums before anything checks them
 # (its protocol header's TType in readFieldBegin; the generated code's IDL enums, which
 # txscore's handler then validates), and UBSan reports that load on the first mutated byte. So

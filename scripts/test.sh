@@ -17,7 +17,9 @@ for family in qwen3 llama3 gemma3; do
   fi
 done
 (cd build && ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@")
-# The hot reload under load and the audit log's group commit again, built with ThreadSanitizer.
+# The whole suite again, built with AddressSanitizer and UndefinedBehaviorSanitizer.
+./scripts/asan.sh "$@"
+# The concurrency tests again, built with ThreadSanitizer.
 ./scripts/tsan.sh
 # libFuzzer on every target for about a minute each (FUZZ_SECONDS), with ASan and UBSan.
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}" ./scripts/fuzz.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The concurrency tests under ThreadSanitizer: the hot reload under load (service/
-# scoring_server.h) and the audit trail's group commit (storage/audit_log.h). Builds only what
-# those tests need (no libtorch code) with -fsanitize=thread
-# in build-tsan/, and fails on any race report. Run by scripts/test.sh; needs scripts/setup.sh.
+# scoring_server.h), the audit trail's group commit (storage/audit_log.h), the pipeline's
+# executor with concurrent requests and its LLM stage's dynamic batcher (pipelines/), and the
+# server's claims job manager (service/claims_jobs.h). Builds only what those tests need (no
+# libtorch code) with -fsanitize=thread in build-tsan/, and fails on any race report. Run by
+# scripts/test.sh; needs scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -11,7 +13,9 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$f
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
 # GCC warns about every atomic_thread_fence in Boost.Asio under TSan: the log is kept, and
 # shown only when the build fails.
-if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test storage_test >build-tsan/build.log 2>&1; then
+. scripts/ccache-env.sh
+if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test storage_test pipelines_test integration_test \
+    >build-tsan/build.log 2>&1; then
   tail -50 build-tsan/build.log
   echo "tsan: the ThreadSanitizer build failed (full log: build-tsan/build.log)" >&2
   exit 1
@@ -23,4 +27,9 @@ OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppress
   ./build-tsan/tests/hot_reload_test --gtest_filter='HotReloadTest.*'
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/storage_test --gtest_filter='AuditLog.*'
-echo "tsan: hot_reload_test and the audit log's tests are clean under ThreadSanitizer"
+OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+  ./build-tsan/tests/pipelines_test \
+  --gtest_filter='DynamicBatcher.*:ScoringPipelineTest.*:ForensicPipelineTest.*:PipelineGraphTest.*:ClaimsJobTest.*'
+OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*'
+echo "tsan: the hot reload, the audit log, the executor, the batcher and the job manager are clean under ThreadSanitizer"

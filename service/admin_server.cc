@@ -1,7 +1,6 @@
 #include "service/admin_server.h"
 
 #include <openssl/ssl.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
@@ -12,10 +11,13 @@
 #include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "common/logging.h"
 
 namespace txscore::service {
 namespace {
@@ -24,9 +26,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-
-constexpr auto kIdleTimeout = std::chrono::seconds(30);
-constexpr size_t kMaxRequestBodyBytes = 8 * 1024;
 
 using Routes = std::map<std::string, AdminRoute>;
 
@@ -38,34 +37,49 @@ struct Routing {
   const AdminRoute* denied = nullptr;  // the route, when the refusal is operators_only's
 };
 
+// Why `path` cannot name a route ("" when it can): only an absolute path without "." or ".."
+// segments. Routes match exactly, so nothing else could reach one; a plain refusal tells a
+// confused client (or a scanner) so instead of a misleading 404.
+std::string UnroutablePath(const std::string& path) {
+  if (path.empty() || path[0] != '/') return "the request target must be an absolute path (starting with /)";
+  for (size_t start = 1; start <= path.size();) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string_view segment(path.data() + start, end - start);
+    if (segment == "." || segment == "..") return "the request target must not have . or .. segments";
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string JsonError(const std::string& message) { return nlohmann::json{{"error", message}}.dump() + "\n"; }
+
 Routing Route(const http::request<http::string_body>& request, const Routes& routes, const Caller& caller) {
   std::string target(request.target());
   const std::string path = target.substr(0, target.find('?'));
   Routing routing;
   HttpResponse& answer = routing.refusal;
-  if (auto it = routes.find(path); it != routes.end()) {
+  if (const std::string why = UnroutablePath(path); !why.empty()) {
+    answer = {400, "application/json", JsonError(why)};
+  } else if (auto it = routes.find(path); it != routes.end()) {
     const AdminRoute& route = it->second;
     const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
     const bool post = request.method() == http::verb::post;
     if (route.post ? !post : !get) {
-      answer = {405, "application/json",
-                std::string("{\"error\": \"") + (route.post ? "use POST" : "use GET or HEAD") + "\"}\n"};
+      answer = {405, "application/json", JsonError(route.post ? "use POST" : "use GET or HEAD")};
     } else if (route.operators_only && !caller.is_operator) {
       routing.denied = &route;
       answer = {403, "application/json",
-                caller.identity.empty()
-                    ? "{\"error\": \"over plaintext, only local callers may do this\"}\n"
-                    : "{\"error\": \"" + caller.identity +
-                          " is not an operator (security.tls.operators); only operators may do this\"}\n"};
+                JsonError(caller.identity.empty()
+                              ? "over plaintext, only local callers may do this"
+                              : caller.identity +
+                                    " is not an operator (security.tls.operators); only operators may do this")};
     } else {
       routing.route = &route;
     }
   } else {
-    answer = {404, "application/json", "{\"error\": \"no such path\", \"paths\": [" + [&] {
-                std::string list;
-                for (const auto& [p, h] : routes) list += (list.empty() ? "\"" : ", \"") + p + "\"";
-                return list;
-              }() + "]}\n"};
+    nlohmann::json paths = nlohmann::json::array();
+    for (const auto& [known, route] : routes) paths.push_back(known);
+    answer = {404, "application/json", nlohmann::json{{"error", "no such path"}, {"paths", paths}}.dump() + "\n"};
   }
   return routing;
 }
@@ -122,6 +136,11 @@ class SlowHandlers {
 // What admin sessions share: routes, slow-handler threads, the TLS in force and its refusals.
 struct AdminShared {
   Routes routes;
+  AdminLimits limits;
+  std::atomic<uint64_t> bad_requests{0};
+  std::atomic<uint64_t> connections_refused{0};
+  // Sessions may outlive this struct as the io_context is torn down: they share the count.
+  std::shared_ptr<std::atomic<int>> connections_open = std::make_shared<std::atomic<int>>(0);
   SlowHandlers slow;
   bool tls_enabled = false;
   std::mutex tls_mutex;
@@ -132,13 +151,17 @@ struct AdminShared {
 
   void Refuse(const Admission& refusal, const std::string& address) {
     refusals.Add(refusal.refusal);
-    // At most one warning every 10 s: a flood of bad clients must not flood the log.
+    if (MayWarn()) {
+      Log("admin").warn("refused a TLS client from {}: {} ({})", address, TlsRefusalName(refusal.refusal),
+                        refusal.detail);
+    }
+  }
+  // At most one warning every 10 s: a flood of bad clients must not flood the log.
+  bool MayWarn() {
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
     int64_t last = last_warning_ns.load();
-    if (last != 0 && now - last < std::chrono::nanoseconds(std::chrono::seconds(10)).count()) return;
-    if (!last_warning_ns.compare_exchange_strong(last, now)) return;
-    spdlog::warn("admin: refused a TLS client from {}: {} ({})", address, TlsRefusalName(refusal.refusal),
-                 refusal.detail);
+    if (last != 0 && now - last < std::chrono::nanoseconds(std::chrono::seconds(10)).count()) return false;
+    return last_warning_ns.compare_exchange_strong(last, now);
   }
 };
 
@@ -150,7 +173,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
   Session(Stream stream, AdminShared* shared, std::shared_ptr<const TlsServerContext> tls)
-      : stream_(std::move(stream)), shared_(shared), tls_(std::move(tls)) {}
+      : stream_(std::move(stream)), shared_(shared), tls_(std::move(tls)), open_(shared->connections_open) {
+    open_->fetch_add(1);
+  }
+  ~Session() { open_->fetch_sub(1); }
 
   void Start() {
     beast::error_code ec;
@@ -198,13 +224,27 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void Read() {
     parser_.emplace();
-    parser_->body_limit(kMaxRequestBodyBytes);
-    beast::get_lowest_layer(stream_).expires_after(kIdleTimeout);
+    parser_->header_limit(static_cast<uint32_t>(shared_->limits.max_header_bytes));
+    parser_->body_limit(shared_->limits.max_body_bytes);
+    beast::get_lowest_layer(stream_).expires_after(shared_->limits.request_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
   void OnRead(beast::error_code ec) {
-    if (ec) return Shutdown();
+    if (ec == http::error::header_limit) {
+      return Refuse(
+          431, "the request line and headers are over " + std::to_string(shared_->limits.max_header_bytes) + " bytes");
+    }
+    if (ec == http::error::body_limit) {
+      return Refuse(413, "the body is over " + std::to_string(shared_->limits.max_body_bytes) + " bytes");
+    }
+    // The client closed (between requests or in the middle of one), the request deadline
+    // passed (the stream is closed already), or the socket failed: nothing to answer.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+        (ec && ec.category() != http::make_error_code(http::error::bad_method).category())) {
+      return Shutdown();
+    }
+    if (ec) return Refuse(400, "malformed HTTP request: " + ec.message());
     if constexpr (kTls) {
       // Admitted again under the certificates and lists in force now: a reload that took the
       // identity off a list (or off operators) applies to an open connection's next request.
@@ -237,12 +277,44 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
   void Write(HttpResponse answer) {
     response_ = std::make_shared<http::response<http::string_body>>(Respond(parser_->get(), std::move(answer)));
-    beast::get_lowest_layer(stream_).expires_after(kIdleTimeout);
+    beast::get_lowest_layer(stream_).expires_after(shared_->limits.request_timeout);
     http::async_write(stream_, *response_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
       if (ec || !self->response_->keep_alive()) return self->Shutdown();
       self->Read();
     });
   }
+  // Answers a request that could not be read whole (malformed, over a limit) and closes.
+  void Refuse(int status, const std::string& why) {
+    shared_->bad_requests.fetch_add(1);
+    if (shared_->MayWarn()) Log("admin").warn("answered {} to {}: {}", status, caller_.address, why);
+    response_ = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+    response_->set(http::field::server, "txscore");
+    response_->set(http::field::content_type, "application/json");
+    response_->keep_alive(false);
+    response_->body() = JsonError(why);
+    response_->prepare_payload();
+    beast::get_lowest_layer(stream_).expires_after(shared_->limits.request_timeout);
+    http::async_write(stream_, *response_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return;  // the connection closes as the session is freed
+      if constexpr (kTls) {
+        self->Shutdown();
+      } else {
+        // The rest of the request may still be arriving: closing now, with it unread, would
+        // reset the connection and could destroy the answer before the client reads it. So
+        // send a FIN and read and drop what comes, for at most a second (a lingering close).
+        beast::error_code ignored;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        beast::get_lowest_layer(self->stream_).expires_after(std::chrono::seconds(1));
+        self->DiscardUntilClosed();
+      }
+    });
+  }
+  void DiscardUntilClosed() {
+    stream_.async_read_some(asio::buffer(discard_), [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      if (!ec) self->DiscardUntilClosed();
+    });
+  }
+
   void Shutdown() {
     beast::error_code ec;
     if constexpr (kTls) {
@@ -261,6 +333,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<http::response<http::string_body>> response_;
+  std::shared_ptr<std::atomic<int>> open_;  // AdminShared::connections_open
+  char discard_[4096];                      // what a refused request still sends
 };
 
 }  // namespace
@@ -274,7 +348,14 @@ struct AdminServer::Impl {
   void Accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec && !shared.tls_enabled) {
+      if (!ec && shared.connections_open->load() >= shared.limits.max_connections) {
+        shared.connections_refused.fetch_add(1);
+        if (shared.MayWarn()) {
+          Log("admin").warn("{} connections are open (the most allowed); closed a new one",
+                            shared.limits.max_connections);
+        }
+        socket.close(ec);
+      } else if (!ec && !shared.tls_enabled) {
         std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), &shared, nullptr)->Start();
       } else if (!ec) {
         std::shared_ptr<const TlsServerContext> tls;
@@ -307,9 +388,11 @@ AdminServer::AdminServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<AdminServer>> AdminServer::Create(const AdminConfig& config,
                                                          std::map<std::string, AdminRoute> routes,
-                                                         std::shared_ptr<const TlsServerContext> tls) {
+                                                         std::shared_ptr<const TlsServerContext> tls,
+                                                         const AdminLimits& limits) {
   auto impl = std::make_unique<Impl>();
   impl->shared.routes = std::move(routes);
+  impl->shared.limits = limits;
   impl->shared.tls_enabled = tls != nullptr;
   if (tls != nullptr) impl->SetTls(std::move(tls));
   beast::error_code ec;
@@ -351,5 +434,8 @@ void AdminServer::SetTls(std::shared_ptr<const TlsServerContext> tls) {
 bool AdminServer::uses_tls() const { return impl_->shared.tls_enabled; }
 
 uint64_t AdminServer::tls_refusals(TlsRefusal refusal) const { return impl_->shared.refusals.Get(refusal); }
+uint64_t AdminServer::bad_requests() const { return impl_->shared.bad_requests.load(); }
+uint64_t AdminServer::connections_refused() const { return impl_->shared.connections_refused.load(); }
+int AdminServer::connections_open() const { return impl_->shared.connections_open->load(); }
 
 }  // namespace txscore::service

@@ -1,7 +1,8 @@
 // The HTTP admin port (Boost.Beast): /healthz, /readyz, /metrics and whatever else the
 // caller routes. A route answers GET (and HEAD) or POST; another method gets 405, an unknown
-// path 404, both with a JSON body. One I/O thread runs the quick handlers; a slow one (a
-// reload) runs on a thread of its own, so the port keeps answering probes meanwhile.
+// path 404, a target that is not an absolute path or has "." or ".." segments 400, all with
+// a JSON body. Requests over AdminLimits are refused (431, 413; a trickler is disconnected). One I/O thread runs the
+// quick handlers; a slow one (a reload) runs on a thread of its own, so the port keeps answering probes meanwhile.
 // Handlers must be thread-safe.
 //
 // HTTPS (a TlsServerContext given to Create): Beast over OpenSSL; the client's certificate must
@@ -10,6 +11,7 @@
 // who is not an operator.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -50,6 +52,21 @@ struct AdminRoute {
   std::function<void(const Caller& caller)> on_denied;
 };
 
+// What one client may hold of the admin port. Each refusal closes the connection; the port
+// goes on serving everyone else.
+struct AdminLimits {
+  // Default: 8 KiB of request line and headers; more is answered 431 and the connection closed.
+  size_t max_header_bytes = 8 * 1024;
+  // Default: 8 KiB of body (the routes take none or a small JSON object); a longer body, or a
+  // Content-Length announcing one, is answered 413 and the connection closed.
+  size_t max_body_bytes = 8 * 1024;
+  // Default: 30 s. A request must arrive whole within this of the previous answer (or of the
+  // connection opening); a client that trickles or idles longer is disconnected.
+  std::chrono::milliseconds request_timeout{30000};
+  // Default: 256 connections open at once; one more is closed as soon as it is accepted.
+  int max_connections = 256;
+};
+
 class AdminServer {
  public:
   using Handler = AdminHandler;
@@ -58,7 +75,8 @@ class AdminServer {
   // `tls`: null serves plaintext HTTP.
   static Result<std::unique_ptr<AdminServer>> Create(const AdminConfig& config,
                                                      std::map<std::string, AdminRoute> routes,
-                                                     std::shared_ptr<const TlsServerContext> tls = nullptr);
+                                                     std::shared_ptr<const TlsServerContext> tls = nullptr,
+                                                     const AdminLimits& limits = {});
   ~AdminServer();  // stops if still running
 
   int port() const;
@@ -72,6 +90,11 @@ class AdminServer {
   bool uses_tls() const;
   // Clients refused during or after the TLS handshake, by reason.
   uint64_t tls_refusals(TlsRefusal refusal) const;
+  // Requests that could not be read whole (malformed: 400; over AdminLimits: 413, 431), and
+  // connections closed at once because max_connections were open.
+  uint64_t bad_requests() const;
+  uint64_t connections_refused() const;
+  int connections_open() const;
 
  private:
   struct Impl;

@@ -1,11 +1,10 @@
 #include "service/claims_jobs.h"
 
-#include <spdlog/spdlog.h>
-
 #include <filesystem>
 #include <fstream>
 
 #include "common/durable_file.h"
+#include "common/logging.h"
 #include "common/thread_priority.h"
 #include "fraud/pan_scan.h"
 #include "pipelines/claims_job.h"
@@ -61,9 +60,9 @@ txscore::Status ClaimsJobManager::ResumeInterruptedJobs() {
         Enqueue(record.input, IsInlineInput(record.input, options_.config.output_dir), record.restart);
     if (!queued.ok()) return queued.error();
     if (record.state == pipelines::ClaimsJobState::kQueued) {
-      spdlog::info("claims job {} was queued when the server stopped; queued again", id);
+      Log("claims").info("claims job {} was queued when the server stopped; queued again", id);
     } else {
-      spdlog::info(
+      Log("claims").info(
           "claims job {} was {} at {} of {} rows; resuming it", id,
           record.state == pipelines::ClaimsJobState::kRunning ? "stopped by a crash" : "interrupted by a server stop",
           record.done, record.total);
@@ -265,7 +264,7 @@ void ClaimsJobManager::SetFinished(ClaimsJobView* view) const {
 void ClaimsJobManager::Work() {
   if (options_.config.priority == JobsConfig::Priority::kIdle) {
     if (txscore::Status lowered = LowerThisThreadPriority(); !lowered.ok()) {
-      spdlog::warn("claims jobs run at normal priority: {}", lowered.error().message);
+      Log("claims").warn("claims jobs run at normal priority: {}", lowered.error().message);
     }
   }
   while (true) {
@@ -295,14 +294,14 @@ void ClaimsJobManager::Work() {
       job->view.llm_selected = p.llm_selected;
       job->view.llm_shortfalls = p.llm_shortfalls;
     };
-    spdlog::info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
+    Log("claims").info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
     // Inline claims are personal data kept only for the job: gone once it is done or failed.
     if (job->inline_input && (!summary.ok() || summary->state == pipelines::ClaimsJobState::kDone)) {
       std::error_code removed;
       if (!fs::remove(job->input, removed) && removed) {
-        spdlog::warn("claims job {}: cannot remove its inline input {}: {}", job->view.job_id, job->input,
-                     removed.message());
+        Log("claims").warn("claims job {}: cannot remove its inline input {}: {}", job->view.job_id, job->input,
+                           removed.message());
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -321,7 +320,7 @@ void ClaimsJobManager::Work() {
               *db_, job->input, fs::absolute(job->view.output_path, ec).lexically_normal().string(),
               pipelines::ClaimsJobState::kFailed, job->view.detail);
           !saved.ok()) {
-        spdlog::error("claims job {}: cannot record its failure: {}", job->view.job_id, saved.error().ToString());
+        Log("claims").error("claims job {}: cannot record its failure: {}", job->view.job_id, saved.error().ToString());
       }
       // The progress it keeps for a resume (this run may have failed before reporting any).
       if (Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, job->view.job_id);
@@ -330,7 +329,7 @@ void ClaimsJobManager::Work() {
         job->view.total = (*record)->total;
         job->view.errors = (*record)->errors;
       }
-      spdlog::warn("claims job {} failed: {}", job->view.job_id, summary.error().ToString());
+      Log("claims").warn("claims job {} failed: {}", job->view.job_id, summary.error().ToString());
       continue;
     }
     job->view.done = summary->done;
@@ -348,8 +347,8 @@ void ClaimsJobManager::Work() {
       job->view.state = JobState::kCancelled;
       job->view.detail = "stopped after " + std::to_string(summary->done) + " rows; submit it again to resume";
     }
-    spdlog::info("claims job {} {}: {} of {} rows", job->view.job_id, pipelines::ClaimsJobStateName(summary->state),
-                 summary->done, summary->total);
+    Log("claims").info("claims job {} {}: {} of {} rows", job->view.job_id,
+                       pipelines::ClaimsJobStateName(summary->state), summary->done, summary->total);
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <thrift/TApplicationException.h>
@@ -27,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/logging.h"
 #include "fraud/card_token.h"
 #include "gen-cpp/TxScore.h"
 
@@ -36,7 +36,6 @@ namespace asio = boost::asio;
 using apache::thrift::TApplicationException;
 using apache::thrift::TConfiguration;
 using apache::thrift::protocol::TBinaryProtocol;
-using apache::thrift::protocol::TBinaryProtocolFactory;
 using apache::thrift::transport::TMemoryBuffer;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
@@ -60,8 +59,8 @@ class RateLimitedWarning {
     if (last != 0 && now - last < period) return;
     if (!last_.compare_exchange_strong(last, now)) return;
     const uint64_t count = suppressed_.exchange(0);
-    spdlog::warn("{} ({} such event(s) since the last warning)", fmt::format(format, std::forward<Args>(args)...),
-                 count);
+    Log("thrift").warn("{} ({} such event(s) since the last warning)", fmt::format(format, std::forward<Args>(args)...),
+                       count);
   }
 
  private:
@@ -84,7 +83,7 @@ int FitConnectionsToDescriptorLimit(int connections) {
   }
   if (limit.rlim_cur >= wanted) return connections;
   const int fit = limit.rlim_cur > kReserve ? static_cast<int>(limit.rlim_cur - kReserve) : 1;
-  spdlog::warn(
+  Log("thrift").warn(
       "server.max_connections {} needs {} file descriptors but the limit is {} (ulimit -n); "
       "accepting at most {} connections. Raise the limit to serve more.",
       connections, wanted, limit.rlim_cur, fit);
@@ -106,6 +105,69 @@ std::vector<uint8_t> FramedReply(TMemoryBuffer& out) {
   return std::vector<uint8_t>(bytes, bytes + length);
 }
 
+// TBinaryProtocol that refuses a list, set or map declaring more items than the rest of the
+// frame could hold, before the generated code allocates them. Thrift's own check counts a
+// struct item as 0 bytes, so on its own a list of a million Transactions declared in 30 bytes
+// passed it and cost 400 MB (tests/service/rpc_server_test.cc); here every item needs at
+// least the bytes of its smallest encoding (a struct: its stop byte).
+class FrameBoundedProtocol : public apache::thrift::protocol::TVirtualProtocol<FrameBoundedProtocol, TBinaryProtocol> {
+ public:
+  using TType = apache::thrift::protocol::TType;
+  FrameBoundedProtocol(std::shared_ptr<TMemoryBuffer> frame, const ThriftLimits& limits)
+      : TVirtualProtocol(frame), frame_(frame.get()) {
+    setStringSizeLimit(static_cast<int32_t>(limits.max_string_bytes));
+    setContainerSizeLimit(static_cast<int32_t>(limits.max_container_items));
+    setStrict(/*strict_read=*/true, /*strict_write=*/true);
+  }
+  uint32_t readListBegin(TType& item, uint32_t& size) {
+    const uint32_t read = TBinaryProtocol::readListBegin(item, size);
+    RefuseIfLongerThanTheFrame(size, SmallestEncoding(item));
+    return read;
+  }
+  uint32_t readSetBegin(TType& item, uint32_t& size) {
+    const uint32_t read = TBinaryProtocol::readSetBegin(item, size);
+    RefuseIfLongerThanTheFrame(size, SmallestEncoding(item));
+    return read;
+  }
+  uint32_t readMapBegin(TType& key, TType& value, uint32_t& size) {
+    const uint32_t read = TBinaryProtocol::readMapBegin(key, value, size);
+    RefuseIfLongerThanTheFrame(size, SmallestEncoding(key) + SmallestEncoding(value));
+    return read;
+  }
+
+ private:
+  static uint64_t SmallestEncoding(TType type) {
+    using namespace apache::thrift::protocol;
+    switch (type) {
+      case T_I16:
+        return 2;
+      case T_I32:
+        return 4;
+      case T_I64:
+      case T_DOUBLE:
+        return 8;
+      case T_STRING:
+        return 4;  // its length
+      case T_LIST:
+      case T_SET:
+        return 5;  // item type and count
+      case T_MAP:
+        return 6;  // key and value types, count
+      default:
+        return 1;  // bool, byte, struct (its stop byte)
+    }
+  }
+  void RefuseIfLongerThanTheFrame(uint32_t items, uint64_t bytes_each) {
+    if (uint64_t{items} * bytes_each > frame_->available_read()) {
+      throw apache::thrift::protocol::TProtocolException(apache::thrift::protocol::TProtocolException::SIZE_LIMIT,
+                                                         "a container declares " + std::to_string(items) +
+                                                             " items; the rest of the frame holds " +
+                                                             std::to_string(frame_->available_read()) + " bytes");
+    }
+  }
+  TMemoryBuffer* frame_;
+};
+
 }  // namespace
 
 struct ThriftFrameReader::Impl {
@@ -113,10 +175,17 @@ struct ThriftFrameReader::Impl {
       : thrift_config(std::make_shared<TConfiguration>(static_cast<int>(limits.max_message_bytes),
                                                        static_cast<int>(limits.max_frame_bytes),
                                                        limits.max_recursion_depth)),
-        protocols(static_cast<int32_t>(limits.max_string_bytes), static_cast<int32_t>(limits.max_container_items),
-                  /*strict_read=*/true, /*strict_write=*/true) {}
+        limits(limits) {}
+  // A protocol reading `size` bytes at `frame` (not copied; the caller keeps it alive).
+  std::shared_ptr<FrameBoundedProtocol> Reader(const uint8_t* frame, size_t size) const {
+    auto in = std::make_shared<TMemoryBuffer>(const_cast<uint8_t*>(frame), static_cast<uint32_t>(size),
+                                              TMemoryBuffer::OBSERVE, thrift_config);
+    // The message is this frame (Thrift's string checks count what is left of it).
+    in->updateKnownMessageSize(static_cast<long>(size));
+    return std::make_shared<FrameBoundedProtocol>(std::move(in), limits);
+  }
   std::shared_ptr<TConfiguration> thrift_config;
-  mutable TBinaryProtocolFactory protocols;
+  const ThriftLimits limits;
 };
 
 ThriftFrameReader::ThriftFrameReader(const ThriftLimits& limits) : impl_(std::make_unique<Impl>(limits)) {}
@@ -124,28 +193,24 @@ ThriftFrameReader::~ThriftFrameReader() = default;
 
 std::vector<uint8_t> ThriftFrameReader::Process(apache::thrift::TProcessor& processor, const uint8_t* frame,
                                                 size_t size, bool* keep_open) const {
-  auto in = std::make_shared<TMemoryBuffer>(const_cast<uint8_t*>(frame), static_cast<uint32_t>(size),
-                                            TMemoryBuffer::OBSERVE, impl_->thrift_config);
   auto out = std::make_shared<TMemoryBuffer>(impl_->thrift_config);
   uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in by FramedReply
   out->write(placeholder, sizeof placeholder);
-  *keep_open = processor.process(impl_->protocols.getProtocol(in), impl_->protocols.getProtocol(out), nullptr);
+  *keep_open = processor.process(impl_->Reader(frame, size), std::make_shared<TBinaryProtocol>(out), nullptr);
   return FramedReply(*out);
 }
 
 std::vector<uint8_t> ThriftFrameReader::ErrorReply(const uint8_t* frame, size_t size,
                                                    const std::string& message) const {
   try {
-    auto in = std::make_shared<TMemoryBuffer>(const_cast<uint8_t*>(frame), static_cast<uint32_t>(size),
-                                              TMemoryBuffer::OBSERVE, impl_->thrift_config);
     std::string method;
     apache::thrift::protocol::TMessageType type;
     int32_t sequence_id = 0;
-    impl_->protocols.getProtocol(in)->readMessageBegin(method, type, sequence_id);
+    impl_->Reader(frame, size)->readMessageBegin(method, type, sequence_id);
     auto out = std::make_shared<TMemoryBuffer>();
     uint8_t placeholder[4] = {0, 0, 0, 0};
     out->write(placeholder, sizeof placeholder);
-    auto protocol = impl_->protocols.getProtocol(out);
+    auto protocol = std::make_shared<TBinaryProtocol>(out);
     protocol->writeMessageBegin(method, apache::thrift::protocol::T_EXCEPTION, sequence_id);
     TApplicationException(TApplicationException::INTERNAL_ERROR, message).write(protocol.get());
     protocol->writeMessageEnd();
@@ -286,7 +351,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->tls_ = self->shared_->CurrentTls();
       self->ssl_ = self->tls_->NewConnection();
       if (self->ssl_ == nullptr || SSL_set_fd(self->ssl_, self->socket_.native_handle()) != 1) {
-        spdlog::error("thrift: cannot start TLS on a connection from {} (out of memory?)", self->address_);
+        Log("thrift").error("cannot start TLS on a connection from {} (out of memory?)", self->address_);
         self->Close();
         return;
       }
@@ -369,7 +434,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       } else if (self->phase_ == Phase::kReading || self->phase_ == Phase::kWriting) {
         self->shared_->counters.frame_timeouts.fetch_add(1);
         self->shared_->timeout_warning.Warn(
-            "thrift: closed a connection that took over {} ms to {} a frame "
+            "closed a connection that took over {} ms to {} a frame "
             "(server.frame_timeout_ms)",
             self->shared_->config.frame_timeout_ms, self->phase_ == Phase::kReading ? "send" : "read");
       } else {
@@ -501,8 +566,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void RefuseTls(const Admission& refusal) {
     shared_->tls_refusals.Add(refusal.refusal);
-    shared_->tls_warning.Warn("thrift: refused a TLS client from {}: {} ({})", address_,
-                              TlsRefusalName(refusal.refusal), refusal.detail);
+    shared_->tls_warning.Warn("refused a TLS client from {}: {} ({})", address_, TlsRefusalName(refusal.refusal),
+                              refusal.detail);
     Close();
   }
 
@@ -536,7 +601,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const Admission admission = current->Admit(ssl_, TlsPort::kThrift, address_);
     if (!admission.admitted) {
       shared_->tls_refusals.Add(admission.refusal);
-      shared_->tls_warning.Warn("thrift: closed a connection from {} after a reload: {} ({})", address_,
+      shared_->tls_warning.Warn("closed a connection from {} after a reload: {} ({})", address_,
                                 TlsRefusalName(admission.refusal), admission.detail);
       return false;
     }
@@ -593,7 +658,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         (int64_t{header_[0]} << 24) | (int64_t{header_[1]} << 16) | (int64_t{header_[2]} << 8) | int64_t{header_[3]};
     if (size <= 0 || size > shared_->max_frame_bytes) {
       shared_->counters.protocol_errors.fetch_add(1);
-      shared_->protocol_warning.Warn("thrift: closed a connection that announced a frame of {} bytes (limit {})", size,
+      shared_->protocol_warning.Warn("closed a connection that announced a frame of {} bytes (limit {})", size,
                                      shared_->max_frame_bytes);
       return Close();
     }
@@ -640,7 +705,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       } catch (const std::exception& e) {
         // Over a limit, malformed or truncated: Thrift threw while reading the message.
         shared_->counters.protocol_errors.fetch_add(1);
-        shared_->protocol_warning.Warn("thrift: closed a connection after a bad message: {}", e.what());
+        shared_->protocol_warning.Warn("closed a connection after a bad message: {}", e.what());
         keep_open = false;
       }
     }
@@ -656,7 +721,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } catch (const std::exception& e) {
       // Out of memory or a socket error thrown by Asio: this connection ends, the slot that
       // ran it is given back by the caller, the server goes on.
-      spdlog::error("thrift: closing a connection after an error: {}", e.what());
+      Log("thrift").error("closing a connection after an error: {}", e.what());
       Close();
     }
   }
@@ -666,7 +731,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::lock_guard<std::mutex> lock(mutex_);
     shared_->counters.shed.fetch_add(1);
     shared_->shed_warning.Warn(
-        "thrift: {} requests wait for a worker (server.max_queued_requests); answering "
+        "{} requests wait for a worker (server.max_queued_requests); answering "
         "'overloaded'",
         shared_->config.max_queued_requests);
     std::vector<uint8_t> reply = OverloadedReply();
@@ -880,7 +945,7 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     if (ec == asio::error::operation_aborted || !shared->acceptor.is_open()) return;  // stopping
     if (ec) {
       // Out of descriptors (EMFILE) or a transient network error: pause instead of spinning.
-      shared->refused_warning.Warn("thrift: accept failed: {}; retrying in 100 ms", ec.message());
+      shared->refused_warning.Warn("accept failed: {}; retrying in 100 ms", ec.message());
       return RetryAcceptSoon(shared);
     }
     shared->counters.accepted.fetch_add(1);
@@ -916,7 +981,7 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     }
     if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
       shared->counters.refused.fetch_add(1);
-      shared->refused_warning.Warn("thrift: refused a connection: {} are open (server.max_connections)", open);
+      shared->refused_warning.Warn("refused a connection: {} are open (server.max_connections)", open);
       boost::system::error_code ignored;
       socket.close(ignored);
     } else {
@@ -937,7 +1002,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& conf
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
                                                      std::shared_ptr<const TlsServerContext> tls) {
   // Thrift reports trouble through GlobalOutput (stderr by default); send it to our log.
-  apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { spdlog::warn("thrift: {}", message); });
+  apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { Log("thrift").warn("{}", message); });
   auto shared = std::make_shared<Shared>(config, std::move(handlers), std::move(tls));
   shared->max_connections = FitConnectionsToDescriptorLimit(config.max_connections);
   shared->max_frame_bytes = std::min(config.limits.max_frame_bytes, config.limits.max_message_bytes);
@@ -977,7 +1042,7 @@ void RpcServer::Serve() {
         shared_->io.run();
         return;
       } catch (const std::exception& e) {
-        spdlog::error("Thrift I/O thread: {}", e.what());  // a handler threw: keep serving
+        Log("thrift").error("I/O thread: {}", e.what());  // a handler threw: keep serving
       }
     }
   };
@@ -1018,8 +1083,8 @@ void RpcServer::Stop() {
     std::unique_lock<std::mutex> lock(shared_->connections_mutex);
     const auto drain_timeout = std::chrono::milliseconds(shared_->config.drain_timeout_ms);
     if (!shared_->connections_closed.wait_for(lock, drain_timeout, [this] { return shared_->connections.empty(); })) {
-      spdlog::warn(
-          "thrift: {} connection(s) still open {} ms after stop was asked (server.drain_timeout_ms); "
+      Log("thrift").warn(
+          "{} connection(s) still open {} ms after stop was asked (server.drain_timeout_ms); "
           "closing them",
           shared_->connections.size(), shared_->config.drain_timeout_ms);
     }

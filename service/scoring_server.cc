@@ -1,11 +1,10 @@
 #include "service/scoring_server.h"
 
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/logging.h"
 #include "common/sha256.h"
 
 namespace txscore::service {
@@ -39,14 +38,14 @@ Result<std::shared_ptr<const TlsServerContext>> LoadTls(const ServiceSettings& s
 
 void WarnAboutPlaintext(const ServiceSettings& settings) {
   if (settings.server.plaintext) {
-    spdlog::warn(
+    Log("server").warn(
         "server.plaintext is true: the Thrift port {}:{} serves without TLS. Card numbers cross the network in clear "
         "and callers are not authenticated (any of them may submit and cancel claims jobs). Use this on a trusted "
         "network or for tests only.",
         settings.server.host, settings.server.port);
   }
   if (settings.admin.plaintext) {
-    spdlog::warn(
+    Log("server").warn(
         "admin.plaintext is true: the admin port {}:{} serves plain HTTP with no caller identity; only loopback "
         "callers may reload.",
         settings.admin.host, settings.admin.port);
@@ -235,6 +234,14 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
                                            [admin_server, refusal] { return admin_server->tls_refusals(refusal); });
     }
   }
+  server->registry_.AddCounterFunction(
+      "txscore_admin_bad_requests_total",
+      "Admin requests answered 400, 413 or 431 and closed: malformed, or headers or body over the limits.", {},
+      [admin_server] { return admin_server->bad_requests(); });
+  server->registry_.AddCounterFunction(
+      "txscore_admin_connections_refused_total",
+      "Admin connections closed as soon as accepted: the most allowed (256) were open.", {},
+      [admin_server] { return admin_server->connections_refused(); });
 
   return server;
 }
@@ -316,14 +323,15 @@ void ScoringServer::Stop() {
   if (rpc_thread_.joinable()) {
     if (stop_delay_ms_ > 0) {
       // Readiness is off: a load balancer polling /readyz moves its traffic away meanwhile.
-      spdlog::info("stopping: readiness is off; serving {} ms more (server.stop_delay_ms) before the listener closes",
-                   stop_delay_ms_);
+      Log("server").info(
+          "stopping: readiness is off; serving {} ms more (server.stop_delay_ms) before the listener closes",
+          stop_delay_ms_);
       std::this_thread::sleep_for(std::chrono::milliseconds(stop_delay_ms_));
     }
     const auto drain_start = std::chrono::steady_clock::now();
     rpc_->Stop();
     rpc_thread_.join();
-    spdlog::info(
+    Log("server").info(
         "stopping: the Thrift listener closed and its connections drained in {} ms",
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - drain_start).count());
   }
@@ -335,7 +343,7 @@ void ScoringServer::Stop() {
     // Nothing writes any more: sign the trail's end, so the next start links a clean shutdown.
     Status audit_closed = ledger_ ? audit_log().Close() : Status::Ok();
     if (!audit_closed.ok()) {
-      spdlog::error("audit: cannot write the shutdown checkpoint: {}", audit_closed.error().ToString());
+      Log("audit").error("cannot write the shutdown checkpoint: {}", audit_closed.error().ToString());
     }
     stop_status_ = db_->Close();
     if (stop_status_.ok()) stop_status_ = audit_closed;  // every write has returned: close RocksDB, and say how it went
@@ -367,17 +375,17 @@ std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
 }
 
 void ScoringServer::RecordAction(const storage::AuditAction& action) {
-  spdlog::info("operator action: {} by {} on {}: {}{}{}", action.action, action.caller, action.target, action.outcome,
-               action.detail.empty() ? "" : ": ", action.detail);
+  Log("admin").info("operator action: {} by {} on {}: {}{}{}", action.action, action.caller, action.target,
+                    action.outcome, action.detail.empty() ? "" : ": ", action.detail);
   // The database is open from Create's end until Stop has stopped both ports.
   const Phase phase = phase_.load();
   if (phase != Phase::kServing && phase != Phase::kDraining) {
-    spdlog::error("audit: the {} by {} is not recorded: the database is not open yet", action.action, action.caller);
+    Log("audit").error("the {} by {} is not recorded: the database is not open yet", action.action, action.caller);
     return;
   }
   Status written = audit_log().CommitAction(action);
   if (!written.ok()) {
-    spdlog::error("audit: cannot record the {} by {}: {}", action.action, action.caller, written.error().ToString());
+    Log("audit").error("cannot record the {} by {}: {}", action.action, action.caller, written.error().ToString());
   }
 }
 
@@ -403,9 +411,9 @@ ScoringServer::ReloadOutcome ScoringServer::Reload(const std::string& trigger, c
   outcome.model_version = serving->model_version();
   (outcome.applied ? reloads_applied_ : reloads_refused_)->Increment();
   if (outcome.applied) {
-    spdlog::info("reload ({}): applied: {}", trigger, outcome.detail);
+    Log("reload").info("reload ({}): applied: {}", trigger, outcome.detail);
   } else {
-    spdlog::error("reload ({}): refused, the running pipeline keeps serving: {}", trigger, outcome.detail);
+    Log("reload").error("reload ({}): refused, the running pipeline keeps serving: {}", trigger, outcome.detail);
   }
   storage::AuditAction action;
   action.time_us = MicrosNow();

@@ -1,7 +1,5 @@
 #include "service/thrift_handler.h"
 
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 
 #include "service/transaction_json.h"
@@ -193,7 +191,6 @@ void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& tra
                            invalid ? ScoringMetrics::RequestOutcome::kInvalid : ScoringMetrics::RequestOutcome::kError,
                            SecondsSince(start));
     if (invalid) throw ToInvalidRequest(outcome.error());
-    spdlog::error("score {}: {}", transaction.request_id, outcome.error().ToString());
     throw ToServiceError(outcome.error());
   }
   metrics->RecordOutcome(*outcome);
@@ -219,8 +216,7 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
       any_invalid = true;
       item.__set_error(ToInvalidRequest(outcome.error()));
     } else {
-      any_error = true;
-      spdlog::error("scoreBatch item {}: {}", transaction.request_id, outcome.error().ToString());
+      any_error = true;  // logged by the pipeline
       item.__set_service_error(ToServiceError(outcome.error()));
     }
     results.push_back(std::move(item));

@@ -1,7 +1,5 @@
 #include "storage/audit_log.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +7,7 @@
 
 #include "common/bytes.h"
 #include "common/json_forms.h"
+#include "common/logging.h"
 #include "common/sha256.h"
 
 namespace txscore::storage {
@@ -176,8 +175,8 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
             "`txscore audit verify` on the database before writing to it");
       }
       previous = "legacy";
-      spdlog::warn(
-          "audit: the trail's records carry no chain fields (written before the chain); the chain starts "
+      Log("audit").warn(
+          "the trail's records carry no chain fields (written before the chain); the chain starts "
           "now and links the newest of them; txscore audit verify reports them as unverifiable (exit 3)");
     } else {
       return DataLoss(
@@ -323,9 +322,9 @@ void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
     // A checkpoint's hash in a log kept elsewhere anchors the trail: a trail cut back behind
     // its newest checkpoint would still verify on its own (docs/security.md).
     for (const GroupCheckpoint& checkpoint : group_checkpoints_) {
-      spdlog::log(checkpoint.reason == "periodic" ? spdlog::level::debug : spdlog::level::info,
-                  "audit: {} checkpoint seq {} (epoch {}), hash {}", checkpoint.reason, checkpoint.seq, epoch_,
-                  HexOfBytes(checkpoint.hash));
+      Log("audit").log(checkpoint.reason == "periodic" ? spdlog::level::debug : spdlog::level::info,
+                       "{} checkpoint seq {} (epoch {}), hash {}", checkpoint.reason, checkpoint.seq, epoch_,
+                       HexOfBytes(checkpoint.hash));
     }
   }
   group_checkpoints_.clear();

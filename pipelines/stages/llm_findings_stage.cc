@@ -1,10 +1,9 @@
 #include "pipelines/stages/llm_findings_stage.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstdio>
 
+#include "common/logging.h"
 #include "llm/model_config.h"
 
 namespace txscore::pipelines {
@@ -63,7 +62,7 @@ class PreparedLlmFindingsStage : public PreparedStage {
       fields.push_back(ClaimFieldsFor(*c.item.claim));
       deadline = std::max(deadline, c.item.deadline);
     }
-    spdlog::debug("{}: generating findings for {} claims", name_, fields.size());
+    Log("llm").debug("{}: generating findings for {} claims", name_, fields.size());
     const auto start = std::chrono::steady_clock::now();
     std::vector<ForensicResult> results = engine_->AnalyzeClaims(fields, deadline);
     const int64_t elapsed_us =

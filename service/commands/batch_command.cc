@@ -1,6 +1,5 @@
 // txscore batch run --config SETTINGS --input FILE --output FILE: a claims job (pipelines/claims_job.h),
 // resumable exactly once: run the same command again after a crash, a kill or Ctrl-C.
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <csignal>
@@ -25,7 +24,7 @@ namespace {
 
 struct BatchRunOptions {
   std::string config_path = "config/batch.yaml";
-  std::string log_level = "info";
+  LoggingOptions logging;  // Default: text at info; --quiet: warn
   pipelines::ClaimsJobOptions job;
   bool quiet = false;
   // Default: 0.1. More rows than this share becoming error lines (or none scored at all) makes
@@ -68,11 +67,12 @@ Result<std::map<int64_t, std::string>> ShortfallLines(const std::string& earlier
 }
 
 int RunBatch(BatchRunOptions& options) {
-  ConfigureLogging(options.quiet ? "warn" : options.log_level);
+  if (options.quiet) options.logging.level = "warn";
+  ConfigureLogging(options.logging);
   if (!options.retry_llm_shortfalls.empty()) {
     Result<std::map<int64_t, std::string>> lines = ShortfallLines(options.retry_llm_shortfalls);
     if (!lines.ok()) {
-      spdlog::error("--retry-llm-shortfalls: {}", lines.error().message);
+      Log("batch").error("--retry-llm-shortfalls: {}", lines.error().message);
       return 2;
     }
     if (lines->empty()) {
@@ -82,12 +82,12 @@ int RunBatch(BatchRunOptions& options) {
     }
     for (const auto& [line, claim_id] : *lines) options.job.only_lines.insert(line);
     options.job.expected_claim_ids = std::move(lines).value();
-    spdlog::info("scoring again the {} rows of {} whose LLM stage fell short", options.job.only_lines.size(),
-                 options.retry_llm_shortfalls);
+    Log("batch").info("scoring again the {} rows of {} whose LLM stage fell short", options.job.only_lines.size(),
+                      options.retry_llm_shortfalls);
   }
   Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
   if (!loaded.ok()) {
-    spdlog::error("{}", loaded.error().ToString());
+    Log("batch").error("{}", loaded.error().ToString());
     return 1;
   }
   const ServiceSettings& settings = loaded->settings;
@@ -95,50 +95,56 @@ int RunBatch(BatchRunOptions& options) {
   Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline =
       pipelines::ClaimsPipeline::Create(loaded->config, settings.security.key_file(), runtime, settings.security.kek());
   if (!pipeline.ok()) {
-    spdlog::error("cannot start: {}", pipeline.error().ToString());
+    Log("batch").error("cannot start: {}", pipeline.error().ToString());
     if (pipeline.error().code == ErrorCode::kNotFound)
-      spdlog::error("run ./scripts/setup.sh to create the demo key and models");
+      Log("batch").error("run ./scripts/setup.sh to create the demo key and models");
     return 1;
   }
   for (const accelerator::Placement& p : (*pipeline)->plan().stages) {
-    spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "",
-                 accelerator::DtypeName(p.dtype), p.reason);
+    Log("pipeline")
+        .info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "",
+              accelerator::DtypeName(p.dtype), p.reason);
   }
   storage::DatabaseOptions db_options;
   db_options.durability = settings.storage.durability;
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) {
-    spdlog::error("cannot open the database: {}", db.error().ToString());
+    Log("batch").error("cannot open the database: {}", db.error().ToString());
     return 1;
   }
 
   std::signal(SIGINT, RequestStop);
   std::signal(SIGTERM, RequestStop);
   options.job.cancel = &stop_requested;
+  // Progress: a display on stderr; with JSON logs, log lines instead (a display's lines
+  // would not be JSON).
   std::optional<ProgressDisplay> display;
-  if (!options.quiet) display.emplace("claims", "claims");
+  if (!options.quiet && options.logging.format == LogFormat::kText) display.emplace("claims", "claims");
   options.job.progress = [&](const pipelines::ClaimsJobProgress& p) {
     if (p.done == p.resumed_at && p.resumed_at > 0) {
-      spdlog::info("resuming job at row {} of {}", p.resumed_at, p.total);
+      Log("batch").info("resuming job at row {} of {}", p.resumed_at, p.total);
     }
+    if (options.quiet) return;
+    std::string note;
+    for (const auto& [reason, claims] : p.llm_shortfalls) {
+      note += (note.empty() ? "" : ", ") + reason + " " + std::to_string(claims);
+    }
+    if (!note.empty()) note = "; LLM claims without findings: " + note + " of " + std::to_string(p.llm_selected);
     if (display) {
-      std::string note;
-      for (const auto& [reason, claims] : p.llm_shortfalls) {
-        note += (note.empty() ? "" : ", ") + reason + " " + std::to_string(claims);
-      }
-      if (!note.empty()) note = "; LLM claims without findings: " + note + " of " + std::to_string(p.llm_selected);
       display->Update(p.done, p.total, p.resumed_at, note);
+    } else {
+      Log("batch").info("{} of {} claims done{}", p.done, p.total, note);
     }
   };
   options.job.before_llm = [](int64_t chunk, size_t claims) {
-    spdlog::debug("chunk {}: scoring {} claims", chunk, claims);
+    Log("batch").debug("chunk {}: scoring {} claims", chunk, claims);
   };
   Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(**pipeline, **db, options.job);
   if (!summary.ok()) {
-    spdlog::error("the job stopped: {}", summary.error().ToString());
+    Log("batch").error("the job stopped: {}", summary.error().ToString());
     if (summary.error().code != ErrorCode::kFailedPrecondition && summary.error().code != ErrorCode::kInvalidArgument &&
         summary.error().code != ErrorCode::kNotFound) {
-      spdlog::error("the output holds every row up to the last completed chunk; run the same command to resume");
+      Log("batch").error("the output holds every row up to the last completed chunk; run the same command to resume");
     }
     return 1;
   }
@@ -217,9 +223,7 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   run->add_option(
       "--retry-llm-shortfalls", options->retry_llm_shortfalls,
       "An earlier run's output: score only its rows the LLM stage wrote no findings for (to a new --output)");
-  run->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
-      ->capture_default_str();
+  AddLoggingOptions(run, &options->logging);
   run->callback([options, exit_code] { *exit_code = RunBatch(*options); });
 }
 

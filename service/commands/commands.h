@@ -4,7 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/logging.h"
+
 namespace txscore::service {
+
+// --log-level and --log-format on `cmd`, into *options (whose format is the command's default).
+void AddLoggingOptions(CLI::App* cmd, LoggingOptions* options);
 
 void AddServeCommand(CLI::App& app, int* exit_code);
 void AddTrainCommand(CLI::App& app, int* exit_code);

@@ -1,7 +1,6 @@
 // txscore serve --config SETTINGS: the scoring service, until SIGINT or SIGTERM; SIGHUP reloads
 // the pipeline (service/scoring_server.h).
 #include <pthread.h>
-#include <spdlog/spdlog.h>
 
 #include <csignal>
 #include <iostream>
@@ -29,11 +28,12 @@ void ForwardToSignalThread(int signal_number) { pthread_kill(g_signal_thread, si
 
 struct ServeOptions {
   std::string config_path = "config/txscore.yaml";
-  std::string log_level = "info";
+  // Default: JSON lines at info (common/logging.h): a service's logs go to a collector.
+  LoggingOptions logging{.level = "info", .format = LogFormat::kJson};
 };
 
 int RunServe(const ServeOptions& options) {
-  ConfigureLogging(options.log_level);
+  ConfigureLogging(options.logging);
   // Block the signals before txscore starts a thread, so that only sigwait below takes them;
   // any thread that does not block them forwards them here.
   sigset_t stop_signals;
@@ -50,20 +50,20 @@ int RunServe(const ServeOptions& options) {
 
   Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
   if (!loaded.ok()) {
-    spdlog::error("{}", loaded.error().ToString());
+    Log("server").error("{}", loaded.error().ToString());
     return 1;
   }
   const ServiceSettings& settings = loaded->settings;
   const pipelines::PipelineConfig* config = &loaded->config;
   for (const accelerator::AbsentDevice& absent : loaded->devices->absent()) {
-    spdlog::info("device {}: absent ({})", absent.kind, absent.reason);
+    Log("device").info("device {}: absent ({})", absent.kind, absent.reason);
   }
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
   Result<std::unique_ptr<ScoringServer>> server = ScoringServer::Create(settings, *config, runtime);
   if (!server.ok()) {
-    spdlog::error("cannot start: {}", server.error().ToString());
+    Log("server").error("cannot start: {}", server.error().ToString());
     if (server.error().code == ErrorCode::kNotFound) {
-      spdlog::error("run ./scripts/setup.sh to create the demo key and model");
+      Log("server").error("run ./scripts/setup.sh to create the demo key and model");
     }
     return 1;
   }
@@ -72,47 +72,52 @@ int RunServe(const ServeOptions& options) {
     // Held for the start-up log only: a reload must be able to free this pipeline.
     const std::shared_ptr<pipelines::ScoringPipeline> serving = (*server)->pipeline();
     const pipelines::ScoringPipeline& pipeline = *serving;
-    spdlog::info("pipeline {} v{}: model {}@{}", config->name, config->version, pipeline.model_id(),
-                 pipeline.model_version());
+    Log("pipeline")
+        .info("pipeline {} v{}: model {}@{}", config->name, config->version, pipeline.model_id(),
+              pipeline.model_version());
     for (int i : config->graph.order()) {
       const pipelines::GraphStage& stage = config->graph.stage(i);
-      spdlog::info("stage {} ({}){}: {}", stage.name, stage.kind, stage.when ? " when " + stage.when->text() : "",
-                   pipeline.stage(i).Describe());
+      Log("pipeline")
+          .info("stage {} ({}){}: {}", stage.name, stage.kind, stage.when ? " when " + stage.when->text() : "",
+                pipeline.stage(i).Describe());
     }
     for (const accelerator::Placement& p : pipeline.plan().stages) {
-      spdlog::info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "",
-                   accelerator::DtypeName(p.dtype), p.reason);
+      Log("pipeline")
+          .info("stage {} on {}{} ({}): {}", p.stage, p.device, p.emulated ? " (emulated)" : "",
+                accelerator::DtypeName(p.dtype), p.reason);
     }
   }
   if (!settings.jobs.claims_pipeline.empty()) {
-    spdlog::info("claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",
-                 settings.jobs.claims_pipeline, settings.jobs.input_dir, settings.jobs.output_dir,
-                 PriorityName(settings.jobs.priority));
+    Log("claims").info(
+        "claims jobs: pipeline {}, inputs from {}, outputs to {}, priority {} (txscore job submit --help)",
+        settings.jobs.claims_pipeline, settings.jobs.input_dir, settings.jobs.output_dir,
+        PriorityName(settings.jobs.priority));
   }
-  spdlog::info(
+  Log("server").info(
       "serving Thrift{} on {}:{} ({} workers, {} I/O threads, up to {} connections); admin on "
       "{}://{}:{}/ (healthz, readyz, metrics; POST admin/reload by an operator, or SIGHUP, reloads the pipeline)",
       settings.server.plaintext ? " (plaintext)" : " over mutual TLS", settings.server.host, (*server)->rpc_port(),
       settings.server.workers, settings.server.io_threads, settings.server.max_connections,
       settings.admin.plaintext ? "http" : "https", settings.admin.host, (*server)->admin_port());
-  spdlog::info("try it: ./build/txscore score --server 127.0.0.1:{}{}", (*server)->rpc_port(),
-               settings.server.plaintext ? " --plaintext" : " (client certificate from --tls-dir, var/pki/client)");
+  Log("server").info(
+      "try it: ./build/txscore score --server 127.0.0.1:{}{}", (*server)->rpc_port(),
+      settings.server.plaintext ? " --plaintext" : " (client certificate from --tls-dir, var/pki/client)");
   // One machine-readable line for scripts and tests that asked for port 0.
   std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()
             << std::endl;
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGHUP) {
-    spdlog::info("received SIGHUP; reloading {} and the pipeline it names", settings.source_path);
+    Log("server").info("received SIGHUP; reloading {} and the pipeline it names", settings.source_path);
     (*server)->Reload("SIGHUP", "signal SIGHUP");  // logs what happened, and audits it
   }
-  spdlog::info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  Log("server").info("received {}; finishing in-flight requests", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Stop();
   if (!(*server)->stop_status().ok()) {
-    spdlog::error("stopped, but closing the database failed: {}", (*server)->stop_status().error().ToString());
+    Log("server").error("stopped, but closing the database failed: {}", (*server)->stop_status().error().ToString());
     return 1;
   }
-  spdlog::info("stopped cleanly");
+  Log("server").info("stopped cleanly");
   return 0;
 }
 
@@ -123,10 +128,20 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve fraud scores over Thrift, with health and metrics over HTTP");
   cmd->add_option("--config", options->config_path, "Service settings file (it names the pipeline file)")
       ->capture_default_str();
-  cmd->add_option("--log-level", options->log_level, "trace, debug, info, warn, error or off")
+  AddLoggingOptions(cmd, &options->logging);
+  cmd->callback([options, exit_code] { *exit_code = RunServe(*options); });
+}
+
+void AddLoggingOptions(CLI::App* cmd, LoggingOptions* options) {
+  cmd->add_option("--log-level", options->level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
-  cmd->callback([options, exit_code] { *exit_code = RunServe(*options); });
+  cmd->add_option_function<std::string>(
+         "--log-format",
+         [options](const std::string& name) { options->format = ParseLogFormat(name).value_or(LogFormat::kText); },
+         std::string("json (one JSON object per line) or text; default ") +
+             (options->format == LogFormat::kJson ? "json" : "text"))
+      ->check(CLI::IsMember({"json", "text"}));
 }
 
 }  // namespace txscore::service

@@ -2,6 +2,8 @@
 """The txscore command line end to end: what a user typing commands sees (messages and exit
 codes), one check per behaviour, each run as its own subprocess."""
 import argparse
+import json
+import re
 import subprocess
 import sys
 
@@ -31,6 +33,23 @@ def check_an_unknown_log_level_is_refused_not_silenced(txscore):
         r = run(txscore, *command, "--log-level", "verbose")
         assert r.returncode != 0, r
         assert "--log-level: verbose not in {trace,debug,info,warn,error,off}" in r.stderr, r.stderr
+        r = run(txscore, *command, "--log-format", "xml")
+        assert r.returncode != 0, r
+        assert "--log-format: xml not in {json,text}" in r.stderr, r.stderr
+
+
+def check_serve_logs_json_lines_by_default_and_text_when_asked(txscore):
+    # A settings file that does not exist: serve logs why and exits 1, in either format.
+    r = run(txscore, "serve", "--config", "/nonexistent.yaml")
+    assert r.returncode == 1, r
+    entry = json.loads(r.stderr.splitlines()[-1])
+    assert list(entry) == ["time", "level", "component", "message", "request_id", "trace_id"], entry
+    assert entry["level"] == "error" and entry["component"] == "server", entry
+    assert "/nonexistent.yaml" in entry["message"], entry
+    r = run(txscore, "serve", "--config", "/nonexistent.yaml", "--log-format", "text")
+    assert r.returncode == 1, r
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z error server: .*/nonexistent\.yaml.*",
+                        r.stderr.splitlines()[-1]), r.stderr
 
 
 def check_score_prints_input_errors_as_valid_json(txscore):
@@ -414,6 +433,7 @@ CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
     check_known_commands_are_not_called_unknown,
     check_an_unknown_log_level_is_refused_not_silenced,
+    check_serve_logs_json_lines_by_default_and_text_when_asked,
     check_score_prints_input_errors_as_valid_json,
     check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash,
     check_data_generate_labels_name_every_claim,

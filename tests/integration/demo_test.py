@@ -29,6 +29,49 @@ def ldb(db, *args):
     return r.stdout
 
 
+# A card number as it could hide in text: 12 to 19 digits, maybe grouped by spaces or dashes,
+# not part of a longer word (a hex hash's digit runs are bounded by its letters).
+PAN_LIKE = re.compile(r"(?<![0-9A-Za-z])\d(?:[ -]?\d){11,18}(?![0-9A-Za-z])")
+LOG_FIELDS = ["time", "level", "component", "message", "request_id", "trace_id"]
+
+
+def luhn_valid(digits):
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        n = int(d) * (2 if i % 2 else 1)
+        total += n - 9 if n > 9 else n
+    return total % 10 == 0
+
+
+def card_numbers_in(text):
+    found = []
+    for match in PAN_LIKE.finditer(text):
+        digits = re.sub(r"[ -]", "", match.group(0))
+        if luhn_valid(digits):
+            found.append(match.group(0))
+    return found
+
+
+def check_json_log(log, claimant_ids, what):
+    """`what`'s log is JSON lines with the documented fields (common/logging.h), and holds no
+    card number and no claimant id. Returns it as "component: message" lines for the checks
+    that read it."""
+    assert card_numbers_in("paid with 4111-1111-1111-1111 today") == ["4111-1111-1111-1111"]  # the scan finds one
+    assert card_numbers_in("hash 8f41111111111111111e") == []
+    text = []
+    for number, line in enumerate(log.splitlines(), 1):
+        entry = json.loads(line)
+        assert list(entry) == LOG_FIELDS, (what, number, line)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", entry["time"]), (what, line)
+        assert entry["trace_id"] is None or re.fullmatch(r"[0-9a-f]{32}", entry["trace_id"]), (what, line)
+        text.append(f"{entry['component']}: {entry['message']}")
+    assert text, f"{what} logged nothing"
+    assert card_numbers_in(log) == [], (what, card_numbers_in(log))
+    ids = re.compile(r"(?<![0-9A-Za-z-])(" + "|".join(map(re.escape, sorted(claimant_ids))) + r")(?![0-9])")
+    assert not ids.search(log), (what, ids.search(log).group(0))
+    return "\n".join(text)
+
+
 def check_audit_trail(txscore, settings, db, server_log, run_started):
     """The stopped server's trail verifies, ends at the shutdown checkpoint the server logged,
     and a decision edited, or deleted, in a copy with RocksDB's own ldb (as someone with the
@@ -262,8 +305,12 @@ def main():
 
         # The batch settings as shipped: the same claims in a process of its own (its own database).
         r = run(txscore, "batch", "run", "--config", os.path.join(config_dir, "batch.yaml"), "--input",
-                os.path.join(var, "claims-small.jsonl"), "--output", os.path.join(work, "batch.jsonl"), "--quiet")
+                os.path.join(var, "claims-small.jsonl"), "--output", os.path.join(work, "batch.jsonl"),
+                "--log-format", "json", "--log-level", "debug")
         assert r.returncode == 0, r.stderr
+        with open(os.path.join(var, "claims-small.jsonl")) as f:
+            batch_log = check_json_log(r.stderr, {json.loads(line)["claimant_id"] for line in f}, "txscore batch run")
+        assert "batch: chunk 0: scoring " in batch_log and "batch: 40 of 40 claims done" in batch_log, batch_log
         with open(os.path.join(work, "batch.jsonl")) as f:
             batch_run = [json.loads(line) for line in f]
         for line in batch_run:
@@ -292,8 +339,15 @@ def main():
                    for a in actions), actions
 
         server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-        assert server.returncode == 0, err
+        _, log = server.communicate(timeout=60)
+        assert server.returncode == 0, log
+        # The whole run's log: JSON lines, no card number of the demo transactions, no claimant
+        # id of the claims the jobs read (the inline ones the server refused included).
+        claimant_ids = set()
+        for claims in (os.path.join(var, "claims-small.jsonl"), big):
+            with open(claims) as f:
+                claimant_ids |= {json.loads(line)["claimant_id"] for line in f}
+        err = check_json_log(log, claimant_ids, "txscore serve")
         assert "stopped cleanly" in err, err
         assert "reload (SIGHUP): applied: pipeline transactions version 2026.12" in err, err
         assert "reload (SIGHUP): refused, the running pipeline keeps serving: these settings change only " \

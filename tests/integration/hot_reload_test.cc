@@ -306,6 +306,40 @@ TEST_F(HotReloadTest, ABadNewSetIsRefusedWithItsReasonAndTheOldKeepsServing) {
                                     "  - {name: fraud, kind: xgboost, after: features, model: models/wrong.ubj}\n"
                                     "  - {name: decision, kind: decision, after: fraud}\n");
   EXPECT_NE(wrong.find("models/wrong.ubj expects "), std::string::npos) << wrong;
+  // A model file cut short (a copy interrupted, a disk filled).
+  const std::string model_bytes = testing::ReadFile((fs::path(testing::SmallModelDir()) / "fraud.ubj").string());
+  testing::WriteFile(dir_.file("models/cut.ubj"), model_bytes.substr(0, model_bytes.size() / 2));
+  fs::copy_file(fs::path(testing::SmallModelDir()) / "fraud.features.json", dir_.file("models/cut.features.json"));
+  const std::string cut = refused(head +
+                                  "  - {name: fraud, kind: xgboost, after: features, model: models/cut.ubj}\n"
+                                  "  - {name: decision, kind: decision, after: fraud}\n");
+  EXPECT_NE(cut.find("models/cut.ubj is not a valid XGBoost model: malformed UBJSON: the input ends inside"),
+            std::string::npos)
+      << cut;
+  // Wrong types where a scalar, a list or a map belongs.
+  const std::string decision = "  - {name: decision, kind: decision, after: fraud}\n";
+  EXPECT_NE(refused("pipeline: {name: test, version: \"p9\"}\nstages: {name: features}\n")
+                .find("pipeline.yaml:2:9: stages must be a list of stages"),
+            std::string::npos);
+  EXPECT_NE(refused(head + "  - {name: fraud, kind: xgboost, after: features, model: [a, b]}\n" + decision)
+                .find("pipeline.yaml:4:58: \"model\" must be a non-empty string"),
+            std::string::npos);
+  EXPECT_NE(refused(head + "  - [features]\n").find("pipeline.yaml:4:5: a stage must be a mapping"), std::string::npos);
+  // A billion laughs: nine anchors, each ten aliases of the one before (10^9 leaves if
+  // expanded), beside the pipeline and inside a stage's list of predecessors.
+  std::string laughs = "[&a0 [y, y, y, y, y, y, y, y, y, y]";
+  for (int i = 1; i <= 8; ++i) {
+    laughs += ", &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) laughs += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    laughs += "]";
+  }
+  laughs += "]";
+  EXPECT_NE(refused("laughs: " + laughs + "\n" + head).find("pipeline.yaml:1:1: unknown key \"laughs\""),
+            std::string::npos);
+  EXPECT_NE(
+      refused(head + "  - {name: fraud, kind: xgboost, after: " + laughs + ", model: models/fraud.ubj}\n" + decision)
+          .find("pipeline.yaml:4:42: after: each entry must be a stage name"),
+      std::string::npos);
   rpc::HealthStatus health;
   testing::RpcClient client(server_->rpc_port());
   client.client->health(health);

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/logging.h"
 #include "fraud/card_token.h"
 #include "fraud/entity_state.h"
 #include "pipelines/decision.h"
@@ -301,6 +304,24 @@ TEST_F(ScoringPipelineTest, TheCanaryScoresWithoutWritingAndNamesAStageThatFails
   EXPECT_TRUE(
       testing::IsError((*pipeline)->Score(testing::ValidTransaction("req-boom")), ErrorCode::kInternal, "boom"));
   EXPECT_TRUE((*pipeline)->audit_log().ReadLast(10).value().empty());
+
+  // The failure is logged once, naming the request and its trace; bad input is not logged at
+  // all (the caller is told), so an id holding a card number never reaches the log.
+  ConfigureLogging({.level = "info", .format = LogFormat::kJson});
+  ::testing::internal::CaptureStderr();
+  fraud::RawTransaction traced = testing::ValidTransaction("req-traced");
+  traced.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  EXPECT_FALSE((*pipeline)->Score(traced).ok());
+  EXPECT_FALSE((*pipeline)->Score(testing::ValidTransaction("order-4111111111111111")).ok());
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  ConfigureLogging({});
+  ASSERT_EQ(std::count(logged.begin(), logged.end(), '\n'), 1) << logged;
+  const nlohmann::json line = nlohmann::json::parse(logged);
+  EXPECT_EQ(line["level"], "error");
+  EXPECT_EQ(line["component"], "pipeline");
+  EXPECT_EQ(line["message"], "the request failed: internal: boom") << line;
+  EXPECT_EQ(line["request_id"], "req-traced");
+  EXPECT_EQ(line["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
 }
 
 }  // namespace

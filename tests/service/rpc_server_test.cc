@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "gen-cpp/TxScore.h"
@@ -63,6 +64,10 @@ class FakeHandler : public rpc::TxScoreIf {
     std::lock_guard<std::mutex> lock(mutex_);
     gate_open_ = true;
     changed_.notify_all();
+  }
+  int health_calls_entered() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return health_calls_entered_;
   }
   void AwaitHealthCallsEntered(int n) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -487,6 +492,90 @@ TEST_F(RpcServerUnitTest, NestingOverTheRecursionLimitClosesTheConnection) {
   EXPECT_EQ(server_->stats().protocol_errors, 0u);
   EXPECT_TRUE(ClosedWithoutReply(HealthCallWithNesting(9)));
   EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  ExpectStillServing();
+}
+
+// Hostile clients: each is turned away without a reply, costs no more memory than the bytes it
+// sent, leaves no connection behind, and the server goes on serving.
+TEST_F(RpcServerUnitTest, NegativeFrameLengthsCloseTheConnection) {
+  Start({});
+  EXPECT_TRUE(ClosedWithoutReply(std::string("\xff\xff\xff\xff", 4)));  // -1
+  EXPECT_TRUE(ClosedWithoutReply(std::string("\x80\x00\x00\x00", 4)));  // INT32_MIN
+  EXPECT_TRUE(ClosedWithoutReply(std::string("\x00\x00\x00\x00", 4)));  // an empty frame
+  EXPECT_EQ(server_->stats().protocol_errors, 3u);
+  ExpectStillServing();
+}
+
+// A scoreBatch call whose list says `count` Transactions follow, and then ends.
+std::string ScoreBatchDeclaring(int32_t count) {
+  auto buffer = std::make_shared<TMemoryBuffer>();
+  TBinaryProtocol out(buffer);
+  out.writeMessageBegin("scoreBatch", apache::thrift::protocol::T_CALL, 1);
+  out.writeStructBegin("TxScore_scoreBatch_args");
+  out.writeFieldBegin("transactions", apache::thrift::protocol::T_LIST, 1);
+  out.writeListBegin(apache::thrift::protocol::T_STRUCT, static_cast<uint32_t>(count));
+  return testing::Framed(buffer->getBufferAsString());
+}
+
+TEST_F(RpcServerUnitTest, AListDeclaringMoreItemsThanItsFrameHoldsIsRefusedBeforeAnyIsAllocated) {
+  RpcServerConfig config;
+  config.limits.max_container_items = 1 << 30;  // so only the bytes that follow can refuse it
+  Start(config);
+  ExpectStillServing();  // the server's own buffers are in the baseline
+  testing::ResetPeakResidentBytes();
+  const size_t peak_before = testing::PeakResidentBytes();
+  // A million Transactions would fit the 1 MiB message limit at one byte each (their smallest
+  // encoding), and would take hundreds of megabytes as C++ objects; 30 bytes follow.
+  EXPECT_TRUE(ClosedWithoutReply(ScoreBatchDeclaring(1'000'000)));
+  EXPECT_EQ(server_->stats().protocol_errors, 1u);
+  testing::ExpectPeakGrowthBelow(peak_before, 32u << 20);
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, TruncatedFramesAndResetsMidRequestLeaveNoConnectionBehind) {
+  Start({});
+  const std::string call = HealthCallWithNesting(0);
+  const auto send_then_end = [&](size_t bytes, bool reset) {
+    int fd = RawConnect();
+    ASSERT_EQ(::send(fd, call.data(), bytes, MSG_NOSIGNAL), static_cast<ssize_t>(bytes));
+    if (reset) {
+      linger abort{1, 0};  // close() then sends a reset, not a FIN
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    }
+    ::close(fd);
+  };
+  send_then_end(2, false);                // half a frame header, then the client hangs up
+  send_then_end(call.size() - 1, false);  // all but the frame's last byte
+  send_then_end(4, true);                 // the header, then a reset
+  send_then_end(call.size() / 2, true);   // half the frame, then a reset
+  EXPECT_TRUE(Eventually([this] { return server_->stats().connections_open == 0; }));
+  EXPECT_EQ(handler_->health_calls_entered(), 0);  // no partial request ran
+  ExpectStillServing();
+}
+
+TEST_F(RpcServerUnitTest, RandomBytesAreRefusedAndTheServerGoesOn) {
+  Start({});
+  ExpectStillServing();
+  testing::ResetPeakResidentBytes();
+  const size_t peak_before = testing::PeakResidentBytes();
+  std::mt19937 random(20261202);
+  for (int i = 0; i < 200; ++i) {
+    std::string bytes(1 + random() % 4096, '\0');
+    for (char& c : bytes) c = static_cast<char>(random());
+    // Half of them get a frame header that matches their length, so the random bytes reach
+    // the Thrift decoder instead of failing the frame size check.
+    if (i % 2 == 0 && bytes.size() > 4) bytes = testing::Framed(bytes.substr(4));
+    int fd = RawConnect();
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ::shutdown(fd, SHUT_WR);
+    char reply[512];
+    while (::recv(fd, reply, sizeof reply, 0) > 0) {
+    }
+    ::close(fd);
+  }
+  EXPECT_TRUE(Eventually([this] { return server_->stats().connections_open == 0; }));
+  EXPECT_GE(server_->stats().protocol_errors, 100u);
+  testing::ExpectPeakGrowthBelow(peak_before, 32u << 20);
   ExpectStillServing();
 }
 

@@ -1,0 +1,232 @@
+// The admin port on its own (plaintext, two routes) against clients that send what no browser
+// or probe would: unknown methods and paths, targets that are not absolute paths or climb with
+// "..", oversized headers and bodies, malformed requests, tricklers and idle connections by
+// the hundred. Each is refused as documented in service/admin_server.h, and the port goes on
+// answering a well-behaved probe with its memory bounded.
+#include "service/admin_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/rpc_test_support.h"
+
+namespace txscore::service {
+namespace {
+
+using namespace std::chrono_literals;
+
+class AdminServerTest : public ::testing::Test {
+ protected:
+  void Start(AdminLimits limits = {}) {
+    std::map<std::string, AdminRoute> routes;
+    routes["/healthz"] = AdminRoute([this] {
+      healthz_calls_++;
+      return HttpResponse{200, "text/plain", "ok\n"};
+    });
+    AdminRoute reload([this](const Caller&) {
+      reload_calls_++;
+      return HttpResponse{200, "application/json", "{}\n"};
+    });
+    reload.post = true;
+    routes["/admin/reload"] = reload;
+    auto server =
+        AdminServer::Create({.host = "127.0.0.1", .port = 0, .plaintext = true}, std::move(routes), nullptr, limits);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->Start();
+  }
+
+  // Sends `bytes` on a fresh connection and returns everything received until the server
+  // closes it (requests say "Connection: close", refusals close anyway).
+  std::string Exchange(const std::string& bytes) {
+    int fd = testing::RawConnect(server_->port());
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::string received;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) received.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return received;
+  }
+  static int Status(const std::string& response) {
+    return response.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(response.substr(9, 3)) : -1;
+  }
+  static std::string Get(const std::string& target, const std::string& extra_headers = "") {
+    return "GET " + target + " HTTP/1.1\r\nHost: x\r\n" + extra_headers + "Connection: close\r\n\r\n";
+  }
+  static std::string Post(const std::string& target, const std::string& body) {
+    return "POST " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n\r\n" + body;
+  }
+  void ExpectStillServing() {
+    const std::string response = Exchange(Get("/healthz"));
+    EXPECT_EQ(Status(response), 200) << response;
+    EXPECT_NE(response.find("\r\n\r\nok\n"), std::string::npos) << response;
+  }
+
+  std::atomic<int> healthz_calls_{0};
+  std::atomic<int> reload_calls_{0};
+  std::unique_ptr<AdminServer> server_;
+};
+
+TEST_F(AdminServerTest, AnUnknownPathIs404ListingThePathsAndAWrongMethodIs405) {
+  Start();
+  const std::string missing = Exchange(Get("/nope"));
+  EXPECT_EQ(Status(missing), 404);
+  EXPECT_NE(missing.find(R"({"error":"no such path","paths":["/admin/reload","/healthz"]})"), std::string::npos)
+      << missing;
+  EXPECT_EQ(Status(Exchange("DELETE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
+  EXPECT_EQ(Status(Exchange("BREW /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
+  EXPECT_EQ(Status(Exchange(Post("/healthz", ""))), 405);
+  const std::string get_reload = Exchange(Get("/admin/reload"));
+  EXPECT_EQ(Status(get_reload), 405);
+  EXPECT_NE(get_reload.find(R"({"error":"use POST"})"), std::string::npos) << get_reload;
+  EXPECT_EQ(healthz_calls_.load(), 0);
+  EXPECT_EQ(reload_calls_.load(), 0);
+  EXPECT_EQ(Status(Exchange(Post("/admin/reload", ""))), 200);  // the control: the right method
+  EXPECT_EQ(reload_calls_.load(), 1);
+  ExpectStillServing();
+}
+
+TEST_F(AdminServerTest, ATargetThatIsNotAnAbsolutePathOrHasDotSegmentsIs400) {
+  Start();
+  for (const std::string target : {"healthz", "http://x/healthz", "*", "/../healthz", "/x/../healthz", "/./healthz",
+                                   "/healthz/..", "/healthz/."}) {
+    const std::string response = Exchange(Get(target));
+    EXPECT_EQ(Status(response), 400) << target << ": " << response;
+  }
+  EXPECT_EQ(healthz_calls_.load(), 0);
+  // Dots elsewhere are ordinary: escaped ones name no route, a query is not the path.
+  EXPECT_EQ(Status(Exchange(Get("/%2e%2e/healthz"))), 404);
+  EXPECT_EQ(Status(Exchange(Get("/..healthz"))), 404);
+  EXPECT_EQ(Status(Exchange(Get("/healthz?from=../.."))), 200);
+  EXPECT_EQ(healthz_calls_.load(), 1);
+}
+
+TEST_F(AdminServerTest, HeadersOverTheLimitAre431AndTheConnectionCloses) {
+  Start();
+  const std::string within = Exchange(Get("/healthz", "X-Padding: " + std::string(7000, 'a') + "\r\n"));
+  EXPECT_EQ(Status(within), 200) << within.substr(0, 200);
+  const std::string over = Exchange(Get("/healthz", "X-Padding: " + std::string(9000, 'a') + "\r\n"));
+  EXPECT_EQ(Status(over), 431) << over.substr(0, 200);
+  EXPECT_NE(over.find(R"({"error":"the request line and headers are over 8192 bytes"})"), std::string::npos) << over;
+  // Many small headers add up the same way.
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += "X-" + std::to_string(i) + ": y\r\n";
+  EXPECT_EQ(Status(Exchange(Get("/healthz", many))), 431);
+  EXPECT_EQ(healthz_calls_.load(), 1);
+  EXPECT_EQ(server_->bad_requests(), 2u);
+  ExpectStillServing();
+}
+
+TEST_F(AdminServerTest, BodiesOverTheLimitAre413WhateverTheFraming) {
+  Start();
+  EXPECT_EQ(Status(Exchange(Post("/admin/reload", std::string(8192, 'b')))), 200);  // at the limit
+  const std::string over = Exchange(Post("/admin/reload", std::string(8193, 'b')));
+  EXPECT_EQ(Status(over), 413) << over;
+  EXPECT_NE(over.find(R"({"error":"the body is over 8192 bytes"})"), std::string::npos) << over;
+  // Announced but never sent: refused on the header alone.
+  EXPECT_EQ(Status(Exchange("POST /admin/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")), 413);
+  // Chunked: no length up front, refused once the chunks pass the limit.
+  std::string chunked = "POST /admin/reload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 10; ++i) chunked += "400\r\n" + std::string(1024, 'c') + "\r\n";
+  EXPECT_EQ(Status(Exchange(chunked + "0\r\n\r\n")), 413);
+  EXPECT_EQ(reload_calls_.load(), 1);
+  EXPECT_EQ(server_->bad_requests(), 3u);
+  ExpectStillServing();
+}
+
+TEST_F(AdminServerTest, MalformedRequestsAre400) {
+  Start();
+  for (const std::string request :
+       {std::string("GARBAGE\r\n\r\n"), std::string("GET /healthz HTTP/1.1\r\nNo colon here\r\n\r\n"),
+        std::string("GET /healthz HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
+        std::string("GET /healthz HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+        std::string("GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+        std::string("G\0T /healthz HTTP/1.1\r\n\r\n", 25)}) {
+    const std::string response = Exchange(request);
+    EXPECT_EQ(Status(response), 400) << request << ": " << response;
+  }
+  EXPECT_EQ(healthz_calls_.load(), 0);
+  EXPECT_EQ(server_->bad_requests(), 6u);
+  ExpectStillServing();
+}
+
+TEST_F(AdminServerTest, TricklingAndIdleClientsAreCutOffAtTheRequestTimeoutWhileOthersAreServed) {
+  Start({.request_timeout = 500ms});
+  const std::string request = Get("/healthz");
+  int trickler = testing::RawConnect(server_->port());
+  int idle = testing::RawConnect(server_->port());
+  const auto start = std::chrono::steady_clock::now();
+  size_t sent = 0;
+  // One byte every 50 ms: the whole request would take about 2.5 s.
+  for (; sent < request.size(); ++sent) {
+    if (::send(trickler, request.data() + sent, 1, MSG_NOSIGNAL) != 1) break;
+    char buf[16];
+    if (::recv(trickler, buf, sizeof buf, MSG_DONTWAIT) == 0) break;  // closed by the server
+    if (sent % 10 == 0) ExpectStillServing();
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto cut_off_after = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(sent, request.size()) << "the trickler sent its whole request";
+  EXPECT_GE(cut_off_after, 500ms);
+  char buf[16];
+  EXPECT_EQ(::recv(idle, buf, sizeof buf, 0), 0);  // the idle one, closed without a word
+  ::close(trickler);
+  ::close(idle);
+  EXPECT_EQ(healthz_calls_.load(), static_cast<int>((sent + 9) / 10));  // only the well-behaved probes
+}
+
+TEST_F(AdminServerTest, ConnectionsOverTheLimitAreClosedAtOnceAndTheirSlotsComeBack) {
+  Start({.max_connections = 8});
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) held.push_back(testing::RawConnect(server_->port()));
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 1000 && server_->connections_open() < 8; ++i) std::this_thread::sleep_for(10ms);
+    return server_->connections_open() == 8;
+  }());
+  int over = testing::RawConnect(server_->port());
+  char buf[16];
+  EXPECT_EQ(::recv(over, buf, sizeof buf, 0), 0);  // accepted and closed
+  ::close(over);
+  EXPECT_EQ(server_->connections_refused(), 1u);
+  for (int fd : held) ::close(fd);
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 1000 && server_->connections_open() > 0; ++i) std::this_thread::sleep_for(10ms);
+    return server_->connections_open() == 0;
+  }());
+  ExpectStillServing();
+}
+
+TEST_F(AdminServerTest, AFloodOfBadRequestsLogsOneWarningAndCountsEveryOne) {
+  Start();
+  ::testing::internal::CaptureStderr();
+  const std::string oversized = Get("/healthz", "X-Padding: " + std::string(9000, 'a') + "\r\n");
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(Status(Exchange(oversized)), 431);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(logged.begin(), logged.end(), '\n'), 1) << logged;  // at most one every 10 s
+  EXPECT_NE(logged.find("admin: answered 431 to 127.0.0.1:"), std::string::npos) << logged;
+  EXPECT_EQ(server_->bad_requests(), 50u);
+}
+
+TEST_F(AdminServerTest, RefusedRequestsLeaveMemoryBounded) {
+  Start();
+  ExpectStillServing();
+  testing::ResetPeakResidentBytes();
+  const size_t peak_before = testing::PeakResidentBytes();
+  // 200 clients each sending a megabyte of header: the port reads 8 KiB of each.
+  const std::string huge = Get("/healthz", "X-Padding: " + std::string(1 << 20, 'h') + "\r\n");
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(Status(Exchange(huge)), 431);
+  testing::ExpectPeakGrowthBelow(peak_before, 32u << 20);
+  ExpectStillServing();
+}
+
+}  // namespace
+}  // namespace txscore::service
