@@ -8,12 +8,15 @@
 //   text (the command-line tools' default): 2026-12-02T10:00:00.123456Z warning thrift: ...
 //
 // Contract for every log call site: never log a PAN, a card verification code, a claimant's
-// name or id, or a key. Card tokens and request ids are fine. tests/integration/log_scan_test.py
+// name or id, or a key. Card tokens and request ids are fine. tests/integration/demo_test.py
 // scans the logs of a full demo run for card numbers and claimant ids.
 #pragma once
 
 #include <spdlog/logger.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +39,32 @@ spdlog::logger& Log(std::string_view component);
 
 // "json" or "text", as the --log-format flags spell them; nullopt for anything else.
 std::optional<LogFormat> ParseLogFormat(std::string_view name);
+
+// Logs a warning at most once per `period` (for each object: one per kind of event), with how
+// many events the line stands for, so a flood of hostile clients cannot flood the log.
+class RateLimitedWarning {
+ public:
+  RateLimitedWarning(std::string component, std::chrono::seconds period)
+      : component_(std::move(component)), period_(period) {}
+  template <typename... Args>
+  void Warn(spdlog::format_string_t<Args...> format, Args&&... args) {
+    suppressed_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    int64_t last = last_.load(std::memory_order_relaxed);
+    const int64_t period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(period_).count();
+    if (last != 0 && now - last < period) return;
+    if (!last_.compare_exchange_strong(last, now)) return;
+    const uint64_t count = suppressed_.exchange(0);
+    Log(component_)
+        .warn("{} ({} such event(s) since the last warning)", fmt::format(format, std::forward<Args>(args)...), count);
+  }
+
+ private:
+  const std::string component_;
+  const std::chrono::seconds period_;
+  std::atomic<int64_t> last_{0};
+  std::atomic<uint64_t> suppressed_{0};
+};
 
 // While alive, lines logged by this thread carry the request's id and trace id (the 32 hex
 // digits of a traceparent the caller validated). Scopes nest; the previous ones come back.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/utf8.h"
 #include "fraud/pan_scan.h"
 
 namespace txscore::fraud {
@@ -47,6 +48,7 @@ Status CheckId(const std::string& value, const char* field, const ClaimLimits& l
   for (unsigned char c : value) {
     if (c < 0x20 || c == 0x7f) return InvalidArgument(std::string(field) + " holds a control character", field);
   }
+  if (!IsValidUtf8(value)) return InvalidArgument(std::string(field) + " is not valid UTF-8", field);
   if (Status refused = RefuseCardNumberIn(value, field); !refused.ok()) {
     return InvalidArgument(std::string(field) + " " + refused.error().message, field);
   }
@@ -130,6 +132,7 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
       return InvalidArgument(std::string(field) + " is longer than " + std::to_string(limits.max_text_bytes) + " bytes",
                              field);
     }
+    if (!IsValidUtf8(*text)) return InvalidArgument(std::string(field) + " is not valid UTF-8", field);
   }
   if (raw.narrative.empty()) return InvalidArgument("narrative must not be empty", "narrative");
   c.claim_id = raw.claim_id;

@@ -147,21 +147,14 @@ struct AdminShared {
   std::shared_ptr<const TlsServerContext> tls;   // replaced by SetTls
   std::shared_ptr<asio::ssl::context> asio_tls;  // the same OpenSSL context, as Asio wants it
   TlsRefusalCounters refusals;
-  std::atomic<int64_t> last_warning_ns{0};
+  // One limiter per kind of event, so a flood of one kind cannot hide another.
+  RateLimitedWarning tls_warning{"admin", std::chrono::seconds(10)};
+  RateLimitedWarning bad_request_warning{"admin", std::chrono::seconds(10)};
+  RateLimitedWarning refused_warning{"admin", std::chrono::seconds(10)};
 
   void Refuse(const Admission& refusal, const std::string& address) {
     refusals.Add(refusal.refusal);
-    if (MayWarn()) {
-      Log("admin").warn("refused a TLS client from {}: {} ({})", address, TlsRefusalName(refusal.refusal),
-                        refusal.detail);
-    }
-  }
-  // At most one warning every 10 s: a flood of bad clients must not flood the log.
-  bool MayWarn() {
-    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    int64_t last = last_warning_ns.load();
-    if (last != 0 && now - last < std::chrono::nanoseconds(std::chrono::seconds(10)).count()) return false;
-    return last_warning_ns.compare_exchange_strong(last, now);
+    tls_warning.Warn("refused a TLS client from {}: {} ({})", address, TlsRefusalName(refusal.refusal), refusal.detail);
   }
 };
 
@@ -173,7 +166,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
   Session(Stream stream, AdminShared* shared, std::shared_ptr<const TlsServerContext> tls)
-      : stream_(std::move(stream)), shared_(shared), tls_(std::move(tls)), open_(shared->connections_open) {
+      : stream_(std::move(stream)),
+        shared_(shared),
+        tls_(std::move(tls)),
+        // Bytes read but not yet parsed: the parser's limits do not cover a chunk extension or
+        // a trailer line that never ends, so the buffer itself is bounded too.
+        buffer_(shared->limits.max_header_bytes + shared->limits.max_body_bytes),
+        open_(shared->connections_open) {
     open_->fetch_add(1);
   }
   ~Session() { open_->fetch_sub(1); }
@@ -238,6 +237,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (ec == http::error::body_limit) {
       return Refuse(413, "the body is over " + std::to_string(shared_->limits.max_body_bytes) + " bytes");
     }
+    if (ec == http::error::buffer_overflow) {
+      return Refuse(413, "the request is over " +
+                             std::to_string(shared_->limits.max_header_bytes + shared_->limits.max_body_bytes) +
+                             " bytes");
+    }
     // The client closed (between requests or in the middle of one), the request deadline
     // passed (the stream is closed already), or the socket failed: nothing to answer.
     if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
@@ -286,7 +290,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // Answers a request that could not be read whole (malformed, over a limit) and closes.
   void Refuse(int status, const std::string& why) {
     shared_->bad_requests.fetch_add(1);
-    if (shared_->MayWarn()) Log("admin").warn("answered {} to {}: {}", status, caller_.address, why);
+    shared_->bad_request_warning.Warn("answered {} to {}: {}", status, caller_.address, why);
     response_ = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     response_->set(http::field::server, "txscore");
     response_->set(http::field::content_type, "application/json");
@@ -350,10 +354,8 @@ struct AdminServer::Impl {
       if (ec == asio::error::operation_aborted) return;
       if (!ec && shared.connections_open->load() >= shared.limits.max_connections) {
         shared.connections_refused.fetch_add(1);
-        if (shared.MayWarn()) {
-          Log("admin").warn("{} connections are open (the most allowed); closed a new one",
-                            shared.limits.max_connections);
-        }
+        shared.refused_warning.Warn("{} connections are open (the most allowed); closed a new one",
+                                    shared.limits.max_connections);
         socket.close(ec);
       } else if (!ec && !shared.tls_enabled) {
         std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), &shared, nullptr)->Start();

@@ -45,30 +45,6 @@ namespace {
 constexpr size_t kFirstReadBytes = 4 << 10;    // a frame's buffer starts at this and doubles
 constexpr size_t kKeptBufferBytes = 64 << 10;  // an idle connection keeps at most this much buffer
 
-// Warns at most once per `period` for each call site, with how many events it stands for, so
-// a flood of hostile connections cannot flood the log.
-class RateLimitedWarning {
- public:
-  explicit RateLimitedWarning(std::chrono::seconds period) : period_(period) {}
-  template <typename... Args>
-  void Warn(spdlog::format_string_t<Args...> format, Args&&... args) {
-    suppressed_.fetch_add(1, std::memory_order_relaxed);
-    const int64_t now = Clock::now().time_since_epoch().count();
-    int64_t last = last_.load(std::memory_order_relaxed);
-    const int64_t period = std::chrono::duration_cast<Clock::duration>(period_).count();
-    if (last != 0 && now - last < period) return;
-    if (!last_.compare_exchange_strong(last, now)) return;
-    const uint64_t count = suppressed_.exchange(0);
-    Log("thrift").warn("{} ({} such event(s) since the last warning)", fmt::format(format, std::forward<Args>(args)...),
-                       count);
-  }
-
- private:
-  const std::chrono::seconds period_;
-  std::atomic<int64_t> last_{0};
-  std::atomic<uint64_t> suppressed_{0};
-};
-
 // Raises the soft file-descriptor limit towards what `connections` need, as far as the hard
 // limit allows; returns how many connections fit.
 int FitConnectionsToDescriptorLimit(int connections) {
@@ -298,11 +274,11 @@ struct RpcServer::Shared {
     std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
         protocol_errors{0};
   } counters;
-  RateLimitedWarning refused_warning{std::chrono::seconds(10)};
-  RateLimitedWarning timeout_warning{std::chrono::seconds(10)};
-  RateLimitedWarning shed_warning{std::chrono::seconds(10)};
-  RateLimitedWarning protocol_warning{std::chrono::seconds(10)};
-  RateLimitedWarning tls_warning{std::chrono::seconds(10)};
+  RateLimitedWarning refused_warning{"thrift", std::chrono::seconds(10)};
+  RateLimitedWarning timeout_warning{"thrift", std::chrono::seconds(10)};
+  RateLimitedWarning shed_warning{"thrift", std::chrono::seconds(10)};
+  RateLimitedWarning protocol_warning{"thrift", std::chrono::seconds(10)};
+  RateLimitedWarning tls_warning{"thrift", std::chrono::seconds(10)};
 };
 
 // One client connection. Its state is guarded by mutex_, taken by every completion handler
@@ -658,8 +634,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         (int64_t{header_[0]} << 24) | (int64_t{header_[1]} << 16) | (int64_t{header_[2]} << 8) | int64_t{header_[3]};
     if (size <= 0 || size > shared_->max_frame_bytes) {
       shared_->counters.protocol_errors.fetch_add(1);
-      shared_->protocol_warning.Warn("closed a connection that announced a frame of {} bytes (limit {})", size,
-                                     shared_->max_frame_bytes);
+      // The header is a signed 32-bit length: show it as the client meant it (-1, not 4294967295).
+      shared_->protocol_warning.Warn("closed a connection that announced a frame of {} bytes (limit {})",
+                                     static_cast<int32_t>(static_cast<uint32_t>(size)), shared_->max_frame_bytes);
       return Close();
     }
     frame_size_ = static_cast<size_t>(size);

@@ -234,10 +234,10 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
                                            [admin_server, refusal] { return admin_server->tls_refusals(refusal); });
     }
   }
-  server->registry_.AddCounterFunction(
-      "txscore_admin_bad_requests_total",
-      "Admin requests answered 400, 413 or 431 and closed: malformed, or headers or body over the limits.", {},
-      [admin_server] { return admin_server->bad_requests(); });
+  server->registry_.AddCounterFunction("txscore_admin_bad_requests_total",
+                                       "Admin requests that could not be read whole, answered and closed: malformed "
+                                       "(400), or headers, body or request over the limits (431, 413).",
+                                       {}, [admin_server] { return admin_server->bad_requests(); });
   server->registry_.AddCounterFunction(
       "txscore_admin_connections_refused_total",
       "Admin connections closed as soon as accepted: the most allowed (256) were open.", {},

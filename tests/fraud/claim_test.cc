@@ -157,6 +157,43 @@ TEST(ValidateClaim, NamesTheFieldAtFault) {
   }
 }
 
+TEST(ValidateClaim, BytesThatAreNotUtf8AndInfinitiesAreRefusedNamingTheField) {
+  using Setter = void (*)(RawClaim*, const std::string&);
+  const std::vector<std::pair<std::string, Setter>> text_fields = {
+      {"claim_id", [](RawClaim* c, const std::string& v) { c->claim_id = v; }},
+      {"policy_id", [](RawClaim* c, const std::string& v) { c->policy_id = v; }},
+      {"claimant_id", [](RawClaim* c, const std::string& v) { c->claimant_id = v; }},
+      {"provider_id", [](RawClaim* c, const std::string& v) { c->provider_id = v; }},
+      {"narrative", [](RawClaim* c, const std::string& v) { c->narrative = v; }},
+      {"adjuster_notes", [](RawClaim* c, const std::string& v) { c->adjuster_notes = v; }},
+  };
+  // Two ids differing only in a byte that is not UTF-8 would both be written "CLM-\uFFFD".
+  for (const std::string bad :
+       {"CLM-\xff", "CLM-\xfe", "\xc3\x28", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "ab\xe2\x82"}) {
+    for (const auto& [field, set] : text_fields) {
+      RawClaim c = ValidRawClaim();
+      set(&c, bad);
+      const auto validated = ValidateClaim(c, *Tokenizer());
+      ASSERT_FALSE(validated.ok()) << field;
+      EXPECT_EQ(validated.error().field, field);
+      EXPECT_EQ(validated.error().message, field + " is not valid UTF-8");
+    }
+  }
+  RawClaim accented = ValidRawClaim();
+  accented.narrative =
+      "Der Keller stand unter Wasser; Sch\xc3\xa4"
+      "den an W\xc3\xa4nden \xe2\x82\xac 2000 \xf0\x9f\x8c\x8a";
+  EXPECT_TRUE(ValidateClaim(accented, *Tokenizer()).ok());  // the control: well-formed UTF-8
+  for (const double bad : {INFINITY, -INFINITY}) {
+    RawClaim c = ValidRawClaim();
+    c.amount_claimed = bad;
+    EXPECT_EQ(ValidateClaim(c, *Tokenizer()).error().field, "amount_claimed");
+    c = ValidRawClaim();
+    c.policy_limit = bad;
+    EXPECT_EQ(ValidateClaim(c, *Tokenizer()).error().field, "policy_limit");
+  }
+}
+
 TEST(ParseClaimJson, RoundTripsAndRefusesWhatItDoesNotKnow) {
   const RawClaim original = ValidRawClaim();
   auto parsed = ParseClaimJson(ClaimToJson(original));

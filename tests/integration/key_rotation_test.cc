@@ -1,6 +1,7 @@
 // Card keys rotate under traffic without losing any card's history; a retired key's tokens are
 // no longer resolved (fraud/keyset.h, docs/security.md "Keys").
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <map>
@@ -244,6 +245,20 @@ TEST_F(KeyRotationTest, AReloadWithAnUnreadableKeysetIsRefusedAndTheKeysInForceS
   auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
   Score(*connection, 3, 0, "c-1");  // still served with k1
   EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token.substr(0, 3), "k1_");
+}
+
+TEST_F(KeyRotationTest, AReloadWithAKeysetOthersMayReadIsRefusedAndTheKeysInForceStay) {
+  const std::string keyset = testing::ReadFile(keyset_path());
+  ASSERT_EQ(::chmod(keyset_path().c_str(), 0644), 0);
+  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_NE(outcome.detail.find(keyset_path() + " is readable by group or others; run: chmod 600 " + keyset_path()),
+            std::string::npos)
+      << outcome.detail;
+  auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+  Score(*connection, 3, 0, "c-1");  // still served with k1
+  EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token.substr(0, 3), "k1_");
+  EXPECT_EQ(testing::ReadFile(keyset_path()), keyset);  // not rewritten
 }
 
 }  // namespace

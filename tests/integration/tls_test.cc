@@ -11,6 +11,7 @@
 #include <thrift/transport/TTransportException.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -150,8 +151,17 @@ TEST_F(TlsServerTest, AnIdentityFromASanUriIsAdmitted) { EXPECT_TRUE(Scores(File
 TEST_F(TlsServerTest, EachBadClientIsRefusedCountedByReasonAndTheServerGoesOn) {
   const testing::TestPki& pki = testing::SharedTestPki();
   const int port = server_->rpc_port();
+  ::testing::internal::CaptureStderr();
   EXPECT_FALSE(Scores(Files(pki.stranger_dir)));
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kIdentityNotAllowed, 1), 1u);
+  // Logged as one warning naming the client and the reason, no stack trace or exception text.
+  // (The test's own Thrift client, in this process, may log its side of the hang-up too.)
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  const size_t at = logged.find("warning thrift: refused a TLS client from 127.0.0.1:");
+  EXPECT_NE(at, std::string::npos) << logged;
+  EXPECT_EQ(logged.find("refused a TLS client", logged.find('\n', at)), std::string::npos) << logged;
+  EXPECT_NE(logged.find("identity_not_allowed"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find("terminate"), std::string::npos) << logged;
   EXPECT_FALSE(Scores(Files(pki.expired_dir)));
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kExpiredCertificate, 1), 1u);
   EXPECT_FALSE(Scores(Files(pki.rogue_dir)));

@@ -126,6 +126,14 @@ TEST_F(AdminServerTest, HeadersOverTheLimitAre431AndTheConnectionCloses) {
   ExpectStillServing();
 }
 
+TEST_F(AdminServerTest, TheConfiguredHeaderLimitIsTheOneApplied) {
+  Start({.max_header_bytes = 4096});  // Beast's own default is 8 KiB
+  EXPECT_EQ(Status(Exchange(Get("/healthz", "X-Padding: " + std::string(3000, 'a') + "\r\n"))), 200);
+  const std::string over = Exchange(Get("/healthz", "X-Padding: " + std::string(5000, 'a') + "\r\n"));
+  EXPECT_EQ(Status(over), 431);
+  EXPECT_NE(over.find("over 4096 bytes"), std::string::npos) << over;
+}
+
 TEST_F(AdminServerTest, BodiesOverTheLimitAre413WhateverTheFraming) {
   Start();
   EXPECT_EQ(Status(Exchange(Post("/admin/reload", std::string(8192, 'b')))), 200);  // at the limit
@@ -143,14 +151,34 @@ TEST_F(AdminServerTest, BodiesOverTheLimitAre413WhateverTheFraming) {
   ExpectStillServing();
 }
 
+TEST_F(AdminServerTest, AChunkExtensionOrTrailerThatNeverEndsIsRefusedWithinTheBufferLimit) {
+  Start();
+  ExpectStillServing();
+  // A chunk size line whose extension never ends; a trailer line that never ends. 64 MiB of
+  // each, made before the baseline (this process is the client too).
+  const std::string chunked = "POST /admin/reload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string endless_extension = chunked + "5;ext=" + std::string(64 << 20, 'x');
+  const std::string endless_trailer = chunked + "0\r\nX-Trailer: " + std::string(64 << 20, 'x');
+  testing::ResetPeakResidentBytes();
+  const size_t peak_before = testing::PeakResidentBytes();
+  const std::string extension = Exchange(endless_extension);
+  EXPECT_EQ(Status(extension), 413) << extension.substr(0, 200);
+  EXPECT_NE(extension.find(R"({"error":"the request is over 16384 bytes"})"), std::string::npos) << extension;
+  EXPECT_EQ(Status(Exchange(endless_trailer)), 413);
+  testing::ExpectPeakGrowthBelow(peak_before, 32u << 20);
+  EXPECT_EQ(reload_calls_.load(), 0);
+  EXPECT_EQ(server_->bad_requests(), 2u);
+  ExpectStillServing();
+}
+
 TEST_F(AdminServerTest, MalformedRequestsAre400) {
   Start();
-  for (const std::string request :
-       {std::string("GARBAGE\r\n\r\n"), std::string("GET /healthz HTTP/1.1\r\nNo colon here\r\n\r\n"),
-        std::string("GET /healthz HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
-        std::string("GET /healthz HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
-        std::string("GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
-        std::string("G\0T /healthz HTTP/1.1\r\n\r\n", 25)}) {
+  for (const std::string& request : std::vector<std::string>{
+           std::string("GARBAGE\r\n\r\n"), std::string("GET /healthz HTTP/1.1\r\nNo colon here\r\n\r\n"),
+           std::string("GET /healthz HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
+           std::string("GET /healthz HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+           std::string("GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+           std::string("G\0T /healthz HTTP/1.1\r\n\r\n", 25)}) {
     const std::string response = Exchange(request);
     EXPECT_EQ(Status(response), 400) << request << ": " << response;
   }

@@ -533,7 +533,11 @@ TEST_F(RpcServerUnitTest, AListDeclaringMoreItemsThanItsFrameHoldsIsRefusedBefor
 }
 
 TEST_F(RpcServerUnitTest, TruncatedFramesAndResetsMidRequestLeaveNoConnectionBehind) {
-  Start({});
+  // Deadlines far away, so only the server's handling of the hang-up or reset can close them.
+  RpcServerConfig config;
+  config.frame_timeout_ms = 600000;
+  config.idle_timeout_ms = 600000;
+  Start(config);
   const std::string call = HealthCallWithNesting(0);
   const auto send_then_end = [&](size_t bytes, bool reset) {
     int fd = RawConnect();
@@ -549,6 +553,7 @@ TEST_F(RpcServerUnitTest, TruncatedFramesAndResetsMidRequestLeaveNoConnectionBeh
   send_then_end(4, true);                 // the header, then a reset
   send_then_end(call.size() / 2, true);   // half the frame, then a reset
   EXPECT_TRUE(Eventually([this] { return server_->stats().connections_open == 0; }));
+  EXPECT_EQ(server_->stats().frame_timeouts, 0u);
   EXPECT_EQ(handler_->health_calls_entered(), 0);  // no partial request ran
   ExpectStillServing();
 }
