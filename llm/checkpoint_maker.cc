@@ -76,6 +76,18 @@ json SharedConfig(const CheckpointDimensions& d, int64_t vocab, int64_t eos, int
           {"torch_dtype", "bfloat16"}};
 }
 
+// The chat template of generated checkpoints: ChatML (the markers their tokenizer has), after
+// the BOS of the families whose real tokenizers start with one. Our own, written for these
+// checkpoints; real checkpoints bring theirs.
+const char kChatMlTemplate[] =
+    "{{- bos_token if bos_token is defined else '' -}}\n"
+    "{%- for message in messages -%}\n"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + '<|im_end|>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "{{- '<|im_start|>assistant\\n' -}}\n"
+    "{%- endif -%}\n";
+
 // The BOS the family's real tokenizer puts before every text, as its files say it.
 json BosPostProcessor(BosConvention convention, const std::string& bos, int64_t bos_id) {
   const json single = {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
@@ -121,13 +133,17 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
   }
   const int64_t vocab = d.config_vocab > 0 ? d.config_vocab : (tokenizer_vocab + 63) / 64 * 64;
   std::vector<std::pair<std::string, std::string>> tokenizer_files;
+  json tokenizer_config = json::object();
   if (bos_id >= 0) {
     tokenizer_doc["post_processor"] = BosPostProcessor(family_template.bos, bos, bos_id);
-    if (family_template.bos == BosConvention::kTemplateAndTokenizerConfig) {
-      tokenizer_files.emplace_back("tokenizer_config.json",
-                                   json({{"add_bos_token", true}, {"bos_token", bos}}).dump(2) + "\n");
-    }
+    if (family_template.bos == BosConvention::kTemplateAndTokenizerConfig) tokenizer_config["add_bos_token"] = true;
+    tokenizer_config["bos_token"] = bos;
   }
+  if (spec.chat_template) {
+    tokenizer_config["eos_token"] = "<|im_end|>";
+    tokenizer_config["chat_template"] = kChatMlTemplate;
+  }
+  if (!tokenizer_config.empty()) tokenizer_files.emplace_back("tokenizer_config.json", tokenizer_config.dump(2) + "\n");
   tokenizer_files.emplace_back("tokenizer.json", tokenizer_doc.dump(1));
 
   // Qwen3's config names <|endoftext|> as bos_token_id though its tokenizer adds no BOS, as

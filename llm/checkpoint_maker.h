@@ -1,5 +1,5 @@
 // Writes random-weight checkpoints in the Hugging Face layout (config.json, model.safetensors,
-// tokenizer.json and, for Gemma, tokenizer_config.json) for tests, the demo and benchmarks:
+// tokenizer.json and tokenizer_config.json with a chat template) for tests, the demo and benchmarks:
 // txscore never downloads a model. The weights are random, so whatever such a model writes is
 // well-formed (with constrained decoding) but meaningless.
 #pragma once
@@ -22,6 +22,9 @@ struct CheckpointSpec {
   std::string size = "tiny";
   uint64_t seed = 1;
   DType dtype = DType::kBF16;  // Default: BF16, as checkpoints on the hub usually are
+  // Default: true. Write a chat template (ChatML, the generated tokenizer's markers) into
+  // tokenizer_config.json, as instruct checkpoints have; false leaves it out, as base models do.
+  bool chat_template = true;
   // Default: none. Called with (steps done, steps) as the weights are made (the embedding,
   // each layer) and once the files are written: a 0.5b checkpoint takes tens of seconds.
   std::function<void(int done, int total)> progress;

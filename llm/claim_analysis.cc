@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "llm/chat_template.h"
 #include "llm/utf8.h"
 
 namespace txscore::llm {
@@ -53,8 +54,20 @@ namespace {
 // instructions use the checkpoint's chat markers when its tokenizer has them (ChatML); the
 // case's own text is encoded with special tokens disabled, so a narrative or merchant name
 // cannot forge control tokens (a BOS among them).
-std::vector<int32_t> ForensicPromptIds(const Tokenizer& tokenizer, const std::string& instructions,
-                                       const std::string& fields) {
+// The prompt: with the checkpoint's chat template when it has one (a system turn with the
+// instructions, a user turn with the case, the generation prompt; Qwen3's thinking off, as the
+// answer is constrained JSON), else ChatML markers when the tokenizer has them, else plain text.
+// The case's own text cannot forge control tokens: encoded with special tokens off, or, inside
+// a rendered template, with each special token's text broken (DefuseSpecialTokens).
+Result<std::vector<int32_t>> ForensicPromptIds(const Tokenizer& tokenizer, const std::string& instructions,
+                                               const std::string& fields) {
+  if (tokenizer.chat_template() != nullptr) {
+    ChatTemplateOptions options;
+    options.extra = {{"enable_thinking", false}};
+    const jinja::Json messages = {{{"role", "system"}, {"content", instructions}},
+                                  {{"role", "user"}, {"content", DefuseSpecialTokens(tokenizer, fields)}}};
+    return ApplyChatTemplate(tokenizer, messages, options);
+  }
   EncodeOptions template_text;  // our own markers: special tokens on
   EncodeOptions user_text;
   user_text.parse_special = false;
@@ -79,28 +92,32 @@ const char kAnswerFormat[] =
     "provider_anomaly, none.";
 
 // Generates under the findings schema and parses the result.
-Result<Findings> GenerateFindings(Generator& generator, const std::vector<int32_t>& prompt, GenerationOptions options,
-                                  const std::string& model_id) {
+Result<Findings> GenerateFindings(Generator& generator, const Result<std::vector<int32_t>>& prompt,
+                                  GenerationOptions options, const std::string& model_id) {
+  if (!prompt.ok()) return prompt.error();
   options.schema = ClaimAnalysisTask::Schema();
-  Result<GenerationResult> result = generator.Generate(prompt, options);
+  Result<GenerationResult> result = generator.Generate(*prompt, options);
   if (!result.ok()) return result.error();
   return ClaimAnalysisTask::FindingsFrom(*result, model_id);
 }
 
 }  // namespace
 
-std::vector<int32_t> ClaimAnalysisTask::PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim) {
-  const std::string fields =
-      "Claim " + claim.claim_id + " on policy " + claim.policy_id + "\nType: " + claim.claim_type +
-      "\nIncident date: " + claim.incident_date + "\nReport date: " + claim.report_date +
-      "\nAmount claimed: " + claim.amount_claimed + "\nPolicy limit: " + claim.policy_limit +
-      "\nPrior claims: " + std::to_string(claim.prior_claims) + "\nProvider: " + claim.provider_id +
-      "\nNarrative: " + claim.narrative + "\nAdjuster notes: " + claim.adjuster_notes;
-  return ForensicPromptIds(
-      tokenizer, std::string("You are an insurance claims fraud analyst. Read the claim. ") + kAnswerFormat, fields);
+TaskMessages ClaimAnalysisTask::Messages(const ClaimFields& claim) {
+  return {std::string("You are an insurance claims fraud analyst. Read the claim. ") + kAnswerFormat,
+          "Claim " + claim.claim_id + " on policy " + claim.policy_id + "\nType: " + claim.claim_type +
+              "\nIncident date: " + claim.incident_date + "\nReport date: " + claim.report_date +
+              "\nAmount claimed: " + claim.amount_claimed + "\nPolicy limit: " + claim.policy_limit +
+              "\nPrior claims: " + std::to_string(claim.prior_claims) + "\nProvider: " + claim.provider_id +
+              "\nNarrative: " + claim.narrative + "\nAdjuster notes: " + claim.adjuster_notes};
 }
 
-std::vector<int32_t> TransactionReviewTask::PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx) {
+Result<std::vector<int32_t>> ClaimAnalysisTask::PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim) {
+  const TaskMessages messages = Messages(claim);
+  return ForensicPromptIds(tokenizer, messages.system, messages.user);
+}
+
+TaskMessages TransactionReviewTask::Messages(const TransactionCase& tx) {
   std::string fields = "Transaction " + tx.request_id + " at " + tx.time_utc + "\nAmount: " + tx.amount +
                        "\nMerchant: " + tx.merchant_id + " (MCC " + tx.mcc + ", " + tx.merchant_country + ")" +
                        "\nCard country: " + tx.card_country + "\nChannel: " + tx.channel +
@@ -109,11 +126,15 @@ std::vector<int32_t> TransactionReviewTask::PromptIds(const Tokenizer& tokenizer
   std::snprintf(score, sizeof score, "%.3f", tx.score);
   fields += std::string("\nFraud score: ") + score + "\nReasons:";
   for (const std::string& reason : tx.reasons) fields += "\n- " + reason;
-  return ForensicPromptIds(tokenizer,
-                           std::string("You are a card fraud analyst. A scoring model sent this transaction to manual "
-                                       "review. Read it. ") +
-                               kAnswerFormat,
-                           fields);
+  return {std::string("You are a card fraud analyst. A scoring model sent this transaction to manual review. Read "
+                      "it. ") +
+              kAnswerFormat,
+          fields};
+}
+
+Result<std::vector<int32_t>> TransactionReviewTask::PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx) {
+  const TaskMessages messages = Messages(tx);
+  return ForensicPromptIds(tokenizer, messages.system, messages.user);
 }
 
 Result<Findings> TransactionReviewTask::Analyze(Generator& generator, const Tokenizer& tokenizer,

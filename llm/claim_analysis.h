@@ -56,16 +56,26 @@ struct TransactionCase {
   std::vector<std::string> reasons;  // the fraud model's top reasons, e.g. "amount_zscore = 6.1 (+2.30)"
 };
 
+// A task's conversation: the instructions and the case, as a system and a user turn (for a
+// chat template, or a remote server that applies its own).
+struct TaskMessages {
+  std::string system;
+  std::string user;
+};
+
 class ClaimAnalysisTask {
  public:
   static const std::vector<std::string>& Flags();  // inconsistent_dates, ..., none
   // {risk_level: low|medium|high, flags: [flag, ...] (1-7), summary: string (<= 400)}.
   static const std::string& Schema();
 
-  // Prompt token ids. The instructions use the checkpoint's chat markers when its tokenizer
-  // has them (ChatML: <|im_start|>/<|im_end|>); the claim's own text is encoded with special
-  // tokens disabled, so a narrative cannot forge control tokens.
-  static std::vector<int32_t> PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim);
+  // Prompt token ids: a system turn (the instructions) and a user turn (the claim) through the
+  // checkpoint's chat template when it has one (llm/chat_template.h), else ChatML markers when
+  // its tokenizer has them, else plain text. The claim's own text cannot forge control
+  // tokens: special-token text in it is read as plain text. An error when the chat template
+  // refuses the conversation.
+  static Result<std::vector<int32_t>> PromptIds(const Tokenizer& tokenizer, const ClaimFields& claim);
+  static TaskMessages Messages(const ClaimFields& claim);
 
   // Parses and checks the model's JSON (enum values, known flags, summary length).
   static Result<Findings> ParseFindings(const std::string& json_text);
@@ -82,7 +92,8 @@ class ClaimAnalysisTask {
 // claim-analysis task, with a prompt built from a REVIEW decision.
 class TransactionReviewTask {
  public:
-  static std::vector<int32_t> PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx);
+  static Result<std::vector<int32_t>> PromptIds(const Tokenizer& tokenizer, const TransactionCase& tx);
+  static TaskMessages Messages(const TransactionCase& tx);
   // As ClaimAnalysisTask::Analyze. kDeadlineExceeded when options.deadline cut the output short.
   static Result<Findings> Analyze(Generator& generator, const Tokenizer& tokenizer, const TransactionCase& tx,
                                   GenerationOptions options, const std::string& model_id);

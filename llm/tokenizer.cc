@@ -1,6 +1,7 @@
 #include "llm/tokenizer.h"
 
 #include "common/file_io.h"
+#include "llm/chat_template.h"
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
@@ -24,27 +25,6 @@ namespace txscore::llm {
 namespace {
 
 using nlohmann::json;
-
-// ---------------------------------------------------------------------------------------
-// UTF-8 helpers
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else {
-    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
-}
 
 // GPT-2's reversible map from bytes to printable code points: printable Latin-1 bytes stand
 // for themselves, the others are moved to U+0100 and up.
@@ -881,8 +861,10 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;
   std::vector<bool> special;
   std::string empty;
-  int32_t anchor_id = 0;            // the first ordinary token with text of its own; see TokenBytes
-  SpecialTokenFrame special_frame;  // what add_special_tokens puts around a text
+  int32_t anchor_id = 0;                              // the first ordinary token with text of its own; see TokenBytes
+  SpecialTokenFrame special_frame;                    // what add_special_tokens puts around a text
+  std::vector<std::string> special_texts;             // the special added tokens, longest first
+  std::shared_ptr<const ChatTemplate> chat_template;  // tokenizer_config.json's, or null
 
   // Encodes text that holds no added tokens.
   void EncodePlain(std::string_view text, std::vector<int32_t>* out) const {
@@ -894,7 +876,11 @@ struct Tokenizer::Impl {
   }
 };
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  for (const AddedToken& a : impl_->added) {
+    if (a.special) impl_->special_texts.push_back(a.content);
+  }
+}
 Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
@@ -1009,6 +995,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& d
   if (*eos && std::find(frame.after.begin(), frame.after.end(), **eos) == frame.after.end()) {
     frame.after.push_back(**eos);
   }
+  Result<std::shared_ptr<const ChatTemplate>> chat_template = ChatTemplate::FromConfig(config, config_path);
+  if (!chat_template.ok()) return chat_template.error();
+  (*tokenizer)->impl_->chat_template = std::move(*chat_template);
   return tokenizer;
 }
 
@@ -1106,5 +1095,9 @@ const std::string& Tokenizer::TokenString(int32_t id) const {
 bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->special.size() && impl_->special[static_cast<size_t>(id)];
 }
+
+const std::vector<std::string>& Tokenizer::SpecialTokenTexts() const { return impl_->special_texts; }
+
+const ChatTemplate* Tokenizer::chat_template() const { return impl_->chat_template.get(); }
 
 }  // namespace txscore::llm

@@ -35,6 +35,8 @@
 
 namespace txscore::llm {
 
+class ChatTemplate;  // llm/chat_template.h
+
 struct EncodeOptions {
   // Recognise special tokens (e.g. "<|im_start|>") written in the text, as Hugging Face does
   // by default. Text that comes from users (claim narratives) must be encoded with false, so
@@ -59,7 +61,8 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
   static Result<std::unique_ptr<Tokenizer>> FromJson(const std::string& json_text, const std::string& source);
   // DIR/tokenizer.json, or DIR/tokenizer.model where there is no tokenizer.json; then
-  // DIR/tokenizer_config.json, where there is one, for add_bos_token and add_eos_token.
+  // DIR/tokenizer_config.json, where there is one, for add_bos_token, add_eos_token and the
+  // chat template (refused at load when it uses a construct llm/jinja.h does not support).
   static Result<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
   ~Tokenizer();
 
@@ -81,6 +84,11 @@ class Tokenizer {
   // The token as the vocabulary writes it ("Ġthe", "<|im_end|>"); empty for an unused id.
   const std::string& TokenString(int32_t id) const;
   bool IsSpecial(int32_t id) const;
+  // The texts of the special added tokens ("<|im_start|>", "<bos>"), longest first.
+  const std::vector<std::string>& SpecialTokenTexts() const;
+  // The chat template of tokenizer_config.json (read by FromDirectory; llm/chat_template.h),
+  // or null when the checkpoint has none.
+  const ChatTemplate* chat_template() const;
   // The bytes a token adds to the text after other tokens (so "▁the" of a SentencePiece model
   // is " the", though a text starting with it decodes to "the"); empty for special tokens.
   // Constrained decoding builds on this.

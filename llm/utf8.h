@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,34 @@ inline std::vector<std::string_view> SplitUtf8(std::string_view text) {
     i += n;
   }
   return chars;
+}
+
+// The code point of one character's bytes (a SplitUtf8 piece).
+inline char32_t CodePointOf(std::string_view ch) {
+  const auto b = [&](size_t i) { return static_cast<char32_t>(static_cast<unsigned char>(ch[i])); };
+  if (ch.size() == 1) return b(0);
+  if (ch.size() == 2) return ((b(0) & 0x1f) << 6) | (b(1) & 0x3f);
+  if (ch.size() == 3) return ((b(0) & 0x0f) << 12) | ((b(1) & 0x3f) << 6) | (b(2) & 0x3f);
+  return ((b(0) & 0x07) << 18) | ((b(1) & 0x3f) << 12) | ((b(2) & 0x3f) << 6) | (b(3) & 0x3f);
+}
+
+// Appends `cp` to `out` as UTF-8.
+inline void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
 }
 
 // Number of characters (code points) in well-formed UTF-8.

@@ -12,6 +12,7 @@
 // at once, so when nothing else is waiting they form the same batches on every run.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -27,7 +28,10 @@
 
 namespace txscore::pipelines {
 
-enum class BatchPriority { kInteractive, kBatchJob };
+// Who waits for a batch place, most urgent first: a synchronous request (a transaction under
+// review), a caller of the OpenAI-compatible API, a batch job. A batch takes from the first
+// queue, then fills the places left from the next.
+enum class BatchPriority { kInteractive, kApi, kBatchJob };
 
 struct DynamicBatcherOptions {
   int max_batch = 8;           // Default: 8 items per batch
@@ -72,7 +76,7 @@ class DynamicBatcher {
     std::vector<std::future<Answer>> futures;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      std::deque<Pending>& queue = priority == BatchPriority::kInteractive ? queue_ : batch_queue_;
+      std::deque<Pending>& queue = queues_[static_cast<size_t>(priority)];
       for (Item& item : items) {
         std::promise<Answer> promise;
         futures.push_back(promise.get_future());
@@ -86,7 +90,7 @@ class DynamicBatcher {
   // Items waiting for a batch, of both priorities (tests).
   size_t queued() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return queue_.size() + batch_queue_.size();
+    return Waiting();
   }
 
   // Sizes of the batches run so far, in order (tests and metrics).
@@ -109,16 +113,16 @@ class DynamicBatcher {
       std::vector<Pending> batch;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        auto waiting = [this] { return static_cast<int>(queue_.size() + batch_queue_.size()); };
+        auto waiting = [this] { return static_cast<int>(Waiting()); };
         wake_.wait(lock, [&] { return stopping_ || waiting() > 0; });
         if (stopping_ && waiting() == 0) return;
         // The first item opens the batch; wait a little for company.
         const Clock::time_point close = Clock::now() + std::chrono::microseconds(options_.max_wait_us);
         wake_.wait_until(lock, close, [&] { return stopping_ || waiting() >= options_.max_batch; });
-        for (std::deque<Pending>* queue : {&queue_, &batch_queue_}) {
-          while (!queue->empty() && static_cast<int>(batch.size()) < options_.max_batch) {
-            batch.push_back(std::move(queue->front()));
-            queue->pop_front();
+        for (std::deque<Pending>& queue : queues_) {
+          while (!queue.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
+            batch.push_back(std::move(queue.front()));
+            queue.pop_front();
           }
         }
       }
@@ -150,8 +154,13 @@ class DynamicBatcher {
   const Answer expired_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Pending> queue_;        // interactive
-  std::deque<Pending> batch_queue_;  // batch jobs: only the places interactive items leave
+  // One queue per BatchPriority, in its order. Called with mutex_ held.
+  size_t Waiting() const {
+    size_t n = 0;
+    for (const std::deque<Pending>& queue : queues_) n += queue.size();
+    return n;
+  }
+  std::array<std::deque<Pending>, 3> queues_;  // by BatchPriority
   std::vector<int> batch_sizes_;
   bool stopping_ = false;
   std::thread worker_;  // last: starts after everything above exists

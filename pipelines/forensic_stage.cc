@@ -67,6 +67,14 @@ llm::TransactionCase ForensicStage::CaseFor(const fraud::Transaction& tx, double
   return c;
 }
 
+ForensicResult ForensicStage::Failed(std::string detail) const {
+  ForensicResult result;
+  result.outcome = ForensicResult::Outcome::kFailed;
+  result.detail = std::move(detail);
+  result.device = device_name();
+  return result;
+}
+
 Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStageOptions& config,
                                                              const llm::DecoderLoader& load_decoder) {
   if (!load_decoder) {
@@ -80,6 +88,16 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();
+  // A chat template that refuses the tasks' conversation (system turn, user turn) is found
+  // now, not on the first request.
+  for (const Result<std::vector<int32_t>>& probe :
+       {llm::TransactionReviewTask::PromptIds(*stage->tokenizer_, llm::TransactionCase{}),
+        llm::ClaimAnalysisTask::PromptIds(*stage->tokenizer_, llm::ClaimFields{})}) {
+    if (!probe.ok()) {
+      return InvalidArgument("stage " + config.stage +
+                             ": the checkpoint's chat template cannot render its prompt: " + probe.error().message);
+    }
+  }
   for (const ForensicTarget& target : config.targets) {
     llm::DecoderOptions options;
     options.dtype = target.dtype;
@@ -114,26 +132,67 @@ ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score
     result.detail = "the deadline passed before the stage could start";
     return result;
   }
-  Item item{llm::TransactionReviewTask::PromptIds(*tokenizer_, CaseFor(tx, score, reasons)), deadline,
-            std::make_shared<std::atomic<bool>>(false)};
+  Result<std::vector<int32_t>> prompt = llm::TransactionReviewTask::PromptIds(*tokenizer_, CaseFor(tx, score, reasons));
+  if (!prompt.ok()) return Failed("the prompt could not be built: " + prompt.error().message);
+  Item item{std::move(prompt).value(), deadline, std::make_shared<std::atomic<bool>>(false)};
   std::shared_ptr<std::atomic<bool>> started = item.started;
   return Await(batcher_->Submit(std::move(item), deadline), *started, deadline);
 }
 
 std::vector<ForensicResult> ForensicStage::AnalyzeClaims(const std::vector<llm::ClaimFields>& claims,
                                                          std::chrono::steady_clock::time_point deadline) {
+  std::vector<ForensicResult> results(claims.size());
   std::vector<Item> items;
-  for (const llm::ClaimFields& claim : claims) {
-    items.push_back(
-        {llm::ClaimAnalysisTask::PromptIds(*tokenizer_, claim), deadline, std::make_shared<std::atomic<bool>>(false)});
+  std::vector<size_t> positions;  // of the claims whose prompt was built
+  for (size_t i = 0; i < claims.size(); ++i) {
+    Result<std::vector<int32_t>> prompt = llm::ClaimAnalysisTask::PromptIds(*tokenizer_, claims[i]);
+    if (!prompt.ok()) {
+      results[i] = Failed("the prompt could not be built: " + prompt.error().message);
+      continue;
+    }
+    items.push_back({std::move(prompt).value(), deadline, std::make_shared<std::atomic<bool>>(false)});
+    positions.push_back(i);
   }
   std::vector<std::shared_ptr<std::atomic<bool>>> started;
   for (const Item& item : items) started.push_back(item.started);
   std::vector<std::future<ForensicResult>> answers =
       batcher_->SubmitAll(std::move(items), deadline, BatchPriority::kBatchJob);
-  std::vector<ForensicResult> results;
-  for (size_t i = 0; i < answers.size(); ++i) results.push_back(Await(std::move(answers[i]), *started[i], deadline));
+  for (size_t i = 0; i < answers.size(); ++i) {
+    results[positions[i]] = Await(std::move(answers[i]), *started[i], deadline);
+  }
   return results;
+}
+
+Result<llm::GenerationResult> ForensicStage::Generate(std::vector<int32_t> prompt, llm::GenerationOptions options,
+                                                      std::chrono::steady_clock::time_point deadline) {
+  if (options_.clock() >= deadline) return DeadlineExceeded("the deadline passed before generation could start");
+  // Refused here rather than in the batch, where it would fail the other requests with it.
+  TXSCORE_RETURN_IF_ERROR(engines_.front().generator->Check(options));
+  options.deadline = deadline;
+  Item item{std::move(prompt), deadline, std::make_shared<std::atomic<bool>>(false),
+            std::make_shared<const llm::GenerationOptions>(std::move(options))};
+  std::shared_ptr<std::atomic<bool>> started = item.started;
+  std::future<ForensicResult> answer = batcher_->Submit(std::move(item), deadline, BatchPriority::kApi);
+  // A sequence stops at its deadline, so its answer follows soon after; wait a little past it
+  // (a step in flight) rather than report cut short a text that is complete.
+  ForensicResult result = Await(std::move(answer), *started, deadline + kGenerateGrace);
+  switch (result.outcome) {
+    case ForensicResult::Outcome::kGenerated:
+      return std::move(result.generation).value();
+    case ForensicResult::Outcome::kFailed:
+      return Unavailable("generation failed on " + result.device + ": " + result.detail);
+    default:
+      return DeadlineExceeded(result.detail);
+  }
+}
+
+double ForensicStage::kv_cache_usage() const {
+  const double capacity = static_cast<double>(options_.max_batch) * context_length();
+  return capacity > 0 ? std::min(1.0, static_cast<double>(kv_tokens_.load()) / capacity) : 0.0;
+}
+
+int ForensicStage::context_length() const {
+  return static_cast<int>(engines_.front().decoder->config().max_position_embeddings);
 }
 
 ForensicResult ForensicStage::Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
@@ -161,11 +220,37 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
     prompts.push_back(item.prompt);
     latest = std::max(latest, item.deadline);
   }
-  llm::GenerationOptions options;
-  options.max_new_tokens = options_.max_new_tokens;
-  options.schema = llm::ClaimAnalysisTask::Schema();
-  options.deadline = latest;
-  options.clock = options_.clock;
+  // Each sequence stops at its own deadline; a Generate request brings its own options.
+  std::vector<llm::GenerationOptions> each;
+  for (const Item& item : items) {
+    llm::GenerationOptions o;
+    if (item.generation) {
+      o = *item.generation;
+    } else {
+      o.max_new_tokens = options_.max_new_tokens;
+      o.schema = llm::ClaimAnalysisTask::Schema();
+    }
+    o.deadline = item.deadline;
+    o.clock = options_.clock;
+    each.push_back(std::move(o));
+  }
+  // What the batch holds while it runs (metrics): its sequences, and the cache positions the
+  // generator allocates for them.
+  size_t longest_prompt = 0;
+  int largest_budget = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    longest_prompt = std::max(longest_prompt, items[i].prompt.size());
+    largest_budget = std::max(largest_budget, each[i].max_new_tokens);
+  }
+  running_.store(static_cast<int>(items.size()));
+  kv_tokens_.store(static_cast<int64_t>(items.size() * (longest_prompt + static_cast<size_t>(largest_budget))));
+  struct Idle {
+    ForensicStage* stage;
+    ~Idle() {
+      stage->running_.store(0);
+      stage->kv_tokens_.store(0);
+    }
+  } idle{this};
   std::vector<ForensicResult> results(items.size());
   const auto now = options_.clock();
   // Devices paused after a failure are passed over, unless every device is paused.
@@ -176,7 +261,7 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
   if (order.empty()) order.push_back(&engines_.front());
   std::vector<std::string> failed_devices;
   for (Engine* engine : order) {
-    Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateBatch(prompts, options);
+    Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateEach(prompts, each);
     if (!generated.ok() && generated.error().code == ErrorCode::kUnavailable && options_.clock() < latest &&
         engine != order.back()) {
       // The model runtime failed on this device: pause it and move the batch to the next one.
@@ -191,6 +276,11 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
       if (!generated.ok()) {
         r.outcome = ForensicResult::Outcome::kFailed;
         r.detail = generated.error().message;
+        continue;
+      }
+      if (items[i].generation) {
+        r.outcome = ForensicResult::Outcome::kGenerated;
+        r.generation = std::move((*generated)[i]);
         continue;
       }
       Result<llm::Findings> findings = llm::ClaimAnalysisTask::FindingsFrom((*generated)[i], model_id_);

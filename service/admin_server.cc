@@ -10,6 +10,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <cstdio>
+#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -142,6 +144,9 @@ struct AdminShared {
   // Sessions may outlive this struct as the io_context is torn down: they share the count.
   std::shared_ptr<std::atomic<int>> connections_open = std::make_shared<std::atomic<int>>(0);
   SlowHandlers slow;
+  // Set by Stop: request handlers see their client as gone, so streams and generations end.
+  std::atomic<bool> stopping{false};
+  size_t largest_body_bytes = 0;  // of the port's limit and every route's
   bool tls_enabled = false;
   std::mutex tls_mutex;
   std::shared_ptr<const TlsServerContext> tls;   // replaced by SetTls
@@ -224,8 +229,26 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void Read() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(shared_->limits.max_header_bytes));
-    parser_->body_limit(shared_->limits.max_body_bytes);
+    // The parser checks a Content-Length against its limit as the headers end: until the
+    // route is known, the largest any route takes.
+    parser_->body_limit(shared_->largest_body_bytes);
     beast::get_lowest_layer(stream_).expires_after(shared_->limits.request_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+  // The headers name the route, and with it how much body it takes.
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    const std::string target(parser_->get().target());
+    body_limit_ = shared_->limits.max_body_bytes;
+    if (auto route = shared_->routes.find(target.substr(0, target.find('?')));
+        route != shared_->routes.end() && route->second.max_body_bytes > 0) {
+      body_limit_ = route->second.max_body_bytes;
+    }
+    if (parser_->content_length() && *parser_->content_length() > body_limit_) {
+      return Refuse(413, "the body is over " + std::to_string(body_limit_) + " bytes");
+    }
+    parser_->body_limit(body_limit_);
     http::async_read(stream_, buffer_, *parser_,
                      [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
@@ -235,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
           431, "the request line and headers are over " + std::to_string(shared_->limits.max_header_bytes) + " bytes");
     }
     if (ec == http::error::body_limit) {
-      return Refuse(413, "the body is over " + std::to_string(shared_->limits.max_body_bytes) + " bytes");
+      return Refuse(413, "the body is over " + std::to_string(body_limit_) + " bytes");
     }
     if (ec == http::error::buffer_overflow) {
       return Refuse(413, "the request is over " +
@@ -270,6 +293,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const Routing routing = Route(parser_->get(), shared_->routes, caller_);
     if (routing.denied != nullptr && routing.denied->on_denied) routing.denied->on_denied(caller_);
     if (routing.route == nullptr) return Write(routing.refusal);
+    if (routing.route->request_handler) {
+      beast::get_lowest_layer(stream_).expires_never();
+      AdminRequest request{caller_, std::string(parser_->get().target()), std::move(parser_->get().body())};
+      shared_->slow.Run(
+          [self = this->shared_from_this(), handler = routing.route->request_handler, request = std::move(request)] {
+            Responder responder(self);
+            handler(request, responder);
+            responder.Finish();
+          });
+      return;
+    }
     if (!routing.route->slow) return Write(routing.route->handler(caller_));
     // The answer is written back on this session's strand once the handler returns.
     beast::get_lowest_layer(stream_).expires_never();
@@ -287,6 +321,107 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       self->Read();
     });
   }
+  // A request handler's answer, written on this session's strand.
+  class Responder : public AdminResponder {
+   public:
+    explicit Responder(std::shared_ptr<Session> session) : session_(std::move(session)) {}
+    void Respond(HttpResponse answer) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (answered_) return;
+      answered_ = true;
+      asio::post(session_->stream_.get_executor(),
+                 [s = session_, answer = std::move(answer)]() mutable { s->Write(std::move(answer)); });
+    }
+    void Begin(const std::string& content_type) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (answered_) return;
+      answered_ = begun_ = true;
+      asio::post(session_->stream_.get_executor(), [s = session_, content_type] { s->BeginStream(content_type); });
+    }
+    bool Send(std::string part) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!begun_ || client_gone()) return false;
+      asio::post(session_->stream_.get_executor(),
+                 [s = session_, part = std::move(part)]() mutable { s->QueuePart(std::move(part)); });
+      return true;
+    }
+    bool client_gone() const override { return session_->client_gone_->load() || session_->shared_->stopping.load(); }
+    // After the handler returns: end the stream, or answer for a handler that did not.
+    void Finish() {
+      bool begun = false, answered = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        begun = begun_;
+        answered = answered_;
+      }
+      if (!answered) {
+        Respond({500, "application/json", JsonError("the handler gave no answer")});
+      } else if (begun) {
+        asio::post(session_->stream_.get_executor(), [s = session_] { s->EndStream(); });
+      }
+    }
+
+   private:
+    std::shared_ptr<Session> session_;
+    std::mutex mu_;
+    bool answered_ = false, begun_ = false;
+  };
+
+  // A streamed answer: the status line and headers, then each part as a chunk (HTTP/1.1) or
+  // as is (HTTP/1.0, ended by closing), each written in turn from a queue. A write that fails
+  // or stalls past the request timeout marks the client gone.
+  void BeginStream(const std::string& content_type) {
+    const auto& request = parser_->get();
+    stream_chunked_ = request.version() >= 11;
+    stream_keep_alive_ = stream_chunked_ && request.keep_alive();
+    Queue(std::string("HTTP/1.") + (stream_chunked_ ? "1" : "0") + " 200 OK\r\nServer: txscore\r\nContent-Type: " +
+          content_type + "\r\nCache-Control: no-cache\r\n" + (stream_chunked_ ? "Transfer-Encoding: chunked\r\n" : "") +
+          (stream_keep_alive_ ? "" : "Connection: close\r\n") + "\r\n");
+  }
+  void QueuePart(std::string part) {
+    if (part.empty()) return;  // an empty chunk would end the body
+    if (stream_chunked_) {
+      char size[24];
+      std::snprintf(size, sizeof size, "%zx\r\n", part.size());
+      part = size + part + "\r\n";
+    }
+    Queue(std::move(part));
+  }
+  void EndStream() {
+    if (stream_chunked_) Queue("0\r\n\r\n");
+    stream_ended_ = true;
+    if (!writing_) WriteNext();
+  }
+  void Queue(std::string bytes) {
+    if (client_gone_->load()) return;
+    pending_.push_back(std::move(bytes));
+    if (!writing_) WriteNext();
+  }
+  void WriteNext() {
+    if (pending_.empty()) {
+      writing_ = false;
+      if (stream_ended_) {
+        stream_ended_ = false;
+        if (stream_keep_alive_ && !client_gone_->load()) return Read();
+        return Shutdown();
+      }
+      return;
+    }
+    writing_ = true;
+    beast::get_lowest_layer(stream_).expires_after(shared_->limits.request_timeout);
+    asio::async_write(stream_, asio::buffer(pending_.front()),
+                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                        if (ec) {
+                          self->client_gone_->store(true);
+                          self->pending_.clear();
+                          self->writing_ = false;
+                          return;  // the connection closes as the session is freed
+                        }
+                        self->pending_.pop_front();
+                        self->WriteNext();
+                      });
+  }
+
   // Answers a request that could not be read whole (malformed, over a limit) and closes.
   void Refuse(int status, const std::string& why) {
     shared_->bad_requests.fetch_add(1);
@@ -339,6 +474,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::shared_ptr<http::response<http::string_body>> response_;
   std::shared_ptr<std::atomic<int>> open_;  // AdminShared::connections_open
   char discard_[4096];                      // what a refused request still sends
+  size_t body_limit_ = 0;                   // of the request being read
+  // A streamed answer (BeginStream): parts waiting to be written, in order.
+  std::deque<std::string> pending_;
+  bool writing_ = false, stream_ended_ = false, stream_chunked_ = true, stream_keep_alive_ = false;
+  std::shared_ptr<std::atomic<bool>> client_gone_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace
@@ -395,6 +535,10 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Create(const AdminConfig& conf
   auto impl = std::make_unique<Impl>();
   impl->shared.routes = std::move(routes);
   impl->shared.limits = limits;
+  impl->shared.largest_body_bytes = limits.max_body_bytes;
+  for (const auto& [path, route] : impl->shared.routes) {
+    impl->shared.largest_body_bytes = std::max(impl->shared.largest_body_bytes, route.max_body_bytes);
+  }
   impl->shared.tls_enabled = tls != nullptr;
   if (tls != nullptr) impl->SetTls(std::move(tls));
   beast::error_code ec;
@@ -424,6 +568,7 @@ void AdminServer::Start() {
 
 void AdminServer::Stop() {
   if (!impl_->thread.joinable()) return;
+  impl_->shared.stopping.store(true);  // request handlers see their clients gone and finish
   impl_->io.stop();
   impl_->thread.join();
   impl_->shared.slow.JoinAll();  // their answers are not written: the port is closed

@@ -1,6 +1,6 @@
 // The HTTP admin port (Boost.Beast): /healthz, /readyz, /metrics and whatever else the
-// caller routes. A route answers GET (and HEAD) or POST; another method gets 405, an unknown
-// path 404, a target that is not an absolute path or has "." or ".." segments 400, all with
+// caller routes (the OpenAI-compatible API: service/openai_api.h). A route answers GET (and HEAD) or POST; another
+// method gets 405, an unknown path 404, a target that is not an absolute path or has "." or ".." segments 400, all with
 // a JSON body. Requests over AdminLimits are refused (431, 413; a trickler is disconnected). One I/O thread runs the
 // quick handlers; a slow one (a reload) runs on a thread of its own, so the port keeps answering probes meanwhile.
 // Handlers must be thread-safe.
@@ -33,6 +33,31 @@ struct HttpResponse {
 // A handler is told who asked (for the audit trail of what changes things).
 using AdminHandler = std::function<HttpResponse(const Caller& caller)>;
 
+// A request as a request handler sees it.
+struct AdminRequest {
+  Caller caller;
+  std::string target;  // path and query, as sent
+  std::string body;
+};
+
+// How a request handler answers: once with Respond, or in parts (server-sent events) with
+// Begin and Send. Thread-safe.
+class AdminResponder {
+ public:
+  virtual ~AdminResponder() = default;
+  // The whole answer. At most once, and not after Begin.
+  virtual void Respond(HttpResponse answer) = 0;
+  // Starts an answer sent in parts: status 200, `content_type`, chunked transfer encoding
+  // (HTTP/1.0: the connection closes at its end). At most once.
+  virtual void Begin(const std::string& content_type) = 0;
+  // Queues a part of the body; false once the client has gone (the handler should stop).
+  virtual bool Send(std::string part) = 0;
+  // True once a write to the client has failed.
+  virtual bool client_gone() const = 0;
+};
+// Runs on a thread of its own. The answer ends when it returns (a 500 if it gave none).
+using AdminRequestHandler = std::function<void(const AdminRequest& request, AdminResponder& responder)>;
+
 struct AdminRoute {
   AdminRoute() = default;
   // A quick GET route from any handler, with or without the caller.
@@ -50,6 +75,12 @@ struct AdminRoute {
   bool operators_only = false;
   // Default: none. Called with the caller operators_only turned away (to audit the attempt).
   std::function<void(const Caller& caller)> on_denied;
+  // Default: none. Set instead of `handler` for a route that reads the request body or
+  // streams its answer; it always runs on a thread of its own (as `slow`).
+  AdminRequestHandler request_handler;
+  // Default: 0, the port's AdminLimits::max_body_bytes. A larger limit for this route's body
+  // (applied once the headers name the route).
+  size_t max_body_bytes = 0;
 };
 
 // What one client may hold of the admin port. Each refusal closes the connection; the port

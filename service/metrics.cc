@@ -121,8 +121,8 @@ void MetricsRegistry::AddCounterFunction(const std::string& name, const std::str
 }
 
 void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
-                                       std::function<uint64_t()> read) {
-  FindOrAdd(name, help, Type::kGauge, labels, [&](Series* s) { s->read = std::move(read); });
+                                       std::function<double()> read) {
+  FindOrAdd(name, help, Type::kGauge, labels, [&](Series* s) { s->gauge = std::move(read); });
 }
 
 void MetricsRegistry::SetInfo(const std::string& name, const std::string& help, const Labels& labels) {
@@ -147,7 +147,7 @@ std::string MetricsRegistry::RenderPrometheus() const {
       if (f->type == Type::kCounter) {
         out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : s->counter->value()) << "\n";
       } else if (f->type == Type::kGauge) {
-        out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : 1) << "\n";
+        out << f->name << FormatLabels(s->labels) << " " << (s->gauge ? FormatDouble(s->gauge()) : "1") << "\n";
       } else {
         const Histogram& h = *s->histogram;
         for (size_t i = 0; i < h.upper_bounds().size(); ++i) {

@@ -57,9 +57,10 @@ class MetricsRegistry {
   // A counter whose value is read from `read` at each scrape (for counts kept elsewhere).
   void AddCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
                           std::function<uint64_t()> read);
-  // A gauge whose value is read from `read` at each scrape (e.g. connections open now).
+  // A gauge whose value is read from `read` at each scrape (e.g. connections open now, a
+  // fraction in use).
   void AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
-                        std::function<uint64_t()> read);
+                        std::function<double()> read);
   // A constant 1 with descriptive labels, e.g. txscore_model_info{model_id=...}; replaces the
   // series of that name set before (after a reload, the new model's labels only).
   void SetInfo(const std::string& name, const std::string& help, const Labels& labels);
@@ -71,7 +72,8 @@ class MetricsRegistry {
   struct Series {
     Labels labels;
     std::unique_ptr<Counter> counter;
-    std::function<uint64_t()> read;  // instead of `counter`, for Add{Counter,Gauge}Function
+    std::function<uint64_t()> read;  // instead of `counter`, for AddCounterFunction
+    std::function<double()> gauge;   // for AddGaugeFunction
     std::unique_ptr<Histogram> histogram;
   };
   struct Family {

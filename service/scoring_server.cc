@@ -6,6 +6,8 @@
 
 #include "common/logging.h"
 #include "common/sha256.h"
+#include "pipelines/forensic_stage.h"
+#include "pipelines/stages/llm_findings_stage.h"
 
 namespace txscore::service {
 namespace {
@@ -93,6 +95,14 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     self->RecordAction(denied);
   };
   routes["/admin/reload"] = std::move(reload);
+  // The OpenAI-compatible API, served by the LLM stages of the pipeline in force.
+  server->openai_ = std::make_unique<OpenAiApi>(
+      [self]() -> std::shared_ptr<pipelines::ScoringPipeline> {
+        std::shared_ptr<const ActivePipeline::Version> version = self->active_.Get();
+        return version ? version->pipeline : nullptr;
+      },
+      &server->registry_);
+  server->openai_->AddRoutes(&routes);
   server->settings_path_ = settings.source_path;
   Result<std::unique_ptr<AdminServer>> admin =
       AdminServer::Create(settings.admin, std::move(routes), settings.admin.plaintext ? nullptr : tls);
@@ -369,6 +379,67 @@ std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
           const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
           return stage != nullptr && stage->device_fallbacks() ? *stage->device_fallbacks() : uint64_t{0};
         });
+  }
+  // The LLM stages' serving state, under vLLM's names, by model (service/openai_api.h).
+  for (size_t i = 0; i < graph.size(); ++i) {
+    const pipelines::ForensicStage* llm = pipelines::ForensicStageOf(pipeline->stage(static_cast<int>(i)));
+    if (llm == nullptr) continue;
+    const std::string& name = graph.stage(static_cast<int>(i)).name;
+    const auto read = [this, name](double (*value)(const pipelines::ForensicStage&)) {
+      return [this, name, value] {
+        const std::shared_ptr<const ActivePipeline::Version> serving = active_.Get();
+        const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
+        const pipelines::ForensicStage* engine = stage ? pipelines::ForensicStageOf(*stage) : nullptr;
+        return engine ? value(*engine) : 0.0;
+      };
+    };
+    const Labels model = {{"model_name", llm->model_id()}};
+    registry_.AddGaugeFunction("vllm:num_requests_running", "Sequences generating now.", model,
+                               read([](const pipelines::ForensicStage& s) { return double(s.running()); }));
+    registry_.AddGaugeFunction("vllm:num_requests_waiting", "Requests waiting for a batch place.", model,
+                               read([](const pipelines::ForensicStage& s) { return double(s.queued()); }));
+    registry_.AddGaugeFunction("vllm:kv_cache_usage_perc",
+                               "KV cache held by the running batch, as a fraction of the stage's most (0 to 1).", model,
+                               read([](const pipelines::ForensicStage& s) { return s.kv_cache_usage(); }));
+  }
+  // Stages placed remote: their calls and circuit (pipelines/remote_llm.h).
+  for (size_t i = 0; i < graph.size(); ++i) {
+    if (pipelines::RemoteLlmOf(pipeline->stage(static_cast<int>(i))) == nullptr) continue;
+    const std::string& name = graph.stage(static_cast<int>(i)).name;
+    const auto remote = [this, name]() -> const pipelines::RemoteLlm* {
+      const std::shared_ptr<const ActivePipeline::Version> serving = active_.Get();
+      const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
+      return stage ? pipelines::RemoteLlmOf(*stage) : nullptr;
+    };
+    registry_.AddGaugeFunction(
+        "txscore_remote_llm_circuit_open",
+        "1 while the circuit to a stage's remote LLM is open or half-open (no calls, or one trial), 0 when closed.",
+        {{"stage", name}}, [remote] {
+          const pipelines::RemoteLlm* r = remote();
+          return r != nullptr && r->breaker_state() != pipelines::CircuitBreaker::State::kClosed ? 1.0 : 0.0;
+        });
+    registry_.AddCounterFunction("txscore_remote_llm_circuit_opened_total",
+                                 "Times the circuit to a stage's remote LLM opened (since the pipeline was loaded).",
+                                 {{"stage", name}}, [remote] {
+                                   const pipelines::RemoteLlm* r = remote();
+                                   return r != nullptr ? r->breaker_opened() : uint64_t{0};
+                                 });
+    const struct {
+      const char* outcome;
+      uint64_t (pipelines::RemoteLlm::*read)() const;
+    } kOutcomes[] = {{"ok", &pipelines::RemoteLlm::calls_ok},
+                     {"failed", &pipelines::RemoteLlm::calls_failed},
+                     {"invalid", &pipelines::RemoteLlm::calls_invalid}};
+    for (const auto& o : kOutcomes) {
+      registry_.AddCounterFunction(
+          "txscore_remote_llm_calls_total",
+          "Calls to a stage's remote LLM, by outcome: ok (valid findings), failed (connection, status, timeout), "
+          "invalid (an answer that is not valid findings).",
+          {{"stage", name}, {"outcome", o.outcome}}, [remote, read = o.read] {
+            const pipelines::RemoteLlm* r = remote();
+            return r != nullptr ? (r->*read)() : uint64_t{0};
+          });
+    }
   }
   version->pipeline = std::move(pipeline);
   return version;

@@ -27,6 +27,7 @@
 #include "service/admin_server.h"
 #include "service/claims_jobs.h"
 #include "service/metrics.h"
+#include "service/openai_api.h"
 #include "service/rpc_server.h"
 #include "service/settings.h"
 #include "service/thrift_handler.h"
@@ -133,6 +134,7 @@ class ScoringServer {
   std::string claims_pipeline_digest_;
   std::unique_ptr<ClaimsJobManager> jobs_;
   MetricsRegistry registry_;
+  std::unique_ptr<OpenAiApi> openai_;  // its routes on admin_
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;
   std::thread rpc_thread_;

@@ -1,7 +1,9 @@
 #include "pipelines/stages/llm_findings_stage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "common/logging.h"
 #include "llm/model_config.h"
@@ -24,6 +26,7 @@ StageReport::Outcome OutcomeOf(ForensicResult::Outcome outcome) {
     case ForensicResult::Outcome::kCutShort:
       return StageReport::Outcome::kCutShort;
     case ForensicResult::Outcome::kFailed:
+    case ForensicResult::Outcome::kGenerated:  // Generate's, never a findings request's
       break;
   }
   return StageReport::Outcome::kFailed;
@@ -39,8 +42,12 @@ void Report(ForensicResult result, StageOutputs* out, StageReport* report) {
 
 class PreparedLlmFindingsStage : public PreparedStage {
  public:
-  PreparedLlmFindingsStage(std::shared_ptr<ForensicStage> engine, const LlmFindingsStageSettings& settings)
+  // `engine`: the local model (null for a remote stage without a CPU fallback); `remote`: the
+  // remote server, tried first when set.
+  PreparedLlmFindingsStage(std::shared_ptr<ForensicStage> engine, std::unique_ptr<RemoteLlm> remote,
+                           const LlmFindingsStageSettings& settings)
       : engine_(std::move(engine)),
+        remote_(std::move(remote)),
         name_(settings.name),
         max_batch_(settings.max_batch),
         model_dir_(settings.model_dir),
@@ -48,12 +55,25 @@ class PreparedLlmFindingsStage : public PreparedStage {
 
   // Inputs: score (port 0) and the model's reasons (port 1).
   Status Run(const StageInputs& inputs, const ScoredItem& item, StageOutputs* out, StageReport* report) const override {
-    Report(engine_->Analyze(*item.transaction, inputs.Get(0)->score, inputs.Get(1)->reasons, item.deadline), out,
-           report);
+    const double score = inputs.Get(0)->score;
+    const std::vector<Reason>& reasons = inputs.Get(1)->reasons;
+    if (remote_ == nullptr) {
+      Report(engine_->Analyze(*item.transaction, score, reasons, item.deadline), out, report);
+      return Status::Ok();
+    }
+    ForensicResult remote = FromRemote(
+        llm::TransactionReviewTask::Messages(ForensicStage::CaseFor(*item.transaction, score, reasons)), item.deadline);
+    if (remote.outcome == ForensicResult::Outcome::kFailed && engine_ != nullptr) {
+      ForensicResult local = engine_->Analyze(*item.transaction, score, reasons, item.deadline);
+      local.failed_devices.insert(local.failed_devices.begin(), remote_->name());
+      remote = std::move(local);
+    }
+    Report(std::move(remote), out, report);
     return Status::Ok();
   }
 
   // Claims: submitted together, so they share forward passes; each waited for all of them.
+  // Remote: several calls at once, those the remote cannot answer to the local model together.
   Status RunChunk(const std::vector<ChunkItem>& items) const override {
     if (items.empty()) return Status::Ok();
     std::vector<llm::ClaimFields> fields;
@@ -64,7 +84,8 @@ class PreparedLlmFindingsStage : public PreparedStage {
     }
     Log("llm").debug("{}: generating findings for {} claims", name_, fields.size());
     const auto start = std::chrono::steady_clock::now();
-    std::vector<ForensicResult> results = engine_->AnalyzeClaims(fields, deadline);
+    std::vector<ForensicResult> results =
+        remote_ != nullptr ? RemoteClaims(fields, deadline) : engine_->AnalyzeClaims(fields, deadline);
     const int64_t elapsed_us =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
     for (size_t k = 0; k < items.size(); ++k) {
@@ -75,19 +96,81 @@ class PreparedLlmFindingsStage : public PreparedStage {
   }
 
   bool slow() const override { return true; }
-  std::optional<uint64_t> device_fallbacks() const override { return engine_->device_fallbacks(); }
+  std::optional<uint64_t> device_fallbacks() const override {
+    return engine_ != nullptr ? std::optional<uint64_t>(engine_->device_fallbacks()) : std::nullopt;
+  }
   std::optional<ModelVersion> model() const override {
-    return ModelVersion{engine_->model_id(), engine_->model_version()};
+    if (engine_ != nullptr) return ModelVersion{engine_->model_id(), engine_->model_version()};
+    return ModelVersion{remote_->model(), "remote"};
   }
   int preferred_chunk() const override { return max_batch_; }
   std::string Describe() const override {
-    return "findings from " + model_dir_ + " (version " + engine_->model_version() + ") on " + engine_->device_name() +
-           " (budget " + std::to_string(budget_ms_) + " ms, batches of up to " + std::to_string(max_batch_) + ")";
+    std::string local;
+    if (engine_ != nullptr) {
+      local = "findings from " + model_dir_ + " (version " + engine_->model_version() + ") on " +
+              engine_->device_name() + " (budget " + std::to_string(budget_ms_) + " ms, batches of up to " +
+              std::to_string(max_batch_) + ")";
+    }
+    if (remote_ == nullptr) return local;
+    return "findings from " + remote_->name() + " (budget " + std::to_string(budget_ms_) +
+           " ms); when it cannot answer: " + (engine_ != nullptr ? local : "skipped");
   }
   ForensicStage* engine() const { return engine_.get(); }
+  const RemoteLlm* remote() const { return remote_.get(); }
 
  private:
+  static constexpr size_t kRemoteCallsAtOnce = 8;
+
+  ForensicResult FromRemote(const llm::TaskMessages& messages, std::chrono::steady_clock::time_point deadline) const {
+    ForensicResult result;
+    result.device = remote_->name();
+    Result<llm::Findings> findings = remote_->Analyze(messages, deadline);
+    if (findings.ok()) {
+      result.outcome = ForensicResult::Outcome::kAnalysed;
+      result.findings = std::move(findings).value();
+    } else if (findings.error().code == ErrorCode::kDeadlineExceeded) {
+      result.outcome = ForensicResult::Outcome::kCutShort;
+      result.detail = findings.error().message;
+    } else {
+      result.outcome = ForensicResult::Outcome::kFailed;
+      result.detail = findings.error().message + (engine_ == nullptr ? " (fallback: skip)" : "");
+    }
+    return result;
+  }
+
+  std::vector<ForensicResult> RemoteClaims(const std::vector<llm::ClaimFields>& claims,
+                                           std::chrono::steady_clock::time_point deadline) const {
+    std::vector<ForensicResult> results(claims.size());
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> callers;
+    for (size_t t = 0; t < std::min(kRemoteCallsAtOnce, claims.size()); ++t) {
+      callers.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < claims.size();) {
+          results[i] = FromRemote(llm::ClaimAnalysisTask::Messages(claims[i]), deadline);
+        }
+      });
+    }
+    for (std::thread& caller : callers) caller.join();
+    if (engine_ == nullptr) return results;
+    std::vector<llm::ClaimFields> local_claims;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < claims.size(); ++i) {
+      if (results[i].outcome == ForensicResult::Outcome::kFailed) {
+        local_claims.push_back(claims[i]);
+        positions.push_back(i);
+      }
+    }
+    if (local_claims.empty()) return results;
+    std::vector<ForensicResult> local = engine_->AnalyzeClaims(local_claims, deadline);
+    for (size_t k = 0; k < positions.size(); ++k) {
+      local[k].failed_devices.insert(local[k].failed_devices.begin(), remote_->name());
+      results[positions[k]] = std::move(local[k]);
+    }
+    return results;
+  }
+
   std::shared_ptr<ForensicStage> engine_;
+  std::unique_ptr<RemoteLlm> remote_;
   std::string name_;
   int max_batch_;
   std::string model_dir_;
@@ -107,8 +190,8 @@ class LlmFindingsStageKind : public StageKind {
     spec_.kind = "llm_findings";
     spec_.inputs = {{"score", ValueType::kNumber}, {"reasons", ValueType::kReasons}};
     spec_.outputs = {{"findings", ValueType::kFindings}};
-    spec_.keys = {"model",     "dtype",          "threads",         "max_new_tokens", "budget_ms",
-                  "placement", "expected_batch", "expected_tokens", "max_batch",      "max_wait_us"};
+    spec_.keys = {"model",          "dtype",           "threads",   "max_new_tokens", "budget_ms", "placement",
+                  "expected_batch", "expected_tokens", "max_batch", "max_wait_us",    "remote"};
     spec_.best_effort = true;
     spec_.default_when = "$sink.decision == REVIEW";
   }
@@ -117,7 +200,15 @@ class LlmFindingsStageKind : public StageKind {
   Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader& r, const YAML::Node& stage,
                                                      const StageDeclaration&) const override {
     auto f = std::make_shared<LlmFindingsStageSettings>();
-    TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", true, YamlReader::PathMustBe::kDirectory, &f->model_dir));
+    std::string placement;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "placement", false, &placement));
+    if (placement == "remote") {
+      TXSCORE_RETURN_IF_ERROR(ParseRemote(r, stage, f.get()));
+    } else if (stage["remote"]) {
+      return r.ErrorAt(stage["remote"], "remote: needs placement: remote");
+    }
+    const bool needs_model = !f->remote || f->remote_fallback_cpu;
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", needs_model, YamlReader::PathMustBe::kDirectory, &f->model_dir));
     std::string dtype = "float32";
     TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &dtype));
     if (dtype != "float32" && dtype != "bfloat16") {
@@ -127,7 +218,8 @@ class LlmFindingsStageKind : public StageKind {
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 0, 256, &f->compute_threads));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_new_tokens", 50, 4096, &f->max_new_tokens));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &f->budget_ms));
-    TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &f->placement));
+    if (!f->remote) TXSCORE_RETURN_IF_ERROR(ReadPlacement(r, stage, &f->placement));
+    if (f->remote) f->remote->max_tokens = f->max_new_tokens;
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "expected_batch", 1, 4096, &f->expected_batch));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "expected_tokens", 1, 1 << 20, &f->expected_tokens));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_batch", 1, 1024, &f->max_batch));
@@ -135,8 +227,51 @@ class LlmFindingsStageKind : public StageKind {
     return std::shared_ptr<const StageSettings>(std::move(f));
   }
 
+  // The `remote:` map of placement: remote (pipelines/remote_llm.h).
+  static Status ParseRemote(const YamlReader& r, const YAML::Node& stage, LlmFindingsStageSettings* f) {
+    const YAML::Node remote = stage["remote"];
+    if (!remote) return r.ErrorAt(stage["placement"], "placement: remote needs a remote: map (base_url, model, ...)");
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(remote, "remote",
+                                        {"base_url", "model", "call_timeout_ms", "retries", "backoff_ms",
+                                         "breaker_failures", "breaker_open_ms", "fallback", "tls"}));
+    RemoteLlmOptions o;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(remote, "base_url", true, &o.base_url));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(remote, "model", true, &o.model));
+    int call_timeout_ms = 2000, backoff_ms = 50, breaker_open_ms = 10000;
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(remote, "call_timeout_ms", 1, 600000, &call_timeout_ms));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(remote, "retries", 0, 10, &o.retries));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(remote, "backoff_ms", 0, 60000, &backoff_ms));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(remote, "breaker_failures", 1, 1000, &o.breaker_failures));
+    TXSCORE_RETURN_IF_ERROR(r.ReadInt(remote, "breaker_open_ms", 1, 3600000, &breaker_open_ms));
+    o.call_timeout = std::chrono::milliseconds(call_timeout_ms);
+    o.backoff = std::chrono::milliseconds(backoff_ms);
+    o.breaker_open = std::chrono::milliseconds(breaker_open_ms);
+    std::string fallback = "skip";
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(remote, "fallback", false, &fallback));
+    if (fallback != "skip" && fallback != "cpu") {
+      return r.ErrorAt(remote["fallback"], "fallback must be skip or cpu, not \"" + fallback + "\"");
+    }
+    f->remote_fallback_cpu = fallback == "cpu";
+    if (const YAML::Node tls = remote["tls"]) {
+      TXSCORE_RETURN_IF_ERROR(r.ExpectMap(tls, "remote.tls", {"ca", "certificate", "private_key"}));
+      TXSCORE_RETURN_IF_ERROR(r.ReadPath(tls, "ca", true, YamlReader::PathMustBe::kRegularFile, &o.ca_file));
+      TXSCORE_RETURN_IF_ERROR(
+          r.ReadPath(tls, "certificate", true, YamlReader::PathMustBe::kRegularFile, &o.certificate_file));
+      TXSCORE_RETURN_IF_ERROR(
+          r.ReadPath(tls, "private_key", true, YamlReader::PathMustBe::kRegularFile, &o.private_key_file));
+    } else if (o.base_url.rfind("https://", 0) == 0) {
+      return r.ErrorAt(remote, "an https base_url needs remote.tls (ca, certificate, private_key)");
+    }
+    if (o.base_url.rfind("https://", 0) != 0 && o.base_url.rfind("http://", 0) != 0) {
+      return r.ErrorAt(remote["base_url"], "base_url must start with https:// or http://");
+    }
+    f->remote = std::move(o);
+    return Status::Ok();
+  }
+
   Result<std::optional<accelerator::StageWorkload>> Workload(const StageSettings& settings) const override {
     const auto& f = static_cast<const LlmFindingsStageSettings&>(settings);
+    if (f.remote && !f.remote_fallback_cpu) return std::optional<accelerator::StageWorkload>();  // nothing local
     TXSCORE_ASSIGN_OR_RETURN(accelerator::DecoderShape shape, ShapeOf(f.model_dir));
     return std::optional<accelerator::StageWorkload>(FindingsWorkload(f, shape));
   }
@@ -145,6 +280,16 @@ class LlmFindingsStageKind : public StageKind {
                                                  const PrepareContext& context) const override {
     const auto& f = static_cast<const LlmFindingsStageSettings&>(settings);
     const PipelineRuntime& runtime = *context.runtime;
+    std::unique_ptr<RemoteLlm> remote;
+    if (f.remote) {
+      RemoteLlmOptions options = *f.remote;
+      options.stage = f.name;
+      if (runtime.clock) options.clock = runtime.clock;
+      TXSCORE_ASSIGN_OR_RETURN(remote, RemoteLlm::Create(options));
+      if (!f.remote_fallback_cpu) {
+        return std::unique_ptr<PreparedStage>(new PreparedLlmFindingsStage(nullptr, std::move(remote), f));
+      }
+    }
     // One engine per checkpoint per process where that helps: on an accelerator the device is
     // what requests and jobs compete for (one engine, one batcher, requests first, and the
     // first pipeline's settings apply). On the CPU a background pipeline (jobs at idle
@@ -153,7 +298,7 @@ class LlmFindingsStageKind : public StageKind {
     if (runtime.shared != nullptr) {
       auto shared = std::static_pointer_cast<ForensicStage>(runtime.shared->Find(key));
       if (shared != nullptr && (shared->device_name() != "cpu" || !runtime.background)) {
-        return std::unique_ptr<PreparedStage>(new PreparedLlmFindingsStage(std::move(shared), f));
+        return std::unique_ptr<PreparedStage>(new PreparedLlmFindingsStage(std::move(shared), std::move(remote), f));
       }
     }
     ForensicStageOptions options;
@@ -177,7 +322,7 @@ class LlmFindingsStageKind : public StageKind {
                              ForensicStage::Create(options, runtime.load_decoder));
     std::shared_ptr<ForensicStage> engine = std::move(created);
     if (runtime.shared != nullptr && runtime.shared->Find(key) == nullptr) runtime.shared->Put(key, engine);
-    return std::unique_ptr<PreparedStage>(new PreparedLlmFindingsStage(std::move(engine), f));
+    return std::unique_ptr<PreparedStage>(new PreparedLlmFindingsStage(std::move(engine), std::move(remote), f));
   }
 
  private:
@@ -202,6 +347,11 @@ accelerator::StageWorkload FindingsWorkload(const LlmFindingsStageSettings& stag
 ForensicStage* ForensicStageOf(const PreparedStage& stage) {
   const auto* llm = dynamic_cast<const PreparedLlmFindingsStage*>(&stage);
   return llm == nullptr ? nullptr : llm->engine();
+}
+
+const RemoteLlm* RemoteLlmOf(const PreparedStage& stage) {
+  const auto* llm = dynamic_cast<const PreparedLlmFindingsStage*>(&stage);
+  return llm == nullptr ? nullptr : llm->remote();
 }
 
 llm::ClaimFields ClaimFieldsFor(const fraud::Claim& claim) {

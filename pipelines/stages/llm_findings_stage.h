@@ -21,15 +21,20 @@
 //   expected_tokens  Default: 512 tokens per request (prompt and findings)
 //   max_batch        Default: the dynamic batcher runs up to 8 requests together
 //   max_wait_us      Default: waiting up to 2 ms after the first for more
+//   placement: remote, with a `remote:` map: the work goes to an OpenAI-compatible server
+//                    (keys and defaults in pipelines/remote_llm.h); `model` is then needed only
+//                    for `fallback: cpu`
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "accelerator/placement_planner.h"
 #include "fraud/claim.h"
 #include "llm/claim_analysis.h"
 #include "pipelines/forensic_stage.h"
+#include "pipelines/remote_llm.h"
 #include "pipelines/stage_kind.h"
 
 namespace txscore::pipelines {
@@ -46,6 +51,10 @@ struct LlmFindingsStageSettings : StageSettings {
   int max_batch = 8;
   int max_wait_us = 2000;
   int expected_tokens = 512;
+  // placement: remote. `remote_fallback_cpu`: the stage's own model on the CPU answers when
+  // the remote cannot; otherwise the item is skipped, reported degraded.
+  std::optional<RemoteLlmOptions> remote;
+  bool remote_fallback_cpu = false;
 };
 
 std::unique_ptr<StageKind> MakeLlmFindingsStageKind();
@@ -54,8 +63,11 @@ std::unique_ptr<StageKind> MakeLlmFindingsStageKind();
 accelerator::StageWorkload FindingsWorkload(const LlmFindingsStageSettings& stage,
                                             const accelerator::DecoderShape& shape);
 
-// The engine behind a prepared llm_findings stage (for tests and metrics); null for any other.
+// The engine behind a prepared llm_findings stage (for tests and metrics); null for any other,
+// and for a remote stage without a local fallback.
 ForensicStage* ForensicStageOf(const PreparedStage& stage);
+// The remote client of an llm_findings stage placed remote; null for any other.
+const RemoteLlm* RemoteLlmOf(const PreparedStage& stage);
 
 // The LLM's view of a claim.
 llm::ClaimFields ClaimFieldsFor(const fraud::Claim& claim);

@@ -1,5 +1,6 @@
 // txscore llm ...: tools around the LLM stage.
 //   llm tokenize --tokenizer FILE|DIR [--decode] [--no-special] [--add-special-tokens]
+//   llm apply-chat-template --tokenizer DIR [--lines]
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "common/json_forms.h"
 #include "fraud/card_token.h"
 #include "fraud/claim.h"
+#include "llm/chat_template.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
 #include "llm/decoder.h"
@@ -164,6 +166,57 @@ int RunAnalyzeClaim(const AnalyzeOptions& options) {
   return 0;
 }
 
+// One request: {"messages": [...], "add_generation_prompt": true, "tools": [...], "extra": {...}}
+// -> {"text": "...", "ids": [...]}, or {"error": "..."}.
+nlohmann::ordered_json ApplyChatTemplateTo(const llm::Tokenizer& tokenizer, const std::string& request_text) {
+  const llm::jinja::Json request = llm::jinja::Json::parse(request_text, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded() || !request.is_object() || !request.contains("messages")) {
+    return {{"error", "each request is a JSON object with \"messages\""}};
+  }
+  llm::ChatTemplateOptions options;
+  options.add_generation_prompt = request.value("add_generation_prompt", true);
+  if (request.contains("tools")) options.tools = request["tools"];
+  if (request.contains("extra") && request["extra"].is_object()) options.extra = request["extra"];
+  Result<std::string> text = tokenizer.chat_template()->Render(request["messages"], options);
+  if (!text.ok()) return {{"error", text.error().ToString()}};
+  return {{"text", *text}, {"ids", tokenizer.Encode(*text)}};
+}
+
+int RunApplyChatTemplate(const std::string& tokenizer_dir, bool lines) {
+  Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(tokenizer_dir);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "%s\n", tokenizer.error().ToString().c_str());
+    return 1;
+  }
+  if ((*tokenizer)->chat_template() == nullptr) {
+    std::fprintf(stderr, "%s has no chat template (tokenizer_config.json's chat_template)\n", tokenizer_dir.c_str());
+    return 1;
+  }
+  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  std::vector<std::string> requests;
+  if (lines) {
+    std::istringstream in(input);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) requests.push_back(line);
+    }
+  } else {
+    requests.push_back(input);
+  }
+  int exit_code = 0;
+  for (const std::string& request : requests) {
+    const nlohmann::ordered_json answer = ApplyChatTemplateTo(**tokenizer, request);
+    if (answer.contains("error")) {
+      exit_code = 1;
+      if (!lines) {
+        std::fprintf(stderr, "%s\n", answer["error"].get<std::string>().c_str());
+        return exit_code;
+      }
+    }
+    std::printf("%s\n", answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 void AddLlmCommand(CLI::App& app, int* exit_code) {
@@ -189,6 +242,18 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
       "--lines", options->lines,
       "Line mode: each input line is a JSON string (or, with --decode, an id array); one result per line");
   tokenize->callback([options, exit_code] { *exit_code = RunTokenize(*options); });
+
+  auto chat_dir = std::make_shared<std::string>();
+  auto chat_lines = std::make_shared<bool>(false);
+  CLI::App* chat = llm->add_subcommand(
+      "apply-chat-template",
+      "Render the checkpoint's chat template: a JSON request on stdin ({\"messages\": [...], "
+      "\"add_generation_prompt\": true, \"tools\": [...], \"extra\": {...}}) -> {\"text\", \"ids\"}");
+  chat->add_option("--tokenizer", *chat_dir, "Checkpoint (or tokenizer) directory with tokenizer_config.json")
+      ->required();
+  chat->add_flag("--lines", *chat_lines,
+                 "One request per input line, one answer per output line ({\"error\"} for one that fails)");
+  chat->callback([chat_dir, chat_lines, exit_code] { *exit_code = RunApplyChatTemplate(*chat_dir, *chat_lines); });
 
   auto analyze = std::make_shared<AnalyzeOptions>();
   CLI::App* claim = llm->add_subcommand(
@@ -219,7 +284,11 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   make->add_option("--dtype", *dtype, "Stored dtype: bfloat16 or float32")
       ->check(CLI::IsMember({"bfloat16", "float32"}))
       ->capture_default_str();
-  make->callback([spec, out_dir, dtype, exit_code] {
+  auto no_chat_template = std::make_shared<bool>(false);
+  make->add_flag("--no-chat-template", *no_chat_template,
+                 "Leave the chat template out of tokenizer_config.json (as base models do)");
+  make->callback([spec, out_dir, dtype, no_chat_template, exit_code] {
+    spec->chat_template = !*no_chat_template;
     spec->dtype = *dtype == "float32" ? llm::DType::kF32 : llm::DType::kBF16;
     ProgressDisplay display("make-checkpoint", "steps");
     spec->progress = [&display](int done, int total) { display.Update(done, total); };

@@ -396,11 +396,41 @@ def check_keys_create_rotate_retire_and_list_a_wrapped_keyset(txscore):
         assert r.returncode == 0 and "legacy primary" in r.stdout, r
 
 
+def check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_none(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        chat, base = os.path.join(work, "chat"), os.path.join(work, "base")
+        assert run(txscore, "llm", "make-checkpoint", "--family", "llama", "--out", chat).returncode == 0
+        r = run(txscore, "llm", "make-checkpoint", "--family", "llama", "--out", base, "--no-chat-template")
+        assert r.returncode == 0, r
+        with open(os.path.join(base, "tokenizer_config.json")) as f:
+            assert "chat_template" not in json.load(f)
+        request = {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True}
+        r = subprocess.run([txscore, "llm", "apply-chat-template", "--tokenizer", chat], input=json.dumps(request),
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r
+        answer = json.loads(r.stdout)
+        assert answer["text"] == "<|begin_of_text|><|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", answer
+        assert len(answer["ids"]) >= 7, answer
+        r = subprocess.run([txscore, "llm", "apply-chat-template", "--tokenizer", base], input=json.dumps(request),
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and "has no chat template" in r.stderr, r
+        # --lines: one answer per request, an error as {"error"} and exit 1.
+        lines = json.dumps(request) + "\n" + json.dumps({"messages": "not a list"}) + "\n"
+        r = subprocess.run([txscore, "llm", "apply-chat-template", "--tokenizer", chat, "--lines"], input=lines,
+                           capture_output=True, text=True)
+        answers = [json.loads(line) for line in r.stdout.splitlines()]
+        assert r.returncode == 1 and len(answers) == 2 and "text" in answers[0], r
+        assert list(answers[1]) == ["error"] and "messages must be a list" in answers[1]["error"], answers[1]
+
+
 def check_llm_help_describes_what_is_there(txscore):
     r = run(txscore, "llm", "--help")
     assert r.returncode == 0, r
     assert "follow)" not in r.stdout, r.stdout  # no promise of what "follows"
-    for command in ("tokenize", "analyze-claim", "make-checkpoint"):
+    for command in ("tokenize", "analyze-claim", "make-checkpoint", "apply-chat-template"):
         assert command in r.stdout, r.stdout
 
 
@@ -449,6 +479,7 @@ CHECKS = [
     check_llm_help_describes_what_is_there,
     check_keys_create_rotate_retire_and_list_a_wrapped_keyset,
     check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,
+    check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_none,
 ]
 
 

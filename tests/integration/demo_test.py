@@ -122,6 +122,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--txscore", required=True)
     parser.add_argument("--source", required=True)
+    parser.add_argument("--node-modules", required=True)
     args = parser.parse_args()
     txscore = args.txscore
     repo_var = os.path.join(os.path.abspath(args.source), "var")
@@ -206,6 +207,18 @@ def main():
         def story(xs):
             return [(x["decision"], [reason["feature"] for reason in x.get("reasons", [])]) for x in xs]
         assert story(again) == story(results), (story(results)[:5], story(again)[:5])
+
+        # The OpenAI-compatible API of the demo's LLM stage, called by the official openai npm
+        # client over the admin port's HTTPS with the admin certificate.
+        openai_modules = os.path.join(args.node_modules, "openai")
+        assert os.path.isdir(openai_modules), f"{openai_modules} is missing: scripts/test.sh installs it with npm"
+        r = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "openai_client_test.js"),
+                            os.path.abspath(args.node_modules), f"https://127.0.0.1:{ports['admin_port']}/v1",
+                            os.path.join(pki, "ca.crt"), os.path.join(admin_dir, "tls.crt"),
+                            os.path.join(admin_dir, "tls.key"), "llm-tiny"],
+                           capture_output=True, text=True, timeout=600)
+        print(r.stdout, end="")
+        assert r.returncode == 0, r.stdout + r.stderr
 
         r = run(txscore, "audit", "--last", "3", "--config", settings)
         assert r.returncode == 0, r.stderr

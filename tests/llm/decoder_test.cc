@@ -11,6 +11,7 @@
 #include "accelerator/compute_threads.h"
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters_torch.h"
+#include "common/prepare_counters.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
 #include "llm/conformance.h"
@@ -542,6 +543,72 @@ TEST_F(GeneratorTest, BatchWithSchemaFinishesEverySequenceWithValidJson) {
     EXPECT_EQ(r.finish_reason, llm::FinishReason::kSchemaComplete);
     EXPECT_TRUE(ClaimAnalysisTask::ParseFindings(r.text).ok()) << r.text;
   }
+}
+
+TEST_F(GeneratorTest, EachSequenceOfABatchKeepsItsOwnOptionsAndStreamsItsText) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions plain;
+  plain.max_new_tokens = 9;
+  plain.ignore_eos = true;
+  GenerationOptions findings;
+  findings.max_new_tokens = 60;
+  findings.schema = ClaimAnalysisTask::Schema();
+  std::string streamed;
+  int pieces = 0;
+  GenerationOptions streaming = plain;
+  streaming.max_new_tokens = 5;
+  streaming.on_text = [&](const std::string& piece) {
+    streamed += piece;
+    ++pieces;
+    return true;
+  };
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5}, {6}};
+  auto each = generator.GenerateEach(prompts, {plain, findings, streaming});
+  ASSERT_TRUE(each.ok()) << each.error().ToString();
+  // Alone, each gives the same tokens as in the mixed batch.
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationOptions alone = i == 0 ? plain : i == 1 ? findings : plain;
+    if (i == 2) alone.max_new_tokens = 5;
+    EXPECT_EQ(generator.Generate(prompts[i], alone).value().generated_ids, (*each)[i].generated_ids) << i;
+  }
+  EXPECT_EQ((*each)[0].generated_ids.size(), 9u);
+  EXPECT_EQ((*each)[1].finish_reason, FinishReason::kSchemaComplete);
+  EXPECT_EQ((*each)[2].generated_ids.size(), 5u);
+  EXPECT_EQ(streamed, (*each)[2].text);
+  EXPECT_GE(pieces, 1);
+}
+
+TEST_F(GeneratorTest, OnTextReturningFalseCancelsOnlyThatSequence) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions keep;
+  keep.max_new_tokens = 8;
+  keep.ignore_eos = true;
+  GenerationOptions cancel = keep;
+  int calls = 0;
+  cancel.on_text = [&](const std::string&) { return ++calls < 2; };
+  auto each = generator.GenerateEach({{1, 2}, {3, 4}}, {keep, cancel});
+  ASSERT_TRUE(each.ok());
+  EXPECT_EQ((*each)[0].generated_ids.size(), 8u);
+  EXPECT_EQ((*each)[1].finish_reason, FinishReason::kCancelled);
+  EXPECT_LT((*each)[1].generated_ids.size(), 8u);
+}
+
+TEST_F(GeneratorTest, RequestSchemasAreKeptUpToALimitAndPreparedOnesStay) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  ASSERT_TRUE(generator.Prepare(ClaimAnalysisTask::Schema()).ok());
+  const auto schema = [](size_t i) { return R"({"type": "string", "enum": ["v)" + std::to_string(i) + R"("]})"; };
+  const auto builds_for = [&](const std::string& s) {
+    const uint64_t before = PrepareCountersNow().graph_builds;
+    GenerationOptions options;
+    options.schema = s;
+    options.max_new_tokens = 60;
+    EXPECT_TRUE(generator.Generate({1, 2}, options).ok());
+    return PrepareCountersNow().graph_builds - before;
+  };
+  for (size_t i = 0; i < Generator::kMaxRequestConstraints + 4; ++i) EXPECT_EQ(builds_for(schema(i)), 1u) << i;
+  EXPECT_EQ(builds_for(schema(Generator::kMaxRequestConstraints + 3)), 0u);  // recent: kept
+  EXPECT_EQ(builds_for(schema(0)), 1u);                                      // the oldest went
+  EXPECT_EQ(builds_for(ClaimAnalysisTask::Schema()), 0u);                    // prepared: stays
 }
 
 }  // namespace

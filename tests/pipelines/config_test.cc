@@ -230,6 +230,62 @@ TEST_F(ConfigTest, FindingsStageConditionIsCheckedAgainstEarlierStagesOutputs) {
   EXPECT_EQ(bad.error().message, Where(5, 77) + "when: fraud.score is a number; \"REVIEW\" is not");
 }
 
+TEST_F(ConfigTest, ARemoteFindingsStageReadsItsRemoteMapAndNeedsAModelOnlyToFallBack) {
+  testing::WriteFile(dir_.file("ca.crt"), "x");
+  testing::WriteFile(dir_.file("tls.crt"), "x");
+  testing::WriteFile(dir_.file("tls.key"), "x");
+  auto config = Parse(std::string(kValid) +
+                      "  - name: forensic\n"
+                      "    kind: llm_findings\n"
+                      "    after: decision\n"
+                      "    placement: remote\n"
+                      "    remote:\n"
+                      "      base_url: https://pool:8443/v1\n"
+                      "      model: big\n"
+                      "      call_timeout_ms: 900\n"
+                      "      retries: 1\n"
+                      "      breaker_failures: 4\n"
+                      "      breaker_open_ms: 5000\n"
+                      "      tls: {ca: ca.crt, certificate: tls.crt, private_key: tls.key}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  const Findings& f = SettingsOf<Findings>(*config, "forensic");
+  ASSERT_TRUE(f.remote.has_value());
+  EXPECT_EQ(f.remote->base_url, "https://pool:8443/v1");
+  EXPECT_EQ(f.remote->model, "big");
+  EXPECT_EQ(f.remote->call_timeout, std::chrono::milliseconds(900));
+  EXPECT_EQ(f.remote->retries, 1);
+  EXPECT_EQ(f.remote->backoff, std::chrono::milliseconds(50));
+  EXPECT_EQ(f.remote->breaker_failures, 4);
+  EXPECT_EQ(f.remote->breaker_open, std::chrono::milliseconds(5000));
+  EXPECT_EQ(f.remote->ca_file, dir_.file("ca.crt"));
+  EXPECT_EQ(f.remote->max_tokens, 96);
+  EXPECT_FALSE(f.remote_fallback_cpu);
+  EXPECT_EQ(f.model_dir, "");  // fallback: skip needs no local model
+
+  const std::string stage = std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, ";
+  EXPECT_EQ(Parse(stage + "placement: remote}\n").error().message,
+            Where(5, 70) + "placement: remote needs a remote: map (base_url, model, ...)");
+  EXPECT_EQ(Parse(stage + "placement: remote, remote: {base_url: \"https://p/v1\", model: m}}\n").error().message,
+            Where(5, 86) + "an https base_url needs remote.tls (ca, certificate, private_key)");
+  EXPECT_EQ(Parse(stage + "placement: remote, remote: {base_url: \"ftp://p\", model: m}}\n").error().message,
+            Where(5, 97) + "base_url must start with https:// or http://");
+  EXPECT_EQ(
+      Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, fallback: gpu}}\n").error().message,
+      Where(5, 129) + "fallback must be skip or cpu, not \"gpu\"");
+  EXPECT_EQ(
+      Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, fallback: cpu}}\n").error().message,
+      Where(5, 5) + "missing required key \"model\"");
+  std::filesystem::create_directory(dir_.file("llm"));
+  EXPECT_TRUE(
+      Parse(stage + "model: llm, placement: remote, remote: {base_url: \"http://p\", model: m, fallback: cpu}}\n")
+          .ok());
+  EXPECT_EQ(Parse(stage + "model: llm, remote: {base_url: \"http://p\", model: m}}\n").error().message,
+            Where(5, 79) + "remote: needs placement: remote");
+  const std::string unknown_key =
+      Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, retry: 3}}\n").error().message;
+  EXPECT_NE(unknown_key.find("retry"), std::string::npos) << unknown_key;
+}
+
 TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   std::filesystem::create_directory(dir_.file("llm"));
   const std::string stage = "  - {name: forensic, kind: llm_findings, after: decision, model: llm, ";

@@ -96,5 +96,35 @@ TEST(DynamicBatcher, RequestsTakeTheirPlacesBeforeBatchJobItems) {
   EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 2, 100}, {101, 102, 103}}));
 }
 
+TEST(DynamicBatcher, ApiCallersComeAfterRequestsAndBeforeBatchJobs) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::vector<int>> batches;
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 3, .max_wait_us = 0},
+      [&](const std::vector<int>& items) {
+        batches.push_back(items);
+        if (batches.size() == 1) {
+          entered.set_value();
+          released.wait();
+        }
+        return items;
+      },
+      -1);
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::future<int> busy = batcher.Submit(0, later);
+  entered.get_future().wait();
+  // Queued in the reverse of their priority: a job's items, then API calls, then a request.
+  std::vector<std::future<int>> job = batcher.SubmitAll({100, 101}, later, BatchPriority::kBatchJob);
+  std::vector<std::future<int>> api = batcher.SubmitAll({50, 51, 52}, later, BatchPriority::kApi);
+  std::future<int> request = batcher.Submit(1, later);
+  release.set_value();
+  EXPECT_EQ(request.get(), 1);
+  for (auto& f : api) f.get();
+  for (auto& f : job) f.get();
+  busy.get();
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 50, 51}, {52, 100, 101}}));
+}
+
 }  // namespace
 }  // namespace txscore::pipelines

@@ -37,6 +37,37 @@ class AdminServerTest : public ::testing::Test {
     });
     reload.post = true;
     routes["/admin/reload"] = reload;
+    // Echoes the body back, with the caller's target.
+    AdminRoute echo;
+    echo.post = true;
+    echo.max_body_bytes = 64 * 1024;
+    echo.request_handler = [](const AdminRequest& request, AdminResponder& responder) {
+      responder.Respond({200, "text/plain", request.target + " " + request.body});
+    };
+    routes["/echo"] = echo;
+    // Streams the body's words one part each, then as many more "tick" parts as it may
+    // (until the client is gone), counting the ones refused.
+    AdminRoute stream;
+    stream.post = true;
+    stream.request_handler = [this](const AdminRequest& request, AdminResponder& responder) {
+      responder.Begin("text/event-stream");
+      size_t start = 0;
+      for (size_t space; (space = request.body.find(' ', start)) != std::string::npos; start = space + 1) {
+        responder.Send("data: " + request.body.substr(start, space - start) + "\n\n");
+      }
+      responder.Send("data: " + request.body.substr(start) + "\n\n");
+      if (!ticking_) return;
+      for (int i = 0; i < 100000 && !responder.client_gone(); ++i) {
+        if (!responder.Send("data: tick\n\n")) break;
+        std::this_thread::sleep_for(1ms);
+      }
+      saw_client_gone_ = responder.client_gone();
+    };
+    routes["/stream"] = stream;
+    AdminRoute silent;
+    silent.post = true;
+    silent.request_handler = [](const AdminRequest&, AdminResponder&) {};
+    routes["/silent"] = silent;
     auto server =
         AdminServer::Create({.host = "127.0.0.1", .port = 0, .plaintext = true}, std::move(routes), nullptr, limits);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
@@ -73,6 +104,8 @@ class AdminServerTest : public ::testing::Test {
 
   std::atomic<int> healthz_calls_{0};
   std::atomic<int> reload_calls_{0};
+  std::atomic<bool> ticking_{false};
+  std::atomic<bool> saw_client_gone_{false};
   std::unique_ptr<AdminServer> server_;
 };
 
@@ -80,7 +113,9 @@ TEST_F(AdminServerTest, AnUnknownPathIs404ListingThePathsAndAWrongMethodIs405) {
   Start();
   const std::string missing = Exchange(Get("/nope"));
   EXPECT_EQ(Status(missing), 404);
-  EXPECT_NE(missing.find(R"({"error":"no such path","paths":["/admin/reload","/healthz"]})"), std::string::npos)
+  EXPECT_NE(
+      missing.find(R"({"error":"no such path","paths":["/admin/reload","/echo","/healthz","/silent","/stream"]})"),
+      std::string::npos)
       << missing;
   EXPECT_EQ(Status(Exchange("DELETE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
   EXPECT_EQ(Status(Exchange("BREW /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
@@ -253,6 +288,81 @@ TEST_F(AdminServerTest, RefusedRequestsLeaveMemoryBounded) {
   const std::string huge = Get("/healthz", "X-Padding: " + std::string(1 << 20, 'h') + "\r\n");
   for (int i = 0; i < 200; ++i) EXPECT_EQ(Status(Exchange(huge)), 431);
   testing::ExpectPeakGrowthBelow(peak_before, 32u << 20);
+  ExpectStillServing();
+}
+
+// The body of a chunked response, chunks joined.
+std::string Dechunk(const std::string& body) {
+  std::string out;
+  for (size_t pos = 0;;) {
+    const size_t line_end = body.find("\r\n", pos);
+    if (line_end == std::string::npos) return out + "<cut>";
+    const size_t size = std::stoul(body.substr(pos, line_end - pos), nullptr, 16);
+    if (size == 0) return out;
+    out += body.substr(line_end + 2, size);
+    pos = line_end + 2 + size + 2;
+  }
+}
+
+TEST_F(AdminServerTest, ARequestHandlerReadsTheBodyUpToItsRoutesOwnLimit) {
+  Start();
+  const std::string body(20000, 'b');  // over the port's 8 KiB, under the route's 64 KiB
+  std::string response = Exchange(Post("/echo?x=1", body));
+  EXPECT_EQ(Status(response), 200) << response.substr(0, 200);
+  EXPECT_NE(response.find("\r\n\r\n/echo?x=1 " + body), std::string::npos);
+  EXPECT_EQ(Status(Exchange(Post("/echo", std::string(70000, 'b')))), 413);
+  EXPECT_EQ(Status(Exchange(Post("/admin/reload", body))), 413);  // other routes keep the port's limit
+  response = Exchange(Post("/silent", "{}"));
+  EXPECT_EQ(Status(response), 500) << response;
+  EXPECT_NE(response.find("the handler gave no answer"), std::string::npos);
+}
+
+TEST_F(AdminServerTest, AStreamedAnswerComesInChunksAndTheConnectionServesTheNextRequest) {
+  Start();
+  int fd = testing::RawConnect(server_->port());
+  const std::string request = "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nalpha beta!";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string received;
+  char buf[4096];
+  while (received.find("\r\n0\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << received;
+    received.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(Status(received), 200) << received;
+  const size_t head_end = received.find("\r\n\r\n");
+  const std::string head = received.substr(0, head_end);
+  EXPECT_NE(head.find("Content-Type: text/event-stream"), std::string::npos) << head;
+  EXPECT_NE(head.find("Transfer-Encoding: chunked"), std::string::npos) << head;
+  EXPECT_EQ(head.find("Connection: close"), std::string::npos) << head;
+  EXPECT_EQ(Dechunk(received.substr(head_end + 4)), "data: alpha\n\ndata: beta!\n\n");
+  // The same connection answers another request.
+  const std::string probe = Get("/healthz");
+  ::send(fd, probe.data(), probe.size(), MSG_NOSIGNAL);
+  received.clear();
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) received.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(Status(received), 200) << received;
+}
+
+TEST_F(AdminServerTest, AStreamingHandlerLearnsTheClientHasGone) {
+  Start();
+  ticking_ = true;
+  int fd = testing::RawConnect(server_->port());
+  const std::string request = Post("/stream", "go");
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  char buf[4096];
+  std::string received;
+  while (received.find("tick") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    received.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);       // with data unread: the server's next writes fail
+  ASSERT_TRUE([&] {  // the handler's loop ends within its first failed writes
+    for (int i = 0; i < 3000 && !saw_client_gone_.load(); ++i) std::this_thread::sleep_for(10ms);
+    return saw_client_gone_.load();
+  }());
   ExpectStillServing();
 }
 

@@ -1,0 +1,298 @@
+// The OpenAI-compatible endpoints of a running server (service/openai_api.h): a transaction
+// pipeline with an llm_findings stage on a tiny generated Qwen3 checkpoint (random weights,
+// real libtorch decoder, CPU), called over plain HTTP on the admin port. The texts of a random
+// model are meaningless, so the checks compare the API with itself and with the generator:
+// streamed pieces join up to the whole reply, a stop string cuts where the text had it, a
+// schema's reply parses, counts add up, and every refusal names its field.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "llm/chat_template.h"
+#include "llm/checkpoint_maker.h"
+#include "llm/decoder.h"
+#include "llm/tokenizer.h"
+#include "service/scoring_server.h"
+#include "tests/rpc_test_support.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+using Json = nlohmann::json;
+
+class OpenAiApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    ASSERT_TRUE(llm::MakeCheckpoint({.family = "qwen3"}, dir_->file("llm-chat")).ok());
+    ASSERT_TRUE(
+        llm::MakeCheckpoint({.family = "qwen3", .seed = 2, .chat_template = false}, dir_->file("llm-base")).ok());
+    std::string yaml = testing::ReadFile(testing::WriteTestPipeline(*dir_));
+    yaml +=
+        "  - {name: forensic, kind: llm_findings, after: decision, model: llm-chat, placement: cpu}\n"
+        "  - {name: second, kind: llm_findings, after: decision, model: llm-base, placement: cpu}\n";
+    testing::WriteFile(dir_->file("pipeline.yaml"), yaml);
+    auto settings = LoadServiceSettings(testing::TestSettingsPath(*dir_));
+    ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+    auto config = pipelines::LoadPipelineConfig(settings->pipeline);
+    ASSERT_TRUE(config.ok()) << config.error().ToString();
+    pipelines::PipelineRuntime runtime;
+    runtime.load_decoder = llm::Decoder::Load;
+    auto server = ScoringServer::Create(*settings, *config, runtime);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = server->release();
+    server_->Start();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+
+  // One request on a fresh connection; the whole answer as received.
+  static std::string Exchange(const std::string& method, const std::string& target, const std::string& body = "") {
+    const int fd = testing::RawConnect(server_->admin_port());
+    const std::string request = method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                                "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+                                body;
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string received;
+    char buf[8192];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) received.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return received;
+  }
+  static int Status(const std::string& response) {
+    return response.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(response.substr(9, 3)) : -1;
+  }
+  static std::string Body(const std::string& response) { return response.substr(response.find("\r\n\r\n") + 4); }
+  // A whole (not streamed) answer: status and JSON body.
+  static std::pair<int, Json> Call(const std::string& target, const Json& body) {
+    const std::string response = Exchange("POST", target, body.dump());
+    return {Status(response), Json::parse(Body(response), nullptr, false)};
+  }
+  // A streamed answer: the JSON of each data: event (the last one, "[DONE]", as a string).
+  static std::vector<Json> Stream(const std::string& target, const Json& body) {
+    const std::string response = Exchange("POST", target, body.dump());
+    EXPECT_EQ(Status(response), 200) << response.substr(0, 400);
+    EXPECT_NE(response.find("Content-Type: text/event-stream"), std::string::npos);
+    std::string payload;  // de-chunked
+    const std::string chunked = Body(response);
+    for (size_t pos = 0;;) {
+      const size_t line_end = chunked.find("\r\n", pos);
+      if (line_end == std::string::npos) break;
+      const size_t size = std::stoul(chunked.substr(pos, line_end - pos), nullptr, 16);
+      if (size == 0) break;
+      payload += chunked.substr(line_end + 2, size);
+      pos = line_end + 2 + size + 2;
+    }
+    std::vector<Json> events;
+    for (size_t pos = 0; pos < payload.size();) {
+      const size_t end = payload.find("\n\n", pos);
+      EXPECT_NE(end, std::string::npos) << payload;
+      if (end == std::string::npos) break;
+      const std::string event = payload.substr(pos, end - pos);
+      EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+      const std::string data = event.substr(6);
+      events.push_back(data == "[DONE]" ? Json(data) : Json::parse(data));
+      pos = end + 2;
+    }
+    return events;
+  }
+  static Json Chat(const std::string& content, Json extra = Json::object()) {
+    Json body = {
+        {"model", "llm-chat"},
+        {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", content}}}},
+        {"temperature", 0},
+        {"max_tokens", 24}};
+    body.update(extra);
+    return body;
+  }
+
+  static testing::TempDir* dir_;
+  static ScoringServer* server_;
+};
+testing::TempDir* OpenAiApiTest::dir_ = nullptr;
+ScoringServer* OpenAiApiTest::server_ = nullptr;
+
+TEST_F(OpenAiApiTest, ModelsListsEachLlmStagesCheckpoint) {
+  const std::string response = Exchange("GET", "/v1/models");
+  ASSERT_EQ(Status(response), 200) << response;
+  const Json models = Json::parse(Body(response));
+  EXPECT_EQ(models["object"], "list");
+  ASSERT_EQ(models["data"].size(), 2u) << models;
+  EXPECT_EQ(models["data"][0]["id"], "llm-chat");
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  EXPECT_EQ(models["data"][0]["owned_by"], "txscore");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 4096);
+  EXPECT_EQ(models["data"][1]["id"], "llm-base");
+}
+
+TEST_F(OpenAiApiTest, AChatReplyCountsItsTokensAndStopsAtMaxTokens) {
+  const auto [status, reply] = Call("/v1/chat/completions", Chat("Claim 7: water damage.", {{"ignore_eos", nullptr}}));
+  // ignore_eos is not an OpenAI field: refused, naming it.
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(reply["error"]["param"], "ignore_eos");
+  EXPECT_EQ(reply["error"]["type"], "invalid_request_error");
+
+  const auto [ok, chat] = Call("/v1/chat/completions", Chat("Claim 7: water damage.", {{"seed", 1}}));
+  ASSERT_EQ(ok, 200) << chat;
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["model"], "llm-chat");
+  EXPECT_EQ(chat["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  ASSERT_EQ(chat["choices"].size(), 1u);
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  const int completion = chat["usage"]["completion_tokens"];
+  EXPECT_GE(completion, 1);
+  EXPECT_LE(completion, 24);
+  EXPECT_EQ(chat["choices"][0]["finish_reason"], completion == 24 ? "length" : "stop");
+  EXPECT_EQ(chat["usage"]["total_tokens"], chat["usage"]["prompt_tokens"].get<int>() + completion);
+  // The prompt is the chat template's rendering: the same count as `llm apply-chat-template`'s.
+  std::unique_ptr<llm::Tokenizer> tokenizer = llm::Tokenizer::FromDirectory(dir_->file("llm-chat")).value();
+  const Json messages = Chat("Claim 7: water damage.")["messages"];
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], llm::ApplyChatTemplate(*tokenizer, messages).value().size());
+  // Greedy: the same request, the same reply.
+  EXPECT_EQ(Call("/v1/chat/completions", Chat("Claim 7: water damage.")).second["choices"][0]["message"]["content"],
+            chat["choices"][0]["message"]["content"]);
+}
+
+TEST_F(OpenAiApiTest, StreamedPiecesJoinUpToTheWholeReply) {
+  const Json whole = Call("/v1/chat/completions", Chat("Tell me about claim 9.")).second;
+  const std::vector<Json> events =
+      Stream("/v1/chat/completions",
+             Chat("Tell me about claim 9.", {{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string joined;
+  for (size_t i = 0; i + 3 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["id"], events[0]["id"]);
+    EXPECT_TRUE(events[i]["choices"][0]["finish_reason"].is_null());
+    joined += events[i]["choices"][0]["delta"].value("content", "");
+  }
+  const Json& last = events[events.size() - 3];
+  EXPECT_EQ(last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+  EXPECT_EQ(joined, whole["choices"][0]["message"]["content"]);
+  const Json& usage = events[events.size() - 2];
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], whole["usage"]);
+}
+
+TEST_F(OpenAiApiTest, ACompletionEndsAtAStopStringTheTextHad) {
+  const Json body = {
+      {"model", "llm-base"}, {"prompt", "Claim 12 reported late"}, {"temperature", 0}, {"max_tokens", 40}};
+  const auto [status, whole] = Call("/v1/completions", body);
+  ASSERT_EQ(status, 200) << whole;
+  EXPECT_EQ(whole["object"], "text_completion");
+  const std::string text = whole["choices"][0]["text"];
+  ASSERT_GE(text.size(), 6u) << "the random model stopped too early to test a stop string";
+  // A stop string from the middle of the text: the reply ends just before its first occurrence.
+  const std::string stop = text.substr(text.size() / 2, 2);
+  Json stopped_body = body;
+  stopped_body["stop"] = {stop, "a stop string that never comes"};
+  const Json stopped = Call("/v1/completions", stopped_body).second;
+  EXPECT_EQ(stopped["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+  // Streamed, the stop string is held back and cut just the same.
+  stopped_body["stream"] = true;
+  std::string joined;
+  for (const Json& event : Stream("/v1/completions", stopped_body)) {
+    if (event.is_object()) joined += event["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(joined, text.substr(0, text.find(stop)));
+  // Token ids work as a prompt too (the completion API's other form).
+  std::unique_ptr<llm::Tokenizer> tokenizer = llm::Tokenizer::FromDirectory(dir_->file("llm-base")).value();
+  Json by_ids = body;
+  by_ids["prompt"] = tokenizer->Encode("Claim 12 reported late", {.add_special_tokens = true});
+  EXPECT_EQ(Call("/v1/completions", by_ids).second["choices"][0]["text"], text);
+}
+
+TEST_F(OpenAiApiTest, AJsonSchemaResponseFormatConstrainsTheReply) {
+  const Json schema = {
+      {"type", "object"},
+      {"properties", {{"risk", {{"type", "string"}, {"enum", {"low", "high"}}}}, {"score", {{"type", "integer"}}}}},
+      {"required", {"risk", "score"}}};
+  const Json body =
+      Chat("Rate claim 3.",
+           {{"max_tokens", 64},
+            {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "rating"}, {"schema", schema}}}}}});
+  const auto [status, reply] = Call("/v1/chat/completions", body);
+  ASSERT_EQ(status, 200) << reply;
+  const Json rating = Json::parse(reply["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_TRUE(rating["risk"] == "low" || rating["risk"] == "high") << rating;
+  EXPECT_TRUE(rating["score"].is_number_integer()) << rating;
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(OpenAiApiTest, RefusalsNameTheFieldAsOpenAiDoes) {
+  const auto expect_refusal = [](const std::string& target, const Json& body, int status, const std::string& param,
+                                 const std::string& message_part) {
+    const auto [got, reply] = Call(target, body);
+    EXPECT_EQ(got, status) << body << " -> " << reply;
+    EXPECT_EQ(reply["error"]["param"], param.empty() ? Json(nullptr) : Json(param)) << reply;
+    EXPECT_NE(reply["error"]["message"].get<std::string>().find(message_part), std::string::npos) << reply;
+  };
+  expect_refusal("/v1/chat/completions", Chat("x", {{"model", "gpt-4o"}}), 404, "model", "does not exist");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"n", 2}}), 400, "n", "only n = 1");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"logprobs", true}}), 400, "logprobs", "not supported");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"temperature", 3}}), 400, "temperature", "from 0 to 2");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"max_tokens", 0}}), 400, "max_tokens", "positive integer");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"max_tokens", 5000}}), 400, "messages",
+                 "maximum context length is 4096 tokens");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"stop", {"a", "b", "c", "d", "e"}}}), 400, "stop", "up to 4");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"tools", {{{"type", "function"}}}}}), 400, "tools",
+                 "tool calls are not supported");
+  expect_refusal("/v1/chat/completions", {{"model", "llm-chat"}, {"messages", {{{"role", "tool"}, {"content", "x"}}}}},
+                 400, "messages[0].role", "tool messages are not supported");
+  expect_refusal("/v1/chat/completions",
+                 {{"model", "llm-chat"}, {"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+                 400, "messages[0].content", "only text parts");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"model", "llm-base"}}), 400, "messages", "no chat template");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"response_format", {{"type", "xml"}}}}), 400, "response_format",
+                 "text or json_schema");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"response_format", {{"type", "json_object"}}}}), 400,
+                 "response_format", "give the object's schema");
+  // A schema the constraint cannot compile is the caller's error, named.
+  expect_refusal("/v1/chat/completions",
+                 Chat("x", {{"response_format",
+                             {{"type", "json_schema"},
+                              {"json_schema",
+                               {{"schema",
+                                 {{"type", "object"},
+                                  {"properties", {{"a", {{"type", "array"}, {"items", {{"type", "number"}}}}}}},
+                                  {"required", {"a"}}}}}}}}}),
+                 400, "response_format", "only arrays of string enums are supported");
+  expect_refusal("/v1/completions", {{"model", "llm-base"}, {"prompt", {"a", "b"}}}, 400, "prompt",
+                 "one prompt per request");
+  expect_refusal("/v1/completions", {{"model", "llm-base"}, {"prompt", {1, 999999}}}, 400, "prompt", "token ids");
+  const std::string not_json = Exchange("POST", "/v1/completions", "{\"model\": ");
+  EXPECT_EQ(Status(not_json), 400) << not_json;
+  EXPECT_EQ(Status(Exchange("GET", "/v1/completions")), 405);
+  // A body over the route's 1 MiB is refused before it is read whole.
+  EXPECT_EQ(Status(Exchange("POST", "/v1/chat/completions", Chat(std::string(2 << 20, 'x')).dump())), 413);
+}
+
+TEST_F(OpenAiApiTest, ServingMetricsUseVllmNames) {
+  ASSERT_EQ(
+      Call("/v1/completions", {{"model", "llm-base"}, {"prompt", "metrics"}, {"max_tokens", 5}, {"temperature", 0}})
+          .first,
+      200);
+  const std::string metrics = Body(Exchange("GET", "/metrics"));
+  for (const char* series :
+       {"vllm:prompt_tokens_total{model_name=\"llm-base\"}", "vllm:generation_tokens_total{model_name=\"llm-base\"}",
+        "vllm:time_to_first_token_seconds_count{model_name=\"llm-base\"}",
+        "vllm:e2e_request_latency_seconds_count{model_name=\"llm-base\"}",
+        "vllm:request_success_total{model_name=\"llm-base\",finished_reason=", "vllm:num_requests_running{",
+        "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{"}) {
+    EXPECT_NE(metrics.find(series), std::string::npos) << series << " missing from\n" << metrics;
+  }
+}
+
+}  // namespace
+}  // namespace txscore::service

@@ -1,0 +1,217 @@
+// The Jinja subset of llm/jinja.h, rendered as transformers renders chat templates. Expected
+// texts are what python3-jinja2 (with transformers' environment) prints for the same template;
+// tests/llm/chat_template_reference_test.py checks whole real templates against it and
+// against @huggingface/jinja.
+#include "llm/jinja.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace txscore::llm::jinja {
+namespace {
+
+std::string Render(const std::string& source, const Json& variables = Json::object()) {
+  Result<Template> t = Template::Parse(source, "t");
+  if (!t.ok()) return "PARSE ERROR: " + t.error().message;
+  Result<std::string> out = t->Render(variables);
+  if (!out.ok()) return "RENDER ERROR: " + out.error().message;
+  return *out;
+}
+
+std::string ParseError(const std::string& source) {
+  Result<Template> t = Template::Parse(source, "t");
+  return t.ok() ? "parsed" : t.error().message;
+}
+
+TEST(JinjaTemplate, WritesTextAndExpressions) {
+  EXPECT_EQ(Render("Hello {{ name }}!", {{"name", "Ann"}}), "Hello Ann!");
+  EXPECT_EQ(Render("{{ 'a' + \"b\" }}{{ 1 + 2 }}{{ 7 // 2 }}{{ -7 // 2 }}{{ -7 % 3 }}{{ 7 / 2 }}"), "ab33-423.5");
+  EXPECT_EQ(Render("{{ 'x' ~ 1 ~ none ~ true }}"), "x1NoneTrue");
+  EXPECT_EQ(Render("{{ [1, 'a', none, 1.5] }} {{ {'k': [true]} }}"), "[1, 'a', None, 1.5] {'k': [True]}");
+  EXPECT_EQ(Render("{{ 2 ** 10 }} {{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 3 * 'ab' }}{{ 'ab' * 2 }}"),
+            "1024 1.0 0.30000000000000004 1e+20 ababab"
+            "abab");
+  EXPECT_EQ(Render("{{ 'it''s' }} {{ \"a\\nb\" }} {{ '\\u00e9' }}"), "its a\nb \xc3\xa9");
+}
+
+TEST(JinjaTemplate, UndefinedNamesRenderAsNothingAndAreFalse) {
+  EXPECT_EQ(Render("[{{ missing }}]{% if missing %}yes{% else %}no{% endif %}"), "[]no");
+  EXPECT_EQ(Render("{{ missing is defined }} {{ missing is undefined }} {{ missing | length }}"), "False True 0");
+  EXPECT_EQ(Render("{{ d.missing is defined }} {{ d['k'] }}", {{"d", {{"k", 1}}}}), "False 1");
+}
+
+TEST(JinjaTemplate, AnAttributeOfAnUndefinedValueIsAnErrorNamingIt) {
+  EXPECT_EQ(Render("\n{{ missing.attr }}"), "RENDER ERROR: t:2: 'missing' is undefined");
+  EXPECT_EQ(Render("{{ 'a' + missing }}"), "RENDER ERROR: t:1: 'missing' is undefined");
+}
+
+TEST(JinjaTemplate, ConditionsFollowPythonTruthiness) {
+  const std::string t = "{% for v in values %}{% if v %}T{% elif v is none %}N{% else %}F{% endif %}{% endfor %}";
+  EXPECT_EQ(Render(t, {{"values", {0, 1, "", "x", Json::array(), Json::array({0}), nullptr, false, 0.0}}}),
+            "FTFTFTNFF");
+  EXPECT_EQ(Render("{{ 1 if x else 2 }}{{ 'a' and 'b' }}{{ '' or 'c' }}{{ not 0 }}", {{"x", true}}), "1bcTrue");
+  EXPECT_EQ(Render("{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}{{ 'k' in d }}{{ 'z' not in 'abc' }}", {{"d", {{"k", 1}}}}),
+            "TrueTrueTrueTrue");
+}
+
+TEST(JinjaTemplate, LoopsExposeLoopVariablesAndKeepAssignmentsInside) {
+  EXPECT_EQ(Render("{% for x in items %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}"
+                   "{{ loop.length }}{{ loop.revindex0 }}|{% endfor %}",
+                   {{"items", {"a", "b"}}}),
+            "01TrueFalse21|12FalseTrue20|");
+  EXPECT_EQ(Render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = i %}{% endfor %}{{ x }}"), "1");
+  EXPECT_EQ(Render("{% for i in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(Render("{% for i in range(10) if i is odd %}{{ i }}{% endfor %}"), "13579");
+  EXPECT_EQ(Render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", {{"d", {{"b", 1}, {"a", 2}}}}),
+            "b=1;a=2;");
+  EXPECT_EQ(Render("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}"
+                   "{% endif %}{{ i }}{% endfor %}"),
+            "02");
+}
+
+TEST(JinjaTemplate, NamespacesCarryValuesOutOfLoops) {
+  EXPECT_EQ(Render("{% set ns = namespace(last=-1, seen=false) %}{% for m in ms %}{% if m == 'u' %}"
+                   "{% set ns.last = loop.index0 %}{% set ns.seen = true %}{% endif %}{% endfor %}{{ ns.last }}"
+                   "{{ ns.seen }}",
+                   {{"ms", {"u", "a", "u", "a"}}}),
+            "2True");
+}
+
+TEST(JinjaTemplate, SlicesAndIndexesCountCodePoints) {
+  const Json v = {{"s", "h\xc3\xa9llo"}, {"l", {1, 2, 3, 4}}};
+  EXPECT_EQ(Render("{{ s[1] }} {{ s[-1] }} {{ s[1:3] }} {{ s[::-1] }}", v), "\xc3\xa9 o \xc3\xa9l oll\xc3\xa9h");
+  EXPECT_EQ(Render("{{ l[1:] }} {{ l[::-1] }} {{ l[-2] }} {{ l[::2] }} {{ l[10] is defined }}", v),
+            "[2, 3, 4] [4, 3, 2, 1] 3 [1, 3] False");
+}
+
+TEST(JinjaTemplate, StringMethodsBehaveAsPythons) {
+  EXPECT_EQ(Render("{{ s.startswith('<a') }}{{ s.endswith(('x', 'b>')) }}{{ s.split('</t>')[-1] }}|"
+                   "{{ '  a b  '.split() }}{{ 'a,b,c'.split(',', 1) }}{{ 'a,b,c'.rsplit(',', 1) }}",
+                   {{"s", "<a></t>x<b>"}}),
+            "TrueTruex<b>|['a', 'b']['a', 'b,c']['a,b', 'c']");
+  EXPECT_EQ(Render("[{{ '\\n x \\n'.strip() }}][{{ '\\nx\\n'.lstrip('\\n') }}][{{ 'xyyx'.strip('x') }}]"),
+            "[x][x\n][yy]");
+  EXPECT_EQ(
+      Render("{{ 'ab'.upper() }}{{ 'AB'.lower() }}{{ 'a-b c'.title() }}{{ 'aB c'.capitalize() }}"
+             "{{ 'aaa'.replace('a', 'b', 2) }}{{ 'abcb'.find('b') }}{{ 'abcb'.count('b') }}{{ '-'.join(['a', 'b']) }}"),
+      "ABabA-B CAb cbba12a-b");
+}
+
+TEST(JinjaTemplate, FiltersBehaveAsJinjas) {
+  EXPECT_EQ(
+      Render(
+          "[{{ ' a \\n' | trim }}]{{ 'ab' | upper }}{{ [3, 1] | length }}{{ 'h\xc3\xa9' | length }}"
+          "{{ [1, 2] | first }}{{ [1, 2] | last }}{{ [1, 2] | join(', ') }}{{ x | default('d') }}"
+          "{{ '' | default('e', true) }}{{ '42' | int }}{{ 'x' | int }}{{ 2 | float }}{{ [1, 2] | reverse | list }}"),
+      "[a]AB22"
+      "12"
+      "1, 2de420"
+      "2.0[2, 1]");
+  EXPECT_EQ(Render("{% for k, v in d | items %}{{ k }}{{ v }}{% endfor %}{{ ms | map(attribute='r') | join }}"
+                   "{{ ms | selectattr('r', 'equalto', 'u') | list | length }}{{ [1, 2, 3, 4] | select('odd') | list }}"
+                   "{{ [1, 2, 3] | reject('odd') | list }}",
+                   {{"d", {{"a", 1}}}, {"ms", {{{"r", "u"}}, {{"r", "a"}}, {{"r", "u"}}}}}),
+            "a1uau2[1, 3][2]");
+}
+
+TEST(JinjaTemplate, ToJsonIsTransformersJsonDumps) {
+  const Json v = {
+      {"t", {{"name", "f\xc3\xa9"}, {"d", "<x> & \"y\"\n"}, {"n", {1, 2.5, true, nullptr}}, {"e", Json::object()}}}};
+  EXPECT_EQ(Render("{{ t | tojson }}", v),
+            "{\"name\": \"f\xc3\xa9\", \"d\": \"<x> & \\\"y\\\"\\n\", \"n\": [1, 2.5, true, null], \"e\": {}}");
+  EXPECT_EQ(Render("{{ {'a': [1, {'b': 2}]} | tojson(indent=2) }}"),
+            "{\n  \"a\": [\n    1,\n    {\n      \"b\": 2\n    }\n  ]\n}");
+}
+
+TEST(JinjaTemplate, TestsCoverTypesAndComparisons) {
+  EXPECT_EQ(
+      Render("{{ 'a' is string }}{{ 1 is number }}{{ 1 is integer }}{{ 1.5 is float }}{{ true is boolean }}"
+             "{{ false is false }}{{ true is true }}{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is sequence }}"
+             "{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 1 is eq 1 }}{{ 1 is not ne 1 }}{{ 2 is gt(1) }}"
+             "{{ 'a' is in 'abc' }}{{ none is none }}{{ 0 is not none }}"),
+      "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue");
+}
+
+TEST(JinjaTemplate, WhitespaceControlTrimsAsHuggingFaceConfiguresJinja) {
+  // trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before one goes.
+  EXPECT_EQ(Render("{% if true %}\n    a\n    {% endif %}\nb\n"), "    a\nb");
+  // "-" strips all whitespace on its side, newlines included; "{{" tags are not trimmed.
+  EXPECT_EQ(Render("x  \n  {{- 'y' -}}  \n  z {{ 'w' }}\n"), "xyz w");
+  // "+" keeps what trim_blocks and lstrip_blocks would take.
+  EXPECT_EQ(Render("  {%+ if true +%}\na{% endif %}"), "  \na");
+  EXPECT_EQ(Render("a {# comment #}\nb\n  {#- c -#}  c"), "a bc");
+  EXPECT_EQ(Render("line\r\nnext\r\n"), "line\nnext");  // one trailing newline dropped, as Jinja does
+}
+
+TEST(JinjaTemplate, RaiseExceptionStopsRenderingWithItsMessage) {
+  EXPECT_EQ(Render("a{{ raise_exception('Conversation roles must alternate') }}"),
+            "RENDER ERROR: t:1: the template raised: Conversation roles must alternate");
+}
+
+TEST(JinjaTemplate, UnsupportedConstructsAreRefusedAtParseNamingThem) {
+  EXPECT_EQ(ParseError("{% macro m() %}{% endmacro %}"), "t:1: the statement 'macro' is not supported");
+  EXPECT_EQ(ParseError("a\n{% include 'x' %}"), "t:2: the statement 'include' is not supported");
+  EXPECT_EQ(ParseError("{{ x | wordwrap }}"), "t:1: the filter 'wordwrap' is not supported");
+  EXPECT_EQ(ParseError("{{ x is callable }}"), "t:1: the test 'callable' is not supported");
+  EXPECT_EQ(ParseError("{{ cycler('a') }}"), "t:1: the function 'cycler' is not supported");
+  EXPECT_EQ(ParseError("{{ x.format(1) }}"), "t:1: the method 'format' is not supported");
+  EXPECT_EQ(ParseError("{{ loop.previtem }}"), "t:1: loop.previtem is not supported");
+  EXPECT_EQ(ParseError("{% set x %}a{% endset %}"),
+            "t:1: block assignments ({% set x %}...{% endset %}) are not supported");
+  EXPECT_EQ(ParseError("{% raw %}{{ x }}{% endraw %}"), "t:1: the statement 'raw' is not supported");
+  EXPECT_EQ(ParseError("{% for x in y recursive %}{% endfor %}"), "t:1: recursive for loops are not supported");
+}
+
+TEST(JinjaTemplate, MalformedTemplatesAreRefusedWithTheirLine) {
+  EXPECT_EQ(ParseError("a\n{% if x %}"), "t:2: 'if' is never closed (expected endif)");
+  EXPECT_EQ(ParseError("{% endfor %}"), "t:1: unexpected 'endfor'");
+  EXPECT_EQ(ParseError("{{ 'a' "), "t:1: {{ is never closed");
+  EXPECT_EQ(ParseError("{{ 'a }}"), "t:1: {{ is never closed");
+  EXPECT_EQ(ParseError("{% break %}"), "t:1: 'break' outside a loop");
+  EXPECT_EQ(ParseError("{{ a b }}"), "t:1: unexpected 'b'");
+  EXPECT_EQ(ParseError("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nested too deeply") !=
+                std::string::npos,
+            true);
+}
+
+TEST(JinjaTemplate, RenderingIsBoundedInStepsAndOutput) {
+  Result<Template> loop =
+      Template::Parse("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "t");
+  ASSERT_TRUE(loop.ok());
+  RenderLimits limits;
+  limits.max_steps = 100000;
+  Result<std::string> out = loop->Render(Json::object(), limits);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::kResourceExhausted);
+  Result<Template> big = Template::Parse("{% for i in range(1000) %}{{ 'x' * 1000 }}{% endfor %}", "t");
+  ASSERT_TRUE(big.ok());
+  limits.max_steps = 1'000'000;
+  limits.max_output_bytes = 100'000;
+  out = big->Render(Json::object(), limits);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(out.error().message.find("longer than 100000 bytes"), std::string::npos);
+}
+
+TEST(JinjaTemplate, TypeErrorsAreReportedNotGuessed) {
+  EXPECT_EQ(Render("{{ 'a' + 1 }}"), "RENDER ERROR: t:1: unsupported operand types for +: 'str' and 'int'");
+  EXPECT_EQ(Render("{{ 1 // 0 }}"), "RENDER ERROR: t:1: integer division or modulo by zero");
+  EXPECT_EQ(Render("{{ [1].startswith('a') }}"), "RENDER ERROR: t:1: 'list' object has no method 'startswith'");
+  EXPECT_EQ(Render("{{ 9223372036854775807 + 1 }}"), "RENDER ERROR: t:1: integer overflow");
+}
+
+TEST(PythonStr, FormatsFloatsAsPythonRepr) {
+  EXPECT_EQ(PythonStr(Json(0.1)), "0.1");
+  EXPECT_EQ(PythonStr(Json(100.0)), "100.0");
+  EXPECT_EQ(PythonStr(Json(1e16)), "1e+16");
+  EXPECT_EQ(PythonStr(Json(1234567890123456.0)), "1234567890123456.0");
+  EXPECT_EQ(PythonStr(Json(0.0001)), "0.0001");
+  EXPECT_EQ(PythonStr(Json(0.00001)), "1e-05");
+  EXPECT_EQ(PythonStr(Json(-2.5e-7)), "-2.5e-07");
+  EXPECT_EQ(PythonStr(Json("it's")), "it's");
+  EXPECT_EQ(PythonStr(Json::array({"it's", "a\"b"})), "[\"it's\", 'a\"b']");
+}
+
+}  // namespace
+}  // namespace txscore::llm::jinja

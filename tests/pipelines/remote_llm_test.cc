@@ -1,0 +1,193 @@
+// The remote LLM client (pipelines/remote_llm.h) against a scripted OpenAI-compatible server on
+// loopback (an admin server whose /v1/chat/completions answers as each test says), with the
+// breaker's time on a clock the test moves.
+#include "pipelines/remote_llm.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "service/admin_server.h"
+
+namespace txscore::pipelines {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+const char kFindings[] = R"({"risk_level": "high", "flags": ["inconsistent_dates"], "summary": "Late report."})";
+
+class RemoteLlmTest : public ::testing::Test {
+ protected:
+  // What the server does with the next request; when the script runs out, `otherwise`.
+  struct Answer {
+    int status = 200;
+    std::string content = kFindings;  // the reply's message content
+    std::chrono::milliseconds delay{0};
+  };
+
+  void SetUp() override {
+    std::map<std::string, service::AdminRoute> routes;
+    service::AdminRoute chat;
+    chat.post = true;
+    chat.max_body_bytes = 1 << 20;
+    chat.request_handler = [this](const service::AdminRequest& request, service::AdminResponder& responder) {
+      Answer answer;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(nlohmann::json::parse(request.body));
+        if (!script_.empty()) {
+          answer = script_.front();
+          script_.pop_front();
+        } else {
+          answer = otherwise_;
+        }
+      }
+      std::this_thread::sleep_for(answer.delay);
+      const nlohmann::json reply = {{"choices", {{{"message", {{"role", "assistant"}, {"content", answer.content}}}}}}};
+      responder.Respond({answer.status, "application/json", answer.status == 200 ? reply.dump() : "{}"});
+    };
+    routes["/v1/chat/completions"] = chat;
+    server_ =
+        service::AdminServer::Create({.host = "127.0.0.1", .port = 0, .plaintext = true}, std::move(routes)).value();
+    server_->Start();
+  }
+
+  std::unique_ptr<RemoteLlm> Client(RemoteLlmOptions options = {}) {
+    options.base_url = "http://127.0.0.1:" + std::to_string(server_->port()) + "/v1/";
+    options.model = "pool-model";
+    options.backoff = 1ms;
+    options.clock = [this] { return now_.load(); };
+    Result<std::unique_ptr<RemoteLlm>> client = RemoteLlm::Create(options);
+    EXPECT_TRUE(client.ok()) << client.error().ToString();
+    return std::move(client).value();
+  }
+  void Script(std::vector<Answer> answers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    script_.assign(answers.begin(), answers.end());
+  }
+  size_t Calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_.size();
+  }
+  Clock::time_point Later() const { return now_.load() + 60s; }
+
+  std::mutex mu_;
+  std::deque<Answer> script_;
+  Answer otherwise_;
+  std::vector<nlohmann::json> requests_;
+  std::atomic<Clock::time_point> now_{Clock::now()};
+  std::unique_ptr<service::AdminServer> server_;
+};
+
+const llm::TaskMessages kMessages{"You are a claims analyst.", "Claim 7: water damage."};
+
+TEST_F(RemoteLlmTest, ACallAsksForTheFindingsSchemaAndTheValidatedReplyBecomesFindings) {
+  auto client = Client({.max_tokens = 77});
+  Result<llm::Findings> findings = client->Analyze(kMessages, Later());
+  ASSERT_TRUE(findings.ok()) << findings.error().ToString();
+  EXPECT_EQ(findings->risk_level, llm::RiskLevel::kHigh);
+  EXPECT_EQ(findings->flags, std::vector<std::string>{"inconsistent_dates"});
+  EXPECT_EQ(findings->model_id, "pool-model");
+  ASSERT_EQ(Calls(), 1u);
+  const nlohmann::json& sent = requests_[0];
+  EXPECT_EQ(sent["model"], "pool-model");
+  EXPECT_EQ(sent["messages"][0], (nlohmann::json{{"role", "system"}, {"content", "You are a claims analyst."}}));
+  EXPECT_EQ(sent["messages"][1], (nlohmann::json{{"role", "user"}, {"content", "Claim 7: water damage."}}));
+  EXPECT_EQ(sent["temperature"], 0);
+  EXPECT_EQ(sent["max_tokens"], 77);
+  EXPECT_EQ(sent["response_format"]["type"], "json_schema");
+  EXPECT_EQ(sent["response_format"]["json_schema"]["schema"], nlohmann::json::parse(llm::ClaimAnalysisTask::Schema()));
+  EXPECT_EQ(client->calls_ok(), 1u);
+  EXPECT_EQ(client->name(), "remote:http://127.0.0.1:" + std::to_string(server_->port()) + "/v1/ (pool-model)");
+}
+
+TEST_F(RemoteLlmTest, AFailedOrInvalidCallIsRetriedUpToTheLimit) {
+  auto client = Client({.retries = 2});
+  Script({{500}, {200, R"({"risk_level": "severe", "flags": ["none"], "summary": ""})"}});
+  Result<llm::Findings> findings = client->Analyze(kMessages, Later());
+  ASSERT_TRUE(findings.ok()) << findings.error().ToString();
+  EXPECT_EQ(Calls(), 3u);
+  EXPECT_EQ(client->calls_failed(), 1u);
+  EXPECT_EQ(client->calls_invalid(), 1u);
+  EXPECT_EQ(client->calls_ok(), 1u);
+  // Three failures with two retries: unavailable, the last reason named.
+  Script({{503}, {503}, {200, "not json"}});
+  findings = client->Analyze(kMessages, Later());
+  ASSERT_FALSE(findings.ok());
+  EXPECT_EQ(findings.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(findings.error().message.find("findings do not validate"), std::string::npos) << findings.error().message;
+  EXPECT_EQ(Calls(), 6u);
+}
+
+TEST_F(RemoteLlmTest, ACallPastItsTimeoutFailsAndTheStageDeadlineBoundsEverything) {
+  auto client = Client({.call_timeout = 200ms, .retries = 0});
+  Script({{200, kFindings, 2000ms}});
+  const auto start = Clock::now();
+  Result<llm::Findings> findings = client->Analyze(kMessages, Later());
+  EXPECT_LT(Clock::now() - start, 1500ms);
+  ASSERT_FALSE(findings.ok());
+  EXPECT_NE(findings.error().message.find("no answer within the call's time"), std::string::npos)
+      << findings.error().message;
+  EXPECT_EQ(client->calls_failed(), 1u);
+  // No time left on the stage's clock: no call at all.
+  findings = client->Analyze(kMessages, now_.load());
+  EXPECT_EQ(findings.error().code, ErrorCode::kDeadlineExceeded);
+  EXPECT_EQ(Calls(), 1u);
+}
+
+TEST_F(RemoteLlmTest, TheCircuitOpensAfterFailuresInARowAndATrialCallClosesIt) {
+  auto client = Client({.retries = 0, .breaker_failures = 3, .breaker_open = 10s});
+  otherwise_ = {500};
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(client->Analyze(kMessages, Later()).ok());
+  EXPECT_EQ(client->breaker_state(), CircuitBreaker::State::kOpen);
+  EXPECT_EQ(client->breaker_opened(), 1u);
+  // Open: answered at once, without a call.
+  Result<llm::Findings> refused = client->Analyze(kMessages, Later());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(refused.error().message.find("is open"), std::string::npos);
+  EXPECT_EQ(Calls(), 3u);
+  // After the open interval one trial goes; it fails: open again, for another interval.
+  now_.store(now_.load() + 10s);
+  EXPECT_FALSE(client->Analyze(kMessages, Later()).ok());
+  EXPECT_EQ(Calls(), 4u);
+  EXPECT_EQ(client->breaker_state(), CircuitBreaker::State::kOpen);
+  EXPECT_FALSE(client->Analyze(kMessages, Later()).ok());
+  EXPECT_EQ(Calls(), 4u);
+  // The server recovers; the next trial succeeds and closes the circuit.
+  otherwise_ = {};
+  now_.store(now_.load() + 10s);
+  EXPECT_TRUE(client->Analyze(kMessages, Later()).ok());
+  EXPECT_EQ(client->breaker_state(), CircuitBreaker::State::kClosed);
+  EXPECT_TRUE(client->Analyze(kMessages, Later()).ok());
+  EXPECT_EQ(Calls(), 6u);
+}
+
+TEST_F(RemoteLlmTest, ASuccessBetweenFailuresKeepsTheCircuitClosed) {
+  auto client = Client({.retries = 0, .breaker_failures = 2});
+  Script({{500}, {200}, {500}, {200}});
+  for (int i = 0; i < 4; ++i) (void)client->Analyze(kMessages, Later());
+  EXPECT_EQ(client->breaker_state(), CircuitBreaker::State::kClosed);
+  EXPECT_EQ(client->breaker_opened(), 0u);
+}
+
+TEST_F(RemoteLlmTest, ANonListeningPoolFailsFastAndBadSettingsAreRefused) {
+  RemoteLlmOptions options;
+  options.base_url = "http://127.0.0.1:1/v1";  // nothing listens on port 1
+  options.model = "m";
+  options.retries = 0;
+  auto client = RemoteLlm::Create(options).value();
+  Result<llm::Findings> findings = client->Analyze(kMessages, Clock::now() + 10s);
+  ASSERT_FALSE(findings.ok());
+  EXPECT_NE(findings.error().message.find("the call failed at connect"), std::string::npos) << findings.error().message;
+  EXPECT_EQ(RemoteLlm::Create({.base_url = "ftp://x", .model = "m"}).error().field, "remote.base_url");
+  EXPECT_EQ(RemoteLlm::Create({.base_url = "https://x:8443/v1", .model = "m"}).error().field, "remote.tls.ca");
+  EXPECT_EQ(RemoteLlm::Create({.base_url = "http://x:port", .model = "m"}).error().field, "remote.base_url");
+}
+
+}  // namespace
+}  // namespace txscore::pipelines
