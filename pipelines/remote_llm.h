@@ -14,8 +14,9 @@
 //       backoff_ms: 50            # Default: 50 before the first retry, doubling after each
 //       breaker_failures: 5       # Default: 5 failed calls in a row open the circuit
 //       breaker_open_ms: 10000    # Default: 10000; then one trial call may close it again
-//       fallback: skip            # Default: skip (no findings, reported degraded); or cpu:
-//                                 # the stage's own `model` on this machine's CPU
+//       fallback: skip            # Default: skip (no findings, reported degraded); or where
+//                                 # the stage's own `model` runs here: cpu, auto or a device
+//                                 # kind (as `placement` takes)
 //       tls:                      # required for https: the pool's CA, and this client's identity
 //         ca: ../var/pki/ca.crt
 //         certificate: ../var/pki/admin/tls.crt

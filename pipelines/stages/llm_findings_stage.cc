@@ -207,7 +207,7 @@ class LlmFindingsStageKind : public StageKind {
     } else if (stage["remote"]) {
       return r.ErrorAt(stage["remote"], "remote: needs placement: remote");
     }
-    const bool needs_model = !f->remote || f->remote_fallback_cpu;
+    const bool needs_model = !f->remote || f->remote_fallback_local;
     TXSCORE_RETURN_IF_ERROR(r.ReadPath(stage, "model", needs_model, YamlReader::PathMustBe::kDirectory, &f->model_dir));
     std::string dtype = "float32";
     TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "dtype", false, &dtype));
@@ -246,12 +246,16 @@ class LlmFindingsStageKind : public StageKind {
     o.call_timeout = std::chrono::milliseconds(call_timeout_ms);
     o.backoff = std::chrono::milliseconds(backoff_ms);
     o.breaker_open = std::chrono::milliseconds(breaker_open_ms);
+    // The local fallback is placed like any stage: `fallback` is its placement.
     std::string fallback = "skip";
     TXSCORE_RETURN_IF_ERROR(r.ReadString(remote, "fallback", false, &fallback));
-    if (fallback != "skip" && fallback != "cpu") {
-      return r.ErrorAt(remote["fallback"], "fallback must be skip or cpu, not \"" + fallback + "\"");
+    if (fallback != "skip" && fallback != "auto" && !accelerator::IsValidKindName(fallback)) {
+      return r.ErrorAt(
+          remote["fallback"],
+          "fallback must be skip, auto or a device kind (cpu, cuda, emulated, ...), not \"" + fallback + "\"");
     }
-    f->remote_fallback_cpu = fallback == "cpu";
+    f->remote_fallback_local = fallback != "skip";
+    if (f->remote_fallback_local) f->placement = fallback;
     if (const YAML::Node tls = remote["tls"]) {
       TXSCORE_RETURN_IF_ERROR(r.ExpectMap(tls, "remote.tls", {"ca", "certificate", "private_key"}));
       TXSCORE_RETURN_IF_ERROR(r.ReadPath(tls, "ca", true, YamlReader::PathMustBe::kRegularFile, &o.ca_file));
@@ -271,7 +275,7 @@ class LlmFindingsStageKind : public StageKind {
 
   Result<std::optional<accelerator::StageWorkload>> Workload(const StageSettings& settings) const override {
     const auto& f = static_cast<const LlmFindingsStageSettings&>(settings);
-    if (f.remote && !f.remote_fallback_cpu) return std::optional<accelerator::StageWorkload>();  // nothing local
+    if (f.remote && !f.remote_fallback_local) return std::optional<accelerator::StageWorkload>();  // nothing local
     TXSCORE_ASSIGN_OR_RETURN(accelerator::DecoderShape shape, ShapeOf(f.model_dir));
     return std::optional<accelerator::StageWorkload>(FindingsWorkload(f, shape));
   }
@@ -286,7 +290,7 @@ class LlmFindingsStageKind : public StageKind {
       options.stage = f.name;
       if (runtime.clock) options.clock = runtime.clock;
       TXSCORE_ASSIGN_OR_RETURN(remote, RemoteLlm::Create(options));
-      if (!f.remote_fallback_cpu) {
+      if (!f.remote_fallback_local) {
         return std::unique_ptr<PreparedStage>(new PreparedLlmFindingsStage(nullptr, std::move(remote), f));
       }
     }

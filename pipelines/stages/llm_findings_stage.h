@@ -23,7 +23,7 @@
 //   max_wait_us      Default: waiting up to 2 ms after the first for more
 //   placement: remote, with a `remote:` map: the work goes to an OpenAI-compatible server
 //                    (keys and defaults in pipelines/remote_llm.h); `model` is then needed only
-//                    for `fallback: cpu`
+//                    for a local fallback (`fallback:` cpu, auto or a device kind)
 #pragma once
 
 #include <memory>
@@ -51,10 +51,11 @@ struct LlmFindingsStageSettings : StageSettings {
   int max_batch = 8;
   int max_wait_us = 2000;
   int expected_tokens = 512;
-  // placement: remote. `remote_fallback_cpu`: the stage's own model on the CPU answers when
-  // the remote cannot; otherwise the item is skipped, reported degraded.
+  // placement: remote. `remote_fallback_local`: the stage's own model answers when the remote
+  // cannot, on the device `fallback` names (then in `placement`: cpu, auto or a device kind);
+  // otherwise the item is skipped, reported degraded.
   std::optional<RemoteLlmOptions> remote;
-  bool remote_fallback_cpu = false;
+  bool remote_fallback_local = false;
 };
 
 std::unique_ptr<StageKind> MakeLlmFindingsStageKind();

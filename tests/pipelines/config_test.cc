@@ -259,7 +259,7 @@ TEST_F(ConfigTest, ARemoteFindingsStageReadsItsRemoteMapAndNeedsAModelOnlyToFall
   EXPECT_EQ(f.remote->breaker_open, std::chrono::milliseconds(5000));
   EXPECT_EQ(f.remote->ca_file, dir_.file("ca.crt"));
   EXPECT_EQ(f.remote->max_tokens, 96);
-  EXPECT_FALSE(f.remote_fallback_cpu);
+  EXPECT_FALSE(f.remote_fallback_local);
   EXPECT_EQ(f.model_dir, "");  // fallback: skip needs no local model
 
   const std::string stage = std::string(kValid) + "  - {name: forensic, kind: llm_findings, after: decision, ";
@@ -269,9 +269,10 @@ TEST_F(ConfigTest, ARemoteFindingsStageReadsItsRemoteMapAndNeedsAModelOnlyToFall
             Where(5, 86) + "an https base_url needs remote.tls (ca, certificate, private_key)");
   EXPECT_EQ(Parse(stage + "placement: remote, remote: {base_url: \"ftp://p\", model: m}}\n").error().message,
             Where(5, 97) + "base_url must start with https:// or http://");
-  EXPECT_EQ(
-      Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, fallback: gpu}}\n").error().message,
-      Where(5, 129) + "fallback must be skip or cpu, not \"gpu\"");
+  EXPECT_EQ(Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, fallback: \"no such\"}}\n")
+                .error()
+                .message,
+            Where(5, 129) + "fallback must be skip, auto or a device kind (cpu, cuda, emulated, ...), not \"no such\"");
   EXPECT_EQ(
       Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, fallback: cpu}}\n").error().message,
       Where(5, 5) + "missing required key \"model\"");
@@ -281,6 +282,11 @@ TEST_F(ConfigTest, ARemoteFindingsStageReadsItsRemoteMapAndNeedsAModelOnlyToFall
           .ok());
   EXPECT_EQ(Parse(stage + "model: llm, remote: {base_url: \"http://p\", model: m}}\n").error().message,
             Where(5, 79) + "remote: needs placement: remote");
+  auto emulated =
+      Parse(stage + "model: llm, placement: remote, remote: {base_url: \"http://p\", model: m, fallback: emulated}}\n");
+  ASSERT_TRUE(emulated.ok()) << emulated.error().ToString();
+  EXPECT_TRUE(SettingsOf<Findings>(*emulated, "forensic").remote_fallback_local);
+  EXPECT_EQ(SettingsOf<Findings>(*emulated, "forensic").placement, "emulated");  // placed as a local stage would be
   const std::string unknown_key =
       Parse(stage + "placement: remote, remote: {base_url: \"http://p\", model: m, retry: 3}}\n").error().message;
   EXPECT_NE(unknown_key.find("retry"), std::string::npos) << unknown_key;

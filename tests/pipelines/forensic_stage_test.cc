@@ -212,6 +212,76 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ(CardTransactionCount(), 1u);
 }
 
+// Nothing listens on port 1 of loopback: a remote pool that is down.
+const char kDownPool[] =
+    "remote, remote: {base_url: \"http://127.0.0.1:1/v1\", model: pool, retries: 0, breaker_failures: 2";
+
+TEST_F(ForensicPipelineTest, ARemoteStageWhosePoolIsDownIsSkippedAsDegradedAndTheDecisionStands) {
+  CreatePipeline(0.0, 60000, "", std::string(kDownPool) + "}");
+  const PreparedStage& stage = *pipeline_->FindStage("forensic");
+  EXPECT_EQ(Engine(), nullptr);  // fallback: skip loads no local model
+  ASSERT_NE(RemoteLlmOf(stage), nullptr);
+  EXPECT_EQ(stage.model()->id, "pool");
+  EXPECT_EQ(stage.model()->version, "remote");
+  for (int i = 0; i < 3; ++i) {
+    ::testing::internal::CaptureStderr();
+    auto outcome = pipeline_->Score(testing::ValidTransaction("req-" + std::to_string(i)));
+    const std::string logged = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+    EXPECT_EQ(outcome->decision, Decision::kReview);
+    EXPECT_FALSE(outcome->findings.has_value());
+    EXPECT_EQ(outcome->degraded_stages, std::vector<StageRef>{kForensicStage});
+    // The log says why: the pool's failure, then (once the circuit is open) the open circuit.
+    EXPECT_NE(logged.find("stage forensic failed for request req-" + std::to_string(i)), std::string::npos) << logged;
+    EXPECT_NE(logged.find(i < 2 ? "the call failed at connect" : "is open"), std::string::npos) << logged;
+    EXPECT_NE(logged.find("(fallback: skip)"), std::string::npos) << logged;
+  }
+  // Two failed calls opened the circuit: the third request made none.
+  EXPECT_EQ(RemoteLlmOf(stage)->calls_failed(), 2u);
+  EXPECT_EQ(RemoteLlmOf(stage)->breaker_state(), CircuitBreaker::State::kOpen);
+  EXPECT_EQ(CardTransactionCount(), 3u);
+}
+
+TEST_F(ForensicPipelineTest, ARemoteStageFallsBackToItsOwnModelOnTheCpu) {
+  CreatePipeline(0.0, 60000, "", std::string(kDownPool) + ", fallback: cpu}");
+  ASSERT_NE(Engine(), nullptr);
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  ASSERT_TRUE(outcome->findings.has_value());
+  EXPECT_EQ(outcome->findings->model_id, "llm");
+  EXPECT_TRUE(outcome->degraded_stages.empty());
+  EXPECT_EQ(outcome->devices.back(), (std::pair<std::string, std::string>{"forensic", "cpu"}));
+  // A claims chunk: each claim tried on the pool, then all of them on the local model together.
+  testing::WriteClaimsPipelineWithLlmStage(dir_, "claims_model.score >= 0");
+  std::string yaml = testing::ReadFile(dir_.file("claims.yaml"));
+  const std::string stage = "model: llm, ";
+  yaml.replace(yaml.find(stage), stage.size(),
+               "model: llm, placement: " + std::string(kDownPool) + ", fallback: cpu}, ");
+  testing::WriteFile(dir_.file("claims.yaml"), yaml);
+  auto config = LoadPipelineConfig(dir_.file("claims.yaml"));
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  PipelineRuntime runtime;
+  runtime.shared = shared_;
+  runtime.load_decoder = [](const std::string&, const llm::DecoderOptions&) {
+    return Result<std::unique_ptr<llm::Decoder>>(Internal("a shared stage loads no model"));
+  };
+  auto claims = ClaimsPipeline::Create(*config, testing::TestCardKeyPath(dir_), runtime);
+  ASSERT_TRUE(claims.ok()) << claims.error().ToString();
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 4;
+  std::vector<fraud::Claim> chunk;
+  for (const fraud::LabeledClaim& c : fraud::GenerateClaims(data)) {
+    chunk.push_back(fraud::ValidateClaim(c.claim, (*claims)->tokenizer()).value());
+  }
+  auto outcomes = (*claims)->ScoreChunk(chunk, {1, 1, 1, 1});
+  ASSERT_TRUE(outcomes.ok()) << outcomes.error().ToString();
+  for (const ClaimOutcome& o : *outcomes) {
+    ASSERT_TRUE(o.findings.has_value()) << o.claim_id;
+    EXPECT_EQ(o.devices.back(), (std::pair<std::string, std::string>{"analysis", "cpu"}));
+  }
+  EXPECT_GE(RemoteLlmOf(*(*claims)->FindStage("analysis"))->calls_failed(), 2u);
+}
+
 TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmStage) {
   CreatePipeline(0.5);
   testing::WriteClaimsPipelineWithLlmStage(dir_, "claims_model.score >= 0");
