@@ -116,4 +116,27 @@ std::string DefuseSpecialTokens(const Tokenizer& tokenizer, std::string_view tex
   return out;
 }
 
+std::string DefuseChatMarkup(std::string_view text) {
+  static const std::string kZeroWidthSpace = "\u200b";
+  static const char* kMarkers[] = {"<|",  "|>",   "<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>",
+                                   "<s>", "</s>", "[INST]",          "[/INST]"};
+  std::string out;
+  for (size_t pos = 0; pos < text.size();) {
+    bool broken = false;
+    for (const char* marker : kMarkers) {
+      if (text.substr(pos).rfind(marker, 0) == 0) {
+        const std::string_view m(marker);
+        out += m.substr(0, 1);
+        out += kZeroWidthSpace;
+        out += m.substr(1);
+        pos += m.size();
+        broken = true;
+        break;
+      }
+    }
+    if (!broken) out += text[pos++];
+  }
+  return out;
+}
+
 }  // namespace txscore::llm

@@ -65,4 +65,9 @@ Result<std::vector<int32_t>> ApplyChatTemplate(const Tokenizer& tokenizer, const
 // claim's narrative) that goes into a rendered prompt, where it could otherwise forge turns.
 std::string DefuseSpecialTokens(const Tokenizer& tokenizer, std::string_view text);
 
+// For text sent to a server whose tokenizer txscore cannot see (a remote pool): the chat
+// markup of the supported families broken the same way: "<|" and "|>" (ChatML, Llama 3),
+// <start_of_turn>, <end_of_turn>, <bos>, <eos> (Gemma), <s>, </s>, [INST], [/INST].
+std::string DefuseChatMarkup(std::string_view text);
+
 }  // namespace txscore::llm

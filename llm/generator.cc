@@ -30,10 +30,6 @@ int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
 }
 
-bool EndsWith(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 Result<std::shared_ptr<const JsonConstraint>> Generator::ConstraintFor(const std::string& schema, bool pin) {
@@ -154,7 +150,8 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
     Sampler sampler;
     JsonState state;
     bool done = false;
-    size_t streamed = 0;  // bytes of text given to on_text
+    size_t streamed = 0;   // bytes of text given to on_text
+    size_t text_size = 0;  // bytes of text after the previous step (where a stop string may start)
   };
   std::vector<Sequence> sequences;
   int longest_budget = 0;
@@ -164,7 +161,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
     if (!constraint.ok()) return constraint.error();
     longest_budget = std::max(longest_budget, o.max_new_tokens);
     JsonState start = *constraint ? (*constraint)->Start() : JsonState{};
-    sequences.push_back({&o, std::move(constraint).value(), Sampler(o.sampling), std::move(start), false, 0});
+    sequences.push_back({&o, std::move(constraint).value(), Sampler(o.sampling), std::move(start), false, 0, 0});
   }
   const auto& eos = decoder_->config().eos_token_ids;
   const size_t vocab = static_cast<size_t>(decoder_->config().vocab_size);
@@ -225,10 +222,17 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       }
       if (!o.stop.empty() || o.on_text) {
         const std::string text = tokenizer_->Decode(r.generated_ids, {.skip_special = true});
-        const auto hit = std::find_if(o.stop.begin(), o.stop.end(),
-                                      [&](const std::string& s) { return !s.empty() && EndsWith(text, s); });
-        if (hit != o.stop.end()) {
-          r.text = text.substr(0, text.size() - hit->size());
+        // A stop string may end inside the new token, and may have begun in earlier ones: the
+        // text is cut where the first one found starts.
+        size_t cut = std::string::npos;
+        for (const std::string& stop : o.stop) {
+          if (stop.empty()) continue;
+          const size_t from = seq.text_size >= stop.size() - 1 ? seq.text_size - (stop.size() - 1) : 0;
+          cut = std::min(cut, text.find(stop, from));
+        }
+        seq.text_size = text.size();
+        if (cut != std::string::npos) {
+          r.text = text.substr(0, cut);
           finish(i, FinishReason::kStop);
           continue;
         }

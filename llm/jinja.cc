@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -530,18 +531,21 @@ struct Expr {
     kTest,       // a is [not] name(args)
     kUnary,      // name is "-", "+" or "not"; operand a
     kBinary,     // a name b: arithmetic, comparison, in, not in, ~, and, or
+    kChain,      // args[0] ops[0] args[1] ops[1] args[2] ...: chained comparisons
     kCondition,  // a if b else c (c may be null)
     kList,       // [args]
     kDict,       // {args[0]: args[1], ...}
   };
   Kind kind = Kind::kLiteral;
   int line = 0;
+  int height = 1;  // of the tree below: evaluation recurses this deep
   Json literal;
   std::string name;
   bool negated = false;
   ExprPtr a, b, c;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  std::vector<std::string> ops;  // kChain
 };
 
 struct Stmt;
@@ -646,7 +650,7 @@ class ExprParser {
       cond->b = Or();
       if (AcceptName("else")) cond->c = Expression();
       cond->a = std::move(expr);
-      expr = std::move(cond);
+      expr = Grown(std::move(cond));
     }
     return expr;
   }
@@ -671,6 +675,21 @@ class ExprParser {
     e->name = op;
     e->a = std::move(left);
     e->b = std::move(right);
+    return Grown(std::move(e));
+  }
+  // `e` with its height set from its children: a chain of operators, filters or attributes
+  // (a + b + c ..., x|trim|trim ...) nests as deeply as brackets do, and is bounded the same.
+  static ExprPtr Grown(ExprPtr e) {
+    int below = 0;
+    for (const ExprPtr* child : {&e->a, &e->b, &e->c}) {
+      if (*child) below = std::max(below, (*child)->height);
+    }
+    for (const ExprPtr& arg : e->args) {
+      if (arg) below = std::max(below, arg->height);
+    }
+    for (const auto& [key, arg] : e->kwargs) below = std::max(below, arg->height);
+    e->height = below + 1;
+    if (e->height > kMaxNesting) Fail(e->line, "the expression is nested too deeply");
     return e;
   }
 
@@ -691,12 +710,14 @@ class ExprParser {
       e->name = "not";
       Nest nest(this);
       e->a = Not();
-      return e;
+      return Grown(std::move(e));
     }
     return Compare();
   }
   ExprPtr Compare() {
-    ExprPtr left = Math1();
+    ExprPtr first = Math1();
+    std::vector<std::string> ops;
+    std::vector<ExprPtr> operands;
     while (true) {
       std::string op;
       if (Peek().kind == Token::Kind::kOperator && (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
@@ -710,10 +731,18 @@ class ExprParser {
         op = "not in";
         pos_ += 2;
       } else {
-        return left;
+        break;
       }
-      left = Binary(op, std::move(left), Math1());
+      ops.push_back(op);
+      operands.push_back(Math1());
     }
+    if (ops.empty()) return first;
+    if (ops.size() == 1) return Binary(ops[0], std::move(first), std::move(operands[0]));
+    auto chain = Make(Expr::Kind::kChain);
+    chain->args.push_back(std::move(first));
+    for (ExprPtr& operand : operands) chain->args.push_back(std::move(operand));
+    chain->ops = std::move(ops);
+    return Grown(std::move(chain));
   }
   ExprPtr Math1() {
     ExprPtr left = Concat();
@@ -748,6 +777,7 @@ class ExprParser {
       node = Make(Expr::Kind::kUnary);
       node->name = tokens_[pos_++].text;
       node->a = Unary(false);
+      node = Grown(std::move(node));
     } else {
       node = Primary();
     }
@@ -795,7 +825,7 @@ class ExprParser {
         tuple->args.push_back(Expression());
       }
       ExpectOperator(")");
-      return tuple;
+      return Grown(std::move(tuple));
     }
     if (AcceptOperator("[")) {
       auto list = Make(Expr::Kind::kList);
@@ -804,7 +834,7 @@ class ExprParser {
         if (!AcceptOperator(",")) break;
       }
       ExpectOperator("]");
-      return list;
+      return Grown(std::move(list));
     }
     if (AcceptOperator("{")) {
       auto dict = Make(Expr::Kind::kDict);
@@ -815,7 +845,7 @@ class ExprParser {
         if (!AcceptOperator(",")) break;
       }
       ExpectOperator("}");
-      return dict;
+      return Grown(std::move(dict));
     }
     Fail(t.line, "expected a value, found " + Describe(t));
   }
@@ -829,7 +859,7 @@ class ExprParser {
           index->literal = tokens_[pos_++].integer;
           item->a = std::move(node);
           item->b = std::move(index);
-          node = std::move(item);
+          node = Grown(std::move(item));
           continue;
         }
         auto attr = Make(Expr::Kind::kAttr);
@@ -839,11 +869,11 @@ class ExprParser {
           Fail(attr->line, "loop." + attr->name + " is not supported");
         }
         attr->a = std::move(node);
-        node = std::move(attr);
+        node = Grown(std::move(attr));
       } else if (AcceptOperator("[")) {
-        node = Subscript(std::move(node));
+        node = Grown(Subscript(std::move(node)));
       } else if (IsOperator("(")) {
-        node = Call(std::move(node));
+        node = Grown(Call(std::move(node)));
       } else {
         return node;
       }
@@ -926,7 +956,7 @@ class ExprParser {
         }
         filter->a = std::move(node);
         if (IsOperator("(")) Arguments(filter.get());
-        node = std::move(filter);
+        node = Grown(std::move(filter));
       } else if (IsName("is")) {
         auto test = Make(Expr::Kind::kTest);
         ++pos_;
@@ -948,9 +978,9 @@ class ExprParser {
                     IsOperator("{"))) {
           test->args.push_back(Postfix(Primary()));  // "x is divisibleby 3"
         }
-        node = std::move(test);
+        node = Grown(std::move(test));
       } else if (IsOperator("(")) {
-        node = Call(std::move(node));
+        node = Grown(Call(std::move(node)));
       } else {
         return node;
       }
@@ -1194,8 +1224,32 @@ bool Equal(const Value& a, const Value& b) {
   return x == y;
 }
 
+// About the memory a value holds: its strings' bytes and 16 per element; counting stops past
+// `limit` (so a huge value costs no more than `limit` to measure).
+size_t ApproxBytes(const Json& value, size_t limit) {
+  size_t total = 0;
+  std::vector<const Json*> pending = {&value};
+  while (!pending.empty() && total <= limit) {
+    const Json* j = pending.back();
+    pending.pop_back();
+    total += 16;
+    if (j->is_string()) {
+      total += j->get_ref<const std::string&>().size();
+    } else if (j->is_array()) {
+      for (const Json& item : *j) pending.push_back(&item);
+    } else if (j->is_object()) {
+      for (const auto& [key, item] : j->items()) {
+        total += key.size();
+        pending.push_back(&item);
+      }
+    }
+  }
+  return total;
+}
+
 class Renderer {
  public:
+  static constexpr int64_t kMaxRange = 1'000'000;
   Renderer(const Json& variables, const RenderLimits& limits) : limits_(limits) {
     globals_.type = Value::Type::kData;
     globals_.data = std::shared_ptr<const Json>(std::shared_ptr<const Json>(), &variables);  // not owned
@@ -1216,6 +1270,20 @@ class Renderer {
            ErrorCode::kResourceExhausted);
     }
   }
+  // A string or list a template makes may hold at most the output's size and the value limit.
+  void CheckStringSize(size_t bytes, int line) {
+    if (bytes > limits_.max_output_bytes) {
+      Fail(line, "a string of " + std::to_string(bytes) + " bytes is longer than the output limit",
+           ErrorCode::kResourceExhausted);
+    }
+  }
+  void CheckValueSize(size_t bytes, int line) {
+    if (bytes > limits_.max_value_bytes) {
+      Fail(line, "a value of more than " + std::to_string(limits_.max_value_bytes) + " bytes",
+           ErrorCode::kResourceExhausted);
+    }
+  }
+
   void Emit(const std::string& text, int line) {
     out_ += text;
     if (out_.size() > limits_.max_output_bytes) {
@@ -1489,6 +1557,15 @@ class Renderer {
         return UnaryOp(e);
       case Expr::Kind::kBinary:
         return BinaryOp(e);
+      case Expr::Kind::kChain: {  // a < b < c: a < b and b < c, each operand evaluated once
+        Value left = Eval(*e.args[0]);
+        for (size_t i = 0; i < e.ops.size(); ++i) {
+          Value right = Eval(*e.args[i + 1]);
+          if (!Truthy(Apply(e.ops[i], left, right, e.line))) return Data(false);
+          left = std::move(right);
+        }
+        return Data(true);
+      }
       case Expr::Kind::kCondition:
         if (Truthy(Eval(*e.b))) return Eval(*e.a);
         return e.c ? Eval(*e.c) : Undefined("the else branch");
@@ -1533,18 +1610,25 @@ class Renderer {
       Value left = Eval(*e.a);
       return Truthy(left) ? left : Eval(*e.b);
     }
-    const Value left = Eval(*e.a);
-    const Value right = Eval(*e.b);
-    const std::string& op = e.name;
+    return Apply(e.name, Eval(*e.a), Eval(*e.b), e.line);
+  }
+
+  // `left op right` for every operator but and/or (which may not evaluate their right side).
+  Value Apply(const std::string& op, const Value& left, const Value& right, int line) {
     if (op == "==") return Data(Equal(left, right));
     if (op == "!=") return Data(!Equal(left, right));
-    if (op == "~") return Data(Text(left, e.line) + Text(right, e.line));
-    if (op == "in") return Data(Contains(right, left, e.line));
-    if (op == "not in") return Data(!Contains(right, left, e.line));
-    if (left.undefined()) FailUndefined(left, e.line);
-    if (right.undefined()) FailUndefined(right, e.line);
+    if (op == "~") {
+      std::string a = Text(left, line);
+      const std::string b = Text(right, line);
+      CheckStringSize(a.size() + b.size(), line);
+      return Data(a + b);
+    }
+    if (op == "in") return Data(Contains(right, left, line));
+    if (op == "not in") return Data(!Contains(right, left, line));
+    if (left.undefined()) FailUndefined(left, line);
+    if (right.undefined()) FailUndefined(right, line);
     const auto type_error = [&]() -> Value {
-      Fail(e.line, "unsupported operand types for " + op + ": '" + TypeName(left) + "' and '" + TypeName(right) + "'");
+      Fail(line, "unsupported operand types for " + op + ": '" + TypeName(left) + "' and '" + TypeName(right) + "'");
     };
     if (!left.is_data() || !right.is_data()) return type_error();
     const Json &x = left.json(), &y = right.json();
@@ -1568,9 +1652,11 @@ class Renderer {
     }
     if (op == "+") {
       if (x.is_string() && y.is_string()) {
+        CheckStringSize(x.get_ref<const std::string&>().size() + y.get_ref<const std::string&>().size(), line);
         return Data(x.get_ref<const std::string&>() + y.get_ref<const std::string&>());
       }
       if (x.is_array() && y.is_array()) {
+        CheckValueSize(ApproxBytes(x, limits_.max_value_bytes) + ApproxBytes(y, limits_.max_value_bytes), line);
         Json out = x;
         for (const Json& item : y) out.push_back(item);
         return Data(std::move(out));
@@ -1579,20 +1665,20 @@ class Renderer {
     const bool x_sequence = x.is_string() || x.is_array(), y_sequence = y.is_string() || y.is_array();
     if (op == "*" && ((x_sequence && IsIntLike(y)) || (y_sequence && IsIntLike(x)))) {
       const bool sequence_first = x.is_string() || x.is_array();
-      return Repeat(sequence_first ? x : y, AsInt(sequence_first ? y : x), e.line);
+      return Repeat(sequence_first ? x : y, AsInt(sequence_first ? y : x), line);
     }
     if (!numbers) return type_error();
     if (ints && op != "/") {
       const int64_t a = AsInt(x), b = AsInt(y);
       int64_t result = 0;
       if (op == "+") {
-        if (__builtin_add_overflow(a, b, &result)) Fail(e.line, "integer overflow");
+        if (__builtin_add_overflow(a, b, &result)) Fail(line, "integer overflow");
       } else if (op == "-") {
-        if (__builtin_sub_overflow(a, b, &result)) Fail(e.line, "integer overflow");
+        if (__builtin_sub_overflow(a, b, &result)) Fail(line, "integer overflow");
       } else if (op == "*") {
-        if (__builtin_mul_overflow(a, b, &result)) Fail(e.line, "integer overflow");
+        if (__builtin_mul_overflow(a, b, &result)) Fail(line, "integer overflow");
       } else if (op == "//" || op == "%") {
-        if (b == 0) Fail(e.line, "integer division or modulo by zero");
+        if (b == 0) Fail(line, "integer division or modulo by zero");
         int64_t q = a / b, r = a % b;
         if (r != 0 && ((r < 0) != (b < 0))) {
           --q;
@@ -1602,9 +1688,12 @@ class Renderer {
       } else if (op == "**") {
         if (b < 0) return Data(std::pow(static_cast<double>(a), static_cast<double>(b)));
         result = 1;
-        for (int64_t i = 0; i < b; ++i) {
-          if (__builtin_mul_overflow(result, a, &result)) Fail(e.line, "integer overflow");
-          if (result == 0 || result == 1) break;
+        if (a == 0 || a == 1 || a == -1) {
+          result = b == 0 ? 1 : a == -1 ? (b % 2 == 0 ? 1 : -1) : a;
+        } else {
+          for (int64_t i = 0; i < b; ++i) {
+            if (__builtin_mul_overflow(result, a, &result)) Fail(line, "integer overflow");
+          }
         }
       }
       return Data(result);
@@ -1614,7 +1703,7 @@ class Renderer {
     if (op == "-") return Data(a - b);
     if (op == "*") return Data(a * b);
     if (op == "**") return Data(std::pow(a, b));
-    if (b == 0) Fail(e.line, "float division by zero");
+    if (b == 0) Fail(line, "float division by zero");
     if (op == "/") return Data(a / b);
     const double q = std::floor(a / b);
     if (op == "//") return Data(q);
@@ -1623,6 +1712,14 @@ class Renderer {
 
   // Python's sequence * n.
   Value Repeat(const Json& x, int64_t times, int line) {
+    if (times > 0) {
+      const size_t one =
+          x.is_string() ? x.get_ref<const std::string&>().size() : ApproxBytes(x, limits_.max_value_bytes);
+      if (one > 0 && static_cast<uint64_t>(times) > limits_.max_value_bytes / one) {
+        CheckValueSize(limits_.max_value_bytes + 1, line);
+      }
+      if (x.is_string()) CheckStringSize(one * static_cast<size_t>(times), line);
+    }
     Json out = x.is_string() ? Json("") : Json::array();
     for (int64_t i = 0; i < times; ++i) {
       Step(line);
@@ -1722,6 +1819,11 @@ class Renderer {
         step = IntArg(args, 2, "step", 1, e.line);
       }
       if (step == 0) Fail(e.line, "range() step must not be zero");
+      const double length =
+          std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step));
+      if (length > static_cast<double>(kMaxRange)) {
+        Fail(e.line, "range() of more than " + std::to_string(kMaxRange) + " numbers", ErrorCode::kResourceExhausted);
+      }
       Json out = Json::array();
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
         Step(e.line);
@@ -1734,8 +1836,10 @@ class Renderer {
     const std::time_t now = std::time(nullptr);
     std::tm local{};
     localtime_r(&now, &local);
-    char buf[256];
+    if (format.size() > 256) Fail(e.line, "strftime_now() takes a format of at most 256 characters");
+    char buf[4096];
     const size_t n = std::strftime(buf, sizeof buf, format.c_str(), &local);
+    if (n == 0 && !format.empty()) Fail(e.line, "strftime_now() wrote nothing for \"" + format + "\"");
     return Data(std::string(buf, n));
   }
 
@@ -1805,7 +1909,7 @@ class Renderer {
     if (m == "title" || m == "capitalize") return Data(Capitalize(s, m == "title"));
     if (m == "replace") {
       return Data(Replace(s, StringArg(args, 0, "old", "", e.line), StringArg(args, 1, "new", "", e.line),
-                          IntArg(args, 2, "count", -1, e.line)));
+                          IntArg(args, 2, "count", -1, e.line), e.line));
     }
     if (m == "find" || m == "count") {
       const std::string sub = StringArg(args, 0, "sub", "", e.line);
@@ -1827,14 +1931,24 @@ class Renderer {
         if (!IsString(item)) Fail(e.line, "join() expects strings, found '" + TypeName(item) + "'");
         out += (first ? "" : s) + Str(item);
         first = false;
+        CheckStringSize(out.size(), e.line);
       }
       return Data(std::move(out));
     }
     return no_such_method();
   }
 
-  static std::string Replace(const std::string& s, const std::string& old_text, const std::string& new_text,
-                             int64_t count) {
+  std::string Replace(const std::string& s, const std::string& old_text, const std::string& new_text, int64_t count,
+                      int line) {
+    // The result's size first: a replacement can multiply the text.
+    size_t places = 0;
+    if (old_text.empty()) {
+      places = Utf8Length(s) + 1;
+    } else {
+      for (size_t at = s.find(old_text); at != std::string::npos; at = s.find(old_text, at + old_text.size())) ++places;
+    }
+    if (count >= 0) places = std::min(places, static_cast<size_t>(count));
+    CheckStringSize(s.size() - std::min(s.size(), places * old_text.size()) + places * new_text.size(), line);
     if (old_text.empty()) {
       // Python inserts `new` between characters (and at both ends).
       std::string out;
@@ -1940,6 +2054,22 @@ class Renderer {
     return out;
   }
 
+  // Jinja's title filter (not str.title): a word starts after whitespace or one of -({[<, so
+  // "they're" gives "They're".
+  static std::string JinjaTitle(const std::string& s) {
+    std::string out;
+    bool start = true;
+    for (std::string_view c : SplitUtf8(s)) {
+      const char32_t cp = CodePointOf(c);
+      const bool separator = IsPythonSpace(cp) || (cp < 0x80 && std::strchr("-({[<", static_cast<char>(cp)) && cp != 0);
+      AppendUtf8(
+          static_cast<char32_t>(start ? u_toupper(static_cast<UChar32>(cp)) : u_tolower(static_cast<UChar32>(cp))),
+          &out);
+      start = separator;
+    }
+    return out;
+  }
+
   Value ApplyFilter(const Expr& e) {
     const Value v = Eval(*e.a);
     const Args args = EvalArgs(e);
@@ -1996,6 +2126,7 @@ class Renderer {
         if (attribute && IsString(*attribute)) item = Attribute(item, Str(*attribute), line);
         out += (first ? "" : separator) + Text(item, line);
         first = false;
+        CheckStringSize(out.size(), line);
       }
       return Data(std::move(out));
     }
@@ -2027,10 +2158,11 @@ class Renderer {
       return Data(Strip(s, true, true, has_chars ? &chars : nullptr));
     }
     if (f == "upper" || f == "lower") return Data(MapCase(s, f == "upper"));
-    if (f == "capitalize" || f == "title") return Data(Capitalize(s, f == "title"));
+    if (f == "capitalize") return Data(Capitalize(s, false));
+    if (f == "title") return Data(JinjaTitle(s));
     if (f == "replace") {
       return Data(Replace(s, StringArg(args, 0, "old", "", line), StringArg(args, 1, "new", "", line),
-                          IntArg(args, 2, "count", -1, line)));
+                          IntArg(args, 2, "count", -1, line), line));
     }
     Fail(line, "the filter '" + f + "' is not supported");
   }
@@ -2141,17 +2273,9 @@ class Renderer {
     if (t == "ne" || t == "!=") return !Equal(v, arg(0));
     if (t == "in") return Contains(arg(0), v, line);
     // lt gt le ge and their operators.
-    Expr compare;
-    compare.kind = Expr::Kind::kBinary;
-    compare.line = line;
     static const std::map<std::string, std::string> kOperator = {{"lt", "<"}, {"gt", ">"}, {"le", "<="}, {"ge", ">="},
                                                                  {"<", "<"},  {">", ">"},  {"<=", "<="}, {">=", ">="}};
-    compare.name = kOperator.at(t);
-    compare.a = std::make_unique<Expr>();
-    compare.b = std::make_unique<Expr>();
-    compare.a->literal = Plain(v, line);
-    compare.b->literal = Plain(arg(0), line);
-    return Truthy(BinaryOp(compare));
+    return Truthy(Apply(kOperator.at(t), v, arg(0), line));
   }
 
   RenderLimits limits_;

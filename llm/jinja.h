@@ -26,8 +26,9 @@
 //
 // Values behave as Python's do where it shows in the text: True/False/None, 1.0, string
 // slicing by code point, Python's % and //, undefined names render as "" and are false, an
-// attribute of an undefined value is an error. One difference: the pairs of items() print
-// as lists (['a', 1]) where Python prints tuples (('a', 1)); templates unpack them instead.
+// attribute of an undefined value is an error, comparisons chain (a < b < c). One difference:
+// tuples (and the pairs of items()) print as lists (['a', 1]) where Python prints ('a', 1);
+// templates unpack them instead.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +47,8 @@ using Json = nlohmann::ordered_json;
 // What one rendering may spend: a template comes from a checkpoint directory, so a loop that
 // never ends or an output that never stops is cut off with an error.
 struct RenderLimits {
-  size_t max_output_bytes = 4 << 20;  // Default: 4 MiB of rendered text
+  size_t max_output_bytes = 4 << 20;  // Default: 4 MiB of rendered text, and of any string made
+  size_t max_value_bytes = 16 << 20;  // Default: 16 MiB in any list a template makes (about)
   uint64_t max_steps = 10'000'000;    // Default: 10^7 evaluated expressions and loop iterations
 };
 

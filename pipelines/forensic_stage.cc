@@ -269,6 +269,12 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
       failed_devices.push_back(engine->device);
       continue;
     }
+    if (generated.ok()) {  // counted before the results are moved out
+      for (const llm::GenerationResult& g : *generated) {
+        prompt_tokens_.fetch_add(g.prompt_ids.size());
+        generated_tokens_.fetch_add(g.generated_ids.size());
+      }
+    }
     for (size_t i = 0; i < items.size(); ++i) {
       ForensicResult& r = results[i];
       r.device = engine->device;

@@ -120,6 +120,10 @@ class ForensicStage {
   // The dynamic batcher's view: requests waiting, and the sizes of the batches run so far.
   size_t queued() const;
   std::vector<int> batch_sizes() const;
+  // Tokens of all the stage's work so far (scoring requests, API calls, batch jobs): prompts
+  // read, tokens generated.
+  uint64_t prompt_tokens() const { return prompt_tokens_.load(); }
+  uint64_t generated_tokens() const { return generated_tokens_.load(); }
   // Sequences in the batch generating now (0 between batches).
   int running() const { return running_.load(); }
   // The KV cache the running batch holds, as a fraction of the most the stage may hold
@@ -159,6 +163,7 @@ class ForensicStage {
   std::vector<Engine> engines_;  // the planned device first, then the fallbacks
   std::atomic<uint64_t> device_fallbacks_{0};
   std::atomic<int> running_{0};
+  std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0};
   std::atomic<int64_t> kv_tokens_{0};                              // positions the running batch's cache holds
   std::unique_ptr<DynamicBatcher<Item, ForensicResult>> batcher_;  // last: its thread uses the above
 };

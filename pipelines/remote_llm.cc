@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "llm/chat_template.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -164,8 +165,10 @@ Result<llm::Findings> RemoteLlm::Analyze(const llm::TaskMessages& messages,
                                          std::chrono::steady_clock::time_point deadline) {
   const nlohmann::json body = {
       {"model", options_.model},
+      // The case's text comes from outside: the pool's chat markup cannot be forged through it.
       {"messages",
-       {{{"role", "system"}, {"content", messages.system}}, {{"role", "user"}, {"content", messages.user}}}},
+       {{{"role", "system"}, {"content", messages.system}},
+        {{"role", "user"}, {"content", llm::DefuseChatMarkup(messages.user)}}}},
       {"temperature", 0},
       {"max_tokens", options_.max_tokens},
       {"response_format",

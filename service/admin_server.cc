@@ -1,6 +1,7 @@
 #include "service/admin_server.h"
 
 #include <openssl/ssl.h>
+#include <poll.h>
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
@@ -231,7 +232,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_->header_limit(static_cast<uint32_t>(shared_->limits.max_header_bytes));
     // The parser checks a Content-Length against its limit as the headers end: until the
     // route is known, the largest any route takes.
-    parser_->body_limit(shared_->largest_body_bytes);
+    body_limit_ = shared_->largest_body_bytes;
+    parser_->body_limit(body_limit_);
     beast::get_lowest_layer(stream_).expires_after(shared_->limits.request_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
@@ -299,7 +301,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       shared_->slow.Run(
           [self = this->shared_from_this(), handler = routing.route->request_handler, request = std::move(request)] {
             Responder responder(self);
-            handler(request, responder);
+            // A handler's exception is its own bug; it costs its request, not the process.
+            try {
+              handler(request, responder);
+            } catch (const std::exception& e) {
+              Log("admin").error("the handler of {} failed: {}", request.target, e.what());
+              responder.Respond({500, "application/json", JsonError("internal error")});
+            }
             responder.Finish();
           });
       return;
@@ -345,7 +353,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                  [s = session_, part = std::move(part)]() mutable { s->QueuePart(std::move(part)); });
       return true;
     }
-    bool client_gone() const override { return session_->client_gone_->load() || session_->shared_->stopping.load(); }
+    // Gone once a write failed, or once the client has closed its side of the connection
+    // (while a whole answer is still in the making nothing is written to find out).
+    bool client_gone() const override {
+      if (session_->client_gone_->load() || session_->shared_->stopping.load()) return true;
+      // POLLRDHUP: the client's FIN has come, even behind unread bytes (a TLS close_notify).
+      pollfd socket{beast::get_lowest_layer(session_->stream_).socket().native_handle(), POLLRDHUP, 0};
+      if (::poll(&socket, 1, 0) > 0 && (socket.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        session_->client_gone_->store(true);
+      }
+      return session_->client_gone_->load();
+    }
     // After the handler returns: end the stream, or answer for a handler that did not.
     void Finish() {
       bool begun = false, answered = false;

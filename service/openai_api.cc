@@ -140,9 +140,40 @@ const std::set<std::string>& KnownFields(bool chat) {
   return chat ? kChat : kCompletions;
 }
 
+// A string field of `object`, or "" when it is absent or not a string.
+std::string StringField(const Json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// How deeply `doc` nests (counted without recursion: a hostile body may nest 100,000 deep).
+size_t NestingDepth(const Json& doc) {
+  size_t deepest = 0;
+  std::vector<std::pair<const Json*, size_t>> pending = {{&doc, 1}};
+  while (!pending.empty()) {
+    const auto [j, depth] = pending.back();
+    pending.pop_back();
+    deepest = std::max(deepest, depth);
+    if (j->is_array() || j->is_object()) {
+      for (const Json& item : *j) pending.emplace_back(&item, depth + 1);
+    }
+  }
+  return deepest;
+}
+
+constexpr size_t kMaxNesting = 64;
+
 std::optional<ApiError> ParseCompletionRequest(const std::string& body, bool chat, CompletionRequest* out) {
-  const Json doc = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return ApiError{400, "the request body must be a JSON object", "", ""};
+  Json doc;
+  try {
+    doc = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    return ApiError{400, std::string("the request body is not JSON: ") + e.what(), "", ""};
+  }
+  if (!doc.is_object()) return ApiError{400, "the request body must be a JSON object", "", ""};
+  if (NestingDepth(doc) > kMaxNesting) {
+    return ApiError{400, "the request body nests more than " + std::to_string(kMaxNesting) + " deep", "", ""};
+  }
   for (const auto& [key, value] : doc.items()) {
     if (KnownFields(chat).count(key) == 0) {
       return ApiError{400, "unsupported field \"" + key + "\"", key, "unsupported_parameter"};
@@ -246,7 +277,7 @@ std::optional<ApiError> ParseCompletionRequest(const std::string& body, bool cha
     }
   }
   if (const Json* format = field("response_format")) {
-    const std::string type = format->is_object() ? format->value("type", "") : "";
+    const std::string type = format->is_object() ? StringField(*format, "type") : "";
     if (type == "json_schema") {
       const auto spec = format->find("json_schema");
       if (spec == format->end() || !spec->is_object() || !spec->contains("schema") || !(*spec)["schema"].is_object()) {
@@ -293,7 +324,7 @@ std::optional<ApiError> ParseCompletionRequest(const std::string& body, bool cha
       } else if (c.is_array()) {
         bool first = true;
         for (const Json& part : c) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          if (!part.is_object() || StringField(part, "type") != "text" || !part.contains("text") ||
               !part["text"].is_string()) {
             return ApiError{400, at + ".content: only text parts are supported", at + ".content", ""};
           }
@@ -303,7 +334,12 @@ std::optional<ApiError> ParseCompletionRequest(const std::string& body, bool cha
       } else {
         return ApiError{400, at + ".content must be a string or a list of text parts", at + ".content", ""};
       }
-      r.messages.push_back({{"role", role}, {"content", content}});
+      Json message = {{"role", role}, {"content", content}};
+      if (m.contains("name")) {  // templates that name speakers read it
+        if (!m["name"].is_string()) return ApiError{400, at + ".name must be a string", at + ".name", ""};
+        message["name"] = m["name"];
+      }
+      r.messages.push_back(std::move(message));
     }
   } else {
     const Json* prompt = field("prompt");
@@ -378,10 +414,6 @@ std::string Event(const Json& data) { return "data: " + Dump(data) + "\n\n"; }
 
 void LlmServingMetrics::Record(const Request& r) {
   const Labels model = {{"model_name", r.model}};
-  registry_->AddCounter("vllm:prompt_tokens_total", "Prompt tokens processed.", model)
-      ->Increment(static_cast<uint64_t>(r.prompt_tokens));
-  registry_->AddCounter("vllm:generation_tokens_total", "Tokens generated.", model)
-      ->Increment(static_cast<uint64_t>(r.generation_tokens));
   Labels finished = model;
   finished.emplace_back("finished_reason", r.finished_reason);
   registry_->AddCounter("vllm:request_success_total", "Requests finished, by finish reason.", finished)->Increment();
@@ -515,7 +547,6 @@ void OpenAiApi::Completions(const AdminRequest& request, AdminResponder& respond
 
   LlmServingMetrics::Request record;
   record.model = r.model;
-  record.prompt_tokens = static_cast<int64_t>(prompt.size());
   record.e2e_s = std::chrono::duration<double>(Clock::now() - arrived).count();
   if (!generated.ok()) {
     record.finished_reason = "abort";
@@ -536,7 +567,6 @@ void OpenAiApi::Completions(const AdminRequest& request, AdminResponder& respond
   }
   const llm::GenerationResult& g = *generated;
   const char* finish_reason = OpenAiFinishReason(g.finish_reason);
-  record.generation_tokens = static_cast<int64_t>(g.generated_ids.size());
   record.finished_reason = finish_reason;
   if (!g.generated_ids.empty() && g.first_token_at != Clock::time_point{}) {
     record.time_to_first_token_s = std::chrono::duration<double>(g.first_token_at - arrived).count();

@@ -47,15 +47,16 @@ struct OpenAiApiOptions {
   size_t max_body_bytes = 1 << 20;
 };
 
-// LLM serving metrics under the names vLLM gives their equivalents (so dashboards built for
-// vLLM read them), labelled model_name. See docs/operations.md for what each counts here.
+// The API's request metrics under the names vLLM gives their equivalents (so dashboards built
+// for vLLM read them), labelled model_name: time to first token, per output token, end to
+// end, and finished requests by reason. The token counters and the running, waiting and
+// KV-cache gauges count all the LLM stage's work (service/scoring_server.cc). See
+// docs/operations.md.
 class LlmServingMetrics {
  public:
   explicit LlmServingMetrics(MetricsRegistry* registry) : registry_(registry) {}
   struct Request {
     std::string model;
-    int64_t prompt_tokens = 0;
-    int64_t generation_tokens = 0;
     double time_to_first_token_s = -1;  // < 0: no token came
     std::vector<double> time_per_output_token_s;
     double e2e_s = 0;

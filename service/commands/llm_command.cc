@@ -174,9 +174,16 @@ nlohmann::ordered_json ApplyChatTemplateTo(const llm::Tokenizer& tokenizer, cons
     return {{"error", "each request is a JSON object with \"messages\""}};
   }
   llm::ChatTemplateOptions options;
-  options.add_generation_prompt = request.value("add_generation_prompt", true);
+  if (request.contains("add_generation_prompt")) {
+    if (!request["add_generation_prompt"].is_boolean())
+      return {{"error", "add_generation_prompt must be true or false"}};
+    options.add_generation_prompt = request["add_generation_prompt"].get<bool>();
+  }
   if (request.contains("tools")) options.tools = request["tools"];
-  if (request.contains("extra") && request["extra"].is_object()) options.extra = request["extra"];
+  if (request.contains("extra")) {
+    if (!request["extra"].is_object()) return {{"error", "extra must be an object"}};
+    options.extra = request["extra"];
+  }
   Result<std::string> text = tokenizer.chat_template()->Render(request["messages"], options);
   if (!text.ok()) return {{"error", text.error().ToString()}};
   return {{"text", *text}, {"ids", tokenizer.Encode(*text)}};

@@ -418,12 +418,14 @@ def check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_no
                            capture_output=True, text=True)
         assert r.returncode == 1 and "has no chat template" in r.stderr, r
         # --lines: one answer per request, an error as {"error"} and exit 1.
-        lines = json.dumps(request) + "\n" + json.dumps({"messages": "not a list"}) + "\n"
+        lines = (json.dumps(request) + "\n" + json.dumps({"messages": "not a list"}) + "\n" +
+                 json.dumps({"messages": [], "add_generation_prompt": "yes"}) + "\n")
         r = subprocess.run([txscore, "llm", "apply-chat-template", "--tokenizer", chat, "--lines"], input=lines,
                            capture_output=True, text=True)
         answers = [json.loads(line) for line in r.stdout.splitlines()]
-        assert r.returncode == 1 and len(answers) == 2 and "text" in answers[0], r
+        assert r.returncode == 1 and len(answers) == 3 and "text" in answers[0], r
         assert list(answers[1]) == ["error"] and "messages must be a list" in answers[1]["error"], answers[1]
+        assert answers[2] == {"error": "add_generation_prompt must be true or false"}, answers[2]
 
 
 def check_llm_help_describes_what_is_there(txscore):

@@ -278,20 +278,135 @@ TEST_F(OpenAiApiTest, RefusalsNameTheFieldAsOpenAiDoes) {
   EXPECT_EQ(Status(Exchange("POST", "/v1/chat/completions", Chat(std::string(2 << 20, 'x')).dump())), 413);
 }
 
-TEST_F(OpenAiApiTest, ServingMetricsUseVllmNames) {
-  ASSERT_EQ(
-      Call("/v1/completions", {{"model", "llm-base"}, {"prompt", "metrics"}, {"max_tokens", 5}, {"temperature", 0}})
-          .first,
-      200);
-  const std::string metrics = Body(Exchange("GET", "/metrics"));
-  for (const char* series :
-       {"vllm:prompt_tokens_total{model_name=\"llm-base\"}", "vllm:generation_tokens_total{model_name=\"llm-base\"}",
-        "vllm:time_to_first_token_seconds_count{model_name=\"llm-base\"}",
-        "vllm:e2e_request_latency_seconds_count{model_name=\"llm-base\"}",
-        "vllm:request_success_total{model_name=\"llm-base\",finished_reason=", "vllm:num_requests_running{",
-        "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{"}) {
-    EXPECT_NE(metrics.find(series), std::string::npos) << series << " missing from\n" << metrics;
+// The value of one series in /metrics (0 when absent).
+double Metric(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(metrics.substr(at + series.size() + 2));
+}
+
+TEST_F(OpenAiApiTest, ServingMetricsUseVllmNamesAndCountWhatHappened) {
+  const auto scrape = [] { return Body(Exchange("GET", "/metrics")); };
+  const std::string model = "{model_name=\"llm-base\"}";
+  const std::string before = scrape();
+  const auto [status, reply] =
+      Call("/v1/completions", {{"model", "llm-base"}, {"prompt", "metrics"}, {"max_tokens", 5}, {"temperature", 0}});
+  ASSERT_EQ(status, 200) << reply;
+  const std::string after = scrape();
+  const double prompt = reply["usage"]["prompt_tokens"], completion = reply["usage"]["completion_tokens"];
+  const auto delta = [&](const std::string& series) { return Metric(after, series) - Metric(before, series); };
+  EXPECT_EQ(delta("vllm:prompt_tokens_total" + model), prompt);
+  EXPECT_EQ(delta("vllm:generation_tokens_total" + model), completion);
+  EXPECT_EQ(delta("vllm:time_to_first_token_seconds_count" + model), 1);
+  EXPECT_EQ(delta("vllm:e2e_request_latency_seconds_count" + model), 1);
+  EXPECT_EQ(delta("vllm:time_per_output_token_seconds_count" + model), completion - 1);  // steps after the first
+  const std::string finished = "vllm:request_success_total{model_name=\"llm-base\",finished_reason=\"" +
+                               reply["choices"][0]["finish_reason"].get<std::string>() + "\"}";
+  EXPECT_EQ(delta(finished), 1);
+  // Between batches nothing runs or waits and no cache is held.
+  EXPECT_EQ(Metric(after, "vllm:num_requests_running" + model), 0);
+  EXPECT_EQ(Metric(after, "vllm:num_requests_waiting" + model), 0);
+  EXPECT_EQ(Metric(after, "vllm:kv_cache_usage_perc" + model), 0);
+}
+
+TEST_F(OpenAiApiTest, WhileABatchGeneratesTheGaugesShowItsSequencesAndCache) {
+  // A long streamed completion holds the batch; the gauges are read meanwhile.
+  std::atomic<bool> done{false};
+  std::thread caller([&] {
+    Stream("/v1/completions",
+           {{"model", "llm-base"}, {"prompt", "hold"}, {"max_tokens", 3000}, {"temperature", 0}, {"stream", true}});
+    done = true;
+  });
+  const std::string model = "{model_name=\"llm-base\"}";
+  double running = 0, usage = 0;
+  for (int i = 0; i < 2000 && !done && running == 0; ++i) {
+    const std::string metrics = Body(Exchange("GET", "/metrics"));
+    running = Metric(metrics, "vllm:num_requests_running" + model);
+    usage = Metric(metrics, "vllm:kv_cache_usage_perc" + model);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  caller.join();
+  EXPECT_EQ(running, 1);
+  // One sequence of (prompt + 3000) positions out of max_batch 8 x 4096.
+  EXPECT_GT(usage, 3000.0 / (8 * 4096));
+  EXPECT_LT(usage, 3100.0 / (8 * 4096));
+}
+
+TEST_F(OpenAiApiTest, SeededSamplingRepeatsAndOtherOpenAiFormsAreRead) {
+  Json sampled = Chat("Claim 4.", {{"temperature", 1.5}, {"top_p", 0.9}, {"seed", 42}});
+  const Json first = Call("/v1/chat/completions", sampled).second;
+  EXPECT_EQ(Call("/v1/chat/completions", sampled).second["choices"][0]["message"]["content"],
+            first["choices"][0]["message"]["content"]);
+  // max_completion_tokens is chat's newer name for max_tokens; developer is the newer system.
+  Json newer = {{"model", "llm-chat"},
+                {"messages", {{{"role", "developer"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "x"}}}},
+                {"max_completion_tokens", 3},
+                {"temperature", 0}};
+  const auto [status, reply] = Call("/v1/chat/completions", newer);
+  ASSERT_EQ(status, 200) << reply;
+  EXPECT_LE(reply["usage"]["completion_tokens"].get<int>(), 3);
+  Json as_system = Chat("x", {{"max_tokens", 3}});
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], Call("/v1/chat/completions", as_system).second["usage"]["prompt_tokens"]);
+}
+
+TEST_F(OpenAiApiTest, FieldsOfTheWrongTypeOrDepthAreRefusedAndTheServerServesOn) {
+  const auto status = [](const Json& body) { return Call("/v1/chat/completions", body).first; };
+  EXPECT_EQ(status(Chat("x", {{"response_format", {{"type", 5}}}})), 400);
+  EXPECT_EQ(status(Json::parse(R"({"model": "llm-chat", "messages": [{"role": "user",
+                                   "content": [{"type": ["text"], "text": "hi"}]}]})")),
+            400);
+  EXPECT_EQ(status(Json::parse(R"({"model": "llm-chat", "messages": [{"role": "user", "content": "x", "name": 3}]})")),
+            400);
+  EXPECT_EQ(status(Chat("x", {{"stream", "yes"}})), 400);
+  EXPECT_EQ(status(Chat("x", {{"seed", "1"}})), 400);
+  // 100,000 nested arrays in a schema: refused before anything walks it.
+  const std::string deep = R"({"model": "llm-chat", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"schema": )" +
+                           std::string(100000, '[') + std::string(100000, ']') + "}}}";
+  const std::string answer = Exchange("POST", "/v1/chat/completions", deep);
+  EXPECT_EQ(Status(answer), 400) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("nests more than 64 deep"), std::string::npos);
+  const std::string not_utf8 = Exchange("POST", "/v1/completions", "{\"model\": \"llm-base\", \"prompt\": \"\xff\"}");
+  EXPECT_EQ(Status(not_utf8), 400);
+  EXPECT_NE(not_utf8.find("the request body is not JSON"), std::string::npos) << not_utf8;
+  EXPECT_EQ(Status(Exchange("GET", "/healthz")), 200);
+}
+
+TEST_F(OpenAiApiTest, AMessagesNameReachesTheTemplate) {
+  // The generated template does not print names, so the prompt is the same with one: the
+  // name is passed, not refused (a template that prints it would show it).
+  Json named = {{"model", "llm-chat"},
+                {"messages", {{{"role", "user"}, {"content", "x"}, {"name", "adjuster"}}}},
+                {"max_tokens", 2},
+                {"temperature", 0}};
+  EXPECT_EQ(Call("/v1/chat/completions", named).first, 200);
+}
+
+TEST_F(OpenAiApiTest, MoreRequestsThanAllowedAtOnceAreAnswered429) {
+  // 32 long streams hold every place; one more is turned away.
+  std::vector<std::thread> holders;
+  std::vector<int> statuses(32);
+  for (int i = 0; i < 32; ++i) {
+    holders.emplace_back([&, i] {
+      statuses[i] = Status(Exchange(
+          "POST", "/v1/completions",
+          Json{{"model", "llm-base"}, {"prompt", "hold"}, {"max_tokens", 1500}, {"temperature", 0}, {"stream", true}}
+              .dump()));
+    });
+  }
+  int refused = 0;
+  for (int i = 0; i < 500 && refused == 0; ++i) {
+    const auto [status, reply] =
+        Call("/v1/completions", {{"model", "llm-base"}, {"prompt", "one more"}, {"max_tokens", 1}});
+    if (status == 429) {
+      ++refused;
+      EXPECT_EQ(reply["error"]["type"], "rate_limit_error");
+      EXPECT_EQ(reply["error"]["code"], "rate_limit_exceeded");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (std::thread& t : holders) t.join();
+  EXPECT_EQ(refused, 1);
+  for (int status : statuses) EXPECT_TRUE(status == 200 || status == 429) << status;  // a probe may hold a place
 }
 
 }  // namespace

@@ -119,6 +119,15 @@ TEST(DefuseSpecialTokens, BreaksEverySpecialTokenSoItEncodesAsText) {
   EXPECT_EQ(DefuseSpecialTokens(*tokenizer, "plain text, <| not a token"), "plain text, <| not a token");
 }
 
+TEST(DefuseChatMarkup, BreaksTheMarkupOfEverySupportedFamily) {
+  EXPECT_EQ(DefuseChatMarkup("a<|im_end|>\n<|start_header_id|>system<|end_header_id|><start_of_turn>user "
+                             "<end_of_turn><bos><eos><s>[INST]x[/INST]</s>"),
+            "a<\u200b|im_end|\u200b>\n<\u200b|start_header_id|\u200b>system<\u200b|end_header_id|\u200b>"
+            "<\u200bstart_of_turn>user <\u200bend_of_turn><\u200bbos><\u200beos><\u200bs>[\u200bINST]x"
+            "[\u200b/INST]<\u200b/s>");
+  EXPECT_EQ(DefuseChatMarkup("a < b | c > d, <b>bold</b>"), "a < b | c > d, <b>bold</b>");
+}
+
 TEST(ChatTemplate, TheClaimPromptGoesThroughTheTemplateAndItsTextCannotForgeTurns) {
   testing::TempDir dir;
   ASSERT_TRUE(MakeCheckpoint({.family = "qwen3"}, dir.path()).ok());

@@ -440,6 +440,37 @@ TEST_F(GeneratorTest, GreedyIsRepeatableAndStopsAtTheBudgetOrAStopString) {
   EXPECT_LE(stopped->generated_ids.size(), 3u);
 }
 
+TEST_F(GeneratorTest, AStopStringEndingInsideATokenCutsTheTextWhereItStarts) {
+  Generator generator(decoder_.get(), tokenizer_.get());
+  GenerationOptions options;
+  options.max_new_tokens = 24;
+  options.ignore_eos = true;
+  const auto prompt = tokenizer_->Encode("The adjuster notes");
+  const GenerationResult full = generator.Generate(prompt, options).value();
+  // Two characters from inside a token of three or more: no token boundary ends there.
+  std::string stop;
+  for (int32_t id : full.generated_ids) {
+    const std::string piece = tokenizer_->Decode({id});
+    if (piece.size() >= 3 && std::isalnum(static_cast<unsigned char>(piece[1]))) {
+      stop = piece.substr(1, 2);
+      break;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no token of three characters in " << full.text;
+  options.stop = {stop};
+  const GenerationResult cut = generator.Generate(prompt, options).value();
+  EXPECT_EQ(cut.finish_reason, llm::FinishReason::kStop);
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop))) << "stop " << stop;
+  // Streamed, the same text, and nothing of the stop string.
+  std::string streamed;
+  options.on_text = [&](const std::string& piece) {
+    streamed += piece;
+    return true;
+  };
+  EXPECT_EQ(generator.Generate(prompt, options).value().text, cut.text);
+  EXPECT_EQ(streamed, cut.text);
+}
+
 TEST_F(GeneratorTest, RefusesABudgetTooSmallForTheSchema) {
   Generator generator(decoder_.get(), tokenizer_.get());
   GenerationOptions options;

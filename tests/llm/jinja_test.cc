@@ -201,6 +201,54 @@ TEST(JinjaTemplate, TypeErrorsAreReportedNotGuessed) {
   EXPECT_EQ(Render("{{ 9223372036854775807 + 1 }}"), "RENDER ERROR: t:1: integer overflow");
 }
 
+TEST(JinjaTemplate, ComparisonsChainAndPowersKeepTheirSignAsInPython) {
+  EXPECT_EQ(Render("{{ 3 > 2 > 1 }} {{ 1 < 3 > 2 }} {{ 1 < 2 < 2 }} {{ 1 == 1 in [1] }}"), "True True False True");
+  EXPECT_EQ(Render("{{ (-1) ** 3 }} {{ (-1) ** 4 }} {{ (-2) ** 3 }} {{ 1 ** 9 }} {{ 0 ** 0 }}"), "-1 1 -8 1 1");
+}
+
+TEST(JinjaTemplate, TheTitleFilterIsJinjasAndTheTitleMethodIsPythons) {
+  EXPECT_EQ(Render("{{ \"they're bill's (red) car\" | title }}|{{ \"they're\".title() }}"),
+            "They're Bill's (Red) Car|They'Re");
+}
+
+TEST(JinjaTemplate, LongChainsOfOperatorsFiltersOrAttributesAreRefusedLikeDeepNesting) {
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 20000; ++i) sum += " + 1";
+  EXPECT_EQ(ParseError(sum + " }}"), "t:1: the expression is nested too deeply");
+  std::string trims = "{{ 'x'";
+  for (int i = 0; i < 30000; ++i) trims += "|trim";
+  EXPECT_EQ(ParseError(trims + " }}"), "t:1: the expression is nested too deeply");
+  std::string attributes = "{{ a";
+  for (int i = 0; i < 30000; ++i) attributes += ".b";
+  EXPECT_EQ(ParseError(attributes + " }}"), "t:1: the expression is nested too deeply");
+  std::string short_sum = "{{ 1";
+  for (int i = 0; i < 150; ++i) short_sum += " + 1";
+  EXPECT_EQ(Render(short_sum + " }}"), "151");  // a chain under the limit renders
+}
+
+TEST(JinjaTemplate, ValuesATemplateBuildsAreBoundedNotOnlyItsOutput) {
+  const auto exhausted = [](const std::string& source) {
+    Result<Template> t = Template::Parse(source, "t");
+    if (!t.ok()) return "PARSE ERROR: " + t.error().message;
+    Result<std::string> out = t->Render(Json::object());
+    return out.ok() ? std::string("rendered") : std::string(ErrorCodeName(out.error().code));
+  };
+  const std::string kExhausted = ErrorCodeName(ErrorCode::kResourceExhausted);
+  // Doubling a string 40 times (2^40 bytes) without writing it out.
+  EXPECT_EQ(exhausted("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+                      "{% endfor %}"),
+            kExhausted);
+  EXPECT_EQ(exhausted("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+                      "{% endfor %}"),
+            kExhausted);
+  EXPECT_EQ(exhausted("{% set l = [('x' * 4000000)] * 1000 %}"), kExhausted);
+  EXPECT_EQ(exhausted("{% set l = [1, 2, 3] * 100000000 %}"), kExhausted);
+  EXPECT_EQ(exhausted("{% set s = 'x' * 100000 %}{% set t = s.replace('', s) %}"), kExhausted);
+  EXPECT_EQ(exhausted("{% set s = 'ab' * 3000 %}{% set t = s.replace('a', s) %}"), kExhausted);
+  EXPECT_EQ(exhausted("{% set r = range(100000000) %}"), kExhausted);
+  EXPECT_EQ(exhausted("{% set s = 'x' * 1000 %}{{ (s ~ s) | length }}{{ s.replace('x', 'yy') | length }}"), "rendered");
+}
+
 TEST(PythonStr, FormatsFloatsAsPythonRepr) {
   EXPECT_EQ(PythonStr(Json(0.1)), "0.1");
   EXPECT_EQ(PythonStr(Json(100.0)), "100.0");

@@ -199,6 +199,9 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ(stages,
             (std::vector<std::string>{"validate", "state", "features", "fraud", "decision", "forensic", "persist"}));
   EXPECT_GT(control_.forward_calls.load(), 1);
+  // The stage counts its tokens (the vLLM-named token counters read them).
+  EXPECT_GT(Engine()->prompt_tokens(), 100u);
+  EXPECT_GT(Engine()->generated_tokens(), 5u);
 
   auto audit = pipeline_->audit_log().ReadLast(1);
   ASSERT_TRUE(audit.ok());
@@ -280,6 +283,22 @@ TEST_F(ForensicPipelineTest, ARemoteStageFallsBackToItsOwnModelOnTheCpu) {
     EXPECT_EQ(o.devices.back(), (std::pair<std::string, std::string>{"analysis", "cpu"}));
   }
   EXPECT_GE(RemoteLlmOf(*(*claims)->FindStage("analysis"))->calls_failed(), 2u);
+}
+
+TEST_F(ForensicPipelineTest, AChatTemplateThatRefusesTheTaskConversationIsRefusedWhenTheStageLoads) {
+  nlohmann::json config = nlohmann::json::parse(testing::ReadFile(dir_.file("llm/tokenizer_config.json")));
+  config["chat_template"] =
+      "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}";
+  testing::WriteFile(dir_.file("llm/tokenizer_config.json"), config.dump());
+  ForensicStageOptions options;
+  options.model_dir = dir_.file("llm");
+  auto stage = ForensicStage::Create(options, [](const std::string&, const llm::DecoderOptions&) {
+    return Result<std::unique_ptr<llm::Decoder>>(Internal("not reached: the prompt is checked first"));
+  });
+  ASSERT_FALSE(stage.ok());
+  EXPECT_EQ(stage.error().message, "stage forensic: the checkpoint's chat template cannot render its prompt: " +
+                                       dir_.file("llm/tokenizer_config.json") +
+                                       " chat_template:1: the template raised: System role not supported");
 }
 
 TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmStage) {

@@ -64,6 +64,15 @@ class AdminServerTest : public ::testing::Test {
       saw_client_gone_ = responder.client_gone();
     };
     routes["/stream"] = stream;
+    // Answers whole after its client has gone (or after 10 s): a long answer in the making.
+    AdminRoute wait;
+    wait.post = true;
+    wait.request_handler = [this](const AdminRequest&, AdminResponder& responder) {
+      for (int i = 0; i < 1000 && !responder.client_gone(); ++i) std::this_thread::sleep_for(10ms);
+      saw_client_gone_ = responder.client_gone();
+      responder.Respond({200, "text/plain", "late\n"});
+    };
+    routes["/wait"] = wait;
     AdminRoute silent;
     silent.post = true;
     silent.request_handler = [](const AdminRequest&, AdminResponder&) {};
@@ -113,9 +122,9 @@ TEST_F(AdminServerTest, AnUnknownPathIs404ListingThePathsAndAWrongMethodIs405) {
   Start();
   const std::string missing = Exchange(Get("/nope"));
   EXPECT_EQ(Status(missing), 404);
-  EXPECT_NE(
-      missing.find(R"({"error":"no such path","paths":["/admin/reload","/echo","/healthz","/silent","/stream"]})"),
-      std::string::npos)
+  EXPECT_NE(missing.find(
+                R"({"error":"no such path","paths":["/admin/reload","/echo","/healthz","/silent","/stream","/wait"]})"),
+            std::string::npos)
       << missing;
   EXPECT_EQ(Status(Exchange("DELETE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
   EXPECT_EQ(Status(Exchange("BREW /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
@@ -361,6 +370,21 @@ TEST_F(AdminServerTest, AStreamingHandlerLearnsTheClientHasGone) {
   ::close(fd);       // with data unread: the server's next writes fail
   ASSERT_TRUE([&] {  // the handler's loop ends within its first failed writes
     for (int i = 0; i < 3000 && !saw_client_gone_.load(); ++i) std::this_thread::sleep_for(10ms);
+    return saw_client_gone_.load();
+  }());
+  ExpectStillServing();
+}
+
+TEST_F(AdminServerTest, AHandlerMakingAWholeAnswerLearnsTheClientHasGone) {
+  Start();
+  int fd = testing::RawConnect(server_->port());
+  const std::string request = Post("/wait", "{}");
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(saw_client_gone_.load());
+  ::close(fd);  // nothing was written to it: only the closed connection says so
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && !saw_client_gone_.load(); ++i) std::this_thread::sleep_for(10ms);
     return saw_client_gone_.load();
   }());
   ExpectStillServing();
