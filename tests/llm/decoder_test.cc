@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "accelerator/compute_threads.h"
@@ -443,20 +444,28 @@ TEST_F(GeneratorTest, GreedyIsRepeatableAndStopsAtTheBudgetOrAStopString) {
 TEST_F(GeneratorTest, AStopStringEndingInsideATokenCutsTheTextWhereItStarts) {
   Generator generator(decoder_.get(), tokenizer_.get());
   GenerationOptions options;
-  options.max_new_tokens = 24;
+  options.max_new_tokens = 48;
   options.ignore_eos = true;
+  options.sampling = {.temperature = 1.0, .seed = 3};  // varied tokens, the same each run
   const auto prompt = tokenizer_->Encode("The adjuster notes");
   const GenerationResult full = generator.Generate(prompt, options).value();
-  // Two characters from inside a token of three or more: no token boundary ends there.
-  std::string stop;
-  for (int32_t id : full.generated_ids) {
-    const std::string piece = tokenizer_->Decode({id});
-    if (piece.size() >= 3 && std::isalnum(static_cast<unsigned char>(piece[1]))) {
-      stop = piece.substr(1, 2);
-      break;
-    }
+  // Where each token's text ends: a stop string ending elsewhere ends inside a token.
+  std::set<size_t> token_ends;
+  for (size_t n = 1; n <= full.generated_ids.size(); ++n) {
+    token_ends.insert(
+        tokenizer_->Decode({full.generated_ids.begin(), full.generated_ids.begin() + n}, {.skip_special = true})
+            .size());
   }
-  ASSERT_FALSE(stop.empty()) << "no token of three characters in " << full.text;
+  std::string stop;
+  for (size_t k = 0; k + 2 <= full.text.size() && stop.empty(); ++k) {
+    const std::string candidate = full.text.substr(k, 2);
+    if (!std::isalnum(static_cast<unsigned char>(candidate[0])) ||
+        !std::isalnum(static_cast<unsigned char>(candidate[1]))) {
+      continue;
+    }
+    if (token_ends.count(full.text.find(candidate) + 2) == 0) stop = candidate;
+  }
+  ASSERT_FALSE(stop.empty()) << "every two characters end at a token's end in " << full.text;
   options.stop = {stop};
   const GenerationResult cut = generator.Generate(prompt, options).value();
   EXPECT_EQ(cut.finish_reason, llm::FinishReason::kStop);

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "service/admin_server.h"
+#include "service/tls.h"
+#include "tests/test_pki.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -191,6 +193,67 @@ TEST_F(RemoteLlmTest, ANonListeningPoolFailsFastAndBadSettingsAreRefused) {
   EXPECT_EQ(RemoteLlm::Create({.base_url = "ftp://x", .model = "m"}).error().field, "remote.base_url");
   EXPECT_EQ(RemoteLlm::Create({.base_url = "https://x:8443/v1", .model = "m"}).error().field, "remote.tls.ca");
   EXPECT_EQ(RemoteLlm::Create({.base_url = "http://x:port", .model = "m"}).error().field, "remote.base_url");
+}
+
+// The pool over HTTPS with client certificates (the test PKI): the client presents its
+// certificate and checks the pool's against the CA and the URL's host.
+class RemoteLlmTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const testing::TestPki& pki = testing::SharedTestPki();
+    service::TlsConfig tls;
+    tls.certificate = pki.server_certificate;
+    tls.private_key = pki.server_key;
+    tls.client_ca = pki.ca_certificate;
+    tls.thrift_clients = {"txscore-admin"};
+    tls.admin_clients = {"txscore-admin"};
+    std::map<std::string, service::AdminRoute> routes;
+    service::AdminRoute chat;
+    chat.post = true;
+    chat.request_handler = [](const service::AdminRequest&, service::AdminResponder& responder) {
+      const nlohmann::json reply = {{"choices", {{{"message", {{"role", "assistant"}, {"content", kFindings}}}}}}};
+      responder.Respond({200, "application/json", reply.dump()});
+    };
+    routes["/v1/chat/completions"] = chat;
+    // All addresses, so that 127.0.0.2 (loopback, not named by the certificate) reaches it too.
+    server_ = service::AdminServer::Create({.host = "0.0.0.0", .port = 0, .plaintext = false}, std::move(routes),
+                                           service::TlsServerContext::Create(tls).value())
+                  .value();
+    server_->Start();
+  }
+  // A client of `host` with the certificate of `client_dir`, trusting `ca`.
+  Result<llm::Findings> Call(const std::string& host, const std::string& client_dir, const std::string& ca) {
+    RemoteLlmOptions options;
+    options.base_url = "https://" + host + ":" + std::to_string(server_->port()) + "/v1";
+    options.model = "pool-model";
+    options.retries = 0;
+    options.ca_file = ca;
+    options.certificate_file = client_dir + "/tls.crt";
+    options.private_key_file = client_dir + "/tls.key";
+    std::unique_ptr<RemoteLlm> client = RemoteLlm::Create(options).value();
+    return client->Analyze({"Analyse.", "Claim 1."}, Clock::now() + 10s);
+  }
+  std::unique_ptr<service::AdminServer> server_;
+};
+
+TEST_F(RemoteLlmTlsTest, APoolWhoseCertificateChainsAndNamesItsHostAnswers) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  EXPECT_TRUE(Call("127.0.0.1", pki.admin_dir, pki.ca_certificate).ok());
+  EXPECT_TRUE(Call("localhost", pki.admin_dir, pki.ca_certificate).ok());
+}
+
+TEST_F(RemoteLlmTlsTest, APoolTheClientCannotVerifyOrThatRefusesItsIdentityGivesNoFindings) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  // Trusting another CA: the pool's certificate does not verify.
+  Result<llm::Findings> untrusted = Call("127.0.0.1", pki.admin_dir, pki.other_server_dir + "/ca.crt");
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.error().message.find("TLS handshake"), std::string::npos) << untrusted.error().message;
+  // The certificate names localhost and 127.0.0.1, not 127.0.0.2 (also loopback).
+  Result<llm::Findings> wrong_name = Call("127.0.0.2", pki.admin_dir, pki.ca_certificate);
+  ASSERT_FALSE(wrong_name.ok());
+  EXPECT_NE(wrong_name.error().message.find("TLS handshake"), std::string::npos) << wrong_name.error().message;
+  // A client the pool does not admit.
+  EXPECT_FALSE(Call("127.0.0.1", pki.stranger_dir, pki.ca_certificate).ok());
 }
 
 }  // namespace
