@@ -97,46 +97,17 @@ struct CompletionRequest {
 // Fields the API reads; any other is refused (a field silently ignored would change what the
 // caller gets without saying so). Fields that only restate a default are accepted.
 const std::set<std::string>& KnownFields(bool chat) {
-  static const std::set<std::string> kCompletions = {"model",
-                                                     "prompt",
-                                                     "max_tokens",
-                                                     "temperature",
-                                                     "top_p",
-                                                     "seed",
-                                                     "stop",
-                                                     "stream",
-                                                     "stream_options",
-                                                     "response_format",
-                                                     "n",
-                                                     "logprobs",
-                                                     "echo",
-                                                     "best_of",
-                                                     "suffix",
-                                                     "frequency_penalty",
-                                                     "presence_penalty",
-                                                     "logit_bias",
-                                                     "user"};
-  static const std::set<std::string> kChat = {"model",
-                                              "messages",
-                                              "max_tokens",
-                                              "max_completion_tokens",
-                                              "temperature",
-                                              "top_p",
-                                              "seed",
-                                              "stop",
-                                              "stream",
-                                              "stream_options",
-                                              "response_format",
-                                              "n",
-                                              "logprobs",
-                                              "top_logprobs",
-                                              "frequency_penalty",
-                                              "presence_penalty",
-                                              "logit_bias",
-                                              "user",
-                                              "tools",
-                                              "tool_choice",
-                                              "parallel_tool_calls"};
+  static const auto with = [](std::set<std::string> own) {
+    for (const char* shared :
+         {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "response_format",
+          "n", "logprobs", "frequency_penalty", "presence_penalty", "logit_bias", "user"}) {
+      own.insert(shared);
+    }
+    return own;
+  };
+  static const std::set<std::string> kCompletions = with({"prompt", "echo", "best_of", "suffix"});
+  static const std::set<std::string> kChat =
+      with({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"});
   return chat ? kChat : kCompletions;
 }
 
