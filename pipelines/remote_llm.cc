@@ -184,7 +184,7 @@ Result<llm::Findings> RemoteLlm::Analyze(const llm::TaskMessages& messages,
     if (attempt > 0) {
       // Wait out the backoff, unless the deadline comes first.
       if (options_.clock() + backoff >= deadline) break;
-      std::this_thread::sleep_for(backoff);
+      options_.sleep(backoff);
       backoff *= 2;
     }
     if (options_.clock() >= deadline) break;

@@ -31,9 +31,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/result.h"
@@ -42,20 +44,24 @@
 namespace txscore::pipelines {
 
 struct RemoteLlmOptions {
-  std::string stage;     // the stage's name, for messages
-  std::string base_url;  // required: http[s]://host:port[/path], e.g. https://pool:8443/v1
-  std::string model;     // required
-  std::chrono::milliseconds call_timeout{2000};
-  int retries = 2;
-  std::chrono::milliseconds backoff{50};
-  int breaker_failures = 5;
-  std::chrono::milliseconds breaker_open{10000};
-  int max_tokens = 96;  // the stage's max_new_tokens
+  std::string stage{};                            // the stage's name, for messages
+  std::string base_url{};                         // required: http[s]://host:port[/path], e.g. https://pool:8443/v1
+  std::string model{};                            // required
+  std::chrono::milliseconds call_timeout{2000};   // Default: 2 s per call (within the stage's deadline)
+  int retries = 2;                                // Default: 2 more calls after a failed one
+  std::chrono::milliseconds backoff{50};          // Default: 50 ms before the first retry, doubling after
+  int breaker_failures = 5;                       // Default: 5 failed calls in a row open the circuit
+  std::chrono::milliseconds breaker_open{10000};  // Default: 10 s open before a trial call
+  int max_tokens = 96;                            // the stage's max_new_tokens
   // PEM files; required for https (the client certificate too: pools admit callers by it).
-  std::string ca_file, certificate_file, private_key_file;
+  std::string ca_file{}, certificate_file{}, private_key_file{};
   // The clock deadlines are time points of (common/clock.h). Default: steady_clock. The
   // breaker's open interval and the backoff are measured on it too.
   DeadlineClock clock = SteadyDeadlineClock();
+  // How a backoff is waited out. Default: std::this_thread::sleep_for (tests record the waits).
+  std::function<void(std::chrono::milliseconds)> sleep = [](std::chrono::milliseconds d) {
+    std::this_thread::sleep_for(d);
+  };
 };
 
 // Closed: calls go. `failures` failed calls in a row open it: none go for `open_for`; then one

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(thrift_request_fuzz pipeline_yaml_fuzz safetensors_header_fuzz tokenizer_fuzz
-                                     claims_rows_fuzz ubjson_check_fuzz)
+                                     claims_rows_fuzz ubjson_check_fuzz chat_template_fuzz openai_request_fuzz)
 jobs=$(nproc 2>/dev/null || echo 2)
 . scripts/ccache-env.sh
 # -fno-sanitize=enum: Thrift stores values off the wire in C++ enums before anything checks them

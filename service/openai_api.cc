@@ -138,7 +138,7 @@ std::optional<ApiError> ParseCompletionRequest(const std::string& body, bool cha
   Json doc;
   try {
     doc = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // not JSON, or a number past double's range (1e999)
     return ApiError{400, std::string("the request body is not JSON: ") + e.what(), "", ""};
   }
   if (!doc.is_object()) return ApiError{400, "the request body must be a JSON object", "", ""};

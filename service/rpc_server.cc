@@ -266,8 +266,9 @@ struct RpcServer::Shared {
   std::mutex connections_mutex;
   std::condition_variable connections_closed;
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
-  // Connections picked to make room whose close has not run yet: they no longer count
-  // against max_connections, and are not picked again.
+  // Newcomers waiting for the idle connection picked to make room for them: each holds a
+  // place against max_connections until it is started (the pick was still idle) or refused
+  // (a request had begun on it meanwhile).
   std::atomic<int64_t> evictions_pending{0};
 
   struct {
@@ -369,14 +370,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // 0 when it is not idle.
   int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
 
+  // For the acceptor: closed, waiting only for its last reference to go.
+  bool closed() const { return closed_.load(std::memory_order_relaxed); }
+
   // The acceptor picks this connection to make room: true when it was still idle (and is
   // now no longer a candidate, so that one connection is not picked twice).
   bool TakeForEviction(int64_t idle_since) { return idle_since_.compare_exchange_strong(idle_since, 0); }
 
-  // The server is full and a new client waits: close if still idle, with no bytes of a
-  // request waiting unread (a frame may have begun since TakeForEviction).
-  void EvictIfIdle() {
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+  // The server is full and `newcomer` waits: close this connection if it is still idle, with
+  // no bytes of a request waiting unread, and start the newcomer in its place; otherwise (a
+  // frame has begun since TakeForEviction) refuse the newcomer, so the limit is never passed.
+  void EvictIfIdleFor(tcp::socket newcomer) {
+    asio::post(socket_.get_executor(), [self = shared_from_this(), newcomer = std::move(newcomer)]() mutable {
+      bool evicted = false;
       {
         std::lock_guard<std::mutex> lock(self->mutex_);
         boost::system::error_code ec;
@@ -387,9 +393,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
             (self->phase_ == Phase::kIdle && self->socket_.available(ec) == 0 && !ec && !tls_pending)) {
           self->shared_->counters.idle_evictions.fetch_add(1);
           self->Close();
+          evicted = true;
         }
       }
-      self->shared_->evictions_pending.fetch_sub(1);
+      const std::shared_ptr<RpcServer::Shared>& shared = self->shared_;
+      if (evicted && !shared->stopping.load()) {
+        std::make_shared<Connection>(shared, std::move(newcomer))->Start();
+      } else {
+        shared->counters.refused.fetch_add(1);
+        shared->refused_warning.Warn("refused a connection: the idle one picked to make room began a request");
+        boost::system::error_code ignored;
+        newcomer.close(ignored);
+      }
+      shared->evictions_pending.fetch_sub(1);  // after Start: the newcomer now counts itself
     });
   }
 
@@ -779,6 +795,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool Close() {
     if (phase_ == Phase::kClosed) return false;
     phase_ = Phase::kClosed;
+    closed_.store(true, std::memory_order_relaxed);
     deadline_.store(0, std::memory_order_relaxed);
     idle_since_.store(0, std::memory_order_relaxed);
     if (ssl_ != nullptr) {
@@ -830,6 +847,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<rpc::TxScoreProcessor> processor_;  // set once the caller is admitted
   std::atomic<int64_t> deadline_{0};                  // steady-clock ticks; 0: no deadline (processing, closed)
   std::atomic<int64_t> idle_since_{0};                // steady-clock ticks; 0: not idle
+  std::atomic<bool> closed_{false};                   // phase_ is kClosed (readable without mutex_)
   Phase phase_ = Phase::kIdle;
   uint8_t header_[4] = {0, 0, 0, 0};
   size_t header_bytes_ = 0;
@@ -933,10 +951,10 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
       // No shared_ptr to a connection may be released under this lock: the last one runs
       // ~Connection, which takes it too. Only weak pointers are copied here.
       std::lock_guard<std::mutex> lock(shared->connections_mutex);
-      const int64_t leaving = shared->evictions_pending.load();
-      open = shared->connections.size() > static_cast<size_t>(leaving)
-                 ? shared->connections.size() - static_cast<size_t>(leaving)
-                 : 0;
+      // Closed connections still in the map are on their way out; newcomers waiting for an
+      // eviction hold a place already.
+      for (const auto& [raw, weak] : shared->connections) open += raw->closed() ? 0 : 1;
+      open += static_cast<size_t>(shared->evictions_pending.load());
       if (open >= static_cast<size_t>(shared->max_connections)) {
         // Full: the connection idle the longest makes room, so that idle connections (a
         // caller's spare pool, or someone holding sockets open) cannot lock out a client
@@ -952,11 +970,10 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
     std::shared_ptr<Connection> longest_idle = longest_idle_weak.lock();
     if (longest_idle != nullptr && !longest_idle->TakeForEviction(oldest)) longest_idle = nullptr;
     if (longest_idle != nullptr && !shared->stopping.load()) {
+      // The pick is closed, or the new client refused, on the pick's own thread.
       shared->evictions_pending.fetch_add(1);
-      longest_idle->EvictIfIdle();
-      open = 0;  // the new client takes its place (the evicted one closes on its own thread)
-    }
-    if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
+      longest_idle->EvictIfIdleFor(std::move(socket));
+    } else if (shared->stopping.load() || open >= static_cast<size_t>(shared->max_connections)) {
       shared->counters.refused.fetch_add(1);
       shared->refused_warning.Warn("refused a connection: {} are open (server.max_connections)", open);
       boost::system::error_code ignored;

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "common/result.h"
 #include "fraud/transaction.h"
@@ -26,6 +29,19 @@ template <typename R>
                                          << ErrorCodeName(error.code) << ": " << error.message;
   }
   return ::testing::AssertionSuccess();
+}
+
+// Polls `condition` every millisecond until it holds (true) or `limit` passes (false): for
+// state that changes on a server's own threads. The limit is generous, so that a slow, loaded
+// machine only makes a test slower, never wrong.
+inline bool Eventually(const std::function<bool()>& condition,
+                       std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 // A fresh directory under $TMPDIR, removed with everything in it on destruction.

@@ -128,6 +128,50 @@ def ubjson_seeds():
     write("ubjson_check_fuzz", "strings", b"{U\x01aSU\x05hello}")
 
 
+
+def chat_template_seeds():
+    # The generated checkpoints' own ChatML template (llm/checkpoint_maker.cc), and the
+    # constructs the real families' templates use.
+    write("chat_template_fuzz", "chatml", (
+        "{{- bos_token if bos_token is defined else '' -}}\n"
+        "{%- for message in messages -%}\n"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + '<|im_end|>\\n' -}}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}\n{{- '<|im_start|>assistant\\n' -}}\n{%- endif -%}\n"))
+    write("chat_template_fuzz", "namespace_loop", (
+        "{%- set ns = namespace(last=-1, sys='') -%}\n"
+        "{%- for m in messages[::-1] if m.role != 'system' %}{% if loop.first %}{% set ns.last = loop.revindex0 %}"
+        "{% endif %}{% endfor -%}\n"
+        "{%- if messages[0]['role'] == 'system' %}{% set ns.sys = messages[0].content.strip() %}{% endif -%}\n"
+        "{{ ns.sys | tojson }}{% for m in messages %}{{ loop.index0 ~ ':' ~ m.role | upper }}"
+        "{% if m.content is string and m.content.startswith('{') %}{{ m.content[1:-1].split(',') | join('|') }}"
+        "{% elif m.name is defined %}{{ m.name | title }}{% else %}{{ m.content | length }}{% endif %}"
+        "{% if not loop.last %}, {% endif %}{% endfor %}{{ (ns.last * 2) ** 2 // 3 % 5 }}"))
+    write("chat_template_fuzz", "raise", (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"))
+    write("chat_template_fuzz", "refused_macro", "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1) }}")
+    write("chat_template_fuzz", "long_loop",
+          "{% for i in range(1000) %}{% for j in range(1000) %}{{ i * j }}{% endfor %}{% endfor %}")
+
+
+def openai_request_seeds():
+    write("openai_request_fuzz", "chat", b"\x01" + json.dumps({
+        "model": "llm-tiny", "messages": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "Claim 7.", "name": "adjuster"}],
+        "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": ["\n", "END"], "stream": True,
+        "stream_options": {"include_usage": True}}).encode())
+    write("openai_request_fuzz", "chat_schema", b"\x01" + json.dumps({
+        "model": "llm-tiny", "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "f", "strict": True, "schema": {
+            "type": "object", "properties": {"a": {"type": "string", "enum": ["x", "y"]}}, "required": ["a"]}}}
+    }).encode())
+    write("openai_request_fuzz", "completion", b"\x00" + json.dumps({
+        "model": "llm-tiny", "prompt": "Claim 7:", "max_tokens": 4, "stop": "\n", "temperature": 0}).encode())
+    write("openai_request_fuzz", "wrong_types", b"\x00" + json.dumps({
+        "model": 7, "prompt": ["a", 1], "max_tokens": "many", "n": 2}).encode())
+    write("openai_request_fuzz", "deep", b"\x01" + b'{"model": "m", "messages": ' + b"[" * 100 + b"]" * 100 + b"}")
+
+
 if __name__ == "__main__":
     thrift_seeds()
     safetensors_seeds()
@@ -135,4 +179,6 @@ if __name__ == "__main__":
     pipeline_seeds()
     claims_seeds()
     ubjson_seeds()
+    chat_template_seeds()
+    openai_request_seeds()
     print(f"wrote the seed corpora under {CORPUS}")

@@ -4,6 +4,8 @@
 // model are meaningless, so the checks compare the API with itself and with the generator:
 // streamed pieces join up to the whole reply, a stop string cuts where the text had it, a
 // schema's reply parses, counts add up, and every refusal names its field.
+#include "service/openai_api.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "llm/checkpoint_maker.h"
 #include "llm/decoder.h"
 #include "llm/tokenizer.h"
+#include "service/admin_server.h"
 #include "service/scoring_server.h"
 #include "tests/rpc_test_support.h"
 #include "tests/test_support.h"
@@ -55,11 +58,13 @@ class OpenAiApiTest : public ::testing::Test {
   }
 
   // One request on a fresh connection; the whole answer as received.
-  static std::string Exchange(const std::string& method, const std::string& target, const std::string& body = "") {
-    const int fd = testing::RawConnect(server_->admin_port());
-    const std::string request = method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-                                "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-                                body;
+  static std::string Exchange(const std::string& method, const std::string& target, const std::string& body = "",
+                              int port = 0, const std::string& version = "HTTP/1.1") {
+    const int fd = testing::RawConnect(port != 0 ? port : server_->admin_port());
+    const std::string request = method + " " + target + " " + version +
+                                "\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " +
+                                std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     std::string received;
     char buf[8192];
@@ -68,9 +73,13 @@ class OpenAiApiTest : public ::testing::Test {
     return received;
   }
   static int Status(const std::string& response) {
-    return response.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(response.substr(9, 3)) : -1;
+    return response.rfind("HTTP/1.", 0) == 0 ? std::stoi(response.substr(9, 3)) : -1;
   }
-  static std::string Body(const std::string& response) { return response.substr(response.find("\r\n\r\n") + 4); }
+  // The body after the headers; empty when the answer has none (a connection closed unanswered).
+  static std::string Body(const std::string& response) {
+    const size_t end = response.find("\r\n\r\n");
+    return end == std::string::npos ? std::string() : response.substr(end + 4);
+  }
   // A whole (not streamed) answer: status and JSON body.
   static std::pair<int, Json> Call(const std::string& target, const Json& body) {
     const std::string response = Exchange("POST", target, body.dump());
@@ -379,6 +388,88 @@ TEST_F(OpenAiApiTest, AMessagesNameReachesTheTemplate) {
                 {"max_tokens", 2},
                 {"temperature", 0}};
   EXPECT_EQ(Call("/v1/chat/completions", named).first, 200);
+}
+
+TEST_F(OpenAiApiTest, MoreRequestsThanAllowedAtOnceAreAnswered429AndGoneCallersFreeTheirPlaces) {
+  // 32 long streamed completions are sent and their answers left unread: the stage runs 8 and
+  // queues 24 (max_batch 8), and every place is taken.
+  const std::string model = "{model_name=\"llm-base\"}";
+  const auto in_stage = [&] {
+    const std::string metrics = Body(Exchange("GET", "/metrics"));
+    return Metric(metrics, "vllm:num_requests_running" + model) + Metric(metrics, "vllm:num_requests_waiting" + model);
+  };
+  const std::string body =
+      Json{{"model", "llm-base"}, {"prompt", "hold"}, {"max_tokens", 3000}, {"temperature", 0}, {"stream", true}}
+          .dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::vector<int> holders;
+  for (int i = 0; i < 32; ++i) {
+    holders.push_back(testing::RawConnect(server_->admin_port()));
+    ASSERT_EQ(::send(holders.back(), request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+  }
+  ASSERT_TRUE(testing::Eventually([&] { return in_stage() == 32; })) << in_stage();
+
+  const auto [status, reply] =
+      Call("/v1/completions", {{"model", "llm-base"}, {"prompt", "one more"}, {"max_tokens", 1}});
+  EXPECT_EQ(status, 429) << reply;
+  EXPECT_EQ(reply["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(reply["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(in_stage(), 32);  // the refused request never joined
+
+  // The callers go away: their requests are cancelled, running or queued, and free their places.
+  for (int fd : holders) ::close(fd);
+  ASSERT_TRUE(testing::Eventually([&] { return in_stage() == 0; })) << in_stage();
+  const auto [after, answer] =
+      Call("/v1/completions", {{"model", "llm-base"}, {"prompt", "one more"}, {"max_tokens", 1}});
+  EXPECT_EQ(after, 200) << answer;
+}
+
+TEST_F(OpenAiApiTest, AGenerationStillRunningAtTheRequestTimeoutEndsWithLength) {
+  // The same pipeline behind an API whose requests may take 300 ms (the default is 120 s).
+  MetricsRegistry registry;
+  OpenAiApi api([] { return server_->pipeline(); }, &registry, {.request_timeout = std::chrono::milliseconds(300)});
+  std::map<std::string, AdminRoute> routes;
+  api.AddRoutes(&routes);
+  auto admin = AdminServer::Create({.host = "127.0.0.1", .port = 0, .plaintext = true}, std::move(routes)).value();
+  admin->Start();
+  const auto started = std::chrono::steady_clock::now();
+  const std::string response = Exchange(
+      "POST", "/v1/completions",
+      Json{{"model", "llm-base"}, {"prompt", "long"}, {"max_tokens", 4000}, {"temperature", 0}}.dump(), admin->port());
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_EQ(Status(response), 200) << response.substr(0, 400);
+  const Json reply = Json::parse(Body(response));
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  // "length" short of max_tokens: the timeout cut it (4000 tokens take seconds here, not 0.3).
+  EXPECT_GT(reply["usage"]["completion_tokens"], 0);
+  EXPECT_LT(reply["usage"]["completion_tokens"], 4000);
+  EXPECT_GE(took_s, 0.3);
+  admin->Stop();
+}
+
+TEST_F(OpenAiApiTest, AnHttp10ClientGetsItsStreamUnchunkedAndClosed) {
+  const std::string response = Exchange(
+      "POST", "/v1/completions",
+      Json{{"model", "llm-base"}, {"prompt", "old"}, {"max_tokens", 4}, {"temperature", 0}, {"stream", true}}.dump(), 0,
+      "HTTP/1.0");
+  ASSERT_EQ(response.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << response.substr(0, 300);
+  EXPECT_EQ(response.find("Transfer-Encoding"), std::string::npos);
+  EXPECT_NE(response.find("Connection: close\r\n"), std::string::npos);
+  // The events follow the headers as they are: no chunk sizes between them.
+  const std::string body = Body(response);
+  ASSERT_EQ(body.rfind("data: {", 0), 0u) << body.substr(0, 200);
+  EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
+  // The same events as a chunked HTTP/1.1 stream carries.
+  const std::vector<Json> chunked =
+      Stream("/v1/completions",
+             {{"model", "llm-base"}, {"prompt", "old"}, {"max_tokens", 4}, {"temperature", 0}, {"stream", true}});
+  size_t events = 0;
+  for (size_t pos = 0; (pos = body.find("data: ", pos)) != std::string::npos; pos += 6) ++events;
+  EXPECT_EQ(events, chunked.size());
 }
 
 }  // namespace

@@ -10,6 +10,8 @@ on the CPU. Then:
      opens (metrics), and findings keep coming from the fallback (placement: cpu);
   3. the pool comes back on the same port: after the open interval a trial call closes the
      circuit, and findings come from the pool again.
+  4. the pool hangs (SIGSTOP): calls time out, every request is answered, the circuit opens
+     after breaker_failures timeouts and the CPU serves.
 Needs scripts/setup.sh to have made var/ (the demo key, models and LLM checkpoint)."""
 import argparse
 import json
@@ -217,6 +219,34 @@ def main():
         assert reviews and all(x.get("findings") for x in reviews)
         assert audited and all(f"forensic@{remote_name}" in a["placement"] for a in audited), audited[:3]
         print(f"ok   the pool is back: circuit closed, {len(reviews)} findings from the pool again")
+
+        # 4. The pool hangs (SIGSTOP: connections are accepted by the kernel, nothing answers).
+        # Calls time out; every request is still answered; after breaker_failures timeouts the
+        # circuit opens and the CPU writes the findings at once. Only the REVIEWs whose budget
+        # the timeouts used up before that go without findings (reported cut short).
+        opened_before = metric(admin_tls, scorer_admin, "txscore_remote_llm_circuit_opened_total{")
+        timeouts_before = metric(admin_tls, scorer_admin,
+                                 'txscore_remote_llm_calls_total{stage="forensic",outcome="failed"}')
+        pool.process.send_signal(signal.SIGSTOP)
+        try:
+            results = score(66)
+            reviews = [x for x in results if x["decision"] == "REVIEW"]
+            without = [x for x in reviews if not x.get("findings")]
+            assert metric(admin_tls, scorer_admin, "txscore_remote_llm_circuit_open{") == 1
+            opened = metric(admin_tls, scorer_admin, "txscore_remote_llm_circuit_opened_total{") - opened_before
+            failed = metric(admin_tls, scorer_admin,
+                            'txscore_remote_llm_calls_total{stage="forensic",outcome="failed"}') - timeouts_before
+            # breaker_failures (3) timeouts open it; after that only the trial call of each open
+            # interval (3 s) goes to the hung pool, and its failure opens the circuit again.
+            assert opened >= 1 and failed == 3 + (opened - 1), (opened, failed)
+            assert len(without) <= failed, (len(without), failed)  # each spent its budget on a timeout
+            audited = [a for a in placements(66) if "forensic@" in a["placement"]]
+            # Newest first: all but the first three (at most) came from the CPU.
+            assert all("forensic@cpu" in a["placement"] for a in audited[:-3]), audited[:3]
+            print(f"ok   the pool hung: {len(results)} answered, {len(reviews) - len(without)} of {len(reviews)} "
+                  f"REVIEWs with findings (the others' budget went to {int(failed)} timed-out calls), circuit open")
+        finally:
+            pool.process.send_signal(signal.SIGCONT)
     except BaseException:
         for role in ("pool", "scorer"):
             log = os.path.join(work, role + ".log")

@@ -285,6 +285,17 @@ TEST_F(ForensicPipelineTest, ARemoteStageFallsBackToItsOwnModelOnTheCpu) {
   EXPECT_GE(RemoteLlmOf(*(*claims)->FindStage("analysis"))->calls_failed(), 2u);
 }
 
+TEST_F(ForensicPipelineTest, ARemoteStageFallsBackToItsOwnModelOnTheDeviceKindItNames) {
+  const accelerator::DeviceRegistry devices = CpuAndEmulatedDevices();
+  CreatePipeline(0.0, 60000, "", std::string(kDownPool) + ", fallback: emulated}", &devices);
+  ASSERT_NE(Engine(), nullptr);
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-1"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  ASSERT_TRUE(outcome->findings.has_value());
+  EXPECT_TRUE(outcome->degraded_stages.empty());
+  EXPECT_EQ(outcome->devices.back(), (std::pair<std::string, std::string>{"forensic", "emulated:0 (emulated)"}));
+}
+
 TEST_F(ForensicPipelineTest, AChatTemplateThatRefusesTheTaskConversationIsRefusedWhenTheStageLoads) {
   nlohmann::json config = nlohmann::json::parse(testing::ReadFile(dir_.file("llm/tokenizer_config.json")));
   config["chat_template"] =

@@ -62,7 +62,7 @@ class RemoteLlmTest : public ::testing::Test {
   std::unique_ptr<RemoteLlm> Client(RemoteLlmOptions options = {}) {
     options.base_url = "http://127.0.0.1:" + std::to_string(server_->port()) + "/v1/";
     options.model = "pool-model";
-    options.backoff = 1ms;
+    if (options.backoff == RemoteLlmOptions{}.backoff) options.backoff = 1ms;  // unless the test says
     options.clock = [this] { return now_.load(); };
     Result<std::unique_ptr<RemoteLlm>> client = RemoteLlm::Create(options);
     EXPECT_TRUE(client.ok()) << client.error().ToString();
@@ -127,6 +127,25 @@ TEST_F(RemoteLlmTest, AFailedOrInvalidCallIsRetriedUpToTheLimit) {
   ASSERT_FALSE(findings.ok());
   EXPECT_EQ(findings.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(findings.error().message.find("findings do not validate"), std::string::npos) << findings.error().message;
+  EXPECT_EQ(Calls(), 6u);
+}
+
+TEST_F(RemoteLlmTest, RetriesWaitABackoffThatDoublesAndNoneThatWouldPassTheDeadline) {
+  std::vector<std::chrono::milliseconds> waits;
+  const auto record = [&](std::chrono::milliseconds wait) {
+    waits.push_back(wait);
+    now_.store(now_.load() + wait);  // the wait passes on the client's clock
+  };
+  auto client = Client({.retries = 3, .backoff = 100ms, .breaker_failures = 100, .sleep = record});
+  otherwise_ = {503};
+  ASSERT_FALSE(client->Analyze(kMessages, Later()).ok());
+  EXPECT_EQ(waits, (std::vector<std::chrono::milliseconds>{100ms, 200ms, 400ms}));
+  EXPECT_EQ(Calls(), 4u);
+
+  // 250 ms to the deadline: after a wait of 100 ms and a call, one of 200 ms would end past it.
+  waits.clear();
+  ASSERT_FALSE(client->Analyze(kMessages, now_.load() + 250ms).ok());
+  EXPECT_EQ(waits, (std::vector<std::chrono::milliseconds>{100ms}));
   EXPECT_EQ(Calls(), 6u);
 }
 

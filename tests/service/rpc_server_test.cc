@@ -22,6 +22,7 @@
 
 #include "gen-cpp/TxScore.h"
 #include "tests/rpc_test_support.h"
+#include "tests/test_support.h"
 
 namespace txscore::service {
 namespace {
@@ -92,15 +93,7 @@ rpc::Transaction TransactionWithId(const std::string& id) {
 
 std::string HealthCallWithNesting(int depth) { return testing::CallWithNestedUnknownField("health", depth); }
 
-// Polls `condition` until it holds or 10 s pass (the server's counters change on its threads).
-bool Eventually(const std::function<bool()>& condition) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
+using testing::Eventually;
 
 class RpcServerUnitTest : public ::testing::Test {
  protected:
