@@ -110,6 +110,19 @@ struct ModelVersion {
   std::string version;
 };
 
+// A model stage's inputs and outputs, as the Open Inference Protocol (KServe v2) describes a
+// model's: GET /v2/models/{name} (service/inference_protocol.h). Shapes use -1 for the batch.
+struct TensorSpec {
+  std::string name;
+  std::string datatype;  // the protocol's: "FP32", "BYTES", ...
+  std::vector<int64_t> shape;
+};
+struct ModelSignature {
+  std::string platform;  // e.g. "xgboost", "pytorch_libtorch"
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+};
+
 // A stage as prepared for requests. Immutable once prepared and shared by every request of
 // its pipeline: Run is called from many threads at once.
 class PreparedStage {
@@ -136,6 +149,8 @@ class PreparedStage {
   virtual bool slow() const { return false; }
   // The model it scores with, reported in results and audit records.
   virtual std::optional<ModelVersion> model() const { return std::nullopt; }
+  // What the model reads and writes (with model(): a stage with a model has one).
+  virtual std::optional<ModelSignature> signature() const { return std::nullopt; }
   // Items that moved to another device because one failed; none for single-device kinds.
   virtual std::optional<uint64_t> device_fallbacks() const { return std::nullopt; }
   // Items this stage would like per chunk to run efficiently (a batch size); 0: no preference.

@@ -38,6 +38,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# promtool checks /metrics in a test. Debian ships it only inside the prometheus package, whose
+# server is not wanted here: the package is downloaded and its promtool alone extracted.
+if [ ! -x build/tools/promtool ]; then
+  echo "setup: extracting promtool from Debian's prometheus package into build/tools"
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"  # apt's download user writes there
+  if ! (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null); then
+    apt-get update -qq
+    (cd "$tmp" && apt-get download -qq prometheus)
+  fi
+  dpkg -x "$tmp"/prometheus_*.deb "$tmp/root"
+  mkdir -p build/tools
+  cp "$tmp/root/usr/bin/promtool" build/tools/promtool
+  rm -rf "$tmp"
+fi
+
 jobs=$(nproc 2>/dev/null || echo 2)
 . scripts/ccache-env.sh
 echo "setup: building (build/, $jobs jobs)"

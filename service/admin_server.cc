@@ -36,6 +36,7 @@ using Routes = std::map<std::string, AdminRoute>;
 // such path).
 struct Routing {
   const AdminRoute* route = nullptr;
+  std::string path;  // the target without its query
   HttpResponse refusal;
   const AdminRoute* denied = nullptr;  // the route, when the refusal is operators_only's
 };
@@ -60,10 +61,23 @@ Routing Route(const http::request<http::string_body>& request, const Routes& rou
   std::string target(request.target());
   const std::string path = target.substr(0, target.find('?'));
   Routing routing;
+  routing.path = path;
   HttpResponse& answer = routing.refusal;
+  auto it = routes.find(path);
+  if (it != routes.end() && it->second.path_handler) it = routes.end();  // a prefix answers only paths under it
+  if (it == routes.end()) {
+    // The longest prefix route above the path, if any.
+    for (auto prefix = routes.begin(); prefix != routes.end(); ++prefix) {
+      const std::string& key = prefix->first;
+      if (prefix->second.path_handler && key.back() == '/' && path.size() > key.size() && path.rfind(key, 0) == 0 &&
+          (it == routes.end() || key.size() > it->first.size())) {
+        it = prefix;
+      }
+    }
+  }
   if (const std::string why = UnroutablePath(path); !why.empty()) {
     answer = {400, "application/json", JsonError(why)};
-  } else if (auto it = routes.find(path); it != routes.end()) {
+  } else if (it != routes.end()) {
     const AdminRoute& route = it->second;
     const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
     const bool post = request.method() == http::verb::post;
@@ -312,6 +326,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
           });
       return;
     }
+    if (routing.route->path_handler) return Write(routing.route->path_handler(caller_, routing.path));
     if (!routing.route->slow) return Write(routing.route->handler(caller_));
     // The answer is written back on this session's strand once the handler returns.
     beast::get_lowest_layer(stream_).expires_never();

@@ -57,6 +57,8 @@ class AdminResponder {
 };
 // Runs on a thread of its own. The answer ends when it returns (a 500 if it gave none).
 using AdminRequestHandler = std::function<void(const AdminRequest& request, AdminResponder& responder)>;
+// A quick handler for the paths under a prefix: told the path (without the query).
+using AdminPathHandler = std::function<HttpResponse(const Caller& caller, const std::string& path)>;
 
 struct AdminRoute {
   AdminRoute() = default;
@@ -81,6 +83,10 @@ struct AdminRoute {
   // Default: 0, the port's AdminLimits::max_body_bytes. A larger limit for this route's body
   // (applied once the headers name the route).
   size_t max_body_bytes = 0;
+  // Default: none. Set instead of `handler` on a route whose path ends in "/" (a prefix): it
+  // answers every path under it that no exact route names (the longest prefix wins), on the
+  // I/O thread, like `handler`. E.g. "/v2/models/" for /v2/models/{name}/ready.
+  AdminPathHandler path_handler;
 };
 
 // What one client may hold of the admin port. Each refusal closes the connection; the port

@@ -168,10 +168,39 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool i
   job->view.job_id = id;
   job->view.output_path = output;
   job->view.state = JobState::kQueued;
+  if (jobs_.count(id) == 0) submitted_.push_back(id);
   jobs_[id] = job;
   queue_.push_back(job);
   wake_.notify_all();
   return job->view;
+}
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kQueued:
+      return "queued";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kDone:
+      return "done";
+    case JobState::kCancelled:
+      return "cancelled";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kInterrupted:
+      return "interrupted";
+    case JobState::kDegraded:
+      return "degraded";
+  }
+  return "unknown";
+}
+
+std::vector<ClaimsJobView> ClaimsJobManager::Snapshot() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<ClaimsJobView> views;
+  views.reserve(submitted_.size());
+  for (const std::string& id : submitted_) views.push_back(jobs_.at(id)->view);
+  return views;
 }
 
 Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {

@@ -48,6 +48,9 @@ enum class JobState {
   kDegraded = 7
 };
 
+// "queued", "running", "done", "cancelled", "failed", "interrupted", "degraded".
+const char* JobStateName(JobState state);
+
 struct ClaimsJobView {
   std::string job_id;
   JobState state = JobState::kQueued;
@@ -91,6 +94,8 @@ class ClaimsJobManager {
   Result<ClaimsJobView> Status(const std::string& job_id);
   // A queued job is dropped; a running one stops after its chunk in flight (poll Status).
   Result<ClaimsJobView> Cancel(const std::string& job_id);
+  // Every job submitted since this manager started, in submission order (metrics, dashboard).
+  std::vector<ClaimsJobView> Snapshot();
 
  private:
   struct Job {
@@ -120,6 +125,7 @@ class ClaimsJobManager {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // every job submitted since start
+  std::vector<std::string> submitted_;                // their ids, in submission order
   bool stopping_ = false;
   std::atomic<bool> interrupt_{false};  // set when stopping: the running job stops, resumably
   std::thread worker_;                  // started last, in Create

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/malloc_tuning.h"
+#include "service/build_info.h"
 #include "service/commands/commands.h"
 
 namespace {
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
   txscore::KeepFreedHeapMemory();
   CLI::App app{"txscore: fraud scoring over Thrift, with an audit trail in RocksDB"};
   app.require_subcommand(1);
+  const txscore::service::BuildInfo& build = txscore::service::ThisBuild();
+  app.set_version_flag(
+      "--version", "txscore " + build.version + " (commit " + build.commit + ", built with " + build.compiler + ")");
   int exit_code = 0;
   txscore::service::AddServeCommand(app, &exit_code);
   txscore::service::AddTrainCommand(app, &exit_code);

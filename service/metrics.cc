@@ -120,6 +120,11 @@ void MetricsRegistry::AddCounterFunction(const std::string& name, const std::str
   FindOrAdd(name, help, Type::kCounter, labels, [&](Series* s) { s->read = std::move(read); });
 }
 
+void MetricsRegistry::AddFloatCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
+                                              std::function<double()> read) {
+  FindOrAdd(name, help, Type::kCounter, labels, [&](Series* s) { s->gauge = std::move(read); });
+}
+
 void MetricsRegistry::AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
                                        std::function<double()> read) {
   FindOrAdd(name, help, Type::kGauge, labels, [&](Series* s) { s->gauge = std::move(read); });
@@ -145,7 +150,13 @@ std::string MetricsRegistry::RenderPrometheus() const {
         << "\n";
     for (const auto& s : f->series) {
       if (f->type == Type::kCounter) {
-        out << f->name << FormatLabels(s->labels) << " " << (s->read ? s->read() : s->counter->value()) << "\n";
+        out << f->name << FormatLabels(s->labels) << " ";
+        if (s->gauge) {
+          out << FormatDouble(s->gauge());
+        } else {
+          out << (s->read ? s->read() : s->counter->value());
+        }
+        out << "\n";
       } else if (f->type == Type::kGauge) {
         out << f->name << FormatLabels(s->labels) << " " << (s->gauge ? FormatDouble(s->gauge()) : "1") << "\n";
       } else {

@@ -57,6 +57,9 @@ class MetricsRegistry {
   // A counter whose value is read from `read` at each scrape (for counts kept elsewhere).
   void AddCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
                           std::function<uint64_t()> read);
+  // The same for a count that is not whole (seconds of CPU time).
+  void AddFloatCounterFunction(const std::string& name, const std::string& help, const Labels& labels,
+                               std::function<double()> read);
   // A gauge whose value is read from `read` at each scrape (e.g. connections open now, a
   // fraction in use).
   void AddGaugeFunction(const std::string& name, const std::string& help, const Labels& labels,
@@ -73,7 +76,7 @@ class MetricsRegistry {
     Labels labels;
     std::unique_ptr<Counter> counter;
     std::function<uint64_t()> read;  // instead of `counter`, for AddCounterFunction
-    std::function<double()> gauge;   // for AddGaugeFunction
+    std::function<double()> gauge;   // for AddGaugeFunction and AddFloatCounterFunction
     std::unique_ptr<Histogram> histogram;
   };
   struct Family {

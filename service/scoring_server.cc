@@ -8,6 +8,9 @@
 #include "common/sha256.h"
 #include "pipelines/forensic_stage.h"
 #include "pipelines/stages/llm_findings_stage.h"
+#include "service/build_info.h"
+#include "service/inference_protocol.h"
+#include "service/process_metrics.h"
 
 namespace txscore::service {
 namespace {
@@ -77,6 +80,12 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   std::map<std::string, AdminRoute> routes;
   routes["/healthz"] = [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
   routes["/readyz"] = [self] { return self->Readiness(); };
+  AddInferenceProtocolRoutes({.ready = [self] { return self->Readiness().status == 200; },
+                              .pipeline = [self]() -> std::shared_ptr<pipelines::ScoringPipeline> {
+                                const std::shared_ptr<const ActivePipeline::Version> version = self->active_.Get();
+                                return version ? version->pipeline : nullptr;
+                              }},
+                             &routes);
   routes["/metrics"] = [self] {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->registry_.RenderPrometheus()};
   };
@@ -183,6 +192,7 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     if (!jobs.ok()) return jobs.error();
     server->jobs_ = std::move(jobs).value();
   }
+  server->AddOperatorMetrics();
   // One handler per connection, knowing its caller (job control is for operators).
   RpcHandlerFactory handlers = [self](const Caller& caller) {
     return std::make_shared<TxScoreHandler>(&self->active_, &self->ready_, self->jobs_.get(), caller,
@@ -270,6 +280,69 @@ const char* ScoringServer::PhaseName(Phase phase) {
       return "stopped";
   }
   return "unknown";
+}
+
+void ScoringServer::AddOperatorMetrics() {
+  const BuildInfo& build = ThisBuild();
+  registry_.SetInfo("txscore_build_info", "The txscore binary: version, the commit it was built from, its compiler.",
+                    {{"version", build.version}, {"commit", build.commit}, {"compiler", build.compiler}});
+  AddProcessMetrics(&registry_);
+  // RocksDB: what each column family holds, and whether its background work failed. Read at
+  // each scrape; the admin port stops before the database closes.
+  ScoringServer* const self = this;
+  for (storage::ColumnFamily cf :
+       {storage::ColumnFamily::kEntityState, storage::ColumnFamily::kAudit, storage::ColumnFamily::kJobs}) {
+    const Labels labels = {{"column_family", storage::ColumnFamilyName(cf)}};
+    const struct {
+      const char* name;
+      const char* help;
+      uint64_t storage::Database::ColumnFamilyStats::*field;
+    } kStats[] = {
+        {"txscore_rocksdb_estimated_keys", "Keys in the column family (RocksDB's estimate).",
+         &storage::Database::ColumnFamilyStats::estimated_keys},
+        {"txscore_rocksdb_sst_bytes", "Bytes of the column family's table files.",
+         &storage::Database::ColumnFamilyStats::sst_bytes},
+        {"txscore_rocksdb_memtable_bytes", "Bytes of the column family's memtables.",
+         &storage::Database::ColumnFamilyStats::memtable_bytes},
+        {"txscore_rocksdb_pending_compaction_bytes", "Bytes RocksDB estimates compaction has yet to rewrite.",
+         &storage::Database::ColumnFamilyStats::pending_compaction_bytes},
+    };
+    for (const auto& stat : kStats) {
+      registry_.AddGaugeFunction(stat.name, stat.help, labels, [self, cf, field = stat.field] {
+        const std::optional<storage::Database::ColumnFamilyStats> stats = self->db_->Stats(cf);
+        return stats ? static_cast<double>((*stats).*field) : 0.0;
+      });
+    }
+  }
+  registry_.AddCounterFunction("txscore_rocksdb_background_errors_total",
+                               "RocksDB flushes and compactions that failed (writes stop after one).", {},
+                               [self] { return self->db_->BackgroundErrors(); });
+  if (jobs_ == nullptr) return;
+  // Claims jobs: how many are in each state, and the running one's progress.
+  for (JobState state : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kCancelled,
+                         JobState::kFailed, JobState::kInterrupted, JobState::kDegraded}) {
+    registry_.AddGaugeFunction("txscore_claims_jobs", "Claims jobs submitted since start, by state.",
+                               {{"state", JobStateName(state)}}, [self, state] {
+                                 double n = 0;
+                                 for (const ClaimsJobView& job : self->jobs_->Snapshot()) n += job.state == state;
+                                 return n;
+                               });
+  }
+  const auto running = [self](double (*value)(const ClaimsJobView&)) {
+    return [self, value] {
+      for (const ClaimsJobView& job : self->jobs_->Snapshot()) {
+        if (job.state == JobState::kRunning) return value(job);
+      }
+      return 0.0;
+    };
+  };
+  registry_.AddGaugeFunction("txscore_claims_job_running_claims_done",
+                             "Claims the running job has done (0: none runs).", {},
+                             running([](const ClaimsJobView& j) { return static_cast<double>(j.done); }));
+  registry_.AddGaugeFunction("txscore_claims_job_running_claims_in_input", "Claims in the running job's input.", {},
+                             running([](const ClaimsJobView& j) { return static_cast<double>(j.total); }));
+  registry_.AddGaugeFunction("txscore_claims_job_running_claims_per_second", "The running job's claims per second.", {},
+                             running([](const ClaimsJobView& j) { return j.claims_per_s; }));
 }
 
 HttpResponse ScoringServer::Readiness() const {

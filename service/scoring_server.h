@@ -106,7 +106,10 @@ class ScoringServer {
 
  private:
   ScoringServer() = default;
-  HttpResponse Readiness() const;                     // the /readyz answer
+  HttpResponse Readiness() const;  // the /readyz answer
+  // Build, process, RocksDB and claims-job metrics (docs/operations.md), once the database and
+  // the job manager exist.
+  void AddOperatorMetrics();
   HttpResponse ReloadOverHttp(const Caller& caller);  // POST /admin/reload
   // Writes an operator action to the audit trail (logged too); failures are logged.
   void RecordAction(const storage::AuditAction& action);

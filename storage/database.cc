@@ -112,6 +112,26 @@ uint64_t Database::WalSyncs() const {
   return impl_->statistics ? impl_->statistics->getTickerCount(rocksdb::WAL_FILE_SYNCED) : 0;
 }
 
+std::optional<Database::ColumnFamilyStats> Database::Stats(ColumnFamily cf) const {
+  if (!impl_->db) return std::nullopt;
+  rocksdb::ColumnFamilyHandle* handle = impl_->handle(cf);
+  ColumnFamilyStats stats;
+  const auto read = [&](const std::string& property, uint64_t* value) {
+    if (!impl_->db->GetIntProperty(handle, property, value)) *value = 0;
+  };
+  read(rocksdb::DB::Properties::kEstimateNumKeys, &stats.estimated_keys);
+  read(rocksdb::DB::Properties::kTotalSstFilesSize, &stats.sst_bytes);
+  read(rocksdb::DB::Properties::kCurSizeAllMemTables, &stats.memtable_bytes);
+  read(rocksdb::DB::Properties::kEstimatePendingCompactionBytes, &stats.pending_compaction_bytes);
+  return stats;
+}
+
+uint64_t Database::BackgroundErrors() const {
+  uint64_t errors = 0;
+  if (!impl_->db || !impl_->db->GetIntProperty(rocksdb::DB::Properties::kBackgroundErrors, &errors)) return 0;
+  return errors;
+}
+
 Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_view key) const {
   if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
   std::string value;

@@ -102,6 +102,17 @@ class Database {
   // Write-ahead-log syncs (fsync/fdatasync) since Open: one per write under kSync, none under
   // kWal (RocksDB's own statistics).
   uint64_t WalSyncs() const;
+  // RocksDB's own figures for one column family (its int properties), for metrics: nullopt
+  // once closed. Estimates, as RocksDB says: keys counted twice until compaction merges them.
+  struct ColumnFamilyStats {
+    uint64_t estimated_keys = 0;            // rocksdb.estimate-num-keys
+    uint64_t sst_bytes = 0;                 // rocksdb.total-sst-files-size
+    uint64_t memtable_bytes = 0;            // rocksdb.cur-size-all-mem-tables
+    uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
+  };
+  std::optional<ColumnFamilyStats> Stats(ColumnFamily cf) const;
+  // Background errors since Open (rocksdb.background-errors): a failed flush or compaction.
+  uint64_t BackgroundErrors() const;
 
   const std::string& path() const { return path_; }
 

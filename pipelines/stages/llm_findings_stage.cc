@@ -103,6 +103,12 @@ class PreparedLlmFindingsStage : public PreparedStage {
     if (engine_ != nullptr) return ModelVersion{engine_->model_id(), engine_->model_version()};
     return ModelVersion{remote_->model(), "remote"};
   }
+  // The case's text in, findings out (JSON of ClaimAnalysisTask's schema).
+  std::optional<ModelSignature> signature() const override {
+    return ModelSignature{.platform = engine_ != nullptr && remote_ == nullptr ? "pytorch_libtorch" : "openai_remote",
+                          .inputs = {{"text_input", "BYTES", {-1}}},
+                          .outputs = {{"findings", "BYTES", {-1}}}};
+  }
   int preferred_chunk() const override { return max_batch_; }
   std::string Describe() const override {
     std::string local;

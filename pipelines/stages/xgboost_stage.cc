@@ -30,6 +30,16 @@ class PreparedXGBoostStage : public PreparedStage {
   std::optional<ModelVersion> model() const override {
     return ModelVersion{model_->model_id(), model_->model_version()};
   }
+  // One input per feature the model reads, in its column order; the score, and the names of
+  // the features that pushed it most (the `reasons`).
+  std::optional<ModelSignature> signature() const override {
+    ModelSignature signature{.platform = "xgboost"};
+    for (fraud::FeatureId feature : model_->schema().features()) {
+      signature.inputs.push_back({std::string(fraud::FeatureName(feature)), "FP32", {-1}});
+    }
+    signature.outputs = {{"score", "FP32", {-1}}, {"reasons", "BYTES", {-1, kModelReasons}}};
+    return signature;
+  }
   std::string Describe() const override {
     return "model " + model_->model_id() + "@" + model_->model_version() + " (" +
            std::to_string(model_->schema().size()) + " features) on " + device_;

@@ -196,6 +196,38 @@ TEST_F(ClaimsJobsTest, InlineClaimsRunToDoneAndTheSameClaimsAreTheSameJob) {
   EXPECT_EQ(lines, 20);  // nothing scored twice
 }
 
+// The value of the one series `series` in the server's metrics; -1 when absent.
+double JobMetric(ScoringServer& server, const std::string& series) {
+  const std::string metrics = server.metrics().RenderPrometheus();
+  const size_t at = metrics.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + series.size() + 2));
+}
+
+TEST_F(ClaimsJobsTest, JobMetricsCountJobsByStateAndFollowTheRunningOne) {
+  hold_first_job_ = true;
+  rpc::ClaimsJobStatus first, second;
+  client_->submitClaimsJob(first, Inline(12, 5));
+  job_held_.get_future().get();  // the worker is in the first job, held before its first chunk
+  client_->submitClaimsJob(second, Inline(8, 6));
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"running\"}"), 1);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"queued\"}"), 1);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"done\"}"), 0);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_job_running_claims_done"), 0);
+  release_.set_value();
+  released_ = true;
+  EXPECT_EQ(WaitForEnd(first.job_id).state, rpc::JobState::DONE);
+  EXPECT_EQ(WaitForEnd(second.job_id).state, rpc::JobState::DONE);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"done\"}"), 2);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"running\"}"), 0);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"queued\"}"), 0);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_job_running_claims_in_input"), 0);  // none runs
+  // The same claims again are the same job: still two.
+  rpc::ClaimsJobStatus again;
+  client_->submitClaimsJob(again, Inline(8, 6));
+  WaitForEnd(again.job_id);
+  EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"done\"}"), 2);
+}
+
 // Every regular file under `dir` whose bytes contain `needle`.
 std::vector<std::string> FilesHolding(const std::string& dir, const std::string& needle) {
   std::vector<std::string> found;

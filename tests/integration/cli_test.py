@@ -3,6 +3,7 @@
 codes), one check per behaviour, each run as its own subprocess."""
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,19 @@ def check_unknown_command_names_it_and_suggests_the_nearest(txscore):
     r = run(txscore, "frobnicate")
     assert r.returncode == 2, r
     assert r.stderr == 'txscore: unknown command "frobnicate" (txscore --help lists the commands)\n', r.stderr
+
+
+def check_version_names_the_version_commit_and_compiler(txscore):
+    source = SOURCE
+    r = run(txscore, "--version")
+    assert r.returncode == 0, r
+    with open(os.path.join(source, "CMakeLists.txt")) as f:
+        version = re.search(r"project\(txscore VERSION (\S+)", f.read()).group(1)
+    match = re.fullmatch(rf"txscore {re.escape(version)} \(commit ([0-9a-f]{{12}})(-dirty)?, built with \S+ [0-9.]+\)\n",
+                         r.stdout)
+    assert match, r.stdout
+    # A commit of this repository (the one built; HEAD may have moved on since).
+    assert subprocess.run(["git", "-C", source, "cat-file", "-e", match.group(1) + "^{commit}"]).returncode == 0, r.stdout
 
 
 def check_known_commands_are_not_called_unknown(txscore):
@@ -460,10 +474,12 @@ def check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absen
 
 
 EMULATED_DEVICE = None  # the emulated device's library (--emulated-device)
+SOURCE = None  # the repository (--source)
 
 CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
     check_known_commands_are_not_called_unknown,
+    check_version_names_the_version_commit_and_compiler,
     check_an_unknown_log_level_is_refused_not_silenced,
     check_serve_logs_json_lines_by_default_and_text_when_asked,
     check_score_prints_input_errors_as_valid_json,
@@ -489,9 +505,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--txscore", required=True)
     parser.add_argument("--emulated-device", required=True, help="libtxscore_emulated_device.so")
+    parser.add_argument("--source", required=True, help="the repository (its CMakeLists.txt and git history)")
     args = parser.parse_args()
-    global EMULATED_DEVICE
+    global EMULATED_DEVICE, SOURCE
     EMULATED_DEVICE = args.emulated_device
+    SOURCE = args.source
     failed = 0
     for check in CHECKS:
         try:

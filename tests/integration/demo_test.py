@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 
@@ -123,6 +124,7 @@ def main():
     parser.add_argument("--txscore", required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--node-modules", required=True)
+    parser.add_argument("--promtool", required=True)
     args = parser.parse_args()
     txscore = args.txscore
     repo_var = os.path.join(os.path.abspath(args.source), "var")
@@ -350,6 +352,43 @@ def main():
                    a["caller"].startswith("txscore-admin (127.0.0.1:") for a in actions), actions
         assert any(a["action"] == "reload" and a["outcome"] == "applied" and a["caller"] == "signal SIGHUP"
                    for a in actions), actions
+
+        # The probes and metadata a platform reads (Open Inference Protocol v2), and /metrics as
+        # Prometheus' own checker reads it.
+        def get(path):
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{ports['admin_port']}{path}", context=admin_tls) as a:
+                    return a.status, a.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+        assert get("/v2/health/live") == (200, "") and get("/v2/health/ready") == (200, "")
+        server_metadata = json.loads(get("/v2")[1])
+        assert server_metadata["name"] == "txscore" and server_metadata["extensions"] == [], server_metadata
+        fraud = json.loads(get("/v2/models/fraud")[1])
+        assert fraud["platform"] == "xgboost" and fraud["outputs"][0] == {"name": "score", "datatype": "FP32",
+                                                                           "shape": [-1]}, fraud
+        assert get(f"/v2/models/fraud/versions/{fraud['versions'][0]}/ready") == (200, "")
+        forensic = json.loads(get("/v2/models/forensic")[1])
+        assert forensic["platform"] == "pytorch_libtorch" and forensic["parameters"]["model_id"] == "llm-tiny", forensic
+        assert get("/v2/models/decision")[0] == 404  # a stage without a model
+        status, metrics = get("/metrics")
+        assert status == 200
+        promtool = args.promtool
+        assert os.access(promtool, os.X_OK), f"{promtool} is missing: scripts/setup.sh extracts it"
+        r = subprocess.run([promtool, "check", "metrics"], input=metrics, capture_output=True, text=True, timeout=60)
+        # It parses (exit 1 is a format error), and its lint finds nothing but the colon in the
+        # names vLLM gives its metrics (vLLM's own /metrics draws the same), kept so that
+        # dashboards built for vLLM read them.
+        problems = (r.stdout + r.stderr).splitlines()
+        assert r.returncode in (0, 3), r.stdout + r.stderr
+        assert all(re.fullmatch(r"vllm:\w+ metric names should not contain ':'", p) for p in problems), problems
+        vllm_families = {line.split()[2] for line in metrics.splitlines() if line.startswith("# TYPE vllm:")}
+        assert sorted(p.split()[0] for p in problems) == sorted(vllm_families), (problems, vllm_families)
+        for series in ("txscore_build_info{", "process_cpu_seconds_total ", "process_resident_memory_bytes ",
+                       'txscore_rocksdb_estimated_keys{column_family="audit"} ', 'txscore_claims_jobs{state="done"} 1\n',
+                       "vllm:generation_tokens_total{"):
+            assert series in metrics, series
+        print("ok   /v2 probes and metadata; /metrics passes promtool check metrics")
 
         server.send_signal(signal.SIGTERM)
         _, log = server.communicate(timeout=60)

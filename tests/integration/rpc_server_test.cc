@@ -14,6 +14,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -22,9 +23,12 @@
 #include <thread>
 
 #include "fraud/card_token.h"
+#include "fraud/feature_schema.h"
+#include "fraud/features.h"
 #include "fraud/synthetic.h"
 #include "fraud/xgboost_model.h"
 #include "gen-cpp/TxScore.h"
+#include "service/build_info.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "storage/audit_log.h"
@@ -606,6 +610,87 @@ TEST_F(RpcServerTest, AdminPortServesHealthReadinessAndMetrics) {
   EXPECT_EQ(std::string(reply), "HTTP/1.1 431");
   ::close(fd);
   EXPECT_NE(HttpRequest(port, "/metrics").body.find("txscore_admin_bad_requests_total 1\n"), std::string::npos);
+}
+
+TEST_F(RpcServerTest, TheInferenceProtocolsProbesAndMetadataDescribeTheModelStages) {
+  const int port = server_->admin_port();
+  EXPECT_EQ(HttpRequest(port, "/v2/health/live").status, 200);
+  EXPECT_EQ(HttpRequest(port, "/v2/health/live").body, "");
+  EXPECT_EQ(HttpRequest(port, "/v2/health/ready").status, 200);
+  const nlohmann::json server_metadata = nlohmann::json::parse(HttpRequest(port, "/v2").body);
+  EXPECT_EQ(
+      server_metadata,
+      (nlohmann::json{{"name", "txscore"}, {"version", ThisBuild().version}, {"extensions", nlohmann::json::array()}}));
+  // The fraud stage: its model's version, one FP32 input per feature in the model's order.
+  const std::string version = server_->pipeline()->FindStage("fraud")->model()->version;
+  const HttpAnswer fraud = HttpRequest(port, "/v2/models/fraud");
+  ASSERT_EQ(fraud.status, 200) << fraud.body;
+  const nlohmann::json metadata = nlohmann::json::parse(fraud.body);
+  EXPECT_EQ(metadata["name"], "fraud");
+  EXPECT_EQ(metadata["versions"], nlohmann::json::array({version}));
+  EXPECT_EQ(metadata["platform"], "xgboost");
+  EXPECT_EQ(metadata["parameters"]["model_id"], "fraud");
+  const fraud::FeatureSchema schema =
+      fraud::FeatureSchema::Load(fraud::SchemaPathForModel(testing::SmallModelDir() + "/fraud.ubj")).value();
+  ASSERT_EQ(metadata["inputs"].size(), schema.size());
+  EXPECT_EQ(
+      metadata["inputs"][0],
+      (nlohmann::json{{"name", std::string(fraud::FeatureName(schema.at(0)))}, {"datatype", "FP32"}, {"shape", {-1}}}));
+  EXPECT_EQ(metadata["outputs"], nlohmann::json::parse(R"([{"name":"score","datatype":"FP32","shape":[-1]},)"
+                                                       R"({"name":"reasons","datatype":"BYTES","shape":[-1,3]}])"));
+  EXPECT_EQ(HttpRequest(port, "/v2/models/fraud/ready").status, 200);
+  EXPECT_EQ(HttpRequest(port, "/v2/models/fraud/versions/" + version).status, 200);
+  EXPECT_EQ(HttpRequest(port, "/v2/models/fraud/versions/" + version + "/ready").status, 200);
+  // Unknown models and versions, stages without a model, paths the protocol does not have.
+  const HttpAnswer other_version = HttpRequest(port, "/v2/models/fraud/versions/0/ready");
+  EXPECT_EQ(other_version.status, 404);
+  EXPECT_EQ(nlohmann::json::parse(other_version.body)["error"],
+            "model fraud has no version 0 (it serves " + version + ")");
+  EXPECT_EQ(HttpRequest(port, "/v2/models/nope").status, 404);
+  EXPECT_EQ(HttpRequest(port, "/v2/models/decision").status, 404);
+  EXPECT_EQ(HttpRequest(port, "/v2/models/fraud/infer").status, 404);
+  EXPECT_EQ(HttpRequest(port, "/v2/models/fraud/versions").status, 404);
+  // The database gone: not ready, by the protocol's 4xx; still live.
+  ASSERT_TRUE(server_->database().Close().ok());
+  EXPECT_EQ(HttpRequest(port, "/v2/health/ready").status, 400);
+  EXPECT_EQ(HttpRequest(port, "/v2/models/fraud/ready").status, 400);
+  EXPECT_EQ(HttpRequest(port, "/v2/health/live").status, 200);
+}
+
+// The value of the one series `series` (name and labels, exactly) in /metrics; NaN when absent.
+double MetricValue(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  return at == std::string::npos ? std::nan("") : std::stod(metrics.substr(at + series.size() + 2));
+}
+
+TEST_F(RpcServerTest, MetricsSayWhichBuildRunsAndWhatTheProcessAndDatabaseHold) {
+  for (int i = 0; i < 3; ++i) {
+    Client c(server_->rpc_port());
+    rpc::ScoreResult result;
+    fraud::RawTransaction tx = testing::ValidTransaction("m" + std::to_string(i));
+    tx.timestamp_ms += i * 1000;
+    c.client->score(result, ToThriftTransaction(tx));
+  }
+  const std::string metrics = HttpRequest(server_->admin_port(), "/metrics").body;
+  const BuildInfo& build = ThisBuild();
+  EXPECT_EQ(MetricValue(metrics, "txscore_build_info{version=\"" + build.version + "\",commit=\"" + build.commit +
+                                     "\",compiler=\"" + build.compiler + "\"}"),
+            1)
+      << metrics;
+  EXPECT_NE(build.commit, "");
+  EXPECT_GT(MetricValue(metrics, "process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(MetricValue(metrics, "process_open_fds"), 3);
+  EXPECT_GT(MetricValue(metrics, "process_cpu_seconds_total"), 0);
+  EXPECT_EQ(metrics.find("# TYPE process_cpu_seconds_total counter\n") != std::string::npos, true);
+  // One card's state written three times, and three audit records (with the trail's start
+  // checkpoint): RocksDB's estimate counts each write in the memtable until compaction.
+  EXPECT_EQ(MetricValue(metrics, "txscore_rocksdb_estimated_keys{column_family=\"entity_state\"}"), 3);
+  EXPECT_GE(MetricValue(metrics, "txscore_rocksdb_estimated_keys{column_family=\"audit\"}"), 3);
+  EXPECT_GT(MetricValue(metrics, "txscore_rocksdb_memtable_bytes{column_family=\"audit\"}"), 0);
+  EXPECT_EQ(MetricValue(metrics, "txscore_rocksdb_sst_bytes{column_family=\"jobs\"}"), 0);
+  EXPECT_EQ(MetricValue(metrics, "txscore_rocksdb_background_errors_total"), 0);
+  // No claims pipeline is configured: no job metrics.
+  EXPECT_EQ(metrics.find("txscore_claims_jobs"), std::string::npos);
 }
 
 TEST_F(RpcServerTest, ReadinessFollowsTheDatabase) {

@@ -139,6 +139,35 @@ TEST_F(AdminServerTest, AnUnknownPathIs404ListingThePathsAndAWrongMethodIs405) {
   ExpectStillServing();
 }
 
+TEST_F(AdminServerTest, APrefixRouteAnswersThePathsUnderItThatNoExactRouteNames) {
+  std::map<std::string, AdminRoute> routes;
+  const auto prefix = [](const std::string& tag) {
+    AdminRoute route;
+    route.path_handler = [tag](const Caller&, const std::string& path) {
+      return HttpResponse{200, "text/plain", tag + " " + path};
+    };
+    return route;
+  };
+  routes["/v2/models/"] = prefix("models");
+  routes["/v2/models/special/"] = prefix("special");
+  routes["/v2/models/exact"] = AdminRoute([] { return HttpResponse{200, "text/plain", "exact"}; });
+  server_ = AdminServer::Create({.host = "127.0.0.1", .port = 0, .plaintext = true}, std::move(routes)).value();
+  server_->Start();
+  const auto body = [&](const std::string& target) {
+    const std::string response = Exchange(Get(target));
+    return std::to_string(Status(response)) + " " + response.substr(response.find("\r\n\r\n") + 4);
+  };
+  EXPECT_EQ(body("/v2/models/fraud/ready"), "200 models /v2/models/fraud/ready");
+  EXPECT_EQ(body("/v2/models/fraud?verbose=1"), "200 models /v2/models/fraud");  // the path, without the query
+  EXPECT_EQ(body("/v2/models/special/x"), "200 special /v2/models/special/x");   // the longest prefix
+  EXPECT_EQ(body("/v2/models/special"), "200 models /v2/models/special");
+  EXPECT_EQ(body("/v2/models/exact"), "200 exact");      // an exact route first
+  EXPECT_EQ(Status(Exchange(Get("/v2/models/"))), 404);  // the prefix itself is not under it
+  EXPECT_EQ(Status(Exchange(Get("/v2/models"))), 404);
+  EXPECT_EQ(Status(Exchange(Get("/v2/models/../x"))), 400);
+  EXPECT_EQ(Status(Exchange(Post("/v2/models/fraud", ""))), 405);  // GET and HEAD only
+}
+
 TEST_F(AdminServerTest, ATargetThatIsNotAnAbsolutePathOrHasDotSegmentsIs400) {
   Start();
   for (const std::string target : {"healthz", "http://x/healthz", "*", "/../healthz", "/x/../healthz", "/./healthz",
