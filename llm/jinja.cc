@@ -4,13 +4,16 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -196,7 +199,16 @@ void JsonString(std::string* out, const std::string& s) {
   out->push_back('"');
 }
 
-void JsonDump(std::string* out, const Json& value, int indent, int level) {
+// json.dumps's text of `value`; past `max_bytes` of it, or `max_depth` levels, a JinjaError
+// (ErrorCode::kResourceExhausted, line 0: the caller names its own).
+void JsonDump(std::string* out, const Json& value, int indent, int level, size_t max_bytes, int max_depth) {
+  if (out->size() > max_bytes ||
+      (indent > 0 && static_cast<size_t>(indent) * static_cast<size_t>(level + 1) > max_bytes)) {
+    Fail(0, "tojson's text is longer than " + std::to_string(max_bytes) + " bytes", ErrorCode::kResourceExhausted);
+  }
+  if (level > max_depth) {
+    Fail(0, "tojson of a value nested more than " + std::to_string(max_depth) + " deep", ErrorCode::kResourceExhausted);
+  }
   const std::string newline = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * (level + 1)), ' ') : "";
   const std::string closing = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * level), ' ') : "";
   const char* separator = indent >= 0 ? "," : ", ";
@@ -210,7 +222,7 @@ void JsonDump(std::string* out, const Json& value, int indent, int level) {
     *out += "[" + newline;
     for (size_t i = 0; i < value.size(); ++i) {
       if (i) *out += separator + newline;
-      JsonDump(out, value[i], indent, level + 1);
+      JsonDump(out, value[i], indent, level + 1, max_bytes, max_depth);
     }
     *out += closing + "]";
   } else if (value.is_object()) {
@@ -225,7 +237,7 @@ void JsonDump(std::string* out, const Json& value, int indent, int level) {
       first = false;
       JsonString(out, key);
       *out += ": ";
-      JsonDump(out, item, indent, level + 1);
+      JsonDump(out, item, indent, level + 1, max_bytes, max_depth);
     }
     *out += closing + "}";
   } else if (value.is_number_float()) {
@@ -366,6 +378,56 @@ struct Token {
   int line = 0;
 };
 
+// Python's int(text): surrounding whitespace, a sign, decimal digits with single underscores
+// between them. nullopt when Python would raise ValueError; a number past int64 (a Python big
+// int) is an error: refused rather than rendered differently.
+std::optional<int64_t> PythonIntText(const std::string& text, int line) {
+  size_t i = 0, end = text.size();
+  while (i < end && IsAsciiSpace(text[i])) ++i;
+  while (end > i && IsAsciiSpace(text[end - 1])) --end;
+  bool negative = false;
+  if (i < end && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
+  if (i == end) return std::nullopt;
+  int64_t value = 0;
+  for (size_t k = i; k < end; ++k) {
+    const char c = text[k];
+    if (c == '_') {
+      if (k == i || k + 1 == end || text[k + 1] == '_') return std::nullopt;
+      continue;
+    }
+    if (c < '0' || c > '9') return std::nullopt;
+    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, c - '0', &value)) {
+      Fail(line, "integer overflow: " + text);
+    }
+  }
+  return negative ? -value : value;
+}
+
+// Python's float(text): strtod's decimal forms and inf/infinity/nan, with underscores between
+// digits, but no hexadecimal (strtod reads 0x1A; Python does not).
+std::optional<double> PythonFloatText(const std::string& text) {
+  std::string cleaned;
+  size_t i = 0, end = text.size();
+  while (i < end && IsAsciiSpace(text[i])) ++i;
+  while (end > i && IsAsciiSpace(text[end - 1])) --end;
+  for (size_t k = i; k < end; ++k) {
+    const char c = text[k];
+    if (c == 'x' || c == 'X' || c == 'p' || c == 'P') return std::nullopt;
+    if (c == '_') {
+      const bool between_digits = k > i && k + 1 < end && std::isdigit(static_cast<unsigned char>(text[k - 1])) &&
+                                  std::isdigit(static_cast<unsigned char>(text[k + 1]));
+      if (!between_digits) return std::nullopt;
+      continue;
+    }
+    cleaned.push_back(c);
+  }
+  if (cleaned.empty()) return std::nullopt;
+  char* stop = nullptr;
+  const double d = std::strtod(cleaned.c_str(), &stop);
+  if (*stop != '\0') return std::nullopt;
+  return d;
+}
+
 std::string DecodeStringLiteral(std::string_view body, int line) {
   std::string out;
   for (size_t i = 0; i < body.size(); ++i) {
@@ -405,8 +467,37 @@ std::string DecodeStringLiteral(std::string_view body, int line) {
         out.push_back('\a');
         break;
       case '0':
-        out.push_back('\0');
+      case '1':
+      case '2':
+      case '3':
+      case '4':
+      case '5':
+      case '6':
+      case '7': {  // up to three octal digits, as Python reads them
+        uint32_t value = static_cast<uint32_t>(c - '0');
+        for (int more = 0; more < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++more) {
+          value = value * 8 + static_cast<uint32_t>(body[++i] - '0');
+        }
+        AppendUtf8(static_cast<char32_t>(value), &out);
         break;
+      }
+      case 'N': {  // \N{NAME}: a character by its Unicode name (or a name alias)
+        const size_t close = body.find('}', i + 1);
+        if (i + 1 >= body.size() || body[i + 1] != '{' || close == std::string_view::npos) {
+          Fail(line, "a \\N escape needs {NAME}");
+        }
+        const std::string name(body.substr(i + 2, close - i - 2));
+        UErrorCode status = U_ZERO_ERROR;
+        UChar32 found = u_charFromName(U_UNICODE_CHAR_NAME, name.c_str(), &status);
+        if (U_FAILURE(status)) {
+          status = U_ZERO_ERROR;
+          found = u_charFromName(U_CHAR_NAME_ALIAS, name.c_str(), &status);
+        }
+        if (U_FAILURE(status)) Fail(line, "unknown Unicode character name in \\N{" + name + "}");
+        AppendUtf8(static_cast<char32_t>(found), &out);
+        i = close;
+        break;
+      }
       case '\\':
       case '\'':
       case '"':
@@ -1264,10 +1355,38 @@ class Renderer {
  private:
   enum class Flow { kNormal, kBreak, kContinue };
 
-  void Step(int line) {
-    if (++steps_ > limits_.max_steps) {
+  void Step(int line, uint64_t steps = 1) {
+    steps_ += steps;
+    if (steps_ > limits_.max_steps) {
       Fail(line, "rendering took more than " + std::to_string(limits_.max_steps) + " steps",
            ErrorCode::kResourceExhausted);
+    }
+    // The clock, every 1024 steps: a step may copy a large value.
+    if ((steps_ >> 10) != (checked_clock_at_ >> 10)) {
+      checked_clock_at_ = steps_;
+      if (std::chrono::steady_clock::now() - started_ > limits_.max_duration) {
+        Fail(line, "rendering took more than " + std::to_string(limits_.max_duration.count()) + " ms",
+             ErrorCode::kResourceExhausted);
+      }
+    }
+  }
+  // Lists and dicts made from `item` nest one deeper than it: refused past max_nesting. Walks
+  // the item (its nodes charged as steps, 64 a step), without recursion.
+  void CheckNesting(const Json& item, int line) {
+    if (!item.is_array() && !item.is_object()) return;
+    std::vector<std::pair<const Json*, int>> pending{{&item, 1}};
+    uint64_t visited = 0;
+    while (!pending.empty()) {
+      const auto [node, depth] = pending.back();
+      pending.pop_back();
+      if (++visited % 64 == 0) Step(line);
+      if (depth + 1 > limits_.max_nesting) {
+        Fail(line, "a list or dict nested more than " + std::to_string(limits_.max_nesting) + " deep",
+             ErrorCode::kResourceExhausted);
+      }
+      for (const Json& child : *node) {
+        if (child.is_array() || child.is_object()) pending.push_back({&child, depth + 1});
+      }
     }
   }
   // A string or list a template makes may hold at most the output's size and the value limit.
@@ -1529,8 +1648,16 @@ class Renderer {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return Data(e.literal);
-      case Expr::Kind::kName:
-        return Lookup(e.name, e.line);
+      case Expr::Kind::kName: {
+        Value found = Lookup(e.name, e.line);
+        // A global function (range, strftime_now, ...) used as a value: jinja2 would print or
+        // test a function object, which this engine has not; refused rather than rendered as
+        // undefined. `is defined` on one is answered in kTest.
+        if (found.undefined() && KnownFunctions().count(e.name) != 0) {
+          Fail(e.line, "the function " + e.name + " can only be called here (or tested with 'is defined')");
+        }
+        return found;
+      }
       case Expr::Kind::kAttr:
         return Attribute(Eval(*e.a), e.name, e.line);
       case Expr::Kind::kItem: {
@@ -1541,7 +1668,10 @@ class Renderer {
         return Slice(e);
       case Expr::Kind::kList: {
         Json list = Json::array();
-        for (const ExprPtr& item : e.args) list.push_back(Plain(Eval(*item), item->line));
+        for (const ExprPtr& item : e.args) {
+          list.push_back(Plain(Eval(*item), item->line));
+          CheckNesting(list.back(), item->line);
+        }
         return Data(std::move(list));
       }
       case Expr::Kind::kDict: {
@@ -1549,7 +1679,9 @@ class Renderer {
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           const Value key = Eval(*e.args[i]);
           if (!IsString(key)) Fail(e.line, "dict keys must be strings here");
-          dict[Str(key)] = Plain(Eval(*e.args[i + 1]), e.line);
+          Json& value = dict[Str(key)];
+          value = Plain(Eval(*e.args[i + 1]), e.line);
+          CheckNesting(value, e.line);
         }
         return Data(std::move(dict));
       }
@@ -1576,6 +1708,10 @@ class Renderer {
       case Expr::Kind::kFilter:
         return ApplyFilter(e);
       case Expr::Kind::kTest: {
+        if ((e.name == "defined" || e.name == "undefined") && e.a->kind == Expr::Kind::kName &&
+            KnownFunctions().count(e.a->name) != 0 && Lookup(e.a->name, e.line).undefined()) {
+          return Data((e.name == "defined") != e.negated);  // a global function is defined
+        }
         std::vector<Value> args;
         for (const ExprPtr& arg : e.args) args.push_back(Eval(*arg));
         return Data(RunTest(e.name, Eval(*e.a), args, e.line) != e.negated);
@@ -1597,7 +1733,11 @@ class Renderer {
     if (v.undefined()) FailUndefined(v, e.line);
     if (!IsNumber(v)) Fail(e.line, "bad operand type for unary " + e.name + ": '" + TypeName(v) + "'");
     if (e.name == "+") return Data(IsIntLike(v.json()) ? Json(AsInt(v.json())) : v.json());
-    if (IsIntLike(v.json())) return Data(-AsInt(v.json()));
+    if (IsIntLike(v.json())) {
+      int64_t negated = 0;
+      if (__builtin_sub_overflow(int64_t{0}, AsInt(v.json()), &negated)) Fail(e.line, "integer overflow");
+      return Data(negated);
+    }
     return Data(-v.json().get<double>());
   }
 
@@ -1679,6 +1819,10 @@ class Renderer {
         if (__builtin_mul_overflow(a, b, &result)) Fail(line, "integer overflow");
       } else if (op == "//" || op == "%") {
         if (b == 0) Fail(line, "integer division or modulo by zero");
+        if (a == std::numeric_limits<int64_t>::min() && b == -1) {
+          if (op == "//") Fail(line, "integer overflow");  // the one quotient past int64
+          return Data(int64_t{0});
+        }
         int64_t q = a / b, r = a % b;
         if (r != 0 && ((r < 0) != (b < 0))) {
           --q;
@@ -1806,7 +1950,10 @@ class Renderer {
         return ns;
       }
       Json dict = Json::object();
-      for (const auto& [key, value] : fields) dict[key] = Plain(value, e.line);
+      for (const auto& [key, value] : fields) {
+        dict[key] = Plain(value, e.line);
+        CheckNesting(dict[key], e.line);
+      }
       return Data(std::move(dict));
     }
     if (e.name == "range") {
@@ -2045,7 +2192,8 @@ class Renderer {
     for (std::string_view c : SplitUtf8(s)) {
       const char32_t cp = CodePointOf(c);
       const bool letter = u_isalpha(static_cast<UChar32>(cp));
-      AppendUtf8(static_cast<char32_t>(start && letter ? u_toupper(static_cast<UChar32>(cp))
+      // Python upper-cases a word's first character to its title case (ǆ -> ǅ, not Ǆ).
+      AppendUtf8(static_cast<char32_t>(start && letter ? u_totitle(static_cast<UChar32>(cp))
                                                        : u_tolower(static_cast<UChar32>(cp))),
                  &out);
       start = every_word ? !letter : false;
@@ -2139,12 +2287,24 @@ class Renderer {
     }
     if (f == "tojson") {
       const int64_t indent = IntArg(args, 0, "indent", -1, line);
-      return Data(PythonJsonDumps(Plain(v, line), static_cast<int>(indent)));
+      std::string text;
+      try {
+        JsonDump(&text, Plain(v, line), static_cast<int>(std::clamp<int64_t>(indent, -1, 1 << 20)), 0,
+                 limits_.max_output_bytes, limits_.max_nesting);
+      } catch (const JinjaError& e) {
+        Fail(line, e.message, e.code);
+      }
+      CheckStringSize(text.size(), line);
+      return Data(std::move(text));
     }
     if (f == "int" || f == "float") return Data(Convert(f, v, args, line));
     if (f == "abs") {
       if (!IsNumber(v)) Fail(line, "bad operand type for abs(): '" + TypeName(v) + "'");
-      if (IsIntLike(v.json())) return Data(std::llabs(AsInt(v.json())));
+      if (IsIntLike(v.json())) {
+        const int64_t n = AsInt(v.json());
+        if (n == std::numeric_limits<int64_t>::min()) Fail(line, "integer overflow");
+        return Data(n < 0 ? -n : n);
+      }
       return Data(std::fabs(v.json().get<double>()));
     }
     if (f == "map" || f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
@@ -2172,26 +2332,28 @@ class Renderer {
     const Json fallback = fallback_arg ? Plain(*fallback_arg, line) : (f == "int" ? Json(0) : Json(0.0));
     if (!v.is_data()) return fallback;
     const Json& j = v.json();
+    // jinja2: int(value), else int(float(value)), else the default; float(value), else the
+    // default. Python's int() and float() of a string: see PythonIntText, PythonFloatText.
     if (f == "int") {
       if (IsIntLike(j)) return AsInt(j);
-      if (j.is_number()) return static_cast<int64_t>(j.get<double>());
-      if (j.is_string()) {
-        const std::string text = Strip(j.get<std::string>(), true, true);
-        char* end = nullptr;
-        errno = 0;
-        const long long n = std::strtoll(text.c_str(), &end, 10);
-        if (!text.empty() && *end == '\0' && errno == 0) return static_cast<int64_t>(n);
-        const double d = std::strtod(text.c_str(), &end);
-        if (!text.empty() && *end == '\0' && std::isfinite(d)) return static_cast<int64_t>(d);
+      double d = 0;
+      if (j.is_number()) {
+        d = j.get<double>();
+      } else if (j.is_string()) {
+        const std::string text = j.get<std::string>();
+        if (std::optional<int64_t> n = PythonIntText(text, line)) return *n;
+        std::optional<double> parsed = PythonFloatText(text);
+        if (!parsed || std::isnan(*parsed)) return fallback;
+        d = *parsed;
+      } else {
+        return fallback;
       }
-      return fallback;
+      if (!(d > -9.2e18 && d < 9.2e18)) Fail(line, "integer overflow");  // Python: OverflowError or a big int
+      return static_cast<int64_t>(d);
     }
     if (j.is_number() || j.is_boolean()) return AsDouble(j);
     if (j.is_string()) {
-      const std::string text = Strip(j.get<std::string>(), true, true);
-      char* end = nullptr;
-      const double d = std::strtod(text.c_str(), &end);
-      if (!text.empty() && *end == '\0') return d;
+      if (std::optional<double> d = PythonFloatText(j.get<std::string>())) return *d;
     }
     return fallback;
   }
@@ -2283,6 +2445,8 @@ class Renderer {
   std::vector<std::map<std::string, Value>> scopes_;
   std::string out_;
   uint64_t steps_ = 0;
+  uint64_t checked_clock_at_ = 0;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace
@@ -2298,7 +2462,7 @@ std::string PythonStr(const Json& value) {
 
 std::string PythonJsonDumps(const Json& value, int indent) {
   std::string out;
-  JsonDump(&out, value, indent, 0);
+  JsonDump(&out, value, indent, 0, std::numeric_limits<size_t>::max(), std::numeric_limits<int>::max());
   return out;
 }
 

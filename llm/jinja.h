@@ -31,6 +31,7 @@
 // templates unpack them instead.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,12 @@ struct RenderLimits {
   size_t max_output_bytes = 4 << 20;  // Default: 4 MiB of rendered text, and of any string made
   size_t max_value_bytes = 16 << 20;  // Default: 16 MiB in any list a template makes (about)
   uint64_t max_steps = 10'000'000;    // Default: 10^7 evaluated expressions and loop iterations
+  // Default: 2 s. Steps that each copy a large value can take long within max_steps (a list
+  // grown by `+` in a loop is quadratic); real chat templates render in well under a millisecond.
+  std::chrono::milliseconds max_duration{2000};
+  // Default: 256. Lists and dicts nested deeper than this are refused when made (deeper ones
+  // would overflow the stack when printed, compared or copied).
+  int max_nesting = 256;
 };
 
 class Template {

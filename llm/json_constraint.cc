@@ -1,7 +1,9 @@
 #include "llm/json_constraint.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "llm/tokenizer.h"
 
@@ -83,6 +85,26 @@ Status Compile(const json& node, const std::string& path, std::vector<Element>* 
     return InvalidArgument("schema " + path + " needs a \"type\"");
   }
   const std::string type = node["type"].get<std::string>();
+  // A keyword this subset does not enforce is refused, never ignored: the output would not
+  // validate against the caller's schema (an integer's "maximum", a string's "pattern").
+  static const std::map<std::string, std::set<std::string>> kKeywords = {
+      {"object", {"properties", "required", "additionalProperties"}},
+      {"string", {"enum", "minLength", "maxLength"}},
+      {"number", {}},
+      {"integer", {}},
+      {"boolean", {}},
+      {"array", {"items", "minItems", "maxItems"}},
+  };
+  static const std::set<std::string> kAnnotations = {"type", "title",    "description", "$schema",
+                                                     "$id",  "$comment", "examples",    "default"};
+  if (auto keywords = kKeywords.find(type); keywords != kKeywords.end()) {
+    for (const auto& [key, value] : node.items()) {
+      if (kAnnotations.count(key) == 0 && keywords->second.count(key) == 0) {
+        return FailedPrecondition("schema " + path + ": \"" + key + "\" is not supported for type \"" + type +
+                                  "\" (the constrained output could not honour it)");
+      }
+    }
+  }
   auto quoted_enum = [&](const json& values, std::vector<std::string>* out) -> Status {
     if (!values.is_array() || values.empty())
       return InvalidArgument("schema " + path + ": \"enum\" must be a non-empty list");
@@ -135,6 +157,11 @@ Status Compile(const json& node, const std::string& path, std::vector<Element>* 
     const json items = node.value("items", json());
     if (!items.is_object() || items.value("type", "") != "string" || !items.contains("enum")) {
       return FailedPrecondition("schema " + path + ": only arrays of string enums are supported");
+    }
+    for (const auto& [key, value] : items.items()) {
+      if (key != "enum" && kAnnotations.count(key) == 0) {
+        return FailedPrecondition("schema " + path + ".items: \"" + key + "\" is not supported");
+      }
     }
     Element e;
     e.kind = Kind::kEnumArray;

@@ -10,7 +10,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -69,6 +71,43 @@ bool IsIpAddress(const std::string& host) {
   beast::error_code ec;
   asio::ip::make_address(host, ec);
   return !ec;
+}
+
+// The pool's addresses, found before `expiry`. An IP address needs no lookup. A name's lookup
+// (getaddrinfo, which has no timeout) runs on a thread of its own and is waited for only until
+// `expiry`: a slow resolver costs the call its time, never the stage's deadline; a lookup
+// still running then finishes on its own and its answer is dropped.
+Result<tcp::resolver::results_type> ResolveBefore(const std::string& host, const std::string& port,
+                                                  Clock::time_point expiry) {
+  if (IsIpAddress(host)) {
+    const tcp::endpoint endpoint(asio::ip::make_address(host), static_cast<unsigned short>(std::stoi(port)));
+    return tcp::resolver::results_type::create(endpoint, host, port);
+  }
+  struct Lookup {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    beast::error_code ec;
+    tcp::resolver::results_type results;
+  };
+  auto lookup = std::make_shared<Lookup>();
+  std::thread([lookup, host, port] {
+    asio::io_context io;
+    tcp::resolver resolver(io);
+    beast::error_code ec;
+    tcp::resolver::results_type results = resolver.resolve(host, port, ec);
+    std::lock_guard<std::mutex> lock(lookup->mutex);
+    lookup->ec = ec;
+    lookup->results = std::move(results);
+    lookup->done = true;
+    lookup->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(lookup->mutex);
+  if (!lookup->done_cv.wait_until(lock, expiry, [&] { return lookup->done; })) {
+    return DeadlineExceeded("the lookup of " + host + " did not answer in time");
+  }
+  if (lookup->ec) return Unavailable("cannot resolve " + host + ": " + lookup->ec.message());
+  return lookup->results;
 }
 
 }  // namespace
@@ -238,12 +277,12 @@ Result<llm::Findings> RemoteLlm::Call(const std::string& body, std::chrono::stea
   asio::io_context io;
   beast::error_code ec;
   std::string step = "resolve " + url.host;
-  tcp::resolver resolver(io);
-  const tcp::resolver::results_type endpoints = resolver.resolve(url.host, url.port, ec);
-  if (ec) {
+  Result<tcp::resolver::results_type> resolved = ResolveBefore(url.host, url.port, expiry);
+  if (!resolved.ok()) {
     calls_failed_.fetch_add(1);
-    return Unavailable("cannot resolve " + url.host + ": " + ec.message());
+    return Unavailable(resolved.error().message);
   }
+  const tcp::resolver::results_type endpoints = std::move(resolved).value();
   http::request<http::string_body> request{http::verb::post, url.path + "/chat/completions", 11};
   request.set(http::field::host, url.host);
   request.set(http::field::content_type, "application/json");

@@ -234,17 +234,17 @@ std::optional<ApiError> ParseCompletionRequest(const std::string& body, bool cha
     sampling.seed = std::random_device{}();  // without a seed, as OpenAI: a different draw each time
   }
   if (const Json* stop = field("stop")) {
-    if (stop->is_string()) {
+    if (stop->is_string() && !stop->get<std::string>().empty()) {
       r.generation.stop = {stop->get<std::string>()};
     } else if (stop->is_array() && stop->size() <= 4) {
       for (const Json& s : *stop) {
         if (!s.is_string() || s.get<std::string>().empty()) {
-          return ApiError{400, "stop must be a string or a list of up to 4 non-empty strings", "stop", ""};
+          return ApiError{400, "stop must be a non-empty string or a list of up to 4 non-empty strings", "stop", ""};
         }
         r.generation.stop.push_back(s.get<std::string>());
       }
     } else {
-      return ApiError{400, "stop must be a string or a list of up to 4 strings", "stop", ""};
+      return ApiError{400, "stop must be a non-empty string or a list of up to 4 non-empty strings", "stop", ""};
     }
   }
   if (const Json* format = field("response_format")) {
@@ -520,11 +520,14 @@ void OpenAiApi::Completions(const AdminRequest& request, AdminResponder& respond
   record.model = r.model;
   record.e2e_s = std::chrono::duration<double>(Clock::now() - arrived).count();
   if (!generated.ok()) {
-    record.finished_reason = "abort";
-    metrics_.Record(record);
-    // A schema the constraint cannot compile, or a budget too small for it, is the caller's.
+    // A schema the constraint cannot compile, or a budget too small for it, is the caller's:
+    // refused before it ran (vLLM counts no request for it either). The rest were aborted.
     const ErrorCode code = generated.error().code;
     const bool callers = code == ErrorCode::kInvalidArgument || code == ErrorCode::kFailedPrecondition;
+    if (!callers) {
+      record.finished_reason = "abort";
+      metrics_.Record(record);
+    }
     const ApiError error{callers                                ? 400
                          : code == ErrorCode::kDeadlineExceeded ? 504
                                                                 : 503,

@@ -7,8 +7,9 @@
 // Both POSTs answer whole or, with "stream": true, as server-sent events (data: {chunk} lines,
 // then data: [DONE]). They take max_tokens (chat: also max_completion_tokens), temperature,
 // top_p, seed, stop (a string or up to 4), stream_options.include_usage, and response_format
-// {"type": "json_schema", "json_schema": {"schema": {...}}} or {"type": "json_object"}: the
-// reply is constrained to the schema (llm/json_constraint.h). Every reply counts its tokens in
+// {"type": "json_schema", "json_schema": {"schema": {...}}}: the reply is constrained to the
+// schema (llm/json_constraint.h; a keyword it cannot enforce is refused, as is
+// {"type": "json_object"}, which has no schema). Every reply counts its tokens in
 // `usage`. What the API does not do (n > 1, logprobs, echo, tool calls in replies, images) is
 // refused with a 400 that names the field, never ignored.
 //

@@ -152,6 +152,16 @@ def chat_template_seeds():
     write("chat_template_fuzz", "refused_macro", "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1) }}")
     write("chat_template_fuzz", "long_loop",
           "{% for i in range(1000) %}{% for j in range(1000) %}{{ i * j }}{% endfor %}{% endfor %}")
+    # What a review found: SIGFPE, a 10 GB tojson, a stack overflow, a quadratic loop.
+    write("chat_template_fuzz", "int_edges",
+          "{{ (-9223372036854775807 - 1) // -1 }}{{ -(-9223372036854775807 - 1) }}{{ '99999999999999999999'|int }}")
+    write("chat_template_fuzz", "tojson_indent", "{{ messages | tojson(indent=100000000) }}")
+    write("chat_template_fuzz", "nesting",
+          "{% set ns = namespace(a=[]) %}{% for i in range(20000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a }}")
+    write("chat_template_fuzz", "quadratic",
+          "{% set ns = namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = ns.a + [i] %}{% endfor %}")
+    write("chat_template_fuzz", "escapes_and_defined",
+          "{{ '\\101\\N{BULLET}' }}{% if strftime_now is defined %}{{ strftime_now('%d %b %Y') }}{% endif %}")
 
 
 def openai_request_seeds():

@@ -255,6 +255,8 @@ TEST_F(OpenAiApiTest, RefusalsNameTheFieldAsOpenAiDoes) {
   expect_refusal("/v1/chat/completions", Chat("x", {{"max_tokens", 5000}}), 400, "messages",
                  "maximum context length is 4096 tokens");
   expect_refusal("/v1/chat/completions", Chat("x", {{"stop", {"a", "b", "c", "d", "e"}}}), 400, "stop", "up to 4");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"stop", ""}}), 400, "stop", "non-empty");
+  expect_refusal("/v1/chat/completions", Chat("x", {{"stop", {"a", ""}}}), 400, "stop", "non-empty");
   expect_refusal("/v1/chat/completions", Chat("x", {{"tools", {{{"type", "function"}}}}}), 400, "tools",
                  "tool calls are not supported");
   expect_refusal("/v1/chat/completions", {{"model", "llm-chat"}, {"messages", {{{"role", "tool"}, {"content", "x"}}}}},
@@ -277,6 +279,12 @@ TEST_F(OpenAiApiTest, RefusalsNameTheFieldAsOpenAiDoes) {
                                   {"properties", {{"a", {{"type", "array"}, {"items", {{"type", "number"}}}}}}},
                                   {"required", {"a"}}}}}}}}}),
                  400, "response_format", "only arrays of string enums are supported");
+  // A keyword the constraint would not enforce is refused, not ignored.
+  expect_refusal("/v1/chat/completions",
+                 Chat("x", {{"response_format",
+                             {{"type", "json_schema"},
+                              {"json_schema", {{"schema", {{"type", "integer"}, {"minimum", 5}, {"maximum", 6}}}}}}}}),
+                 400, "response_format", "is not supported for type \"integer\"");
   expect_refusal("/v1/completions", {{"model", "llm-base"}, {"prompt", {"a", "b"}}}, 400, "prompt",
                  "one prompt per request");
   expect_refusal("/v1/completions", {{"model", "llm-base"}, {"prompt", {1, 999999}}}, 400, "prompt", "token ids");
@@ -311,6 +319,16 @@ TEST_F(OpenAiApiTest, ServingMetricsUseVllmNamesAndCountWhatHappened) {
   const std::string finished = "vllm:request_success_total{model_name=\"llm-base\",finished_reason=\"" +
                                reply["choices"][0]["finish_reason"].get<std::string>() + "\"}";
   EXPECT_EQ(delta(finished), 1);
+  // A request refused as the caller's error (a schema the constraint cannot enforce) never ran:
+  // no finished request is counted for it, as vLLM counts none.
+  const std::string chat_model = "{model_name=\"llm-chat\",finished_reason=\"abort\"}";
+  const double aborted_before = Metric(scrape(), "vllm:request_success_total" + chat_model);
+  const auto [refused, refusal] = Call(
+      "/v1/chat/completions",
+      Chat("x", {{"response_format",
+                  {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "integer"}, {"maximum", 6}}}}}}}}));
+  EXPECT_EQ(refused, 400) << refusal;
+  EXPECT_EQ(Metric(scrape(), "vllm:request_success_total" + chat_model), aborted_before);
   // Between batches nothing runs or waits and no cache is held.
   EXPECT_EQ(Metric(after, "vllm:num_requests_running" + model), 0);
   EXPECT_EQ(Metric(after, "vllm:num_requests_waiting" + model), 0);

@@ -1,4 +1,4 @@
-// The official `openai` npm client (v6, which runs on Debian's Node.js 20) against txscore's
+// The official `openai` npm client (v6; Node.js 20, and Debian's 18 checked by hand) against txscore's
 // OpenAI-compatible endpoints over the admin port's HTTPS with a client certificate, as a
 // platform team's code would call them: models, chat (whole, streamed, json_schema) and
 // completions; an unknown model is the client's NotFoundError; a caller without a certificate

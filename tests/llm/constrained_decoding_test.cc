@@ -129,6 +129,30 @@ TEST(JsonConstraint, UnsupportedSchemasAreNamed) {
   EXPECT_EQ(JsonConstraint::Create("{", SmallTokenizer(), {}).error().message, "the schema is not valid JSON");
 }
 
+TEST(JsonConstraint, KeywordsItCannotHonourAreRefusedNotIgnored) {
+  const auto refusal = [](const std::string& schema) {
+    Result<std::unique_ptr<JsonConstraint>> c = JsonConstraint::Create(schema, SmallTokenizer(), {});
+    return c.ok() ? std::string("accepted") : c.error().message;
+  };
+  EXPECT_EQ(refusal(R"({"type": "integer", "enum": [1, 2]})"),
+            "schema $: \"enum\" is not supported for type \"integer\" (the constrained output could not honour it)");
+  EXPECT_EQ(
+      refusal(R"({"type": "object", "properties": {"n": {"type": "number", "maximum": 6}}, "required": ["n"]})"),
+      "schema $.n: \"maximum\" is not supported for type \"number\" (the constrained output could not honour it)");
+  EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"),
+            "schema $: \"pattern\" is not supported for type \"string\" (the constrained output could not honour it)");
+  EXPECT_EQ(
+      refusal(R"({"type": "array", "items": {"type": "string", "enum": ["a"]}, "uniqueItems": true})"),
+      "schema $: \"uniqueItems\" is not supported for type \"array\" (the constrained output could not honour it)");
+  EXPECT_EQ(refusal(R"({"type": "array", "items": {"type": "string", "enum": ["a"], "minLength": 1}})"),
+            "schema $.items: \"minLength\" is not supported");
+  // Annotations change nothing the output must be, and additionalProperties holds anyway
+  // (only the schema's properties are written).
+  EXPECT_EQ(refusal(R"({"type": "object", "title": "t", "description": "d", "additionalProperties": false,
+                        "properties": {"s": {"type": "string", "description": "x", "maxLength": 4}}, "required": ["s"]})"),
+            "accepted");
+}
+
 TEST(Sampler, GreedyTakesTheArgmaxAmongAllowed) {
   Sampler greedy({});
   EXPECT_EQ(greedy.Sample({0.1f, 3.0f, 2.0f}), 1);

@@ -249,6 +249,71 @@ TEST(JinjaTemplate, ValuesATemplateBuildsAreBoundedNotOnlyItsOutput) {
   EXPECT_EQ(exhausted("{% set s = 'x' * 1000 %}{{ (s ~ s) | length }}{{ s.replace('x', 'yy') | length }}"), "rendered");
 }
 
+TEST(JinjaTemplate, IntegerEdgesAreErrorsOrPythonsAnswersNeverACrash) {
+  // INT64_MIN // -1 is the one quotient past int64 (SIGFPE in C++); Python's big ints have it.
+  EXPECT_EQ(Render("{{ (-9223372036854775807 - 1) // -1 }}"), "RENDER ERROR: t:1: integer overflow");
+  EXPECT_EQ(Render("{{ (-9223372036854775807 - 1) % -1 }}"), "0");
+  EXPECT_EQ(Render("{{ -(-9223372036854775807 - 1) }}"), "RENDER ERROR: t:1: integer overflow");
+  EXPECT_EQ(Render("{{ (-9223372036854775807 - 1) | abs }}"), "RENDER ERROR: t:1: integer overflow");
+  EXPECT_EQ(Render("{{ '99999999999999999999' | int }}"), "RENDER ERROR: t:1: integer overflow: 99999999999999999999");
+  EXPECT_EQ(Render("{{ 1e300 | int }}"), "RENDER ERROR: t:1: integer overflow");
+}
+
+TEST(JinjaTemplate, IntAndFloatFiltersReadStringsAsPythonDoes) {
+  // python3-jinja2's answers: int(), else int(float()), else the default; no hexadecimal.
+  EXPECT_EQ(Render("{{ '0x1A'|int }} {{ '1_000'|int }} {{ ' 7 '|int }} {{ '12.9'|int }} {{ 'nan'|int }} "
+                   "{{ '+5'|int }} {{ '5_'|int }} {{ '-0'|int }}"),
+            "0 1000 7 12 0 5 0 0");
+  EXPECT_EQ(Render("{{ '1_0.5'|float }} {{ '0x1p3'|float }} {{ 'x'|float(2.5) }}"), "10.5 0.0 2.5");
+}
+
+TEST(JinjaTemplate, StringLiteralsTakePythonsOctalAndNamedEscapes) {
+  EXPECT_EQ(Render("{{ '\\101\\N{BULLET}\\7|\\N{latin small letter a}' }}"), "A\xe2\x80\xa2\x07|a");
+  EXPECT_EQ(ParseError("{{ '\\N{NO SUCH CHARACTER}' }}"),
+            "t:1: unknown Unicode character name in \\N{NO SUCH CHARACTER}");
+}
+
+TEST(JinjaTemplate, CapitalizeAndTheTitleMethodUseTitleCaseAndTheTitleFilterUpperCase) {
+  // U+01C6 (dz digraph): title case U+01C5, upper case U+01C4, as python3-jinja2 renders.
+  EXPECT_EQ(Render("{{ '\u01c6x'|capitalize }} {{ '\u01c6x \u01c6y'.title() }} {{ '\u01c6x'|title }}"),
+            "\u01c5x \u01c5x \u01c5y \u01c4x");
+}
+
+TEST(JinjaTemplate, GlobalFunctionsAreDefinedAndRefusedAsValues) {
+  // Llama 3.x Instruct asks `strftime_now is defined` to choose its date line.
+  EXPECT_EQ(Render("{{ strftime_now is defined }}|{{ raise_exception is undefined }}|{{ range is defined }}|"
+                   "{{ nothing is defined }}"),
+            "True|False|True|False");
+  EXPECT_EQ(Render("{{ strftime_now }}"),
+            "RENDER ERROR: t:1: the function strftime_now can only be called here (or tested with 'is defined')");
+  // A variable of the same name is the variable.
+  EXPECT_EQ(Render("{{ range }} {{ range is defined }}", {{"range", 3}}), "3 True");
+}
+
+TEST(JinjaTemplate, TojsonAndNestingAreBoundedAndSlowTemplatesAreStoppedByTheClock) {
+  const auto fails = [](const std::string& source, const RenderLimits& limits = {}) {
+    Result<Template> t = Template::Parse(source, "t");
+    if (!t.ok()) return "PARSE ERROR: " + t.error().message;
+    Result<std::string> out = t->Render(Json{{"messages", Json::array({Json{{"role", "user"}}})}}, limits);
+    return out.ok() ? std::string("rendered")
+                    : std::string(ErrorCodeName(out.error().code)) + ": " + out.error().message;
+  };
+  // A 10^9-space indent: stopped past 4 MiB of text (it once took 10 GB and 98 s).
+  EXPECT_EQ(fails("{{ messages | tojson(indent=1000000000) }}").rfind("resource exhausted: t:1: ", 0), 0u);
+  EXPECT_EQ(fails("{{ messages | tojson(indent=2) }}"), "rendered");
+  EXPECT_EQ(fails("{% set ns = namespace(a=[]) %}{% for i in range(20000) %}{% set ns.a = [ns.a] %}{% endfor %}"),
+            "resource exhausted: t:1: a list or dict nested more than 256 deep");
+  EXPECT_EQ(fails("{% set ns = namespace(a={}) %}{% for i in range(20000) %}{% set ns.a = dict(x=ns.a) %}{% endfor %}"),
+            "resource exhausted: t:1: a list or dict nested more than 256 deep");
+  // A list grown by + in a loop copies itself each time: quadratic, within the step budget.
+  RenderLimits quick;
+  quick.max_duration = std::chrono::milliseconds(100);
+  EXPECT_EQ(fails("{% set ns = namespace(a=[]) %}{% for i in range(1000000) %}{% set ns.a = ns.a + [i] %}"
+                  "{% endfor %}",
+                  quick),
+            "resource exhausted: t:1: rendering took more than 100 ms");
+}
+
 TEST(PythonStr, FormatsFloatsAsPythonRepr) {
   EXPECT_EQ(PythonStr(Json(0.1)), "0.1");
   EXPECT_EQ(PythonStr(Json(100.0)), "100.0");

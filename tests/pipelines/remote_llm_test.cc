@@ -149,6 +149,24 @@ TEST_F(RemoteLlmTest, RetriesWaitABackoffThatDoublesAndNoneThatWouldPassTheDeadl
   EXPECT_EQ(Calls(), 6u);
 }
 
+TEST_F(RemoteLlmTest, AHostNameIsLookedUpAndANameThatDoesNotResolveFailsTheCall) {
+  RemoteLlmOptions options;
+  options.base_url = "http://localhost:" + std::to_string(server_->port()) + "/v1/";
+  options.model = "pool-model";
+  options.retries = 0;
+  auto named = RemoteLlm::Create(options).value();
+  Result<llm::Findings> findings = named->Analyze(kMessages, Clock::now() + 60s);
+  ASSERT_TRUE(findings.ok()) << findings.error().ToString();
+  EXPECT_EQ(Calls(), 1u);
+  options.base_url = "http://no-such-host.invalid:8000/v1/";  // .invalid never resolves (RFC 6761)
+  auto nowhere = RemoteLlm::Create(options).value();
+  findings = nowhere->Analyze(kMessages, Clock::now() + 60s);
+  ASSERT_FALSE(findings.ok());
+  EXPECT_NE(findings.error().message.find("cannot resolve no-such-host.invalid"), std::string::npos)
+      << findings.error().message;
+  EXPECT_EQ(nowhere->calls_failed(), 1u);
+}
+
 TEST_F(RemoteLlmTest, ACallPastItsTimeoutFailsAndTheStageDeadlineBoundsEverything) {
   auto client = Client({.call_timeout = 200ms, .retries = 0});
   Script({{200, kFindings, 2000ms}});
