@@ -11,6 +11,9 @@
 //       two exponent digits, so the value always fits a double;
 //   {"type": "boolean"};
 //   {"type": "array", "items": {"type": "string", "enum": [...]}, "minItems", "maxItems"}.
+// Any other keyword is refused (kFailedPrecondition, naming it and where), never ignored: the
+// output could not honour it. Annotations (title, description, $schema, $id, $comment,
+// examples, default) are allowed, and additionalProperties (only listed properties are written).
 // Output is compact (no whitespace between tokens), so the document's shape is fixed by the
 // schema and checking a byte is a small deterministic step.
 //

@@ -72,6 +72,9 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   }
   ClaimsJobSummary& summary = state.summary;
   summary.job_id = job_id;
+  summary.input = input;
+  summary.input_sha256 = state.input_sha256;
+  summary.shard = options.shard.Name();
   if (summary.state == ClaimsJobState::kDone) {  // finished before: the output is complete
     summary.total = state.total;
     summary.done = state.rows_done;
@@ -94,10 +97,22 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     *recorded = true;
     return summary;
   };
-  // The rows this job scores: all, or those of options.only_lines.
-  auto next_row = [&options](RowReader& reader, Row* row) {
+  // The rows this job scores: all, or those of options.only_lines and of its shard. A
+  // contiguous shard needs the number of rows first: one more pass over the input.
+  int64_t input_rows = 0;
+  if (options.shard.contiguous) {
+    Result<RowReader> counter =
+        RowReader::Open(input, [cancel, interrupt] { return cancel->load() || interrupt->load(); });
+    if (!counter.ok()) return counter.error();
+    for (Row counted; counter->Next(&counted);) ++input_rows;
+  }
+  const auto selected = [&options, &input_rows](const Row& row, int64_t ordinal) {
+    return (options.only_lines.empty() || options.only_lines.count(row.line) > 0) &&
+           options.shard.Selects(ordinal, input_rows);
+  };
+  auto next_row = [&selected](RowReader& reader, Row* row, int64_t* ordinal) {
     while (reader.Next(row)) {
-      if (options.only_lines.empty() || options.only_lines.count(row->line) > 0) return true;
+      if (selected(*row, (*ordinal)++)) return true;
     }
     return false;
   };
@@ -116,8 +131,8 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
       return FailedPrecondition(fraud::RedactPans(what + ": the earlier output was not written from " + input),
                                 "input");
     };
-    while (reader->Next(&row)) {
-      if (options.only_lines.empty() || options.only_lines.count(row.line) > 0) ++total;
+    for (int64_t ordinal = 0; reader->Next(&row); ++ordinal) {
+      if (selected(row, ordinal)) ++total;
       if (auto expected = options.expected_claim_ids.find(row.line); expected != options.expected_claim_ids.end()) {
         ++expected_found;
         if (!row.claim.ok()) {
@@ -170,7 +185,8 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   Result<RowReader> reader = RowReader::Open(input);
   if (!reader.ok()) return reader.error();
   Row row;
-  for (int64_t skipped = 0; skipped < state.rows_done && next_row(*reader, &row); ++skipped) {
+  int64_t ordinal = 0;  // of the next row the reader gives
+  for (int64_t skipped = 0; skipped < state.rows_done && next_row(*reader, &row, &ordinal); ++skipped) {
   }
   ClaimsJobProgress progress{state.rows_done,       total, summary.errors, state.rows_done, summary.llm_selected,
                              summary.llm_shortfalls};
@@ -189,7 +205,9 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
       return stop();
     }
     std::vector<Row> rows;
-    while (static_cast<int>(rows.size()) < state.chunk_size && next_row(*reader, &row)) rows.push_back(std::move(row));
+    while (static_cast<int>(rows.size()) < state.chunk_size && next_row(*reader, &row, &ordinal)) {
+      rows.push_back(std::move(row));
+    }
     if (rows.empty()) break;  // fewer rows than counted: the file changed under us (the digest is checked at start)
     std::vector<fraud::Claim> claims;
     std::vector<int64_t> providers;
@@ -298,6 +316,40 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
 
 }  // namespace
 
+Result<ClaimsShard> ClaimsShard::Parse(const std::string& text) {
+  ClaimsShard shard;
+  std::string rest = text;
+  const std::string kContiguous = ":contiguous";
+  if (rest.size() > kContiguous.size() &&
+      rest.compare(rest.size() - kContiguous.size(), kContiguous.size(), kContiguous) == 0) {
+    shard.contiguous = true;
+    rest.resize(rest.size() - kContiguous.size());
+  }
+  const size_t slash = rest.find('/');
+  const auto number = [](const std::string& digits, int* out) {
+    if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    *out = std::stoi(digits);
+    return true;
+  };
+  if (slash == std::string::npos || !number(rest.substr(0, slash), &shard.index) ||
+      !number(rest.substr(slash + 1), &shard.count) || shard.count < 1 || shard.index >= shard.count) {
+    return InvalidArgument("--shard takes I/N with 0 <= I < N (e.g. 0/3), or I/N:contiguous; not \"" + text + "\"",
+                           "shard");
+  }
+  return shard;
+}
+
+std::string ClaimsShard::Name() const {
+  if (whole() && !contiguous) return "";
+  return std::to_string(index) + "/" + std::to_string(count) + (contiguous ? ":contiguous" : "");
+}
+
+bool ClaimsShard::Selects(int64_t ordinal, int64_t rows) const {
+  if (!contiguous) return ordinal % count == index;
+  return ordinal >= index * rows / count && ordinal < (index + 1) * rows / count;
+}
+
 int BatchRunExitCode(const ClaimsJobSummary& summary, double max_error_share, double max_llm_shortfall_share) {
   if (summary.errors == summary.total) return 3;  // no row scored, an empty input included
   if (static_cast<double>(summary.errors) > max_error_share * static_cast<double>(summary.total)) return 3;
@@ -313,7 +365,12 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   const std::string input = fs::absolute(options.input_path, ec).lexically_normal().string();
   const std::string output = fs::absolute(options.output_path, ec).lexically_normal().string();
   if (input == output) return InvalidArgument("the output file must not be the input file", "output");
-  const std::string job_id = ClaimsJobId(input, output, options.only_lines);
+  if (options.shard.count < 1 || options.shard.index < 0 || options.shard.index >= options.shard.count) {
+    return InvalidArgument("shard " + std::to_string(options.shard.index) + " of " +
+                               std::to_string(options.shard.count) + " does not exist (0 <= I < N)",
+                           "shard");
+  }
+  const std::string job_id = ClaimsJobId(input, output, options.only_lines, options.shard.Name());
 
   JobState state;
   bool recorded = false;

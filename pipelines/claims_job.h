@@ -65,6 +65,24 @@ struct ClaimsJobProgress {
   std::map<std::string, int64_t> llm_shortfalls;  // of those without findings: reason -> claims
 };
 
+// Which rows of the input a run scores, so that a job can be split across workers (a
+// Kubernetes Indexed Job's completion index as `index`): the rows whose ordinal r (0 for the
+// input's first row, counting every row, good or bad) has r mod count == index, or, contiguous,
+// the index-th of `count` ranges of equal size (rows [index*N/count, (index+1)*N/count) of N).
+// Each shard is a job of its own (its own id, progress and output), resumable on its own;
+// `txscore batch merge` (pipelines/claims_merge.h) joins the shards' outputs in input order.
+struct ClaimsShard {
+  int index = 0;  // Default: 0 of 1, every row
+  int count = 1;
+  bool contiguous = false;  // Default: round robin (r mod count)
+  // "I/N" or "I/N:contiguous" (as --shard takes it); kInvalidArgument naming the form.
+  static Result<ClaimsShard> Parse(const std::string& text);
+  std::string Name() const;  // "" for the whole input
+  bool whole() const { return count == 1; }
+  // Whether the row of ordinal `ordinal` belongs to this shard, of `rows` in the input.
+  bool Selects(int64_t ordinal, int64_t rows) const;
+};
+
 struct ClaimsJobOptions {
   std::string input_path;   // required
   std::string output_path;  // required; OUTPUT.summary.json is written beside it at the end
@@ -82,6 +100,9 @@ struct ClaimsJobOptions {
   // earlier output): a row holding another fails the job before anything is written, since the
   // earlier output was then not written from this input.
   std::map<int64_t, std::string> expected_claim_ids;
+  // Default: the whole input. A shard of it (with only_lines, the rows both select). Part of
+  // the job's id; the summary says which shard it was.
+  ClaimsShard shard;
   // Called once before the first chunk and after each chunk is durable.
   std::function<void(const ClaimsJobProgress&)> progress;
   // When set to true (from another thread or a signal handler), the job stops after the chunk

@@ -133,12 +133,13 @@ std::string ShortDigest(const std::string& text) {
 }
 
 std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
-                        const std::set<int64_t>& only_lines) {
+                        const std::set<int64_t>& only_lines, const std::string& shard) {
   std::string identity = input_path + "\n" + output_path;
   if (!only_lines.empty()) {
     identity += "\nlines";
     for (int64_t line : only_lines) identity += " " + std::to_string(line);
   }
+  if (!shard.empty()) identity += "\nshard " + shard;
   return ShortDigest(identity);
 }
 

@@ -69,9 +69,9 @@ Status SetClaimsJobState(storage::Database& db, const std::string& input, const 
 // The first 16 hex characters of the SHA-256 of `text`: names derived from content.
 std::string ShortDigest(const std::string& text);
 
-// The id of the job with these input and output paths (absolute) and `only_lines`: 16 hex
-// characters.
+// The id of the job with these input and output paths (absolute), `only_lines` and shard
+// (ClaimsShard::Name; "" for the whole input): 16 hex characters.
 std::string ClaimsJobId(const std::string& input_path, const std::string& output_path,
-                        const std::set<int64_t>& only_lines = {});
+                        const std::set<int64_t>& only_lines = {}, const std::string& shard = "");
 
 }  // namespace txscore::pipelines

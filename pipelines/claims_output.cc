@@ -121,7 +121,10 @@ std::string ClaimsJobSummary::ToJson() const {
               {"stages", stages},
               {"elapsed_s", elapsed_s},
               {"claims_per_s", claims_per_s()},
-              {"runs", runs}};
+              {"runs", runs},
+              {"input", input},
+              {"input_sha256", input_sha256}};
+  if (!shard.empty()) doc["shard"] = shard;
   return doc.dump(2);
 }
 

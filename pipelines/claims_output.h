@@ -40,6 +40,9 @@ std::optional<ClaimsJobState> ParseClaimsJobState(std::string_view name);
 
 struct ClaimsJobSummary {
   std::string job_id;
+  std::string input;         // the input's absolute path (set at each run, not stored)
+  std::string input_sha256;  // its SHA-256 (hex) when the job began
+  std::string shard;         // ClaimsShard::Name: "" for the whole input, else "I/N[:contiguous]"
   ClaimsJobState state =
       ClaimsJobState::kRunning;  // kDone; kCancelled when stopped by `cancel`; kInterrupted by `interrupt`
   bool already_done = false;     // this call found the job finished earlier and scored nothing (not stored)

@@ -1,5 +1,7 @@
-// txscore batch run --config SETTINGS --input FILE --output FILE: a claims job (pipelines/claims_job.h),
-// resumable exactly once: run the same command again after a crash, a kill or Ctrl-C.
+// txscore batch run --config SETTINGS --input FILE --output FILE [--shard I/N]: a claims job
+// (pipelines/claims_job.h), resumable exactly once: run the same command again after a crash, a
+// kill or Ctrl-C. txscore batch merge --output FILE SHARD_OUTPUTS...: the shards' outputs joined
+// (pipelines/claims_merge.h).
 
 #include <atomic>
 #include <csignal>
@@ -8,9 +10,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common/logging.h"
 #include "pipelines/claims_job.h"
+#include "pipelines/claims_merge.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/config.h"
 #include "pipelines/placement.h"
@@ -35,7 +40,26 @@ struct BatchRunOptions {
   double max_llm_shortfall_share = 0.1;
   // Default: none. An earlier run's output: only its rows whose LLM stage fell short are scored.
   std::string retry_llm_shortfalls;
+  // Default: none, the whole input. "I/N" or "I/N:contiguous" (pipelines/claims_job.h).
+  std::string shard;
 };
+
+struct BatchMergeOptions {
+  std::vector<std::string> shard_outputs;
+  std::string output;
+};
+
+int RunMerge(const BatchMergeOptions& options) {
+  Result<pipelines::ClaimsMergeSummary> merged = pipelines::MergeShardOutputs(options.shard_outputs, options.output);
+  if (!merged.ok()) {
+    std::fprintf(stderr, "txscore batch merge: %s; nothing was written\n", merged.error().message.c_str());
+    return merged.error().code == ErrorCode::kInvalidArgument ? 2 : 1;
+  }
+  std::printf("merged %d shards: %lld lines (%lld errors)\noutput   %s\nsummary  %s.summary.json\n", merged->shards,
+              static_cast<long long>(merged->lines), static_cast<long long>(merged->errors), options.output.c_str(),
+              options.output.c_str());
+  return 0;
+}
 
 std::atomic<bool> stop_requested{false};
 extern "C" void RequestStop(int) { stop_requested.store(true); }
@@ -85,6 +109,14 @@ int RunBatch(BatchRunOptions& options) {
     Log("batch").info("scoring again the {} rows of {} whose LLM stage fell short", options.job.only_lines.size(),
                       options.retry_llm_shortfalls);
   }
+  if (!options.shard.empty()) {
+    Result<pipelines::ClaimsShard> shard = pipelines::ClaimsShard::Parse(options.shard);
+    if (!shard.ok()) {
+      Log("batch").error("{}", shard.error().message);
+      return 2;
+    }
+    options.job.shard = *shard;
+  }
   Result<LoadedPipeline> loaded = LoadPipelineAndDevices(options.config_path);
   if (!loaded.ok()) {
     Log("batch").error("{}", loaded.error().ToString());
@@ -107,7 +139,13 @@ int RunBatch(BatchRunOptions& options) {
   }
   storage::DatabaseOptions db_options;
   db_options.durability = settings.storage.durability;
-  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
+  // A shard keeps its progress in a database of its own beside the configured one, so that the
+  // shards of a job can run side by side on one machine.
+  std::string db_path = settings.storage.path;
+  if (!options.job.shard.whole()) {
+    db_path += "-shard-" + std::to_string(options.job.shard.index) + "-of-" + std::to_string(options.job.shard.count);
+  }
+  Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(db_path, db_options);
   if (!db.ok()) {
     Log("batch").error("cannot open the database: {}", db.error().ToString());
     return 1;
@@ -223,8 +261,19 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   run->add_option(
       "--retry-llm-shortfalls", options->retry_llm_shortfalls,
       "An earlier run's output: score only its rows the LLM stage wrote no findings for (to a new --output)");
+  run->add_option("--shard", options->shard,
+                  "Score only shard I of N: rows whose number mod N is I (I/N), or the I-th of N equal ranges "
+                  "(I/N:contiguous); join the shards' outputs with `txscore batch merge`");
   AddLoggingOptions(run, &options->logging);
   run->callback([options, exit_code] { *exit_code = RunBatch(*options); });
+
+  auto merge_options = std::make_shared<BatchMergeOptions>();
+  CLI::App* merge = batch->add_subcommand(
+      "merge", "Join the outputs of a job's shards (batch run --shard I/N) into one output in input order");
+  merge->add_option("--output", merge_options->output, "The merged output; OUTPUT.summary.json beside it")->required();
+  merge->add_option("shard_outputs", merge_options->shard_outputs, "The outputs of shards 0..N-1, in any order")
+      ->required();
+  merge->callback([merge_options, exit_code] { *exit_code = RunMerge(*merge_options); });
 }
 
 }  // namespace txscore::service

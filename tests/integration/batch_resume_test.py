@@ -14,23 +14,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+
+from claims_batch_setup import lines_without_timings, make_claims_workdir, run
 import time
 
 CHUNK = 4  # rows per chunk (--chunk), and the LLM stage's max_batch: at most one LLM batch per chunk
-
-
-def run(cmd, **kwargs):
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
-
-
-def lines_without_timings(path):
-    out = []
-    with open(path) as f:
-        for line in f:
-            doc = json.loads(line)
-            doc.pop("timings", None)
-            out.append(json.dumps(doc, sort_keys=True))
-    return out
 
 
 class Job:
@@ -72,33 +60,7 @@ def main():
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="txscore-batch-resume-")
     try:
-        models = os.path.join(work, "models")
-        run([args.txscore, "train", "--kind", "claims", "--claims", "800", "--rounds", "20", "--threads", "1",
-             "--out", models])
-        run([args.txscore, "llm", "make-checkpoint", "--family", "qwen3", "--size", "tiny",
-             "--out", os.path.join(models, "llm")])
-        claims = os.path.join(work, "claims.jsonl")
-        run([args.txscore, "data", "generate", "--kind", "claims", "--format", "jsonl", "--claims", "60",
-             "--seed", "3", "--out", claims])
-        key = os.path.join(work, "card.key")
-        with open(key, "wb") as f:
-            f.write(os.urandom(32))
-        os.chmod(key, 0o600)
-        config = os.path.join(work, "batch.yaml")
-        with open(config, "w") as f:
-            f.write("""pipeline: claims.yaml
-storage: {path: db, durability: sync}
-security: {card_key_file: card.key}
-devices: {calibration_cache: profiles.json}
-""")
-        with open(os.path.join(work, "claims.yaml"), "w") as f:
-            f.write(f"""stages:
-  - {{name: features, kind: claim_features}}
-  - {{name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}}
-  - {{name: analysis, kind: llm_findings, after: claims_model, when: "claims_model.score >= 0.1",
-     model: models/llm, max_new_tokens: 60, max_batch: {CHUNK}}}
-  - {{name: decision, kind: decision, after: [claims_model, analysis]}}
-""")
+        config, claims = make_claims_workdir(args.txscore, work, seed=3, chunk=CHUNK)
 
         reference = Job(args.txscore, config, claims, os.path.join(work, "reference.jsonl"))
         rc, err = reference.run_to_end()

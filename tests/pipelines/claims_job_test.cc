@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -60,6 +61,38 @@ class ClaimsJobTest : public ::testing::Test {
   std::unique_ptr<ClaimsPipeline> pipeline_;
   std::unique_ptr<storage::Database> db_;
 };
+
+TEST(ClaimsShard, ParsesItsFormsAndSelectsEachRowForExactlyOneShard) {
+  EXPECT_EQ(ClaimsShard::Parse("2/3")->Name(), "2/3");
+  EXPECT_EQ(ClaimsShard::Parse("0/2:contiguous")->Name(), "0/2:contiguous");
+  EXPECT_EQ(ClaimsShard{}.Name(), "");  // the whole input
+  for (const std::string bad : {"3/3", "-1/3", "1/0", "1", "a/b", "1/3:ranges", "1/3/4", ""}) {
+    EXPECT_TRUE(
+        testing::IsError(ClaimsShard::Parse(bad), ErrorCode::kInvalidArgument,
+                         "--shard takes I/N with 0 <= I < N (e.g. 0/3), or I/N:contiguous; not \"" + bad + "\""))
+        << bad;
+  }
+  // 61 rows: each in exactly one shard, for both splits; round robin 21/20/20, ranges 20/20/21.
+  for (bool contiguous : {false, true}) {
+    std::vector<int> shard_of(61, -1), sizes(3, 0);
+    for (int i = 0; i < 3; ++i) {
+      const ClaimsShard shard{i, 3, contiguous};
+      for (int64_t r = 0; r < 61; ++r) {
+        if (!shard.Selects(r, 61)) continue;
+        EXPECT_EQ(shard_of[static_cast<size_t>(r)], -1) << r;
+        shard_of[static_cast<size_t>(r)] = i;
+        ++sizes[static_cast<size_t>(i)];
+      }
+    }
+    EXPECT_EQ(std::count(shard_of.begin(), shard_of.end(), -1), 0);
+    EXPECT_EQ(sizes, contiguous ? (std::vector<int>{20, 20, 21}) : (std::vector<int>{21, 20, 20}));
+    if (contiguous) EXPECT_EQ(shard_of[19], 0);
+    if (contiguous) EXPECT_EQ(shard_of[20], 1);
+  }
+  // A shard is a job of its own.
+  EXPECT_NE(ClaimsJobId("/in", "/out", {}, "0/2"), ClaimsJobId("/in", "/out"));
+  EXPECT_NE(ClaimsJobId("/in", "/out", {}, "0/2"), ClaimsJobId("/in", "/out", {}, "0/2:contiguous"));
+}
 
 TEST_F(ClaimsJobTest, ScoresEveryRowInInputOrderAndWritesASummary) {
   auto summary = RunClaimsJob(*pipeline_, *db_, Options());

@@ -80,6 +80,9 @@ ClaimsJobSummary ASummary() {
   s.devices = {{"claims_model", "cpu"}};
   s.elapsed_s = 2.0;
   s.runs = 1;
+  s.input = "claims.jsonl";
+  s.input_sha256 = "0a1b";
+  s.shard = "2/3";
   return s;
 }
 
@@ -120,7 +123,10 @@ constexpr char kSummaryJson[] = R"({
   },
   "elapsed_s": 2.0,
   "claims_per_s": 1.5,
-  "runs": 1
+  "runs": 1,
+  "input": "claims.jsonl",
+  "input_sha256": "0a1b",
+  "shard": "2/3"
 })";
 
 TEST(ClaimsJobSummary, ToJsonListsFlagsByCountAndStagesWithTheirDevices) {
