@@ -16,6 +16,7 @@ PACKAGES=(
   libpcre2-dev libicu-dev iso-codes
   libgtest-dev libgmock-dev libbenchmark-dev clang-format rocksdb-tools clang libclang-rt-14-dev llvm-14
   python3 python3-thrift python3-xgboost python3-torch python3-numpy python3-sentencepiece python3-jinja2
+  chromium
 )
 
 missing=()
@@ -52,6 +53,13 @@ if [ ! -x build/tools/promtool ]; then
   mkdir -p build/tools
   cp "$tmp/root/usr/bin/promtool" build/tools/promtool
   rm -rf "$tmp"
+fi
+
+# The dashboard's chart library (uPlot, MIT), from npm: the build compiles it into txscore, which
+# serves it to the page (service/dashboard.h); the page fetches nothing from elsewhere.
+if [ ! -f build/dashboard-npm/node_modules/uplot/dist/uPlot.iife.min.js ]; then
+  echo "setup: installing the dashboard's chart library (uplot) from npm into build/dashboard-npm"
+  npm install --prefix build/dashboard-npm --no-audit --no-fund --loglevel=error uplot@1.6.32
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)

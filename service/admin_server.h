@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "common/result.h"
 #include "service/settings.h"
@@ -28,6 +30,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers = {};  // more headers (name, value)
 };
 
 // A handler is told who asked (for the audit trail of what changes things).

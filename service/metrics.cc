@@ -177,4 +177,29 @@ std::string MetricsRegistry::RenderPrometheus() const {
   return out.str();
 }
 
+std::vector<MetricsRegistry::SeriesValue> MetricsRegistry::Read(const std::set<std::string>& families) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<SeriesValue> values;
+  for (const auto& f : families_) {
+    if (families.count(f->name) == 0) continue;
+    for (const auto& s : f->series) {
+      SeriesValue value{f->name, s->labels};
+      if (f->type == Type::kHistogram) {
+        const Histogram& h = *s->histogram;
+        value.upper_bounds = h.upper_bounds();
+        for (size_t i = 0; i <= h.upper_bounds().size(); ++i) value.cumulative.push_back(h.cumulative_count(i));
+        value.sum = h.sum();
+      } else if (s->gauge) {
+        value.value = s->gauge();
+      } else if (f->type == Type::kGauge) {
+        value.value = 1;  // an info series
+      } else {
+        value.value = static_cast<double>(s->read ? s->read() : s->counter->value());
+      }
+      values.push_back(std::move(value));
+    }
+  }
+  return values;
+}
+
 }  // namespace txscore::service

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,18 @@ class MetricsRegistry {
   void SetInfo(const std::string& name, const std::string& help, const Labels& labels);
 
   std::string RenderPrometheus() const;
+
+  // Each series of the families named, as a scrape would read it now, for readers in this
+  // process (the dashboard).
+  struct SeriesValue {
+    std::string name;
+    Labels labels;
+    double value = 0;                  // a counter's or gauge's value
+    std::vector<double> upper_bounds;  // a histogram's buckets,
+    std::vector<uint64_t> cumulative;  // their cumulative counts, then the +Inf one (the count)
+    double sum = 0;                    // and the histogram's sum
+  };
+  std::vector<SeriesValue> Read(const std::set<std::string>& families) const;
 
  private:
   enum class Type { kCounter, kHistogram, kGauge };

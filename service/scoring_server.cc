@@ -9,6 +9,7 @@
 #include "pipelines/forensic_stage.h"
 #include "pipelines/stages/llm_findings_stage.h"
 #include "service/build_info.h"
+#include "service/dashboard.h"
 #include "service/inference_protocol.h"
 #include "service/process_metrics.h"
 
@@ -112,6 +113,32 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
       },
       &server->registry_);
   server->openai_->AddRoutes(&routes);
+  // The dashboard. Jobs are read only once Create has finished (phase no longer starting):
+  // the job manager is made after the admin port starts answering.
+  AddDashboardRoutes({.pipeline = [self]() -> std::shared_ptr<pipelines::ScoringPipeline> {
+                        std::shared_ptr<const ActivePipeline::Version> version = self->active_.Get();
+                        return version ? version->pipeline : nullptr;
+                      },
+                      .metrics = &server->registry_,
+                      .decisions = &server->recent_decisions_,
+                      .phase = [self] { return std::string(PhaseName(self->phase_.load())); },
+                      .reload_history = [self] { return self->ReloadHistoryJson(); },
+                      .jobs =
+                          [self] {
+                            nlohmann::json jobs = nlohmann::json::array();
+                            if (self->phase_.load() == Phase::kStarting || self->jobs_ == nullptr) return jobs;
+                            for (const ClaimsJobView& job : self->jobs_->Snapshot()) {
+                              jobs.push_back({{"job_id", job.job_id},
+                                              {"state", JobStateName(job.state)},
+                                              {"done", job.done},
+                                              {"total", job.total},
+                                              {"errors", job.errors},
+                                              {"claims_per_s", job.claims_per_s},
+                                              {"detail", job.detail}});
+                            }
+                            return jobs;
+                          }},
+                     &routes);
   server->settings_path_ = settings.source_path;
   Result<std::unique_ptr<AdminServer>> admin =
       AdminServer::Create(settings.admin, std::move(routes), settings.admin.plaintext ? nullptr : tls);
@@ -438,7 +465,7 @@ void ScoringServer::Stop() {
 std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
     std::shared_ptr<pipelines::ScoringPipeline> pipeline) {
   auto version = std::make_shared<ActivePipeline::Version>();
-  version->metrics = std::make_shared<ScoringMetrics>(&registry_, *pipeline);
+  version->metrics = std::make_shared<ScoringMetrics>(&registry_, *pipeline, &recent_decisions_);
   // Read through the active pipeline at each scrape: the stage's engine is the one serving.
   const pipelines::StageGraph& graph = pipeline->config().graph;
   for (size_t i = 0; i < graph.size(); ++i) {
@@ -669,6 +696,19 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
 std::vector<ScoringServer::ReloadOutcome> ScoringServer::reload_history() const {
   std::lock_guard<std::mutex> lock(history_mutex_);
   return history_;
+}
+
+nlohmann::json ScoringServer::ReloadHistoryJson() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ReloadOutcome& reload : reload_history()) {
+    list.push_back({{"time_ms", reload.time_ms},
+                    {"trigger", reload.trigger},
+                    {"applied", reload.applied},
+                    {"detail", reload.detail},
+                    {"pipeline_version", reload.pipeline_version},
+                    {"model", reload.model_id + "@" + reload.model_version}});
+  }
+  return list;
 }
 
 HttpResponse ScoringServer::ReloadOverHttp(const Caller& caller) {

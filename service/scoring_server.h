@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "service/claims_jobs.h"
 #include "service/metrics.h"
 #include "service/openai_api.h"
+#include "service/recent_decisions.h"
 #include "service/rpc_server.h"
 #include "service/settings.h"
 #include "service/thrift_handler.h"
@@ -97,6 +99,7 @@ class ScoringServer {
   ReloadOutcome Reload(const std::string& trigger, const std::string& caller = "");
   // The last reloads, oldest first (at most kReloadHistory).
   std::vector<ReloadOutcome> reload_history() const;
+  nlohmann::json ReloadHistoryJson() const;  // the same, as the dashboard shows it
   static constexpr size_t kReloadHistory = 20;
   storage::Database& database() { return *db_; }
   MetricsRegistry& metrics() { return registry_; }
@@ -137,6 +140,7 @@ class ScoringServer {
   std::string claims_pipeline_digest_;
   std::unique_ptr<ClaimsJobManager> jobs_;
   MetricsRegistry registry_;
+  RecentDecisions recent_decisions_;   // for the dashboard, across reloads
   std::unique_ptr<OpenAiApi> openai_;  // its routes on admin_
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;

@@ -106,7 +106,9 @@ rpc::ScoreResult ToThrift(const pipelines::ScoreOutcome& outcome) {
   return r;
 }
 
-ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline) {
+ScoringMetrics::ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline,
+                               RecentDecisions* recent)
+    : recent_(recent) {
   const pipelines::PipelineConfig& config = pipeline.config();
   for (const std::string& slot : pipeline.TimingSlotNames()) {
     stage_seconds_.push_back(registry->AddHistogram("txscore_stage_duration_seconds",
@@ -162,6 +164,11 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
   }
   for (const pipelines::StageRef& stage : outcome.skipped_stages) {
     if (Counter* c = skipped_.at(static_cast<size_t>(stage.index))) c->Increment();
+  }
+  if (recent_ != nullptr) {
+    recent_->Add(outcome, std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
   }
 }
 

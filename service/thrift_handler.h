@@ -16,6 +16,7 @@
 #include "pipelines/scoring_pipeline.h"
 #include "service/claims_jobs.h"
 #include "service/metrics.h"
+#include "service/recent_decisions.h"
 #include "service/tls.h"
 #include "storage/audit_log.h"
 
@@ -36,7 +37,9 @@ class ScoringMetrics {
   enum class Method { kScore, kScoreBatch };
   enum class RequestOutcome { kOk, kInvalid, kError };
 
-  ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline);
+  // `recent`: where each outcome is kept for the dashboard (null: nowhere).
+  ScoringMetrics(MetricsRegistry* registry, const pipelines::ScoringPipeline& pipeline,
+                 RecentDecisions* recent = nullptr);
   void RecordRequest(Method method, RequestOutcome outcome, double seconds);
   void RecordOutcome(const pipelines::ScoreOutcome& outcome);
 
@@ -49,6 +52,7 @@ class ScoringMetrics {
   std::array<Counter*, kDecisions> decisions_{};  // by Decision - 1
   // By graph index; null for a required stage (it never goes without).
   std::vector<Counter*> degraded_, skipped_;
+  RecentDecisions* recent_ = nullptr;
 };
 
 // The transaction pipeline requests run on now, with its metrics. A reload replaces it whole

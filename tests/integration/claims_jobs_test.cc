@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "fraud/card_token.h"
@@ -221,6 +222,16 @@ TEST_F(ClaimsJobsTest, JobMetricsCountJobsByStateAndFollowTheRunningOne) {
   EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"running\"}"), 0);
   EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"queued\"}"), 0);
   EXPECT_EQ(JobMetric(*server_, "txscore_claims_job_running_claims_in_input"), 0);  // none runs
+  // The dashboard shows both jobs' progress.
+  const nlohmann::json jobs =
+      nlohmann::json::parse(testing::AdminGet(server_->admin_port(), "/api/dashboard").body)["jobs"];
+  ASSERT_EQ(jobs.size(), 2u) << jobs;
+  for (const nlohmann::json& job : jobs) {
+    EXPECT_EQ(job["state"], "done") << job;
+    EXPECT_TRUE(job["job_id"] == first.job_id || job["job_id"] == second.job_id) << job;
+    EXPECT_EQ(job["done"], job["job_id"] == first.job_id ? 12 : 8) << job;
+    EXPECT_EQ(job["total"], job["done"]) << job;
+  }
   // The same claims again are the same job: still two.
   rpc::ClaimsJobStatus again;
   client_->submitClaimsJob(again, Inline(8, 6));

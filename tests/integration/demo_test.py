@@ -17,6 +17,8 @@ import time
 import urllib.error
 import urllib.request
 
+from demo_setup import prepare_demo, start_server
+
 
 def run(txscore, *args, timeout=300):
     return subprocess.run([txscore, *args], capture_output=True, text=True, timeout=timeout)
@@ -127,43 +129,13 @@ def main():
     parser.add_argument("--promtool", required=True)
     args = parser.parse_args()
     txscore = args.txscore
-    repo_var = os.path.join(os.path.abspath(args.source), "var")
-    for needed in ("keyset.json", "models/fraud.ubj", "models/claims.ubj", "models/llm-tiny/config.json"):
-        if not os.path.exists(os.path.join(repo_var, needed)):
-            sys.exit(f"missing var/{needed}: run ./scripts/setup.sh first")
-
     run_started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))  # before any audit entry
     work = tempfile.mkdtemp(prefix="txscore-demo-")
     server = None
     try:
-        config_dir, var = os.path.join(work, "config"), os.path.join(work, "var")
-        os.makedirs(config_dir)
-        os.makedirs(var)
-        for name in ("txscore.yaml", "batch.yaml", "pipeline.yaml", "claims.yaml"):
-            with open(os.path.join(args.source, "config", name)) as f:
-                text = f.read()
-            # The emulated device's library, as the shipped settings name it from the repository
-            # (../build/...), is named here where this build put it.
-            shipped_library = "backend_library: ../build/libtxscore_emulated_device.so"
-            if name in ("txscore.yaml", "batch.yaml"):
-                assert shipped_library in text, name
-                text = text.replace(shipped_library, "backend_library: " + os.path.join(
-                    os.path.dirname(os.path.abspath(txscore)), "libtxscore_emulated_device.so"))
-            if name == "txscore.yaml":
-                assert "  port: 9090\n" in text and "  port: 9091\n" in text
-                text = text.replace("  port: 9090\n", "  port: 0\n").replace("  port: 9091\n", "  port: 0\n")
-            with open(os.path.join(config_dir, name), "w") as f:
-                f.write(text)
-        shutil.copytree(os.path.join(args.source, "config", "lists"), os.path.join(config_dir, "lists"))
-        os.symlink(os.path.join(repo_var, "models"), os.path.join(var, "models"))
-        shutil.copy(os.path.join(repo_var, "keyset.json"), os.path.join(var, "keyset.json"))
-        os.chmod(os.path.join(var, "keyset.json"), 0o600)
-        # The demo PKI, as scripts/setup.sh makes it for the shipped settings (var/pki).
-        pki = os.path.join(var, "pki")
-        r = subprocess.run([os.path.join(args.source, "scripts", "make-demo-pki.sh"), pki], capture_output=True,
-                           text=True)
-        assert r.returncode == 0, r.stderr
-        client_dir, admin_dir = os.path.join(pki, "client"), os.path.join(pki, "admin")
+        demo = prepare_demo(args.source, txscore, work)
+        config_dir, var, pki = demo.config_dir, demo.var, demo.pki
+        client_dir, admin_dir = demo.client_dir, demo.admin_dir
         admin_tls = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
         admin_tls.load_cert_chain(os.path.join(admin_dir, "tls.crt"), os.path.join(admin_dir, "tls.key"))
         r = run(txscore, "data", "generate", "--kind", "claims", "--claims", "40", "--seed", "11",
@@ -185,11 +157,7 @@ def main():
                      "  emulated:0 (emulated)  dispatch 150.0 us"):
             assert line in r.stdout, (line, r.stdout)
 
-        server = subprocess.Popen([txscore, "serve", "--config", settings], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        first = server.stdout.readline()
-        assert first.startswith("listening thrift_port="), (first, server.stderr.read() if server.poll() else "")
-        ports = dict(part.split("=") for part in first.split()[1:])
+        server, ports = start_server(txscore, settings)
         address = f"127.0.0.1:{ports['thrift_port']}"
 
         # Demo transactions: every result a JSON line; REVIEWs carry the forensic stage's findings.

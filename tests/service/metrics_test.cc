@@ -41,6 +41,29 @@ TEST(MetricsRegistry, RendersCumulativeHistogramBuckets) {
             "latency_seconds_count{stage=\"fraud\"} 4\n");
 }
 
+TEST(MetricsRegistry, ReadGivesTheNamedFamiliesAsAScrapeWouldSeeThem) {
+  MetricsRegistry registry;
+  Histogram* h = registry.AddHistogram("latency_seconds", "Latency.", {{"stage", "fraud"}}, {0.001, 0.01});
+  h->Observe(0.0005);
+  h->Observe(2.0);
+  registry.AddCounter("requests_total", "Requests.", {{"outcome", "ok"}})->Increment(5);
+  registry.AddGaugeFunction("open", "Open now.", {}, [] { return 7.5; });
+  registry.AddCounterFunction("elsewhere_total", "Counted elsewhere.", {}, [] { return uint64_t{9}; });
+  const std::vector<MetricsRegistry::SeriesValue> values =
+      registry.Read({"latency_seconds", "requests_total", "open", "elsewhere_total"});
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0].name, "latency_seconds");
+  EXPECT_EQ(values[0].labels, (Labels{{"stage", "fraud"}}));
+  EXPECT_EQ(values[0].upper_bounds, (std::vector<double>{0.001, 0.01}));
+  EXPECT_EQ(values[0].cumulative, (std::vector<uint64_t>{1, 1, 2}));
+  EXPECT_DOUBLE_EQ(values[0].sum, 2.0005);
+  EXPECT_EQ(values[1].value, 5);
+  EXPECT_EQ(values[2].value, 7.5);
+  EXPECT_EQ(values[3].value, 9);
+  EXPECT_TRUE(registry.Read({"nothing"}).empty());
+  EXPECT_EQ(registry.Read({"open"}).size(), 1u);
+}
+
 TEST(MetricsRegistry, InfoMetricIsAGaugeOfOneAndLabelValuesAreEscaped) {
   MetricsRegistry registry;
   registry.SetInfo("txscore_model_info", "Model.", {{"model_id", "fr\"aud\\x"}});
