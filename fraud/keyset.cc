@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -349,7 +350,11 @@ Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
   TXSCORE_RETURN_IF_ERROR(CheckPrivate(path, "keyset file"));
   TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "keyset file"));
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if ((first == std::string::npos || text[first] != '{') && kek.empty()) {
+  // A keyset is JSON text; a raw key is random bytes, which may begin with '{' too (one file in
+  // 256): random bytes are never all printable, so they are not taken for a broken keyset.
+  const bool text_only = std::all_of(
+      text.begin(), text.end(), [](char c) { return (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t'; });
+  if ((first == std::string::npos || text[first] != '{' || !text_only) && kek.empty()) {
     // A raw key file from before keysets: one legacy key.
     if (text.size() < kKeyBytes) {
       return InvalidArgument("card key file " + path + " holds " + std::to_string(text.size()) +

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 
@@ -53,6 +54,10 @@ struct RawTransaction {
   std::optional<double> longitude;
   std::optional<std::string> traceparent;
   std::optional<int32_t> budget_ms;  // the caller's time budget for this request
+  // With card_token, from a replica that forwarded the transaction to its card's shard
+  // (service/shard_router.h): the card's tokens under the keyset's older active keys, oldest
+  // first, where its state may still be stored.
+  std::vector<std::string> older_card_tokens;
 };
 
 struct Transaction {

@@ -108,6 +108,15 @@ const PreparedStage* ScoringPipeline::FindStage(const std::string& name) const {
   return index < 0 ? nullptr : stages_[static_cast<size_t>(index)].get();
 }
 
+Status ScoringPipeline::TokenizeCard(fraud::RawTransaction* raw) const {
+  const std::shared_ptr<const fraud::CardTokenizer> tokenizer = ledger_->tokenizer();
+  TXSCORE_ASSIGN_OR_RETURN(CardKeys card, CardToken(raw, *tokenizer));
+  raw->card_number.reset();  // wiped by CardToken
+  raw->card_token = std::move(card.token);
+  raw->older_card_tokens = std::move(card.older);
+  return Status::Ok();
+}
+
 Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const {
   if (raw->card_verification_code) {
     Status cvc = fraud::ValidateCardVerificationCode(*raw->card_verification_code);
@@ -125,7 +134,26 @@ Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fr
   if (raw->card_token) {
     TXSCORE_RETURN_IF_ERROR(fraud::ValidateCardToken(*raw->card_token));
     TXSCORE_RETURN_IF_ERROR(tokenizer.CheckCallerToken(*raw->card_token));
-    return CardKeys{*raw->card_token, {}};
+    CardKeys card{*raw->card_token, {}};
+    // Only txscore's own keyed tokens, as a replica that tokenized the card number sends them:
+    // a caller's own token form never merges another token's history into it.
+    if (!raw->older_card_tokens.empty() && fraud::Keyset::KeyIdOf(*raw->card_token).empty()) {
+      return InvalidArgument("older_card_tokens goes with a keyed card_token (kN_...)", "older_card_tokens");
+    }
+    for (const std::string& older : raw->older_card_tokens) {
+      if (fraud::Keyset::KeyIdOf(older).empty()) {
+        return InvalidArgument("older_card_tokens holds keyed tokens (kN_...) only", "older_card_tokens");
+      }
+      Status valid = fraud::ValidateCardToken(older);
+      if (!valid.ok()) return InvalidArgument(valid.error().message, "older_card_tokens");
+      TXSCORE_RETURN_IF_ERROR(tokenizer.CheckCallerToken(older, "older_card_tokens"));
+      card.older.push_back(older);
+    }
+    return card;
+  }
+  if (!raw->older_card_tokens.empty()) {
+    fraud::WipeString(&*raw->card_number);
+    return InvalidArgument("older_card_tokens goes with card_token, not card_number", "older_card_tokens");
   }
   Status valid = fraud::ValidatePan(*raw->card_number);
   CardKeys card;

@@ -192,6 +192,11 @@ class ScoringPipeline {
   // nothing was written; kInternal / kDataLoss when storage or the model fails (logged here,
   // with the request's ids once they are validated).
   Result<ScoreOutcome> Score(fraud::RawTransaction raw);
+  // For a sharded server (service/shard_router.h), before it routes a card: replaces the PAN
+  // by the card's tokens under the keys in force (card_token: the primary's; older_card_tokens:
+  // each active key's, oldest first) and wipes it; a caller's token is checked as Score checks
+  // it. kInvalidArgument (with the field) for a bad PAN, token or card verification code.
+  Status TokenizeCard(fraud::RawTransaction* raw) const;
 
   const PipelineConfig& config() const { return config_; }
   // The names of the timing slots every outcome's timings fall in, indexed by

@@ -69,6 +69,13 @@ struct Transaction {
   // that may take long (the LLM forensic stage) use it; when absent, the stage's own
   // budget_ms from the pipeline file applies, and when present the smaller of the two.
   19: optional i32 budget_ms,
+  // Set only by a txscore replica that forwards a transaction to the shard owning its card
+  // (docs/scaling-out.md): the forwarding shard's name, and the card's tokens under the
+  // keyset's older active keys, where the owner may hold state stored before a key rotation.
+  // Honoured only from a caller on the owner's sharding.peer_identities; a forwarded
+  // transaction is never forwarded again. The owner re-keys only state it holds itself.
+  20: optional string forwarded_by,
+  21: optional list<string> older_card_tokens,
 }
 
 struct ReasonCode {
@@ -138,11 +145,22 @@ exception ServiceError {
   1: required string reason,
 }
 
-// One entry of scoreBatch: exactly one of result and error is set.
+// The shard that owns this card (docs/scaling-out.md) could not be reached or did not answer
+// in time, or does not own it by the shard list this replica has. No score: treat it as "score
+// unavailable" (retry later, or decide by the caller's own fallback), never as a decision.
+// Unreachable: nothing was written. No answer in time: the owner may still apply it once it
+// answers again, as after any RPC timeout (its audit trail has the request id).
+exception ShardUnavailable {
+  1: required string shard,
+  2: required string reason,
+}
+
+// One entry of scoreBatch: exactly one of result and the errors is set.
 struct BatchItem {
   1: optional ScoreResult result,
   2: optional InvalidRequest error,
   3: optional ServiceError service_error,
+  4: optional ShardUnavailable unavailable,
 }
 
 // An insurance claim, as a claims file's row holds it (README, "Claims and batch jobs").
@@ -230,7 +248,7 @@ struct HealthStatus {
 }
 
 service TxScore {
-  ScoreResult score(1: Transaction transaction) throws (1: InvalidRequest invalid, 2: ServiceError failure),
+  ScoreResult score(1: Transaction transaction) throws (1: InvalidRequest invalid, 2: ServiceError failure, 3: ShardUnavailable unavailable),
   // Items are scored in order; one bad item gets its own error and does not fail the others.
   list<BatchItem> scoreBatch(1: list<Transaction> transactions),
   HealthStatus health(),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a demo PKI for txscore's two ports with the openssl command: a CA, the server's
-# certificate, and two client certificates. For the demo and tests only: a real deployment's
+# certificate, and three client certificates. For the demo and tests only: a real deployment's
 # certificates come from its own CA (and its keys from an HSM or a secrets store).
 #
 #   scripts/make-demo-pki.sh [DIR]      (default: var/pki; existing, still valid files are kept)
@@ -12,6 +12,11 @@
 # DIR/client/                 tls.crt, tls.key, ca.crt: identity txscore-client (may score)
 # DIR/admin/                  tls.crt, tls.key, ca.crt: identity txscore-admin (an operator: may
 #                             reload and control claims jobs)
+# DIR/shard/                  tls.crt, tls.key, ca.crt: identity txscore-shard, which the replicas of
+#                             a shard set present to each other (sharding.client_tls_dir and
+#                             peer_identities: docs/scaling-out.md)
+# TXSCORE_PKI_SERVER_NAMES    more DNS names for the server certificate, comma-separated (e.g.
+#                             txscore-0.txscore,txscore-1.txscore for a StatefulSet's pods)
 # Each directory is laid out as a Kubernetes TLS secret (ca.crt, tls.crt, tls.key), which is
 # what `txscore score|job --tls-dir DIR` reads. Keys are mode 0600.
 set -euo pipefail
@@ -29,7 +34,7 @@ valid() {  # a certificate that exists and is valid for at least another day
 }
 
 if [[ $force == 0 ]] && valid "$dir/ca.crt" && valid "$dir/server/tls.crt" && valid "$dir/client/tls.crt" &&
-  valid "$dir/admin/tls.crt"; then
+  valid "$dir/admin/tls.crt" && valid "$dir/shard/tls.crt"; then
   echo "demo PKI in $dir is already there and valid (--force to make it anew)"
   exit 0
 fi
@@ -54,7 +59,13 @@ issue() {
   chmod 600 "$out/tls.key"
 }
 
-issue server txscore-server "DNS:localhost,DNS:$(hostname),IP:127.0.0.1,IP:::1" serverAuth
+extra_names=""
+IFS=',' read -r -a names <<<"${TXSCORE_PKI_SERVER_NAMES:-}"
+for name in "${names[@]}"; do
+  [[ -n "$name" ]] && extra_names+=",DNS:$name"
+done
+issue server txscore-server "DNS:localhost,DNS:$(hostname),IP:127.0.0.1,IP:::1$extra_names" serverAuth
 issue client txscore-client "DNS:txscore-client" clientAuth
 issue admin txscore-admin "DNS:txscore-admin" clientAuth
-echo "demo PKI written to $dir: CA, server (localhost, 127.0.0.1), clients txscore-client and txscore-admin"
+issue shard txscore-shard "DNS:txscore-shard" clientAuth
+echo "demo PKI written to $dir: CA, server (localhost, 127.0.0.1${extra_names//DNS:/}), clients txscore-client, txscore-admin and txscore-shard"

@@ -15,7 +15,7 @@ PACKAGES=(
   libboost-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libpcre2-dev libicu-dev iso-codes
   libgtest-dev libgmock-dev libbenchmark-dev clang-format rocksdb-tools clang libclang-rt-14-dev llvm-14
-  python3 python3-thrift python3-xgboost python3-torch python3-numpy python3-sentencepiece python3-jinja2
+  python3 python3-thrift python3-xgboost python3-torch python3-numpy python3-sentencepiece python3-jinja2 python3-yaml
   chromium
 )
 

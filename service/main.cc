@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   txscore::service::AddBatchCommand(app, &exit_code);
   txscore::service::AddJobCommand(app, &exit_code);
   txscore::service::AddKeysCommand(app, &exit_code);
+  txscore::service::AddShardCommand(app, &exit_code);
   if (argc > 1 && argv[1][0] != '-') {
     const std::string unknown = UnknownCommandMessage(app, argv[1]);
     if (!unknown.empty()) {

@@ -1,6 +1,7 @@
 #include "service/rpc_client.h"
 
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/transport/TBufferTransports.h>
 #include <thrift/transport/TSSLSocket.h>
@@ -70,6 +71,7 @@ Result<std::unique_ptr<RpcConnection>> RpcConnection::Open(const HostPort& addre
   }
   socket->setConnTimeout(options.connect_timeout_ms);
   socket->setRecvTimeout(options.recv_timeout_ms);
+  connection->socket_ = socket;
   connection->transport_ = std::make_shared<apache::thrift::transport::TFramedTransport>(socket);
   connection->client_ = std::make_unique<rpc::TxScoreClient>(
       std::make_shared<apache::thrift::protocol::TBinaryProtocol>(connection->transport_));
@@ -89,6 +91,17 @@ void RpcConnection::Close() {
   } catch (const apache::thrift::TException&) {
     // Closing a connection the server already dropped: nothing left to release.
   }
+}
+
+void RpcConnection::SetRecvTimeout(int ms) {
+  if (socket_) socket_->setRecvTimeout(ms);
+}
+
+bool RpcConnection::LooksAlive() const {
+  if (!socket_ || !socket_->isOpen()) return false;
+  pollfd idle{static_cast<int>(socket_->getSocketFD()), POLLIN, 0};
+  // Between calls a server sends nothing: anything to read now is its close (or a reset).
+  return ::poll(&idle, 1, 0) == 0;
 }
 
 }  // namespace txscore::service

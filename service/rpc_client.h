@@ -14,7 +14,8 @@
 
 namespace apache::thrift::transport {
 class TFramedTransport;
-}
+class TSocket;
+}  // namespace apache::thrift::transport
 
 namespace txscore::service {
 
@@ -39,10 +40,16 @@ class RpcConnection {
   // TTransportException), as the service's contract says (docs/rpc.md).
   rpc::TxScoreClient& client() { return *client_; }
   void Close();
+  // Between calls: false once the server has closed the connection (or reset it), so that a
+  // pooled connection is not used for a request that could not be sent.
+  bool LooksAlive() const;
+  // The time each later reply may take (RpcClientOptions::recv_timeout_ms until then).
+  void SetRecvTimeout(int ms);
 
  private:
   RpcConnection() = default;
   std::shared_ptr<void> tls_factory_;  // keeps Thrift's SSL context alive as long as the socket
+  std::shared_ptr<apache::thrift::transport::TSocket> socket_;
   std::shared_ptr<apache::thrift::transport::TFramedTransport> transport_;
   std::unique_ptr<rpc::TxScoreClient> client_;
 };

@@ -12,6 +12,7 @@
 #include "service/dashboard.h"
 #include "service/inference_protocol.h"
 #include "service/process_metrics.h"
+#include "service/shard_transfer.h"
 
 namespace txscore::service {
 namespace {
@@ -153,6 +154,12 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
+  // A shard starts only on its own database (service/shard_transfer.h).
+  std::optional<ShardMap> shard_map;
+  if (!settings.sharding.shards.empty()) {
+    TXSCORE_ASSIGN_OR_RETURN(shard_map, ShardMap::Create(settings.sharding.shards, settings.sharding.self));
+  }
+  TXSCORE_RETURN_IF_ERROR(CheckShardStamp(settings.storage.path, *server->db_, shard_map ? &*shard_map : nullptr));
   TXSCORE_ASSIGN_OR_RETURN(
       server->ledger_, pipelines::ScoringLedger::Create(
                            server->db_.get(), settings.security.key_file(), settings.security.kek(),
@@ -220,10 +227,14 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     server->jobs_ = std::move(jobs).value();
   }
   server->AddOperatorMetrics();
+  if (!settings.sharding.shards.empty()) {
+    TXSCORE_ASSIGN_OR_RETURN(server->router_, ShardRouter::Create(settings.sharding, "", &server->registry_));
+  }
   // One handler per connection, knowing its caller (job control is for operators).
   RpcHandlerFactory handlers = [self](const Caller& caller) {
-    return std::make_shared<TxScoreHandler>(&self->active_, &self->ready_, self->jobs_.get(), caller,
-                                            [self](const storage::AuditAction& action) { self->RecordAction(action); });
+    return std::make_shared<TxScoreHandler>(
+        &self->active_, &self->ready_, self->jobs_.get(), caller,
+        [self](const storage::AuditAction& action) { self->RecordAction(action); }, self->router_.get());
   };
   Result<std::unique_ptr<RpcServer>> rpc =
       RpcServer::Create(settings.server, std::move(handlers), settings.server.plaintext ? nullptr : tls);
@@ -629,6 +640,8 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = settings.error().ToString();
     return outcome;
   }
+  // This process's shard name is fixed at start (sharding.self, or `serve --shard-name`).
+  settings->sharding.self = settings_->sharding.self;
   const std::vector<std::string> changes = RestartOnlyChanges(*settings_, *settings);
   if (!changes.empty()) {
     std::string list;

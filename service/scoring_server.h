@@ -32,6 +32,7 @@
 #include "service/recent_decisions.h"
 #include "service/rpc_server.h"
 #include "service/settings.h"
+#include "service/shard_router.h"
 #include "service/thrift_handler.h"
 #include "storage/database.h"
 
@@ -140,8 +141,9 @@ class ScoringServer {
   std::string claims_pipeline_digest_;
   std::unique_ptr<ClaimsJobManager> jobs_;
   MetricsRegistry registry_;
-  RecentDecisions recent_decisions_;   // for the dashboard, across reloads
-  std::unique_ptr<OpenAiApi> openai_;  // its routes on admin_
+  std::unique_ptr<ShardRouter> router_;  // with a sharding section
+  RecentDecisions recent_decisions_;     // for the dashboard, across reloads
+  std::unique_ptr<OpenAiApi> openai_;    // its routes on admin_
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;
   std::thread rpc_thread_;

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -89,6 +90,49 @@ Status ParseTls(const YamlReader& r, const YAML::Node& node, TlsConfig* out) {
       TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, key, any_name, list));
     }
   }
+  return Status::Ok();
+}
+
+// sharding (service/shard_map.h). `self` may come from `txscore serve --shard-name` instead:
+// ShardMap::Create checks it when the server starts.
+Status ParseSharding(const YamlReader& r, const YAML::Node& node, ShardingConfig* out) {
+  TXSCORE_RETURN_IF_ERROR(
+      r.ExpectMap(node, "sharding",
+                  {"shards", "self", "client_tls_dir", "peer_identities", "connect_timeout_ms", "forward_timeout_ms",
+                   "breaker_failures", "breaker_open_ms", "max_forwards_in_flight"}));
+  const YAML::Node shards = node["shards"];
+  if (!shards || !shards.IsSequence() || shards.size() == 0) {
+    return r.ErrorAt(shards ? shards : node,
+                     "sharding.shards must list every shard: - {name: ..., address: HOST:PORT}");
+  }
+  for (const YAML::Node& shard : shards) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(shard, "a shard", {"name", "address"}));
+    ShardEndpoint endpoint;
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(shard, "name", true, &endpoint.name));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(shard, "address", true, &endpoint.address));
+    if (Result<HostPort> address = ParseHostPort(endpoint.address); !address.ok()) {
+      return r.ErrorAt(shard["address"], address.error().message);
+    }
+    out->shards.push_back(std::move(endpoint));
+  }
+  std::vector<std::string> names;
+  for (const ShardEndpoint& shard : out->shards) names.push_back(shard.name);
+  if (Status valid = ValidateShardNames(names); !valid.ok()) return r.ErrorAt(shards, valid.error().message);
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "self", false, &out->self));
+  if (!out->self.empty() && std::find(names.begin(), names.end(), out->self) == names.end()) {
+    return r.ErrorAt(node["self"], "sharding.self \"" + out->self + "\" is not among sharding.shards");
+  }
+  TXSCORE_RETURN_IF_ERROR(
+      r.ReadPath(node, "client_tls_dir", false, YamlReader::PathMustBe::kDirectory, &out->client_tls_dir));
+  if (node["peer_identities"]) {
+    TXSCORE_RETURN_IF_ERROR(ReadNameList(
+        r, node, "peer_identities", [](const std::string&) { return Status::Ok(); }, &out->peer_identities));
+  }
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "connect_timeout_ms", 1, 600000, &out->connect_timeout_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "forward_timeout_ms", 1, 600000, &out->forward_timeout_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "breaker_failures", 1, 1000, &out->breaker_failures));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "breaker_open_ms", 1, 3600000, &out->breaker_open_ms));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_forwards_in_flight", 1, 100000, &out->max_forwards_in_flight));
   return Status::Ok();
 }
 
@@ -222,8 +266,9 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
                      "this is a pipeline file, not the service's settings: pass the settings file (e.g. "
                      "config/txscore.yaml), whose `pipeline:` names the pipeline file");
   }
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(root, "the settings file",
-                                      {"pipeline", "server", "admin", "storage", "security", "devices", "jobs"}));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ExpectMap(root, "the settings file",
+                  {"pipeline", "server", "admin", "storage", "security", "devices", "jobs", "sharding"}));
   ServiceSettings settings;
   settings.source_path = source_path;
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(root, "pipeline", true, YamlReader::PathMustBe::kRegularFile, &settings.pipeline));
@@ -288,7 +333,36 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &settings.jobs.chunk));
     TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &settings.jobs.max_llm_shortfall_share));
   }
-  for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs"}) {
+  if (const YAML::Node sharding = root["sharding"]) {
+    TXSCORE_RETURN_IF_ERROR(ParseSharding(r, sharding, &settings.sharding));
+    const ShardingConfig& sharded = settings.sharding;
+    if (settings.server.plaintext && !sharded.peer_identities.empty()) {
+      return r.ErrorAt(sharding["peer_identities"],
+                       "sharding.peer_identities needs TLS on the Thrift port: on a plaintext port callers have "
+                       "no identity (and any caller may forward)");
+    }
+    if (!settings.server.plaintext && settings.security.tls && sharded.shards.size() > 1) {
+      if (sharded.client_tls_dir.empty()) {
+        return r.ErrorAt(sharding,
+                         "sharding.client_tls_dir is required when the Thrift port serves TLS: the "
+                         "certificate this replica presents when it forwards a card to its owner");
+      }
+      if (sharded.peer_identities.empty()) {
+        return r.ErrorAt(sharding,
+                         "sharding.peer_identities is required when the Thrift port serves TLS: the "
+                         "identity of the replicas' own certificate (client_tls_dir), and no caller's");
+      }
+      for (const std::string& peer : sharded.peer_identities) {
+        const std::vector<std::string>& admitted = settings.security.tls->thrift_clients;
+        if (std::find(admitted.begin(), admitted.end(), peer) == admitted.end()) {
+          return r.ErrorAt(
+              sharding["peer_identities"],
+              "shard peer " + peer + " is not on security.tls.thrift_clients: the other replicas could not connect");
+        }
+      }
+    }
+  }
+  for (const char* section : {"server", "admin", "storage", "security", "devices", "jobs", "sharding"}) {
     if (const YAML::Node node = root[section]) Flatten(node, section, &settings.restart_only);
   }
   // Reloadable: certificates, keys and allowlists, and the keyset, are read again by each reload.
@@ -316,6 +390,7 @@ std::vector<std::string> RestartOnlyChanges(const ServiceSettings& running, cons
       {"security", running.security.card_key_file != loaded.security.card_key_file},
       {"devices", !(running.devices == loaded.devices)},
       {"jobs", !(running.jobs == loaded.jobs)},
+      {"sharding", !(running.sharding == loaded.sharding)},
   };
   std::vector<std::string> changes;
   std::set<std::string> keys, named_sections;

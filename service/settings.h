@@ -25,6 +25,7 @@
 #include "accelerator/backend.h"
 #include "common/result.h"
 #include "fraud/keyset.h"
+#include "service/shard_map.h"
 #include "service/tls.h"
 #include "storage/database.h"
 
@@ -170,6 +171,7 @@ struct ServiceSettings {
   SecurityConfig security;
   DevicesConfig devices;
   JobsConfig jobs;
+  ShardingConfig sharding;  // Default: none (one replica owns every card)
   // Every setting but `pipeline` as the file wrote it, flattened: "server.port" -> "9090".
   // A running server cannot change them; a reload compares them (RestartOnlyChanges).
   std::map<std::string, std::string> restart_only;

@@ -58,6 +58,7 @@ fraud::RawTransaction FromThrift(const rpc::Transaction& t) {
   if (t.__isset.longitude) raw.longitude = t.longitude;
   if (t.__isset.traceparent) raw.traceparent = t.traceparent;
   if (t.__isset.budget_ms) raw.budget_ms = t.budget_ms;
+  if (t.__isset.older_card_tokens) raw.older_card_tokens = t.older_card_tokens;
   return raw;
 }
 
@@ -180,28 +181,77 @@ Caller InProcessCaller() {
 }
 
 TxScoreHandler::TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs,
-                               Caller caller, ActionRecorder record_action)
+                               Caller caller, ActionRecorder record_action, ShardRouter* router)
     : active_(active),
       jobs_(jobs),
       ready_(ready),
       caller_(std::move(caller)),
-      record_action_(std::move(record_action)) {}
+      record_action_(std::move(record_action)),
+      router_(router) {}
+
+const ShardEndpoint* TxScoreHandler::RouteCard(const pipelines::ScoringPipeline& pipeline, fraud::RawTransaction* raw,
+                                               const rpc::Transaction& transaction) const {
+  const bool forwarded = transaction.__isset.forwarded_by;
+  const bool older_tokens = !raw->older_card_tokens.empty();
+  if (router_ == nullptr) {
+    if (!forwarded && !older_tokens) return nullptr;
+    throw ToInvalidRequest(InvalidArgument("this server is not sharded: only a sharded replica forwards transactions",
+                                           forwarded ? "forwarded_by" : "older_card_tokens"));
+  }
+  if ((forwarded || older_tokens) && !router_->IsPeer(caller_)) {
+    throw ToInvalidRequest(InvalidArgument(
+        caller_.Describe() + " is not a shard peer (sharding.peer_identities): it may not forward transactions",
+        forwarded ? "forwarded_by" : "older_card_tokens"));
+  }
+  if (older_tokens && !forwarded) {
+    throw ToInvalidRequest(InvalidArgument("older_card_tokens goes with forwarded_by", "older_card_tokens"));
+  }
+  if (Status tokenized = pipeline.TokenizeCard(raw); !tokenized.ok()) throw ToInvalidRequest(tokenized.error());
+  // Routed by the token the card's state is stored under (service/shard_map.h).
+  const ShardEndpoint& owner = router_->map().OwnerOf(*raw->card_token);
+  if (owner.name == router_->map().self().name) return nullptr;
+  if (forwarded) {
+    // Never forwarded twice: two replicas whose shard lists differ would pass it around.
+    rpc::ShardUnavailable unavailable;
+    unavailable.shard = owner.name;
+    unavailable.reason = "shard " + transaction.forwarded_by + " forwarded a card that, by the shard list of " +
+                         router_->map().self().name + ", shard " + owner.name +
+                         " owns: the replicas' sharding.shards differ";
+    throw unavailable;
+  }
+  return &owner;
+}
+
+rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version, fraud::RawTransaction raw,
+                                          const rpc::Transaction& transaction) {
+  if (const ShardEndpoint* owner = RouteCard(*version.pipeline, &raw, transaction)) {
+    rpc::Transaction forwarded = ToThriftTransaction(raw);  // tokenized: no card number
+    forwarded.__set_forwarded_by(router_->map().self().name);
+    return router_->Forward(*owner, forwarded);
+  }
+  Result<pipelines::ScoreOutcome> outcome = version.pipeline->Score(std::move(raw));
+  if (!outcome.ok()) {
+    if (outcome.error().code == ErrorCode::kInvalidArgument) throw ToInvalidRequest(outcome.error());
+    throw ToServiceError(outcome.error());
+  }
+  version.metrics->RecordOutcome(*outcome);
+  return ToThrift(*outcome);
+}
 
 void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
   const auto start = std::chrono::steady_clock::now();
   const std::shared_ptr<const ActivePipeline::Version> version = active_->Get();  // one version, start to end
   ScoringMetrics* const metrics = version->metrics.get();
-  Result<pipelines::ScoreOutcome> outcome = version->pipeline->Score(TakeFromThrift(transaction));
-  if (!outcome.ok()) {
-    const bool invalid = outcome.error().code == ErrorCode::kInvalidArgument;
-    metrics->RecordRequest(ScoringMetrics::Method::kScore,
-                           invalid ? ScoringMetrics::RequestOutcome::kInvalid : ScoringMetrics::RequestOutcome::kError,
+  try {
+    result = ScoreOne(*version, TakeFromThrift(transaction), transaction);
+  } catch (const rpc::InvalidRequest&) {
+    metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kInvalid,
                            SecondsSince(start));
-    if (invalid) throw ToInvalidRequest(outcome.error());
-    throw ToServiceError(outcome.error());
+    throw;
+  } catch (const apache::thrift::TException&) {  // ServiceError, ShardUnavailable
+    metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kError, SecondsSince(start));
+    throw;
   }
-  metrics->RecordOutcome(*outcome);
-  result = ToThrift(*outcome);
   metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kOk, SecondsSince(start));
 }
 
@@ -215,16 +265,17 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
   ScoringMetrics* const metrics = version->metrics.get();
   for (const rpc::Transaction& transaction : transactions) {
     rpc::BatchItem item;
-    Result<pipelines::ScoreOutcome> outcome = version->pipeline->Score(TakeFromThrift(transaction));
-    if (outcome.ok()) {
-      metrics->RecordOutcome(*outcome);
-      item.__set_result(ToThrift(*outcome));
-    } else if (outcome.error().code == ErrorCode::kInvalidArgument) {
+    try {
+      item.__set_result(ScoreOne(*version, TakeFromThrift(transaction), transaction));
+    } catch (const rpc::InvalidRequest& invalid) {
       any_invalid = true;
-      item.__set_error(ToInvalidRequest(outcome.error()));
-    } else {
+      item.__set_error(invalid);
+    } catch (const rpc::ServiceError& failure) {
       any_error = true;  // logged by the pipeline
-      item.__set_service_error(ToServiceError(outcome.error()));
+      item.__set_service_error(failure);
+    } catch (const rpc::ShardUnavailable& unavailable) {
+      any_error = true;
+      item.__set_unavailable(unavailable);
     }
     results.push_back(std::move(item));
   }

@@ -17,6 +17,7 @@
 #include "service/claims_jobs.h"
 #include "service/metrics.h"
 #include "service/recent_decisions.h"
+#include "service/shard_router.h"
 #include "service/tls.h"
 #include "storage/audit_log.h"
 
@@ -92,8 +93,12 @@ class TxScoreHandler : public rpc::TxScoreIf {
   // when the server runs no claims jobs (no jobs section). Submitting and cancelling jobs needs
   // `caller` to be an operator; each attempt, allowed or not, goes to `record_action` (none:
   // not recorded).
+  // `router`: on a sharded server (sharding: in the settings), a transaction for another shard's
+  // card is tokenized here and forwarded to its owner (service/shard_router.h); null: this
+  // server owns every card.
   TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs = nullptr,
-                 Caller caller = InProcessCaller(), ActionRecorder record_action = nullptr);
+                 Caller caller = InProcessCaller(), ActionRecorder record_action = nullptr,
+                 ShardRouter* router = nullptr);
 
   void score(rpc::ScoreResult& result, const rpc::Transaction& transaction) override;
   void scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) override;
@@ -110,11 +115,20 @@ class TxScoreHandler : public rpc::TxScoreIf {
   void Record(const std::string& action, const std::string& target, const std::string& outcome,
               const std::string& detail) const;
 
+  // Scores `raw` here, or forwards it to its card's shard; throws the service's exceptions.
+  rpc::ScoreResult ScoreOne(const ActivePipeline::Version& version, fraud::RawTransaction raw,
+                            const rpc::Transaction& transaction);
+  // On a sharded server, the shard owning the card (tokenizing the PAN in `raw`); null when it
+  // is this one.
+  const ShardEndpoint* RouteCard(const pipelines::ScoringPipeline& pipeline, fraud::RawTransaction* raw,
+                                 const rpc::Transaction& transaction) const;
+
   const ActivePipeline* active_;
   ClaimsJobManager* jobs_;
   const std::atomic<bool>* ready_;
   const Caller caller_;
   const ActionRecorder record_action_;
+  ShardRouter* const router_;
 };
 
 }  // namespace txscore::service

@@ -147,6 +147,7 @@ rpc::Transaction ToThriftTransaction(const fraud::RawTransaction& raw) {
   if (raw.traceparent) t.__set_traceparent(*raw.traceparent);
   if (raw.card_verification_code) t.__set_card_verification_code(*raw.card_verification_code);
   if (raw.budget_ms) t.__set_budget_ms(*raw.budget_ms);
+  if (!raw.older_card_tokens.empty()) t.__set_older_card_tokens(raw.older_card_tokens);
   return t;
 }
 

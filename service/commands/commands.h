@@ -24,5 +24,6 @@ void AddConformanceCommand(CLI::App& app, int* exit_code);
 void AddBatchCommand(CLI::App& app, int* exit_code);
 void AddJobCommand(CLI::App& app, int* exit_code);
 void AddKeysCommand(CLI::App& app, int* exit_code);
+void AddShardCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <sstream>
 
 #include "common/host_port.h"
 #include "fraud/card_token.h"
@@ -17,6 +19,7 @@
 #include "service/commands/client_tls.h"
 #include "service/commands/commands.h"
 #include "service/rpc_client.h"
+#include "service/shard_map.h"
 #include "service/transaction_json.h"
 
 namespace txscore::service {
@@ -29,6 +32,9 @@ struct ScoreOptions {
   int count = 0;  // 0: all
   uint64_t seed = 7;
   bool json = false;
+  // Default: none. NAME=HOST:PORT,... of a shard set: a transaction with a card_token goes
+  // straight to the shard that owns it (service/shard_map.h); one with a card number to --server.
+  std::string shards;
 };
 
 // One human-readable line: request id, decision, score and the top reasons.
@@ -124,14 +130,47 @@ int RunScore(const ScoreOptions& options) {
                  options.server.c_str(), connection.error().message.c_str());
     return 1;
   }
-  rpc::TxScoreClient& client = (*connection)->client();
+  // Routing by card token: a connection per shard, opened on first use.
+  std::vector<ShardEndpoint> shards;
+  std::stringstream shard_list(options.shards);
+  for (std::string entry; std::getline(shard_list, entry, ',');) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos) {
+      std::fprintf(stderr, "--shards: \"%s\" is not NAME=HOST:PORT\n", entry.c_str());
+      return 2;
+    }
+    shards.push_back({entry.substr(0, equals), entry.substr(equals + 1)});
+  }
+  std::optional<ShardMap> shard_map;
+  if (!shards.empty()) {
+    Result<ShardMap> map = ShardMap::Create(shards, shards.front().name);
+    if (!map.ok()) {
+      std::fprintf(stderr, "--shards: %s\n", map.error().message.c_str());
+      return 2;
+    }
+    shard_map = std::move(map).value();
+  }
+  std::map<std::string, std::unique_ptr<RpcConnection>> shard_connections;
+  const auto client_for = [&](const rpc::Transaction& t) -> rpc::TxScoreClient& {
+    if (!shard_map || !t.__isset.card_token) return (*connection)->client();
+    const ShardEndpoint& owner = shard_map->OwnerOf(t.card_token);
+    std::unique_ptr<RpcConnection>& open = shard_connections[owner.name];
+    if (open == nullptr) {
+      Result<std::unique_ptr<RpcConnection>> opened =
+          RpcConnection::Open(ParseHostPort(owner.address).value(), {.tls = *tls});
+      if (!opened.ok())
+        throw apache::thrift::TException("cannot connect to shard " + owner.name + ": " + opened.error().message);
+      open = std::move(opened).value();
+    }
+    return open->client();
+  };
   std::map<std::string, int> by_decision;
-  int invalid = 0;
+  int invalid = 0, unavailable = 0;
   try {
     for (const rpc::Transaction& t : transactions) {
       try {
         rpc::ScoreResult result;
-        client.score(result, t);
+        client_for(t).score(result, t);
         if (options.json) {
           std::printf("%s\n", ScoreResultToJson(result).c_str());
         } else {
@@ -143,6 +182,21 @@ int RunScore(const ScoreOptions& options) {
                                              {"invalid", {{"field", e.field}, {"reason", e.reason}}}};
         std::printf("%s\n", invalid_line.dump().c_str());
         ++invalid;
+      } catch (const rpc::ShardUnavailable& e) {
+        // Score unavailable: the card's shard is down. Said, and the others go on.
+        const nlohmann::json unavailable_line = {{"request_id", t.request_id},
+                                                 {"unavailable", {{"shard", e.shard}, {"reason", e.reason}}}};
+        std::printf("%s\n", unavailable_line.dump().c_str());
+        ++unavailable;
+      } catch (const apache::thrift::TException& e) {
+        if (!shard_map || !t.__isset.card_token) throw;
+        // The shard this client routed the card to is down: the same, said from here.
+        const std::string& shard = shard_map->OwnerOf(t.card_token).name;
+        shard_connections.erase(shard);
+        const nlohmann::json unavailable_line = {{"request_id", t.request_id},
+                                                 {"unavailable", {{"shard", shard}, {"reason", e.what()}}}};
+        std::printf("%s\n", unavailable_line.dump().c_str());
+        ++unavailable;
       }
     }
   } catch (const apache::thrift::TException& e) {
@@ -154,9 +208,11 @@ int RunScore(const ScoreOptions& options) {
   }
   (*connection)->Close();
   std::fflush(stdout);
-  std::fprintf(stderr, "scored %zu transactions:", transactions.size() - invalid);
+  std::fprintf(stderr, "scored %zu transactions:", transactions.size() - invalid - unavailable);
   for (const auto& [decision, n] : by_decision) std::fprintf(stderr, " %s %d", decision.c_str(), n);
-  std::fprintf(stderr, "; invalid %d\n", invalid);
+  std::fprintf(stderr, "; invalid %d", invalid);
+  if (unavailable > 0) std::fprintf(stderr, "; unavailable (shard down) %d", unavailable);
+  std::fprintf(stderr, "\n");
   return 0;
 }
 
@@ -171,6 +227,8 @@ void AddScoreCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--count", options->count, "Send at most this many (0: all)")->capture_default_str();
   cmd->add_flag("--json", options->json, "Print each result as a JSON line instead of a table row");
   cmd->add_option("--seed", options->seed, "Seed of the demo transactions")->capture_default_str();
+  cmd->add_option("--shards", options->shards,
+                  "NAME=HOST:PORT,... of a shard set: card_token transactions go straight to their shard");
   cmd->callback([options, exit_code] { *exit_code = RunScore(*options); });
 }
 

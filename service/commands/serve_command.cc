@@ -30,6 +30,8 @@ struct ServeOptions {
   std::string config_path = "config/txscore.yaml";
   // Default: JSON lines at info (common/logging.h): a service's logs go to a collector.
   LoggingOptions logging{.level = "info", .format = LogFormat::kJson};
+  // Default: sharding.self from the settings. A StatefulSet passes its pod's name.
+  std::string shard_name;
 };
 
 int RunServe(const ServeOptions& options) {
@@ -52,6 +54,14 @@ int RunServe(const ServeOptions& options) {
   if (!loaded.ok()) {
     Log("server").error("{}", loaded.error().ToString());
     return 1;
+  }
+  if (!options.shard_name.empty()) {
+    if (loaded->settings.sharding.shards.empty()) {
+      Log("server").error("--shard-name {} needs a sharding section in {} (docs/scaling-out.md)", options.shard_name,
+                          options.config_path);
+      return 1;
+    }
+    loaded->settings.sharding.self = options.shard_name;
   }
   const ServiceSettings& settings = loaded->settings;
   const pipelines::PipelineConfig* config = &loaded->config;
@@ -128,6 +138,8 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve fraud scores over Thrift, with health and metrics over HTTP");
   cmd->add_option("--config", options->config_path, "Service settings file (it names the pipeline file)")
       ->capture_default_str();
+  cmd->add_option("--shard-name", options->shard_name,
+                  "This replica's shard among sharding.shards (default: sharding.self)");
   AddLoggingOptions(cmd, &options->logging);
   cmd->callback([options, exit_code] { *exit_code = RunServe(*options); });
 }

@@ -72,6 +72,24 @@ TEST(Keyset, AFileRoundTripsAndIsRefusedWhenOthersMayReadIt) {
                                    " is readable by group or others; run: chmod 600 " + dir.file("keyset.json")));
 }
 
+TEST(Keyset, ARawKeyFileThatBeginsWithABraceIsARawKeyAndABrokenKeysetIsStillRefused) {
+  testing::TempDir dir;
+  // Random bytes begin with '{' in one file of 256 (it made a CI run fail): still a raw key.
+  std::string raw = "{";
+  for (int i = 0; i < 31; ++i) raw.push_back(static_cast<char>(0x80 + i * 3));
+  testing::WriteFile(dir.file("card.key"), raw);
+  ::chmod(dir.file("card.key").c_str(), 0600);
+  Result<Keyset> legacy = LoadKeyset(dir.file("card.key"));
+  ASSERT_TRUE(legacy.ok()) << legacy.error().ToString();
+  EXPECT_EQ(legacy->primary().id, kLegacyKeyId);
+  EXPECT_EQ(legacy->primary().secret, raw);
+  // JSON text that does not parse is a broken keyset, never taken for a raw key.
+  testing::WriteFile(dir.file("keyset.json"), "{\"format\": \"txscore-keyset\", \"version\": 1, \"keys\": [");
+  ::chmod(dir.file("keyset.json").c_str(), 0600);
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kInvalidArgument,
+                               "keyset file " + dir.file("keyset.json") + ": not a JSON object"));
+}
+
 TEST(Keyset, MalformedKeysetsAreRefusedSayingWhy) {
   const std::string secret(64, '1');
   EXPECT_TRUE(testing::IsError(

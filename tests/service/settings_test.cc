@@ -176,6 +176,80 @@ TEST_F(SettingsTest, BadTlsSettingsAreNamedWithTheirPlace) {
   EXPECT_NE(missing.error().message.find("private_key"), std::string::npos) << missing.error().message;
 }
 
+TEST_F(SettingsTest, ShardingListsEveryShardNamesItsSelfAndIsRestartOnly) {
+  std::filesystem::create_directories(dir_.file("pki/client"));
+  const std::string sharding =
+      "sharding:\n"
+      "  self: txscore-1\n"
+      "  shards:\n"
+      "    - {name: txscore-0, address: 10.0.0.1:9090}\n"
+      "    - {name: txscore-1, address: txscore-1.txscore:9090}\n"
+      "  client_tls_dir: pki/client\n"
+      "  peer_identities: [txscore-shard]\n"
+      "  forward_timeout_ms: 750\n";
+  auto settings = Parse(std::string(kValid) + sharding);
+  ASSERT_TRUE(settings.ok()) << settings.error().ToString();
+  EXPECT_EQ(settings->sharding.self, "txscore-1");
+  EXPECT_EQ(settings->sharding.shards,
+            (std::vector<ShardEndpoint>{{"txscore-0", "10.0.0.1:9090"}, {"txscore-1", "txscore-1.txscore:9090"}}));
+  EXPECT_EQ(settings->sharding.client_tls_dir, dir_.file("pki/client"));
+  EXPECT_EQ(settings->sharding.peer_identities, std::vector<std::string>{"txscore-shard"});
+  EXPECT_EQ(settings->sharding.forward_timeout_ms, 750);
+  EXPECT_EQ(settings->sharding.connect_timeout_ms, 500);  // the default
+  auto unsharded = Parse(kValid);
+  ASSERT_TRUE(unsharded.ok());
+  EXPECT_TRUE(unsharded->sharding.shards.empty());
+  const std::vector<std::string> changes = RestartOnlyChanges(*unsharded, *settings);
+  EXPECT_FALSE(changes.empty());
+  for (const std::string& change : changes) EXPECT_EQ(change.rfind("sharding.", 0), 0u) << change;
+  // Refusals, each at its place.
+  EXPECT_EQ(Parse(std::string(kValid) + "sharding:\n  self: a\n").error().message,
+            Where(7, 3) + "sharding.shards must list every shard: - {name: ..., address: HOST:PORT}");
+  EXPECT_EQ(Parse(std::string(kValid) + "sharding:\n  shards:\n    - {name: a, address: h:1}\n    - {name: a, address: "
+                                        "h:2}\n")
+                .error()
+                .message,
+            Where(8, 5) + "shard \"a\" is named twice");
+  EXPECT_EQ(
+      Parse(std::string(kValid) + "sharding:\n  self: b\n  shards:\n    - {name: a, address: h:1}\n").error().message,
+      Where(7, 9) + "sharding.self \"b\" is not among sharding.shards");
+  EXPECT_NE(Parse(std::string(kValid) + "sharding:\n  shards:\n    - {name: a, address: nope}\n")
+                .error()
+                .message.find(Where(8, 26) + "\"nope\" is not HOST:PORT"),
+            std::string::npos);
+  EXPECT_EQ(Parse(std::string(kValid) + "sharding:\n  shards:\n    - {name: a, adress: h:1}\n").error().code,
+            ErrorCode::kInvalidArgument);
+}
+
+TEST_F(SettingsTest, AShardSetsPeersAreCheckedAgainstItsTransport) {
+  for (const char* file : {"s.crt", "s.key", "ca.crt"}) testing::WriteFile(dir_.file(file), "x");
+  std::filesystem::create_directories(dir_.file("shard"));
+  const std::string tls =
+      "  tls:\n    certificate: s.crt\n    private_key: s.key\n    client_ca: ca.crt\n"
+      "    thrift_clients: [caller, txscore-shard]\n    admin_clients: [admin]\n";
+  const std::string shards = "sharding:\n  self: a\n  shards: [{name: a, address: h:1}, {name: b, address: h:2}]\n";
+  const auto message = [&](const std::string& yaml) {
+    auto settings = Parse(yaml);
+    return settings.ok() ? std::string("accepted") : settings.error().message;
+  };
+  EXPECT_EQ(
+      message(std::string(kValid) + tls + shards + "  client_tls_dir: shard\n  peer_identities: [txscore-shard]\n"),
+      "accepted");
+  EXPECT_NE(message(std::string(kValid) + tls + shards + "  peer_identities: [txscore-shard]\n")
+                .find("sharding.client_tls_dir is required when the Thrift port serves TLS"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kValid) + tls + shards + "  client_tls_dir: shard\n")
+                .find("sharding.peer_identities is required when the Thrift port serves TLS"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kValid) + tls + shards + "  client_tls_dir: shard\n  peer_identities: [other]\n")
+                .find("shard peer other is not on security.tls.thrift_clients"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kValid) + "server: {plaintext: true}\n" + shards + "  peer_identities: [x]\n")
+                .find("sharding.peer_identities needs TLS on the Thrift port"),
+            std::string::npos);
+  EXPECT_EQ(message(std::string(kValid) + "server: {plaintext: true}\n" + shards), "accepted");
+}
+
 TEST(LoadServiceSettings, MissingFileIsNotFound) {
   auto settings = LoadServiceSettings("/nonexistent/s.yaml");
   ASSERT_FALSE(settings.ok());

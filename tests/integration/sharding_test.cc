@@ -1,0 +1,255 @@
+// Card-keyed sharding over loopback (docs/scaling-out.md): three real servers, each a shard
+// with its own database, one card key. Any replica answers for any card; each card's state and
+// audit records live on its owner alone; a card whose shard is down gets ShardUnavailable and
+// nothing is written; a forwarded transaction is never forwarded again.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fraud/card_token.h"
+#include "fraud/features.h"
+#include "gen-cpp/TxScore.h"
+#include "service/scoring_server.h"
+#include "service/shard_map.h"
+#include "service/transaction_json.h"
+#include "storage/audit_log.h"
+#include "tests/rpc_test_support.h"
+#include "tests/server_test_support.h"
+#include "tests/test_support.h"
+
+namespace txscore::service {
+namespace {
+
+// A port nothing listens on now, for a shard list written before the servers start.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// The test card with number `index`: a Luhn-valid PAN.
+std::string Pan(int index) {
+  std::string digits = "4000002" + std::to_string(100000000 + index);
+  return digits + fraud::LuhnCheckDigit(digits);
+}
+
+class ShardingTest : public ::testing::Test {
+ protected:
+  static constexpr int kShards = 3;
+
+  void SetUp() override {
+    for (int i = 0; i < kShards; ++i) {
+      dirs_.push_back(std::make_unique<testing::TempDir>());
+      ports_.push_back(FreePort());
+      names_.push_back("s" + std::to_string(i));
+    }
+    for (int i = 0; i < kShards; ++i) {
+      testing::WriteTestPipeline(*dirs_[i]);
+      std::string settings = testing::ReadFile(testing::TestSettingsPath(*dirs_[i]));
+      settings.replace(settings.find("  port: 0\n"), 10, "  port: " + std::to_string(ports_[i]) + "\n");
+      settings += "sharding:\n  self: " + names_[i] + "\n  shards:\n";
+      for (int j = 0; j < kShards; ++j) {
+        settings += "    - {name: " + names_[j] + ", address: 127.0.0.1:" + std::to_string(ports_[j]) + "}\n";
+      }
+      testing::WriteFile(testing::TestSettingsPath(*dirs_[i]), settings);
+      auto server = testing::CreateTestServer(testing::TestSettingsPath(*dirs_[i]));
+      ASSERT_TRUE(server.ok()) << server.error().ToString();
+      servers_.push_back(std::move(server).value());
+      servers_.back()->Start();
+    }
+    std::vector<ShardEndpoint> endpoints;
+    for (int i = 0; i < kShards; ++i) endpoints.push_back({names_[i], "127.0.0.1:" + std::to_string(ports_[i])});
+    map_ = std::make_unique<ShardMap>(ShardMap::Create(endpoints, names_[0]).value());
+  }
+  void TearDown() override {
+    for (auto& server : servers_) {
+      if (server) server->Stop();
+    }
+  }
+
+  int Owner(const std::string& token) const { return static_cast<int>(ShardOwnerIndex(token, names_)); }
+  std::string TokenOf(const std::string& pan) const {
+    return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(pan);
+  }
+  fraud::RawTransaction Transaction(int card, int n) const {
+    fraud::RawTransaction tx = testing::ValidTransaction("c" + std::to_string(card) + "-" + std::to_string(n));
+    tx.card_number = Pan(card);
+    tx.timestamp_ms += n * 60000;
+    return tx;
+  }
+  rpc::ScoreResult ScoreAt(int shard, const fraud::RawTransaction& tx) {
+    testing::RpcClient client(servers_[shard]->rpc_port());
+    rpc::ScoreResult result;
+    client.client->score(result, ToThriftTransaction(tx));
+    return result;
+  }
+
+  std::vector<std::unique_ptr<testing::TempDir>> dirs_;
+  std::vector<int> ports_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<ScoringServer>> servers_;
+  std::unique_ptr<ShardMap> map_;
+};
+
+TEST_F(ShardingTest, EveryReplicaAnswersForEveryCardAndEachCardsStateLivesOnItsOwnerAlone) {
+  constexpr int kCards = 9, kPerCard = 3;
+  std::map<int, int> cards_per_owner;
+  for (int card = 0; card < kCards; ++card) {
+    for (int n = 0; n < kPerCard; ++n) {
+      const rpc::ScoreResult result = ScoreAt((card + n) % kShards, Transaction(card, n));  // each a different replica
+      EXPECT_EQ(result.request_id, "c" + std::to_string(card) + "-" + std::to_string(n));
+      EXPECT_EQ(result.card_token, TokenOf(Pan(card)));
+    }
+    ++cards_per_owner[Owner(TokenOf(Pan(card)))];
+  }
+  // A caller that sends card tokens routes itself, to the owner: nothing is forwarded.
+  for (int card = 0; card < kCards; ++card) {
+    fraud::RawTransaction tx = Transaction(card, kPerCard);
+    tx.card_number.reset();
+    tx.card_token = TokenOf(Pan(card));
+    EXPECT_EQ(ScoreAt(Owner(*tx.card_token), tx).card_token, *tx.card_token);
+  }
+  EXPECT_GE(cards_per_owner.size(), 2u) << "the cards fell on one shard: pick others";
+  // Forwards were made and counted where cards arrived at a replica that does not own them.
+  uint64_t forwards = 0;
+  for (int shard = 0; shard < kShards; ++shard) {
+    for (const MetricsRegistry::SeriesValue& series :
+         servers_[shard]->metrics().Read({"txscore_shard_forwards_total"})) {
+      if (series.labels[1].second == "ok") forwards += static_cast<uint64_t>(series.value);
+      EXPECT_NE(series.labels[0].second, names_[shard]);  // never to itself
+    }
+  }
+  EXPECT_EQ(forwards, static_cast<uint64_t>(kCards * kPerCard - kCards));  // one in three arrived at its owner
+  for (auto& server : servers_) server->Stop();
+  for (int shard = 0; shard < kShards; ++shard) {
+    auto db = storage::Database::Open(dirs_[shard]->file("db"), {.read_only = true});
+    ASSERT_TRUE(db.ok()) << db.error().ToString();
+    std::map<std::string, int> audited;
+    const std::vector<storage::AuditRecord> records = storage::AuditLog(db->get()).ReadLast(1000).value();
+    for (const storage::AuditRecord& record : records) {
+      ++audited[record.card_token];
+    }
+    for (int card = 0; card < kCards; ++card) {
+      const std::string token = TokenOf(Pan(card));
+      const std::optional<std::string> state = (*db)->Get(storage::ColumnFamily::kEntityState, token).value();
+      if (Owner(token) == shard) {
+        ASSERT_TRUE(state.has_value()) << "card " << card << " on its owner " << names_[shard];
+        // Every transaction of the card, whichever replica it arrived at, counted in one history.
+        EXPECT_EQ(fraud::DecodeCardState(*state).value().transaction_count, static_cast<uint64_t>(kPerCard + 1));
+        EXPECT_EQ(audited[token], kPerCard + 1) << "card " << card;
+      } else {
+        EXPECT_FALSE(state.has_value()) << "card " << card << " has state on " << names_[shard];
+        EXPECT_EQ(audited.count(token), 0u) << "card " << card << " audited on " << names_[shard];
+      }
+    }
+  }
+}
+
+TEST_F(ShardingTest, ACardWhoseShardIsDownIsUnavailableAndNothingIsWrittenForIt) {
+  // A card owned by s2, sent to s0 while s2 is stopped.
+  int card = 0;
+  while (Owner(TokenOf(Pan(card))) != 2) ++card;
+  servers_[2]->Stop();
+  testing::RpcClient client(servers_[0]->rpc_port());
+  rpc::ScoreResult result;
+  try {
+    client.client->score(result, ToThriftTransaction(Transaction(card, 0)));
+    FAIL() << "scored a card whose shard is down";
+  } catch (const rpc::ShardUnavailable& unavailable) {
+    EXPECT_EQ(unavailable.shard, "s2");
+    EXPECT_NE(unavailable.reason.find("127.0.0.1:" + std::to_string(ports_[2])), std::string::npos)
+        << unavailable.reason;
+  }
+  // In a batch: the unavailable card's item says so, the others are scored.
+  int own = 0;
+  while (Owner(TokenOf(Pan(own))) != 0) ++own;
+  std::vector<rpc::BatchItem> items;
+  client.client->scoreBatch(items,
+                            {ToThriftTransaction(Transaction(card, 1)), ToThriftTransaction(Transaction(own, 0))});
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_TRUE(items[0].__isset.unavailable);
+  EXPECT_EQ(items[0].unavailable.shard, "s2");
+  EXPECT_FALSE(items[0].__isset.result);
+  EXPECT_TRUE(items[1].__isset.result);
+  // Nothing of the card on the replica that could not forward it.
+  EXPECT_FALSE(
+      servers_[0]->database().Get(storage::ColumnFamily::kEntityState, TokenOf(Pan(card))).value().has_value());
+  EXPECT_TRUE(servers_[0]->database().Get(storage::ColumnFamily::kEntityState, TokenOf(Pan(own))).value().has_value());
+}
+
+TEST_F(ShardingTest, AShardThatRestartedIsReachedAgainAtOnceThroughTheSameReplica) {
+  int card = 0;
+  while (Owner(TokenOf(Pan(card))) != 1) ++card;
+  EXPECT_EQ(ScoreAt(0, Transaction(card, 0)).card_token, TokenOf(Pan(card)));  // s0 keeps a connection to s1
+  servers_[1]->Stop();
+  servers_[1].reset();
+  auto restarted = testing::CreateTestServer(testing::TestSettingsPath(*dirs_[1]));
+  ASSERT_TRUE(restarted.ok()) << restarted.error().ToString();
+  servers_[1] = std::move(restarted).value();
+  servers_[1]->Start();
+  // The connection s0 kept was closed by the stop: s0 sees it and connects again, rather than
+  // sending on it and answering ShardUnavailable.
+  testing::RpcClient client(servers_[0]->rpc_port());
+  rpc::ScoreResult result;
+  ASSERT_NO_THROW(client.client->score(result, ToThriftTransaction(Transaction(card, 1))));
+  EXPECT_EQ(result.card_token, TokenOf(Pan(card)));
+}
+
+TEST_F(ShardingTest, AForwardedTransactionIsNeverForwardedAgainAndForwardingFieldsNeedASharding) {
+  int card = 0;
+  while (Owner(TokenOf(Pan(card))) != 1) ++card;
+  rpc::Transaction forwarded = ToThriftTransaction(Transaction(card, 0));
+  forwarded.__set_forwarded_by("s2");
+  testing::RpcClient client(servers_[0]->rpc_port());
+  rpc::ScoreResult result;
+  try {
+    client.client->score(result, forwarded);
+    FAIL() << "a forwarded transaction was scored or forwarded again by a replica that does not own its card";
+  } catch (const rpc::ShardUnavailable& unavailable) {
+    EXPECT_EQ(unavailable.shard, "s1");
+    EXPECT_EQ(unavailable.reason,
+              "shard s2 forwarded a card that, by the shard list of s0, shard s1 owns: the replicas' sharding.shards "
+              "differ");
+  }
+  // older_card_tokens only with forwarded_by.
+  rpc::Transaction older = ToThriftTransaction(Transaction(card, 1));
+  older.card_number.clear();
+  older.__isset.card_number = false;
+  older.__set_card_token(TokenOf(Pan(card)));
+  older.__set_older_card_tokens({TokenOf(Pan(card + 1))});
+  try {
+    client.client->score(result, older);
+    FAIL() << "older_card_tokens without forwarded_by was accepted";
+  } catch (const rpc::InvalidRequest& invalid) {
+    EXPECT_EQ(invalid.field, "older_card_tokens");
+  }
+  // A server that is not sharded refuses both.
+  testing::TempDir single;
+  testing::WriteTestPipeline(single);
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(single));
+  ASSERT_TRUE(server.ok());
+  (*server)->Start();
+  testing::RpcClient plain((*server)->rpc_port());
+  try {
+    plain.client->score(result, forwarded);
+    FAIL() << "an unsharded server took a forwarded transaction";
+  } catch (const rpc::InvalidRequest& invalid) {
+    EXPECT_EQ(invalid.field, "forwarded_by");
+    EXPECT_EQ(invalid.reason, "this server is not sharded: only a sharded replica forwards transactions");
+  }
+  (*server)->Stop();
+}
+
+}  // namespace
+}  // namespace txscore::service
