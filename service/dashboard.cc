@@ -15,9 +15,9 @@ using Json = nlohmann::json;
 // The metric families the page reads: requests and their latency, each stage's latency,
 // decisions, and stages that moved to their next device.
 const std::set<std::string>& DashboardFamilies() {
-  static const std::set<std::string> families = {"txscore_requests_total", "txscore_request_duration_seconds",
+  static const std::set<std::string> families = {"txscore_requests_total",         "txscore_request_duration_seconds",
                                                  "txscore_stage_duration_seconds", "txscore_decisions_total",
-                                                 "txscore_device_fallbacks_total"};
+                                                 "txscore_device_fallbacks_total", "txscore_shard_forwards_total"};
   return families;
 }
 
@@ -45,6 +45,7 @@ void AddMetrics(const MetricsRegistry& metrics, Json* state) {
   Json stages = Json::object();
   Json decisions = Json::object();
   Json fallbacks = Json::object();
+  Json forwards = Json::object();
   for (const MetricsRegistry::SeriesValue& series : metrics.Read(DashboardFamilies())) {
     if (series.name == "txscore_requests_total") {
       const std::string outcome = LabelValue(series.labels, "outcome");
@@ -68,6 +69,8 @@ void AddMetrics(const MetricsRegistry& metrics, Json* state) {
       decisions[LabelValue(series.labels, "decision")] = series.value;
     } else if (series.name == "txscore_device_fallbacks_total") {
       fallbacks[LabelValue(series.labels, "stage")] = series.value;
+    } else if (series.name == "txscore_shard_forwards_total") {
+      forwards[LabelValue(series.labels, "shard")][LabelValue(series.labels, "outcome")] = series.value;
     }
   }
   (*state)["requests"] = std::move(requests);
@@ -75,6 +78,7 @@ void AddMetrics(const MetricsRegistry& metrics, Json* state) {
   (*state)["stage_latency"] = std::move(stages);
   (*state)["decisions"] = std::move(decisions);
   (*state)["device_fallbacks"] = std::move(fallbacks);
+  (*state)["shard_forwards"] = std::move(forwards);
 }
 
 Json DecisionsJson(const RecentDecisions& decisions) {
@@ -164,6 +168,7 @@ Json DashboardState(const DashboardSources& sources, int64_t now_ms) {
   if (sources.decisions != nullptr) state["recent_decisions"] = DecisionsJson(*sources.decisions);
   if (sources.reload_history) state["reloads"] = sources.reload_history();
   if (sources.jobs) state["jobs"] = sources.jobs();
+  if (sources.shard) state["shard"] = sources.shard();
   return state;
 }
 

@@ -45,6 +45,7 @@ struct DashboardSources {
   std::function<std::string()> phase;              // starting, serving, draining, stopped
   std::function<nlohmann::json()> reload_history;  // oldest first
   std::function<nlohmann::json()> jobs;            // the claims jobs, as /api/dashboard lists them
+  std::function<nlohmann::json()> shard;           // a sharded server's shard and set; null JSON: not sharded
 };
 
 // The JSON /api/dashboard answers (documented in docs/operations.md).

@@ -138,7 +138,19 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
                                               {"detail", job.detail}});
                             }
                             return jobs;
-                          }},
+                          },
+                      .shard = [self]() -> nlohmann::json {
+                        // Set during Create, read only once it has finished (phase no longer starting).
+                        if (self->phase_.load() == Phase::kStarting || self->router_ == nullptr) return nullptr;
+                        const ShardMap& map = self->router_->map();
+                        nlohmann::json open = nlohmann::json::array();
+                        for (const ShardEndpoint& shard : map.shards()) {
+                          if (shard.name != map.self().name && self->router_->CircuitOpen(shard.name)) {
+                            open.push_back(shard.name);
+                          }
+                        }
+                        return {{"self", map.self().name}, {"shards", map.names()}, {"circuit_open", open}};
+                      }},
                      &routes);
   server->settings_path_ = settings.source_path;
   Result<std::unique_ptr<AdminServer>> admin =

@@ -230,6 +230,15 @@ function drawTables(state) {
   const fallbacks = Object.entries(state.device_fallbacks || {});
   el("now-fallbacks").textContent = fallbacks.length
       ? fallbacks.map(([stage, n]) => `${stage} ${n}`).join(", ") : "0";
+  if (state.shard) {
+    el("shard").hidden = false;
+    el("shard").textContent = `shard ${state.shard.self} of ${state.shard.shards.length}` +
+        (state.shard.circuit_open.length ? `; circuit open to ${state.shard.circuit_open.join(", ")}` : "");
+    el("shard").className = "badge " + (state.shard.circuit_open.length ? "bad" : "good");
+    el("forwards-line").hidden = false;
+    el("now-forwards").textContent = Object.entries(state.shard_forwards || {}).map(([shard, n]) =>
+        `${shard} ${n.ok || 0}` + (n.unavailable ? ` (${n.unavailable} unavailable)` : "")).join(", ") || "none";
+  }
   const recent = state.recent_decisions || [];
   el("decisions").tBodies[0].replaceChildren(...recent.slice(0, 20).map((d) => row([
     clock(d.time_ms), d.request_id, d.card_token, text("td", d.score.toFixed(3), "number"),

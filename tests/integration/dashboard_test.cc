@@ -161,6 +161,8 @@ TEST_F(DashboardTest, TheStateDrawsEachStageWithWhereItRunsAndWhyAndCountsWhatWa
   EXPECT_EQ(recent[0]["pipeline_version"], pipeline->config().version);
   EXPECT_EQ(state["reloads"], nlohmann::json::array());
   EXPECT_EQ(state["jobs"], nlohmann::json::array());  // no claims pipeline
+  EXPECT_EQ(state["shard"], nullptr);                 // not sharded
+  EXPECT_EQ(state["shard_forwards"], nlohmann::json::object());
 }
 
 TEST_F(DashboardTest, ReloadsAppearInTheHistoryAppliedOrRefusedWithWhy) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,18 @@ TEST_F(ShardingTest, EveryReplicaAnswersForEveryCardAndEachCardsStateLivesOnItsO
     }
   }
   EXPECT_EQ(forwards, static_cast<uint64_t>(kCards * kPerCard - kCards));  // one in three arrived at its owner
+  // The dashboard says which shard it is and what it forwarded.
+  const nlohmann::json state =
+      nlohmann::json::parse(testing::AdminGet(servers_[1]->admin_port(), "/api/dashboard").body);
+  EXPECT_EQ(
+      state["shard"],
+      (nlohmann::json{{"self", "s1"}, {"shards", {"s0", "s1", "s2"}}, {"circuit_open", nlohmann::json::array()}}));
+  double dashboard_forwards = 0;
+  for (const auto& [shard, outcomes] : state["shard_forwards"].items()) {
+    EXPECT_NE(shard, "s1");
+    dashboard_forwards += outcomes.value("ok", 0.0);
+  }
+  EXPECT_GT(dashboard_forwards, 0);
   for (auto& server : servers_) server->Stop();
   for (int shard = 0; shard < kShards; ++shard) {
     auto db = storage::Database::Open(dirs_[shard]->file("db"), {.read_only = true});
