@@ -138,7 +138,7 @@ bool CircuitBreaker::Allow() {
 
 void CircuitBreaker::Succeeded() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_ != State::kClosed) Log("llm").info("the remote LLM answered: circuit closed");
+  if (state_ != State::kClosed) Log(log_component_).info("{} answered: circuit closed", subject_);
   state_ = State::kClosed;
   failures_in_a_row_ = 0;
   trial_in_flight_ = false;
@@ -150,8 +150,8 @@ void CircuitBreaker::Failed() {
   if (state_ == State::kHalfOpen || ++failures_in_a_row_ >= failures_to_open_) {
     if (state_ != State::kOpen) {
       times_opened_.fetch_add(1);
-      Log("llm").warn("the remote LLM failed {} calls in a row: circuit open for {} ms", failures_in_a_row_,
-                      open_for_.count());
+      Log(log_component_)
+          .warn("{} failed {} calls in a row: circuit open for {} ms", subject_, failures_in_a_row_, open_for_.count());
     }
     state_ = State::kOpen;
     open_until_ = clock_() + open_for_;

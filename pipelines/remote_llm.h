@@ -69,8 +69,14 @@ struct RemoteLlmOptions {
 class CircuitBreaker {
  public:
   enum class State { kClosed, kOpen, kHalfOpen };
-  CircuitBreaker(int failures, std::chrono::milliseconds open_for, DeadlineClock clock)
-      : failures_to_open_(failures), open_for_(open_for), clock_(std::move(clock)) {}
+  // `subject` names what the circuit guards in its log lines, e.g. "the remote LLM".
+  CircuitBreaker(int failures, std::chrono::milliseconds open_for, DeadlineClock clock,
+                 std::string subject = "the remote LLM", std::string log_component = "llm")
+      : failures_to_open_(failures),
+        open_for_(open_for),
+        clock_(std::move(clock)),
+        subject_(std::move(subject)),
+        log_component_(std::move(log_component)) {}
 
   // Whether a call may go now; in half-open state only one caller is let through at a time.
   bool Allow();
@@ -83,6 +89,7 @@ class CircuitBreaker {
   const int failures_to_open_;
   const std::chrono::milliseconds open_for_;
   const DeadlineClock clock_;
+  const std::string subject_, log_component_;
   mutable std::mutex mu_;
   State state_ = State::kClosed;
   int failures_in_a_row_ = 0;

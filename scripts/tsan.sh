@@ -2,7 +2,8 @@
 # The concurrency tests under ThreadSanitizer: the hot reload under load (service/
 # scoring_server.h), the audit trail's group commit (storage/audit_log.h), the pipeline's
 # executor with concurrent requests and its LLM stage's dynamic batcher (pipelines/), and the
-# server's claims job manager (service/claims_jobs.h). Builds only what those tests need (no
+# server's claims job manager (service/claims_jobs.h), shard forwarding between replicas and the
+# dashboard's reads (tests/integration/sharding_test.cc, dashboard_test.cc). Builds only what those tests need (no
 # libtorch code) with -fsanitize=thread in build-tsan/, and fails on any race report. Run by
 # scripts/test.sh; needs scripts/setup.sh.
 set -euo pipefail
@@ -31,5 +32,5 @@ OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppress
   ./build-tsan/tests/pipelines_test \
   --gtest_filter='DynamicBatcher.*:ScoringPipelineTest.*:ForensicPipelineTest.*:PipelineGraphTest.*:ClaimsJobTest.*'
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
-  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*'
-echo "tsan: the hot reload, the audit log, the executor, the batcher and the job manager are clean under ThreadSanitizer"
+  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*:ShardingTest.*:DashboardTest.*'
+echo "tsan: the hot reload, the audit log, the executor, the batcher, the job manager, shard forwarding and the dashboard are clean under ThreadSanitizer"

@@ -25,8 +25,9 @@ rpc::ShardUnavailable Unavailable(const std::string& shard, const std::string& r
 
 }  // namespace
 
-ShardRouter::Peer::Peer(const ShardingConfig& config)
-    : breaker(config.breaker_failures, std::chrono::milliseconds(config.breaker_open_ms), SteadyDeadlineClock()) {}
+ShardRouter::Peer::Peer(const ShardingConfig& config, const std::string& name)
+    : breaker(config.breaker_failures, std::chrono::milliseconds(config.breaker_open_ms), SteadyDeadlineClock(),
+              "shard " + name, "shard") {}
 
 Result<std::unique_ptr<ShardRouter>> ShardRouter::Create(const ShardingConfig& config, const std::string& self_name,
                                                          MetricsRegistry* metrics) {
@@ -35,7 +36,7 @@ Result<std::unique_ptr<ShardRouter>> ShardRouter::Create(const ShardingConfig& c
   if (!config.client_tls_dir.empty()) router->tls_ = TlsClientFilesIn(config.client_tls_dir);
   ShardRouter* const self = router.get();
   for (const ShardEndpoint& shard : router->map_.shards()) {
-    auto peer = std::make_unique<Peer>(config);
+    auto peer = std::make_unique<Peer>(config, shard.name);
     if (metrics != nullptr && shard.name != router->map_.self().name) {
       constexpr const char* kHelp = "Transactions forwarded to the shard owning their card, by shard and outcome.";
       peer->forwarded_ok =
@@ -128,9 +129,14 @@ rpc::ScoreResult ShardRouter::Forward(const ShardEndpoint& owner, const rpc::Tra
     connection = Take(owner, peer);
     connection->client().score(result, forwarded);
   } catch (const rpc::ShardUnavailable& unavailable) {
-    // This replica could not reach the owner (Take), or the owner says the lists differ.
-    if (unavailable.reason.find("sharding.shards differ") == std::string::npos) peer.breaker.Failed();
     if (peer.forwarded_unavailable != nullptr) peer.forwarded_unavailable->Increment();
+    if (unavailable.reason.find("sharding.shards differ") != std::string::npos) {
+      // The owner answered (its shard list differs from this replica's): not a failure to reach it.
+      peer.breaker.Succeeded();
+      Keep(peer, std::move(connection));
+    } else {
+      peer.breaker.Failed();  // this replica could not reach the owner (Take)
+    }
     throw;
   } catch (const rpc::InvalidRequest& invalid) {
     peer.breaker.Succeeded();
@@ -152,6 +158,9 @@ rpc::ScoreResult ShardRouter::Forward(const ShardEndpoint& owner, const rpc::Tra
     Log("shard").warn("shard {} ({}) did not answer a forwarded transaction: {}", owner.name, owner.address, e.what());
     throw refuse("shard " + owner.name + " (" + owner.address + ") did not answer within " +
                  std::to_string(config_.forward_timeout_ms) + " ms: " + e.what());
+  } catch (...) {
+    peer.breaker.Failed();  // whatever it was, the half-open trial (if this was it) has ended
+    throw;
   }
   peer.breaker.Succeeded();
   if (peer.forwarded_ok != nullptr) peer.forwarded_ok->Increment();

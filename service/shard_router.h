@@ -47,7 +47,7 @@ class ShardRouter {
     std::chrono::steady_clock::time_point since;
   };
   struct Peer {
-    explicit Peer(const ShardingConfig& config);
+    Peer(const ShardingConfig& config, const std::string& name);
     std::mutex mutex;
     std::vector<Idle> idle;  // connections to reuse, the most recent last
     int in_flight = 0;       // under mutex

@@ -2,6 +2,7 @@
 // server and print each result as a JSON line, then a summary. Without --file it sends
 // generated demo transactions (synthetic, Luhn-valid test card numbers).
 #include <thrift/Thrift.h>
+#include <thrift/transport/TTransportException.h>
 
 #include <chrono>
 #include <cstdio>
@@ -158,8 +159,10 @@ int RunScore(const ScoreOptions& options) {
     if (open == nullptr) {
       Result<std::unique_ptr<RpcConnection>> opened =
           RpcConnection::Open(ParseHostPort(owner.address).value(), {.tls = *tls});
-      if (!opened.ok())
-        throw apache::thrift::TException("cannot connect to shard " + owner.name + ": " + opened.error().message);
+      if (!opened.ok()) {
+        throw apache::thrift::transport::TTransportException("cannot connect to shard " + owner.name + ": " +
+                                                             opened.error().message);
+      }
       open = std::move(opened).value();
     }
     return open->client();
@@ -188,7 +191,8 @@ int RunScore(const ScoreOptions& options) {
                                                  {"unavailable", {{"shard", e.shard}, {"reason", e.reason}}}};
         std::printf("%s\n", unavailable_line.dump().c_str());
         ++unavailable;
-      } catch (const apache::thrift::TException& e) {
+      } catch (const apache::thrift::transport::TTransportException& e) {
+        // Only a connection that failed (not an answer, such as the owner's ServiceError).
         if (!shard_map || !t.__isset.card_token) throw;
         // The shard this client routed the card to is down: the same, said from here.
         const std::string& shard = shard_map->OwnerOf(t.card_token).name;

@@ -1,6 +1,8 @@
 // txscore shard owner|export|import: which shard owns a card, and moving card state when a
 // shard set changes size (docs/scaling-out.md, "Resharding"; service/shard_transfer.h).
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "service/commands/commands.h"
@@ -52,17 +54,32 @@ Status Run(const ShardOptions& options) {
   TXSCORE_ASSIGN_OR_RETURN(ShardMap map, ShardMap::Create(settings.sharding.shards, settings.sharding.self));
   if (options.action == "export") {
     if (options.out.empty()) return InvalidArgument("--out FILE is required");
+    // A path that names no database (a typo, a volume not mounted) would export 0 cards and
+    // drop the shard's cards at import: refused, as is a database of another shard or set.
+    if (!std::filesystem::exists(settings.storage.path)) {
+      return NotFound("no database at " + settings.storage.path + " (storage.path of " + options.config_path +
+                      "): is the shard's volume mounted?");
+    }
+    std::vector<std::string> names = map.names();
+    std::sort(names.begin(), names.end());
+    TXSCORE_ASSIGN_OR_RETURN(std::optional<ShardStamp> stamp, ReadShardStamp(settings.storage.path));
+    if (stamp && (stamp->shard != map.self().name || stamp->shards != names)) {
+      std::string list;
+      for (const std::string& name : stamp->shards) list += (list.empty() ? "" : ", ") + name;
+      return FailedPrecondition(settings.storage.path + " is the database of shard " + stamp->shard + " of {" + list +
+                                "}: export it with the settings of that set (the old shard list)");
+    }
+    if (!stamp && names.size() > 1) {
+      return FailedPrecondition(settings.storage.path +
+                                " belongs to no shard (no shard stamp): an unsharded server's database is exported "
+                                "with a one-shard list naming it");
+    }
     // Opened for writing, which takes RocksDB's lock: a shard still serving is refused, since
     // what it writes after the export would be lost by the reshard.
     Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path);
     if (!db.ok()) {
       return FailedPrecondition("cannot open " + settings.storage.path + " (" + db.error().message +
                                 "): stop this shard's txscore serve before exporting");
-    }
-    TXSCORE_ASSIGN_OR_RETURN(std::optional<ShardStamp> stamp, ReadShardStamp(settings.storage.path));
-    if (stamp && stamp->shard != map.self().name) {
-      return FailedPrecondition(settings.storage.path + " is shard " + stamp->shard + "'s database, not " +
-                                map.self().name + "'s");
     }
     TXSCORE_ASSIGN_OR_RETURN(ExportSummary summary, ExportCardState(**db, map.self().name, map.names(), options.out));
     std::printf("exported %lld cards of shard %s to %s (%lld re-keying markers left out)\n",

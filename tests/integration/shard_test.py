@@ -233,6 +233,15 @@ sharding:
             exports.append(out)
         ports3 = {"s0": free_port(), "s1": free_port(), "s2": free_port()}
         configs3 = {name: write_settings(name, ports3) for name in ports3}
+        # Exported with the new list, an old shard's database is refused (its cards would be
+        # exported as if of a set that never was); a path with no database is refused too.
+        r = subprocess.run([args.txscore, "shard", "export", "--config", configs3["s0"], "--out",
+                            os.path.join(work, "wrong.jsonl")], capture_output=True, text=True)
+        assert r.returncode == 1 and "export it with the settings of that set" in r.stderr, r
+        r = subprocess.run([args.txscore, "shard", "export", "--config", configs3["s2"], "--out",
+                            os.path.join(work, "wrong.jsonl")], capture_output=True, text=True)
+        assert r.returncode == 1 and "is the shard's volume mounted?" in r.stderr, r
+        assert not os.path.exists(os.path.join(work, "wrong.jsonl")) and not os.path.exists(os.path.join(work, "db-s2"))
         # Started on the new list without the import, a shard refuses: it would score moved cards
         # from an empty history.
         r = subprocess.run([args.txscore, "serve", "--config", configs3["s0"]], capture_output=True, text=True,
