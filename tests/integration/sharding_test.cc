@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fraud/card_token.h"
@@ -217,6 +218,50 @@ TEST_F(ShardingTest, AShardThatRestartedIsReachedAgainAtOnceThroughTheSameReplic
   rpc::ScoreResult result;
   ASSERT_NO_THROW(client.client->score(result, ToThriftTransaction(Transaction(card, 1))));
   EXPECT_EQ(result.card_token, TokenOf(Pan(card)));
+}
+
+TEST_F(ShardingTest, AnOwnersAnswerThatTheListsDifferEndsAHalfOpenTrialAndTheShardIsReachedAgain) {
+  // Replica x believes the set is {x, s1} (a misconfiguration): s1, by its list {s0, s1, s2},
+  // answers that some of "its" cards are not its own. Card a: s1's by x's list, s2's by s1's.
+  // Card b: s1's by both.
+  const std::vector<std::string> xs = {"x", "s1"};
+  int a = 0, b = 0;
+  while (!(xs[ShardOwnerIndex(TokenOf(Pan(a)), xs)] == "s1" && Owner(TokenOf(Pan(a))) == 2)) ++a;
+  while (!(xs[ShardOwnerIndex(TokenOf(Pan(b)), xs)] == "s1" && Owner(TokenOf(Pan(b))) == 1)) ++b;
+  testing::TempDir x_dir;
+  testing::WriteTestPipeline(x_dir);
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(x_dir));
+  settings +=
+      "sharding:\n  self: x\n  breaker_failures: 1\n  breaker_open_ms: 100\n  shards:\n"
+      "    - {name: x, address: 127.0.0.1:1}\n"
+      "    - {name: s1, address: 127.0.0.1:" +
+      std::to_string(ports_[1]) + "}\n";
+  testing::WriteFile(testing::TestSettingsPath(x_dir), settings);
+  auto x = testing::CreateTestServer(testing::TestSettingsPath(x_dir));
+  ASSERT_TRUE(x.ok()) << x.error().ToString();
+  (*x)->Start();
+  testing::RpcClient client((*x)->rpc_port());
+  rpc::ScoreResult result;
+  // s1 down: one failure opens x's circuit to it.
+  servers_[1]->Stop();
+  servers_[1].reset();
+  EXPECT_THROW(client.client->score(result, ToThriftTransaction(Transaction(b, 0))), rpc::ShardUnavailable);
+  auto restarted = testing::CreateTestServer(testing::TestSettingsPath(*dirs_[1]));
+  ASSERT_TRUE(restarted.ok()) << restarted.error().ToString();
+  servers_[1] = std::move(restarted).value();
+  servers_[1]->Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past breaker_open_ms: half-open
+  // The trial forward: s1 answers that the lists differ. An answer, not a failure to reach it.
+  try {
+    client.client->score(result, ToThriftTransaction(Transaction(a, 0)));
+    FAIL() << "card a was scored by a replica that does not own it";
+  } catch (const rpc::ShardUnavailable& unavailable) {
+    EXPECT_NE(unavailable.reason.find("sharding.shards differ"), std::string::npos) << unavailable.reason;
+  }
+  // The circuit is closed again: s1's own card goes through.
+  ASSERT_NO_THROW(client.client->score(result, ToThriftTransaction(Transaction(b, 1))));
+  EXPECT_EQ(result.card_token, TokenOf(Pan(b)));
+  (*x)->Stop();
 }
 
 TEST_F(ShardingTest, AForwardedTransactionIsNeverForwardedAgainAndForwardingFieldsNeedASharding) {
