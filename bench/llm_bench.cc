@@ -1,6 +1,7 @@
-// LLM decoder speed on CPU: prefill tokens/s and decode ms/token, next to the floor measured
-// in the same run: streaming every weight matrix once through a matrix-vector product of the
-// same shape and dtype (what one decode step cannot beat on a memory-bound machine).
+// LLM decoder speed on CPU: prefill tokens/s and decode ms/token, next to two floors measured
+// in the same run: the machine's memory bandwidth (a streaming read; weight bytes / it is the
+// least a decode step can take) and libtorch's own matrix-vector speed over every weight matrix
+// of the same shape and dtype.
 //
 // docs/llm.md's "Speed" table comes from these commands (a block comment, so the shell's line
 // continuation stays as README has it):
@@ -19,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
+#include <vector>
 
 #include "accelerator/compute_threads.h"
 #include "llm/decoder.h"
@@ -138,8 +141,52 @@ void BM_WeightStreamFloor(benchmark::State& state, const char* dtype) {
       benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The machine's floor for a decode step (issue: the LLM on the CPU near the memory floor): a
+// streaming read of a buffer far larger than the caches (1 GiB), split over the decode's
+// thread count (--threads), each thread summing its slice with 64-bit loads the compiler
+// vectorises. A decode step must read every weight once, so weight bytes / this rate is the
+// least time a step can take; BM_WeightStreamFloor is libtorch's matrix-vector speed instead.
+void BM_MemoryBandwidthFloor(benchmark::State& state) {
+  constexpr size_t kBytes = size_t{1} << 30;
+  static std::vector<uint64_t> buffer = [] {
+    std::vector<uint64_t> filled(kBytes / sizeof(uint64_t));
+    for (size_t i = 0; i < filled.size(); ++i) filled[i] = i;  // touched: every page is resident
+    return filled;
+  }();
+  const int threads = g_threads;
+  const size_t per_thread = buffer.size() / static_cast<size_t>(threads);
+  std::vector<uint64_t> sums(static_cast<size_t>(threads));
+  for (auto _ : state) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const uint64_t* begin = buffer.data() + static_cast<size_t>(t) * per_thread;
+        uint64_t a = 0, b = 0, c = 0, d = 0;  // independent chains: loads, not adds, are the limit
+        for (size_t i = 0; i + 4 <= per_thread; i += 4) {
+          a += begin[i];
+          b += begin[i + 1];
+          c += begin[i + 2];
+          d += begin[i + 3];
+        }
+        sums[static_cast<size_t>(t)] = a + b + c + d;
+      });
+    }
+    for (std::thread& worker : workers) worker.join();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  // The read is checked: the sum of 0..n-1 over the whole buffer.
+  uint64_t total = 0;
+  for (uint64_t sum : sums) total += sum;
+  const uint64_t n = per_thread * static_cast<size_t>(threads);
+  if (total != n * (n - 1) / 2) state.SkipWithError("the streaming read summed the wrong value");
+  state.counters["threads"] = threads;
+  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(n * sizeof(uint64_t)) * state.iterations() / 1e9,
+                                                  benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_MemoryBandwidthFloor)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, float32, "float32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeStep, float32, "float32")->Unit(benchmark::kMillisecond)->UseRealTime();
