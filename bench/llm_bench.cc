@@ -1,7 +1,7 @@
-// LLM decoder speed on CPU: prefill tokens/s and decode ms/token, next to two floors measured
-// in the same run: the machine's memory bandwidth (a streaming read; weight bytes / it is the
-// least a decode step can take) and libtorch's own matrix-vector speed over every weight matrix
-// of the same shape and dtype.
+// LLM decoder speed on CPU: prefill tokens/s and decode ms/token, next to what bounds them,
+// measured in the same run: the machine's memory bandwidth (a streaming read; weight bytes / it
+// is the least a decode step can take), libtorch's own matrix-vector speed over every weight
+// matrix of the same shape and dtype, and the matrix-multiply peak prefill is compared with.
 //
 // docs/llm.md's "Speed" table comes from these commands (a block comment, so the shell's line
 // continuation stays as README has it):
@@ -184,8 +184,33 @@ void BM_MemoryBandwidthFloor(benchmark::State& state) {
                                                   benchmark::Counter::kIsRate);
 }
 
+// The matrix-multiply peak prefill is measured against: a square product of 1024 x 1024
+// matrices in the dtype, large enough to be compute-bound, on the bench's thread count
+// (libtorch's GEMM: OpenBLAS for float32, its own kernels for bfloat16). Its result is checked
+// against a float32 product of the same operands.
+void BM_MatmulPeak(benchmark::State& state, const char* dtype) {
+  constexpr int64_t kN = 1024;
+  const auto scalar = std::strcmp(dtype, "bfloat16") == 0 ? torch::kBFloat16 : torch::kFloat32;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor a = torch::randn({kN, kN}).to(scalar), b = torch::randn({kN, kN}).to(scalar);
+  torch::Tensor product;
+  for (auto _ : state) {
+    product = torch::mm(a, b);
+    benchmark::DoNotOptimize(product.data_ptr());
+  }
+  const double error = (product.to(torch::kFloat32) - torch::mm(a.to(torch::kFloat32), b.to(torch::kFloat32)))
+                           .abs()
+                           .max()
+                           .item<double>();
+  if (!(error < (scalar == torch::kBFloat16 ? 2.0 : 1e-2))) state.SkipWithError("the product is wrong");
+  state.counters["GFLOP_per_s"] =
+      benchmark::Counter(2.0 * kN * kN * kN * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_MatmulPeak, float32, "float32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulPeak, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MemoryBandwidthFloor)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, float32, "float32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
