@@ -166,12 +166,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
-  // A shard starts only on its own database (service/shard_transfer.h).
-  std::optional<ShardMap> shard_map;
+  // A shard set's replica routes cards to their shards, and starts only on its own database
+  // (service/shard_transfer.h).
   if (!settings.sharding.shards.empty()) {
-    TXSCORE_ASSIGN_OR_RETURN(shard_map, ShardMap::Create(settings.sharding.shards, settings.sharding.self));
+    TXSCORE_ASSIGN_OR_RETURN(server->router_, ShardRouter::Create(settings.sharding, &server->registry_));
   }
-  TXSCORE_RETURN_IF_ERROR(CheckShardStamp(settings.storage.path, *server->db_, shard_map ? &*shard_map : nullptr));
+  TXSCORE_RETURN_IF_ERROR(
+      CheckShardStamp(settings.storage.path, *server->db_, server->router_ ? &server->router_->map() : nullptr));
   TXSCORE_ASSIGN_OR_RETURN(
       server->ledger_, pipelines::ScoringLedger::Create(
                            server->db_.get(), settings.security.key_file(), settings.security.kek(),
@@ -239,9 +240,6 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     server->jobs_ = std::move(jobs).value();
   }
   server->AddOperatorMetrics();
-  if (!settings.sharding.shards.empty()) {
-    TXSCORE_ASSIGN_OR_RETURN(server->router_, ShardRouter::Create(settings.sharding, "", &server->registry_));
-  }
   // One handler per connection, knowing its caller (job control is for operators).
   RpcHandlerFactory handlers = [self](const Caller& caller) {
     return std::make_shared<TxScoreHandler>(

@@ -29,9 +29,8 @@ ShardRouter::Peer::Peer(const ShardingConfig& config, const std::string& name)
     : breaker(config.breaker_failures, std::chrono::milliseconds(config.breaker_open_ms), SteadyDeadlineClock(),
               "shard " + name, "shard") {}
 
-Result<std::unique_ptr<ShardRouter>> ShardRouter::Create(const ShardingConfig& config, const std::string& self_name,
-                                                         MetricsRegistry* metrics) {
-  TXSCORE_ASSIGN_OR_RETURN(ShardMap map, ShardMap::Create(config.shards, self_name.empty() ? config.self : self_name));
+Result<std::unique_ptr<ShardRouter>> ShardRouter::Create(const ShardingConfig& config, MetricsRegistry* metrics) {
+  TXSCORE_ASSIGN_OR_RETURN(ShardMap map, ShardMap::Create(config.shards, config.self));
   std::unique_ptr<ShardRouter> router(new ShardRouter(std::move(map), config));
   if (!config.client_tls_dir.empty()) router->tls_ = TlsClientFilesIn(config.client_tls_dir);
   ShardRouter* const self = router.get();
@@ -130,7 +129,7 @@ rpc::ScoreResult ShardRouter::Forward(const ShardEndpoint& owner, const rpc::Tra
     connection->client().score(result, forwarded);
   } catch (const rpc::ShardUnavailable& unavailable) {
     if (peer.forwarded_unavailable != nullptr) peer.forwarded_unavailable->Increment();
-    if (unavailable.reason.find("sharding.shards differ") != std::string::npos) {
+    if (unavailable.reason.find(kShardListsDiffer) != std::string::npos) {
       // The owner answered (its shard list differs from this replica's): not a failure to reach it.
       peer.breaker.Succeeded();
       Keep(peer, std::move(connection));

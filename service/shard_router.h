@@ -22,12 +22,14 @@
 
 namespace txscore::service {
 
+// How an owner's ShardUnavailable reason ends when the replicas' shard lists differ (it answered:
+// not a failure to reach it).
+inline constexpr char kShardListsDiffer[] = "the replicas' sharding.shards differ";
+
 class ShardRouter {
  public:
-  // `self_name`: this process's shard (empty: config.self). Errors as ShardMap::Create, or a
-  // client TLS directory that cannot be read.
-  static Result<std::unique_ptr<ShardRouter>> Create(const ShardingConfig& config, const std::string& self_name,
-                                                     MetricsRegistry* metrics);
+  // This process's shard is config.self. Errors as ShardMap::Create.
+  static Result<std::unique_ptr<ShardRouter>> Create(const ShardingConfig& config, MetricsRegistry* metrics);
 
   const ShardMap& map() const { return map_; }
   // Whether forwards to `shard` are being refused at once (its circuit is open).

@@ -215,8 +215,7 @@ const ShardEndpoint* TxScoreHandler::RouteCard(const pipelines::ScoringPipeline&
     rpc::ShardUnavailable unavailable;
     unavailable.shard = owner.name;
     unavailable.reason = "shard " + transaction.forwarded_by + " forwarded a card that, by the shard list of " +
-                         router_->map().self().name + ", shard " + owner.name +
-                         " owns: the replicas' sharding.shards differ";
+                         router_->map().self().name + ", shard " + owner.name + " owns: " + kShardListsDiffer;
     throw unavailable;
   }
   return &owner;
