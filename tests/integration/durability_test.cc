@@ -270,8 +270,12 @@ TEST_P(CrashTest, EveryAcknowledgedDecisionSurvivesSigkill) {
   EXPECT_NE(last[1].second.find("\"previous\":\"crash\""), std::string::npos) << last[1].second;
   // storage.audit_checkpoint_every: 50 from the settings file: signed periodic checkpoints.
   const std::vector<std::pair<std::string, std::string>> all = (*db)->ReadAll(storage::ColumnFamily::kAudit).value();
-  const size_t periodic = std::count_if(all.begin(), all.end(), [](const auto& entry) {
-    return entry.second.find("\"reason\":\"periodic\",\"epoch\":1,\"checkpoint_every\":50,") != std::string::npos;
+  // Each start takes the next epoch: the counted round, which is sure to pass 50 entries, is
+  // epoch kills + 1.
+  const std::string counted_round_periodic =
+      "\"reason\":\"periodic\",\"epoch\":" + std::to_string(kills + 1) + ",\"checkpoint_every\":50,";
+  const size_t periodic = std::count_if(all.begin(), all.end(), [&](const auto& entry) {
+    return entry.second.find(counted_round_periodic) != std::string::npos;
   });
   EXPECT_GT(periodic, 0u);
   std::printf(
