@@ -33,12 +33,27 @@ int g_threads = 1;
 constexpr int kPrefillTokens = 128;
 constexpr int kDecodeContext = 256;  // decode steps run with the cache refilled to this length
 
-txscore::llm::Decoder& Model(const std::string& dtype) {
+// A variant is a dtype ("float32", "bfloat16"), "int8" (int8 weights, bfloat16 activations),
+// and "-libtorch" for libtorch's ops in decode steps instead of txscore's CPU kernels.
+txscore::llm::DecoderOptions VariantOptions(const std::string& variant) {
+  txscore::llm::DecoderOptions options{.threads = g_threads};
+  const bool libtorch = variant.size() > 9 && variant.substr(variant.size() - 9) == "-libtorch";
+  const std::string base = libtorch ? variant.substr(0, variant.size() - 9) : variant;
+  options.cpu_kernels = !libtorch;
+  if (base == "int8") {
+    options.dtype = txscore::accelerator::Dtype::kBFloat16;
+    options.quantization = txscore::llm::DecoderOptions::Quantization::kInt8;
+  } else {
+    options.dtype = *txscore::accelerator::ParseDtype(base);
+  }
+  return options;
+}
+
+txscore::llm::Decoder& Model(const std::string& variant) {
   static std::map<std::string, std::unique_ptr<txscore::llm::Decoder>> models;
-  auto& slot = models[dtype];
+  auto& slot = models[variant];
   if (!slot) {
-    auto loaded =
-        txscore::llm::Decoder::Load(g_model, {.dtype = *txscore::accelerator::ParseDtype(dtype), .threads = g_threads});
+    auto loaded = txscore::llm::Decoder::Load(g_model, VariantOptions(variant));
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().ToString().c_str());
       std::exit(1);
@@ -77,6 +92,18 @@ bool CheckedForward(benchmark::State& state, const txscore::llm::Decoder& model,
   return true;
 }
 
+// Multiply-adds of a prefill of `tokens` tokens: every layer's projections for every token,
+// attention's two products over the causal triangle, and the output head for the last token.
+double PrefillFlops(const txscore::llm::ModelConfig& c, int64_t tokens) {
+  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.num_attention_heads * c.head_dim),
+               kv = static_cast<double>(c.num_key_value_heads * c.head_dim),
+               inner = static_cast<double>(c.intermediate_size);
+  const double per_token = q * h + 2 * kv * h + h * q + 3 * inner * h;
+  const double attention = 2.0 * q * static_cast<double>(tokens) * static_cast<double>(tokens + 1) / 2;
+  return 2.0 * (static_cast<double>(c.num_hidden_layers) * (per_token * static_cast<double>(tokens) + attention) +
+                static_cast<double>(c.vocab_size) * h);
+}
+
 void BM_Prefill(benchmark::State& state, const char* dtype) {
   auto& model = Model(dtype);
   const auto prompt = Tokens(kPrefillTokens, 0, model.config().vocab_size);
@@ -86,10 +113,26 @@ void BM_Prefill(benchmark::State& state, const char* dtype) {
   }
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(kPrefillTokens) * state.iterations(), benchmark::Counter::kIsRate);
+  // Against BM_MatmulPeak's GFLOP_per_s for the dtype (bench/run_llm_floor.sh).
+  state.counters["GFLOP_per_s"] = benchmark::Counter(
+      PrefillFlops(model.config(), kPrefillTokens) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
-void BM_DecodeStep(benchmark::State& state, const char* dtype) {
-  auto& model = Model(dtype);
+// Bytes of weights a decode step reads: every layer's q, k, v, o, gate, up and down, and the
+// output head (the embedding table is not read beyond one row, unless tied to the head, which
+// is counted once). int8 matrices carry a float scale and an int32 sum per row.
+double DecodeWeightBytes(const txscore::llm::ModelConfig& c, const std::string& variant) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t inner = c.intermediate_size;
+  const double rows = static_cast<double>(c.num_hidden_layers) * (q + 2 * kv + h + 3 * inner) + c.vocab_size;
+  const double elements = static_cast<double>(c.num_hidden_layers) * (q * h + 2 * kv * h + h * q + 3 * inner * h) +
+                          static_cast<double>(c.vocab_size) * h;
+  if (variant.rfind("int8", 0) == 0) return elements + rows * 8;
+  return elements * (variant.rfind("float32", 0) == 0 ? 4 : 2);
+}
+
+void BM_DecodeStep(benchmark::State& state, const char* variant) {
+  auto& model = Model(variant);
   const int64_t vocab_size = model.config().vocab_size;
   const auto context = Tokens(kDecodeContext - 64, 1, vocab_size);
   auto cache = model.NewCache(1, kDecodeContext + 1);
@@ -107,6 +150,9 @@ void BM_DecodeStep(benchmark::State& state, const char* dtype) {
     }
     if (!CheckedForward(state, model, cache.get(), Tokens(1, step++, vocab_size))) break;
   }
+  // Divided by BM_MemoryBandwidthFloor's GB_per_s (bench/run_llm_floor.sh does), the least
+  // time a step can take.
+  state.counters["weight_GB"] = DecodeWeightBytes(model.config(), variant) / 1e9;
 }
 
 // Every matrix of the model (all layers' q, k, v, o, gate, up, down, and the output head)
@@ -217,6 +263,9 @@ BENCHMARK_CAPTURE(BM_Prefill, bfloat16, "bfloat16")->Unit(benchmark::kMillisecon
 BENCHMARK_CAPTURE(BM_DecodeStep, float32, "float32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_WeightStreamFloor, float32, "float32")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeStep, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeStep, bfloat16_libtorch, "bfloat16-libtorch")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeStep, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Prefill, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_WeightStreamFloor, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 int main(int argc, char** argv) {

@@ -28,6 +28,8 @@ ConformanceThresholds ThresholdsFor(accelerator::Dtype dtype) {
   return {.min_cosine = 0.999, .min_agreement = 0.0};
 }
 
+ConformanceThresholds Int8Thresholds() { return {.min_cosine = 0.99, .min_agreement = 0.0}; }
+
 Result<ConformanceReport> CompareDecoders(const Decoder& reference, const Decoder& candidate,
                                           const std::vector<int32_t>& prompt, int steps,
                                           const ConformanceThresholds& thresholds) {

@@ -21,6 +21,9 @@ struct ConformanceThresholds {
 // Default thresholds by dtype: float32 must agree everywhere (cosine >= 0.99999, every token);
 // bfloat16/float16 keep cosine >= 0.999 at every step.
 ConformanceThresholds ThresholdsFor(accelerator::Dtype dtype);
+// int8 weights (DecoderOptions::Quantization::kInt8, bfloat16 activations): cosine >= 0.99 at
+// every step; greedy agreement is reported, not required (the quantization's cost).
+ConformanceThresholds Int8Thresholds();
 
 struct ConformanceReport {
   std::vector<double> cosine;              // per step

@@ -12,6 +12,8 @@
 #include "accelerator/compute_threads.h"
 #include "accelerator/op_adapters_torch.h"
 #include "common/prepare_counters.h"
+#include "llm/cpu_kernels/decode_step.h"
+#include "llm/cpu_kernels/worker_pool.h"
 #include "llm/model_family.h"
 #include "llm/rope.h"
 #include "llm/safetensors.h"
@@ -102,11 +104,20 @@ struct AttentionMask {
   }
 };
 
+// A matrix quantized per output row (DecoderOptions::Quantization::kInt8): int8 values
+// [rows, cols], float32 scales and int32 row sums [rows] (llm/cpu_kernels/kernels.h).
+struct Int8Weight {
+  torch::Tensor values, scales, row_sums;
+  bool defined() const { return values.defined(); }
+};
+
 struct Layer {
   torch::Tensor input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
+  // With int8 quantization the dense projections are undefined and the *_int8 ones hold them.
   torch::Tensor q, k, v, o, q_bias, k_bias, v_bias, o_bias;
   torch::Tensor q_norm, k_norm;
   torch::Tensor gate, up, down;
+  Int8Weight q_int8, k_int8, v_int8, o_int8, gate_int8, up_int8, down_int8;
   bool sliding = false;
 };
 
@@ -118,6 +129,14 @@ class TorchDecoder : public Decoder {
     if (!config.ok()) return config.error();
     if (options.dtype == accelerator::Dtype::kFloat16) {
       return InvalidArgument("dtype must be float32 or bfloat16 (libtorch has no float16 matmul on CPU)", "dtype");
+    }
+    const bool int8 = options.quantization == DecoderOptions::Quantization::kInt8;
+    if (int8 && (options.dtype != accelerator::Dtype::kBFloat16 || torch::Device(options.device) != torch::kCPU ||
+                 options.adapters.any())) {
+      return InvalidArgument(
+          "int8 quantization runs on the CPU with bfloat16 activations and no op adapters: set dtype bfloat16 and "
+          "device cpu",
+          "quantization");
     }
     if (options.adapters.head_dim_alignment > 1 && config->head_dim % 2 != 0) {
       return InvalidArgument(
@@ -145,6 +164,11 @@ class TorchDecoder : public Decoder {
         decoder->PadFrequencies(RopeInverseFrequencies(decoder->config_.local_rope, decoder->config_.head_dim))
             .to(decoder->device_);
     decoder->MoveWeightsToDevice();
+    if (int8) decoder->QuantizeWeights();
+    if (options.cpu_kernels && decoder->device_.is_cpu() && decoder->dtype_ == torch::kBFloat16 &&
+        !options.adapters.any()) {
+      decoder->PrepareCpuDecodeStep();
+    }
     CountModelBuild();
     if (options.adapters.rope_as_matmul) {
       decoder->rotate_half_ = accelerator::RotateHalfMatrix(
@@ -200,6 +224,7 @@ class TorchDecoder : public Decoder {
     }
     std::vector<std::vector<float>> result(static_cast<size_t>(batch));
     if (longest == 0) return result;
+    if (longest == 1 && !cpu_step_.layers.empty()) return CpuDecodeStep(cache, new_tokens);
 
     torch::NoGradGuard no_grad;
     // Right-padded ids and, per query row, the absolute position it stands for (padding rows
@@ -243,7 +268,8 @@ class TorchDecoder : public Decoder {
     const torch::Tensor local_rope = RopeTables(local_inv_freq_, position_tensor);
 
     torch::Tensor x = adapters_.embedding_on_host ? accelerator::EmbeddingOnHost(embed_tokens_host_, host_ids, device_)
-                                                  : F::embedding(id_tensor, embed_tokens_);
+                      : embed_tokens_int8_.defined() ? Dequantize(embed_tokens_int8_, id_tensor)
+                                                     : F::embedding(id_tensor, embed_tokens_);
     const double embed_scale = c.embedding_scale();
     if (embed_scale != 1.0) {
       // Hugging Face multiplies by the scale rounded to the activation dtype.
@@ -267,7 +293,7 @@ class TorchDecoder : public Decoder {
     for (int64_t i = 0; i < batch; ++i) {
       const int64_t n = static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size());
       if (n == 0) continue;
-      torch::Tensor logits = As(F::linear(x[i][n - 1], lm_head_), torch::kFloat32);
+      torch::Tensor logits = As(Project(x[i][n - 1], lm_head_, lm_head_int8_), torch::kFloat32);
       if (logits.size(0) != c.vocab_size) logits = logits.narrow(0, 0, c.vocab_size);  // padded vocabulary
       if (!device_.is_cpu()) logits = logits.to(torch::kCPU);
       if (c.logits_scaling != 1.0) logits = logits / c.logits_scaling;
@@ -332,9 +358,12 @@ class TorchDecoder : public Decoder {
     const ModelConfig& c = config_;
     const int64_t batch = h.size(0), length = h.size(1);
     const int64_t head_dim = head_dim_;
-    torch::Tensor q = F::linear(h, layer.q, layer.q_bias).view({batch, length, c.num_attention_heads, head_dim});
-    torch::Tensor k = F::linear(h, layer.k, layer.k_bias).view({batch, length, c.num_key_value_heads, head_dim});
-    torch::Tensor v = F::linear(h, layer.v, layer.v_bias).view({batch, length, c.num_key_value_heads, head_dim});
+    torch::Tensor q =
+        Project(h, layer.q, layer.q_int8, layer.q_bias).view({batch, length, c.num_attention_heads, head_dim});
+    torch::Tensor k =
+        Project(h, layer.k, layer.k_int8, layer.k_bias).view({batch, length, c.num_key_value_heads, head_dim});
+    torch::Tensor v =
+        Project(h, layer.v, layer.v_int8, layer.v_bias).view({batch, length, c.num_key_value_heads, head_dim});
     if (c.qk_norm) {
       q = Norm(q, layer.q_norm, c.head_dim);
       k = Norm(k, layer.k_norm, c.head_dim);
@@ -358,14 +387,14 @@ class TorchDecoder : public Decoder {
     const torch::Tensor keys = cache_k.narrow(2, 0, total_max);
     const torch::Tensor values = cache_v.narrow(2, 0, total_max);
     if (rows_per_block >= length) {
-      return F::linear(AttendBlock(q, keys, values, mask.Rows(0, length, window)), layer.o, layer.o_bias);
+      return Project(AttendBlock(q, keys, values, mask.Rows(0, length, window)), layer.o, layer.o_int8, layer.o_bias);
     }
     std::vector<torch::Tensor> blocks;
     for (int64_t row = 0; row < length; row += rows_per_block) {
       const int64_t rows = std::min(rows_per_block, length - row);
       blocks.push_back(AttendBlock(q.narrow(2, row, rows), keys, values, mask.Rows(row, rows, window)));
     }
-    return F::linear(torch::cat(blocks, 1), layer.o, layer.o_bias);
+    return Project(torch::cat(blocks, 1), layer.o, layer.o_int8, layer.o_bias);
   }
 
   // Attention of query rows q [batch, heads, rows, head_dim] over the cached keys and values
@@ -400,12 +429,146 @@ class TorchDecoder : public Decoder {
         .reshape({batch, rows, -1});
   }
 
+  // h times a projection's weight (transposed), plus bias: the dense weight, or with int8
+  // quantization the weight dequantized for this product (a prefill's products are many rows
+  // each, so the dequantizing is a small share of them; decode steps never come here on the CPU).
+  torch::Tensor Project(const torch::Tensor& h, const torch::Tensor& dense, const Int8Weight& int8,
+                        const torch::Tensor& bias = {}) const {
+    if (dense.defined()) return F::linear(h, dense, bias);
+    return F::linear(h, Dequantize(int8), bias);
+  }
+
+  // The rows `ids` of an int8 matrix (all of them when ids is undefined), in the activation dtype.
+  torch::Tensor Dequantize(const Int8Weight& w, const torch::Tensor& ids = {}) const {
+    if (!ids.defined()) return (w.values.to(torch::kFloat32) * w.scales.unsqueeze(1)).to(dtype_);
+    const torch::Tensor flat = ids.reshape({-1});
+    std::vector<int64_t> shape = ids.sizes().vec();
+    shape.push_back(w.values.size(1));
+    return (w.values.index_select(0, flat).to(torch::kFloat32) * w.scales.index_select(0, flat).unsqueeze(1))
+        .to(dtype_)
+        .view(shape);
+  }
+
+  // DecoderOptions::Quantization::kInt8: each matrix quantized per output row, the dense one
+  // dropped. A tied LM head shares the embedding's int8 form, as it shared the dense one.
+  void QuantizeWeights() {
+    auto quantize = [](torch::Tensor& dense, Int8Weight* out) {
+      const torch::Tensor wide = dense.to(torch::kFloat32).contiguous();
+      const int64_t rows = wide.size(0), cols = wide.size(1);
+      out->values = torch::empty({rows, cols}, torch::kInt8);
+      out->scales = torch::empty({rows}, torch::kFloat32);
+      out->row_sums = torch::empty({rows}, torch::kInt32);
+      cpu::QuantizeInt8Rows(wide.data_ptr<float>(), rows, cols, out->values.data_ptr<int8_t>(),
+                            out->scales.data_ptr<float>(), out->row_sums.data_ptr<int32_t>());
+      dense = torch::Tensor();
+    };
+    const bool tied = lm_head_.is_same(embed_tokens_);
+    quantize(embed_tokens_, &embed_tokens_int8_);
+    if (tied) {
+      lm_head_int8_ = embed_tokens_int8_;
+      lm_head_ = torch::Tensor();
+    } else {
+      quantize(lm_head_, &lm_head_int8_);
+    }
+    for (Layer& l : layers_) {
+      quantize(l.q, &l.q_int8);
+      quantize(l.k, &l.k_int8);
+      quantize(l.v, &l.v_int8);
+      quantize(l.o, &l.o_int8);
+      quantize(l.gate, &l.gate_int8);
+      quantize(l.up, &l.up_int8);
+      quantize(l.down, &l.down_int8);
+    }
+  }
+
+  // Views of the weights for cpu::RunDecodeStep; norm weights it reads as float32 are copied
+  // once here.
+  void PrepareCpuDecodeStep() {
+    auto floats = [this](const torch::Tensor& t) -> const float* {
+      if (!t.defined()) return nullptr;
+      cpu_step_tensors_.push_back(t.to(torch::kFloat32).contiguous());
+      return cpu_step_tensors_.back().data_ptr<float>();
+    };
+    auto bf16 = [](const torch::Tensor& t) -> const cpu::Bf16* {
+      return t.defined() ? reinterpret_cast<const cpu::Bf16*>(t.data_ptr<at::BFloat16>()) : nullptr;
+    };
+    auto linear = [&](const torch::Tensor& dense, const Int8Weight& int8, const torch::Tensor& bias = {}) {
+      cpu::LinearWeights w;
+      if (int8.defined()) {
+        w.int8 = {.values = int8.values.data_ptr<int8_t>(),
+                  .scales = int8.scales.data_ptr<float>(),
+                  .row_sums = int8.row_sums.data_ptr<int32_t>(),
+                  .rows = int8.values.size(0),
+                  .cols = int8.values.size(1)};
+      } else {
+        w.bf16 = {.values = bf16(dense), .rows = dense.size(0), .cols = dense.size(1)};
+      }
+      w.bias = bf16(bias);
+      return w;
+    };
+    // The step's own threads (cpu_kernels/worker_pool.h), as many as libtorch's for this decoder.
+    cpu_step_pool_ = std::make_unique<cpu::WorkerPool>(threads_ > 0 ? threads_ : at::get_num_threads());
+    cpu_step_.config = &config_;
+    cpu_step_.embed_tokens = linear(embed_tokens_, embed_tokens_int8_);
+    cpu_step_.lm_head = linear(lm_head_, lm_head_int8_);
+    cpu_step_.final_norm = floats(final_norm_);
+    cpu_step_.global_inv_freq = floats(global_inv_freq_);
+    cpu_step_.local_inv_freq = floats(local_inv_freq_);
+    for (const Layer& l : layers_) {
+      cpu::LayerWeights w;
+      w.input_norm = floats(l.input_norm);
+      w.post_attention_norm = floats(l.post_attention_norm);
+      w.pre_feedforward_norm = floats(l.pre_feedforward_norm);
+      w.post_feedforward_norm = floats(l.post_feedforward_norm);
+      w.q_norm = floats(l.q_norm);
+      w.k_norm = floats(l.k_norm);
+      w.q = linear(l.q, l.q_int8, l.q_bias);
+      w.k = linear(l.k, l.k_int8, l.k_bias);
+      w.v = linear(l.v, l.v_int8, l.v_bias);
+      w.o = linear(l.o, l.o_int8, l.o_bias);
+      w.gate = linear(l.gate, l.gate_int8);
+      w.up = linear(l.up, l.up_int8);
+      w.down = linear(l.down, l.down_int8);
+      w.sliding = l.sliding;
+      cpu_step_.layers.push_back(w);
+    }
+  }
+
+  // A decode step (every sequence adds at most one token) through cpu::RunDecodeStep.
+  Result<std::vector<std::vector<float>>> CpuDecodeStep(TorchCache* cache,
+                                                        const std::vector<std::vector<int32_t>>& new_tokens) const {
+    cpu::KvCacheView view;
+    view.max_tokens = cache->max_tokens();
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      view.keys.push_back(reinterpret_cast<cpu::Bf16*>(cache->keys[l].data_ptr<at::BFloat16>()));
+      view.values.push_back(reinterpret_cast<cpu::Bf16*>(cache->values[l].data_ptr<at::BFloat16>()));
+    }
+    std::vector<cpu::DecodeRequest> requests;
+    for (size_t i = 0; i < new_tokens.size(); ++i) {
+      if (new_tokens[i].empty()) continue;
+      requests.push_back({.slot = static_cast<int64_t>(i), .token = new_tokens[i][0], .position = cache->lengths_[i]});
+    }
+    const cpu::ParallelFor parallel = [this](int64_t count, int64_t alignment,
+                                             const std::function<void(int64_t, int64_t)>& fn) {
+      cpu::ParallelRanges(*cpu_step_pool_, count, alignment, fn);
+    };
+    std::vector<std::vector<float>> logits =
+        cpu::RunDecodeStep(cpu_step_, cpu::BestKernels(), parallel, view, requests);
+    std::vector<std::vector<float>> result(new_tokens.size());
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const auto slot = static_cast<size_t>(requests[r].slot);
+      result[slot] = std::move(logits[r]);
+      cache->lengths_[slot] += 1;
+    }
+    return result;
+  }
+
   torch::Tensor Mlp(const Layer& layer, const torch::Tensor& h) const {
-    torch::Tensor gate = F::linear(h, layer.gate);
+    torch::Tensor gate = Project(h, layer.gate, layer.gate_int8);
     gate = config_.activation == ModelConfig::Activation::kSilu
                ? F::silu(gate)
                : F::gelu(gate, F::GELUFuncOptions().approximate("tanh"));
-    return F::linear(gate * F::linear(h, layer.up), layer.down);
+    return Project(gate * Project(h, layer.up, layer.up_int8), layer.down, layer.down_int8);
   }
 
   Status LoadWeights(const SafetensorsCheckpoint& checkpoint) {
@@ -587,6 +750,10 @@ class TorchDecoder : public Decoder {
   torch::Tensor rotate_half_;             // with rope_as_matmul
   torch::Tensor embed_tokens_host_;       // with embedding_on_host (on a non-CPU device)
   torch::Tensor embed_tokens_, final_norm_, lm_head_;
+  Int8Weight embed_tokens_int8_, lm_head_int8_;  // quantization kInt8 (the dense ones then undefined)
+  cpu::DecoderWeights cpu_step_;                 // views for cpu::RunDecodeStep; no layers: not used
+  std::vector<torch::Tensor> cpu_step_tensors_;  // float32 copies cpu_step_ points into
+  std::unique_ptr<cpu::WorkerPool> cpu_step_pool_;
   torch::Tensor global_inv_freq_, local_inv_freq_;
   std::vector<Layer> layers_;
 };

@@ -37,6 +37,19 @@ struct DecoderOptions {
   // many elements at a time, in blocks of query rows: a long batched prefill then reuses
   // allocations of a few MB instead of mapping and faulting in hundreds of MB per layer.
   int64_t attention_block_elements = 1 << 20;
+  // Default: kNone, weights in `dtype`. kInt8: every matrix (projections, embedding and LM head)
+  // is quantized per output row at load (symmetric, scale max|w| / 127), halving the bytes a
+  // decode step reads; decode steps quantize their activations per row and multiply in
+  // integers (llm/cpu_kernels/kernels.h), prefill multiplies by the dequantized weights. Needs
+  // dtype bfloat16 and the CPU (kInvalidArgument otherwise).
+  enum class Quantization { kNone, kInt8 };
+  Quantization quantization = Quantization::kNone;
+  // Default: true. On the CPU in bfloat16 (or int8), a forward pass where every sequence adds
+  // at most one token (a decode step) runs txscore's own kernels (llm/cpu_kernels/), the best
+  // set the CPU has; prefill, other dtypes and other devices run libtorch's ops. false: libtorch
+  // for everything (the A/B benchmarks and the equivalence tests compare the two). Ignored with
+  // op adapters, which are for other devices.
+  bool cpu_kernels = true;
   // Default: null, BuiltinModelFamilies(). The families config.json's family is found in;
   // must outlive the decoder.
   const ModelFamilyRegistry* families = nullptr;

@@ -16,6 +16,7 @@
 
 #include "common/bytes.h"
 #include "common/file_io.h"
+#include "llm/cpu_kernels/kernels.h"
 
 namespace txscore::llm {
 namespace {
@@ -318,20 +319,10 @@ float HalfToFloat(uint16_t h) {
   return sign ? -value : value;
 }
 
-float BFloat16ToFloat(uint16_t bits) {
-  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &widened, sizeof value);
-  return value;
-}
+// One definition of bfloat16's bits, shared with the CPU kernels (llm/cpu_kernels/kernels.h).
+float BFloat16ToFloat(uint16_t bits) { return cpu::Bf16ToFloat(bits); }
 
-uint16_t FloatToBFloat16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // keep it a NaN
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
+uint16_t FloatToBFloat16(float value) { return cpu::FloatToBf16(value); }
 
 uint16_t FloatToHalf(float value) {
   uint32_t bits;

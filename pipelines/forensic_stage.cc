@@ -104,6 +104,8 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
     options.threads = config.threads;
     options.device = target.torch_device;
     options.adapters = target.adapters;
+    options.cpu_kernels = config.cpu_kernels;
+    if (target.torch_device == "cpu") options.quantization = config.cpu_quantization;
     Result<std::unique_ptr<llm::Decoder>> decoder = load_decoder(config.model_dir, options);
     if (!decoder.ok()) return decoder.error();
     Engine engine;

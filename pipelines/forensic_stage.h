@@ -70,6 +70,9 @@ struct ForensicStageOptions {
   int max_batch = 8;        // the dynamic batcher's largest batch
   int max_wait_us = 2000;   // how long it waits after the first request for more
   bool background = false;  // the batcher's thread at the lowest OS priority (jobs inside a server)
+  // Applied to the CPU target only (llm::DecoderOptions): other devices run their dtype.
+  llm::DecoderOptions::Quantization cpu_quantization = llm::DecoderOptions::Quantization::kNone;
+  bool cpu_kernels = true;
   // The planned device first, then fallbacks.
   std::vector<ForensicTarget> targets = {{"cpu", "cpu", accelerator::Dtype::kFloat32}};
   // The clock deadlines are time points of (common/clock.h; the pipeline's). Default:

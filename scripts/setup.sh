@@ -17,6 +17,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format rocksdb-tools clang libclang-rt-14-dev llvm-14
   python3 python3-thrift python3-xgboost python3-torch python3-numpy python3-sentencepiece python3-jinja2 python3-yaml
   chromium
+  g++-s390x-linux-gnu qemu-user-static
 )
 
 missing=()

@@ -196,8 +196,9 @@ class LlmFindingsStageKind : public StageKind {
     spec_.kind = "llm_findings";
     spec_.inputs = {{"score", ValueType::kNumber}, {"reasons", ValueType::kReasons}};
     spec_.outputs = {{"findings", ValueType::kFindings}};
-    spec_.keys = {"model",          "dtype",           "threads",   "max_new_tokens", "budget_ms", "placement",
-                  "expected_batch", "expected_tokens", "max_batch", "max_wait_us",    "remote"};
+    spec_.keys = {"model",     "dtype",          "threads",         "max_new_tokens", "budget_ms",
+                  "placement", "expected_batch", "expected_tokens", "max_batch",      "max_wait_us",
+                  "remote",    "quantization",   "cpu_kernels"};
     spec_.best_effort = true;
     spec_.default_when = "$sink.decision == REVIEW";
   }
@@ -221,6 +222,19 @@ class LlmFindingsStageKind : public StageKind {
       return r.ErrorAt(stage["dtype"], "dtype must be \"float32\" or \"bfloat16\", not \"" + dtype + "\"");
     }
     f->dtype = *accelerator::ParseDtype(dtype);
+    std::string quantization = "none";
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(stage, "quantization", false, &quantization));
+    if (quantization != "none" && quantization != "int8") {
+      return r.ErrorAt(stage["quantization"],
+                       "quantization must be \"none\" or \"int8\", not \"" + quantization + "\"");
+    }
+    if (quantization == "int8") {
+      if (f->dtype != accelerator::Dtype::kBFloat16) {
+        return r.ErrorAt(stage["quantization"], "quantization: int8 needs dtype: bfloat16 (its activations)");
+      }
+      f->quantization = llm::DecoderOptions::Quantization::kInt8;
+    }
+    TXSCORE_RETURN_IF_ERROR(r.ReadBool(stage, "cpu_kernels", &f->cpu_kernels));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "threads", 0, 256, &f->compute_threads));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "max_new_tokens", 50, 4096, &f->max_new_tokens));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(stage, "budget_ms", 1, 600000, &f->budget_ms));
@@ -318,6 +332,8 @@ class LlmFindingsStageKind : public StageKind {
     options.max_new_tokens = f.max_new_tokens;
     options.max_batch = f.max_batch;
     options.max_wait_us = f.max_wait_us;
+    options.cpu_quantization = f.quantization;
+    options.cpu_kernels = f.cpu_kernels;
     options.background = runtime.background;
     if (runtime.clock) options.clock = runtime.clock;
     options.targets = {{"cpu", "cpu", f.dtype}};

@@ -51,6 +51,10 @@ struct LlmFindingsStageSettings : StageSettings {
   int max_batch = 8;
   int max_wait_us = 2000;
   int expected_tokens = 512;
+  // The CPU engine's weights (the stage placed on the CPU, or its CPU fallback): none, or
+  // int8 (needs dtype bfloat16; llm::DecoderOptions::quantization). Other devices run dtype.
+  llm::DecoderOptions::Quantization quantization = llm::DecoderOptions::Quantization::kNone;
+  bool cpu_kernels = true;  // llm::DecoderOptions::cpu_kernels; false: libtorch's ops throughout
   // placement: remote. `remote_fallback_local`: the stage's own model answers when the remote
   // cannot, on the device `fallback` names (then in `placement`: cpu, auto or a device kind);
   // otherwise the item is skipped, reported degraded.

@@ -36,6 +36,8 @@ struct Target {
   std::string torch_device;
   accelerator::Dtype dtype = accelerator::Dtype::kFloat32;
   accelerator::OpAdapters adapters;
+  // int8 weights: the CPU's quantized decoder, checked for what the quantization costs.
+  llm::DecoderOptions::Quantization quantization = llm::DecoderOptions::Quantization::kNone;
 };
 
 // A device (and dtype) found but not checked, and why.
@@ -68,6 +70,10 @@ std::vector<Target> TargetsFor(const accelerator::DeviceRegistry& devices, const
       }
       if (d.kind == accelerator::kCpuKind && dtype == accelerator::Dtype::kFloat32) continue;  // the reference
       targets.push_back({kind, d.DisplayName() + " " + name, d.torch_device, dtype, adapters});
+      if (d.kind == accelerator::kCpuKind && dtype == accelerator::Dtype::kBFloat16) {
+        targets.push_back({kind, d.DisplayName() + " int8 weights", d.torch_device, dtype, adapters,
+                           llm::DecoderOptions::Quantization::kInt8});
+      }
     }
   }
   return targets;
@@ -161,15 +167,21 @@ int RunConformance(ConformanceOptions options) {
     const std::vector<int32_t> prompt = PromptFor(model_dir);
     table << "| " << fs::path(model_dir).filename().string() << " (" << config->model_type << ") | cpu float32 |";
     for (const Target& t : targets) {
-      Result<std::unique_ptr<llm::Decoder>> candidate =
-          llm::Decoder::Load(model_dir, {.dtype = t.dtype, .device = t.torch_device, .adapters = t.adapters});
+      const bool int8 = t.quantization == llm::DecoderOptions::Quantization::kInt8;
+      Result<std::unique_ptr<llm::Decoder>> candidate = llm::Decoder::Load(
+          model_dir,
+          {.dtype = t.dtype, .device = t.torch_device, .adapters = t.adapters, .quantization = t.quantization});
       Result<llm::ConformanceReport> report =
-          candidate.ok()
-              ? llm::CompareDecoders(**reference, **candidate, prompt, options.steps, llm::ThresholdsFor(t.dtype))
-              : Result<llm::ConformanceReport>(candidate.error());
-      nlohmann::json row = {{"model", model_dir},     {"model_type", config->model_type},
-                            {"device", t.label},      {"dtype", accelerator::DtypeName(t.dtype)},
-                            {"steps", options.steps}, {"adapters", t.adapters.Describe()}};
+          candidate.ok() ? llm::CompareDecoders(**reference, **candidate, prompt, options.steps,
+                                                int8 ? llm::Int8Thresholds() : llm::ThresholdsFor(t.dtype))
+                         : Result<llm::ConformanceReport>(candidate.error());
+      nlohmann::json row = {{"model", model_dir},
+                            {"model_type", config->model_type},
+                            {"device", t.label},
+                            {"dtype", accelerator::DtypeName(t.dtype)},
+                            {"weights", int8 ? "int8" : accelerator::DtypeName(t.dtype)},
+                            {"steps", options.steps},
+                            {"adapters", t.adapters.Describe()}};
       if (!report.ok()) {
         row["error"] = report.error().ToString();
         row["passed"] = false;
@@ -194,7 +206,9 @@ int RunConformance(ConformanceOptions options) {
     table << "\n";
   }
   table << "\nThresholds: float32 cosine >= 0.99999 at every step and every greedy token equal; "
-           "bfloat16 cosine >= 0.999 at every step. Each cell: min cosine over "
+           "bfloat16 cosine >= 0.999 at every step; int8 weights (bfloat16 activations, the CPU's own kernels) "
+           "cosine >= 0.99 at every step, greedy agreement reported as the quantization's cost. Each cell: min cosine "
+           "over "
         << options.steps
         << " teacher-forced steps, largest absolute logit difference, greedy tokens equal to the reference's.\n";
   nlohmann::json not_checked = nlohmann::json::array();

@@ -450,6 +450,23 @@ def check_llm_help_describes_what_is_there(txscore):
         assert command in r.stdout, r.stdout
 
 
+def check_conformance_reports_what_int8_weights_cost_per_family(txscore):
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        r = run(txscore, "conformance", "--devices", "cpu", "--steps", "4", "--out", work)
+        assert r.returncode == 0, r
+        with open(os.path.join(work, "conformance.json")) as f:
+            doc = json.load(f)
+        int8 = [row for row in doc["results"] if row["weights"] == "int8"]
+        assert sorted(row["model_type"] for row in int8) == ["gemma2", "gemma3", "granite", "llama", "qwen3"], int8
+        for row in int8:
+            assert row["device"].endswith("int8 weights") and row["dtype"] == "bfloat16", row
+            assert row["passed"] and row["min_cosine"] >= 0.99 and 0 <= row["greedy_agreement"] <= 4, row
+        assert "int8 weights" in r.stdout, r.stdout
+
+
 def check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device(txscore):
     import json
     import os
@@ -496,6 +513,7 @@ CHECKS = [
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
     check_keys_create_rotate_retire_and_list_a_wrapped_keyset,
+    check_conformance_reports_what_int8_weights_cost_per_family,
     check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,
     check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_none,
 ]

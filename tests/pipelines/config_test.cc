@@ -297,6 +297,15 @@ TEST_F(ConfigTest, FindingsStageOptionsAreChecked) {
   const std::string stage = "  - {name: forensic, kind: llm_findings, after: decision, model: llm, ";
   EXPECT_EQ(Parse(kValid + stage + "dtype: float16}\n").error().message,
             Where(5, 78) + "dtype must be \"float32\" or \"bfloat16\", not \"float16\"");
+  EXPECT_EQ(Parse(kValid + stage + "quantization: int8}\n").error().message,
+            Where(5, 85) + "quantization: int8 needs dtype: bfloat16 (its activations)");
+  EXPECT_EQ(Parse(kValid + stage + "dtype: bfloat16, quantization: int4}\n").error().message,
+            Where(5, 102) + "quantization must be \"none\" or \"int8\", not \"int4\"");
+  auto int8 = Parse(kValid + stage + "dtype: bfloat16, quantization: int8, cpu_kernels: false}\n");
+  ASSERT_TRUE(int8.ok()) << int8.error().ToString();
+  EXPECT_EQ(SettingsOf<Findings>(*int8, "forensic").quantization, llm::DecoderOptions::Quantization::kInt8);
+  EXPECT_FALSE(SettingsOf<Findings>(*int8, "forensic").cpu_kernels);
+  EXPECT_EQ(Parse(kValid + stage + "cpu_kernels: sometimes}\n").error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(Parse(kValid + stage + "placement: Tpu}\n").error().message,
             Where(5, 82) +
                 "placement must be auto or a device kind (cpu, cuda, or an out-of-tree backend's kind such as spyre or "

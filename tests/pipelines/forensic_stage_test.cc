@@ -45,6 +45,7 @@ class FlatLogitsDecoder : public llm::Decoder {
     // kInternal as a bug that another device would meet too.
     ErrorCode failure = ErrorCode::kUnavailable;
     std::atomic<int> failed_calls{0};
+    std::vector<llm::DecoderOptions> loads;  // the options of every decoder loaded, in order
     void Release() {
       std::lock_guard<std::mutex> lock(mutex);
       released = true;
@@ -137,6 +138,7 @@ class ForensicPipelineTest : public ::testing::Test {
     runtime.shared = shared_;
     runtime.clock = [this] { return std::chrono::steady_clock::now() + clock_ahead_.load(); };
     runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions& options) {
+      control_.loads.push_back(options);
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
       return Result<std::unique_ptr<llm::Decoder>>(
@@ -213,6 +215,24 @@ TEST_F(ForensicPipelineTest, ReviewDecisionGetsFindingsInTheResultAndTheAuditRec
   EXPECT_EQ((*audit)[0].placement, "fraud@cpu,forensic@cpu");
   EXPECT_EQ(outcome->devices.back(), (std::pair<std::string, std::string>{"forensic", "cpu"}));
   EXPECT_EQ(CardTransactionCount(), 1u);
+}
+
+TEST_F(ForensicPipelineTest, TheCpuEnginesQuantizationAndKernelsComeFromTheStagesKeys) {
+  CreatePipeline(0.0, 60000, "", "cpu, dtype: bfloat16, quantization: int8, cpu_kernels: false");
+  ASSERT_EQ(control_.loads.size(), 1u);
+  EXPECT_EQ(control_.loads[0].quantization, llm::DecoderOptions::Quantization::kInt8);
+  EXPECT_FALSE(control_.loads[0].cpu_kernels);
+  EXPECT_EQ(control_.loads[0].dtype, accelerator::Dtype::kBFloat16);
+  auto outcome = pipeline_->Score(testing::ValidTransaction("req-int8"));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_TRUE(outcome->findings.has_value());
+}
+
+TEST_F(ForensicPipelineTest, ByDefaultTheCpuEngineRunsUnquantizedOnTheKernels) {
+  CreatePipeline(0.0);
+  ASSERT_EQ(control_.loads.size(), 1u);
+  EXPECT_EQ(control_.loads[0].quantization, llm::DecoderOptions::Quantization::kNone);
+  EXPECT_TRUE(control_.loads[0].cpu_kernels);
 }
 
 // Nothing listens on port 1 of loopback: a remote pool that is down.

@@ -1,0 +1,76 @@
+#include "llm/cpu_kernels/worker_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace txscore::llm::cpu {
+namespace {
+
+// How long an idle worker keeps polling for the next region before it sleeps: longer than
+// the gap between a step's regions (microseconds), far shorter than between requests.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+}  // namespace
+
+WorkerPool::WorkerPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+void WorkerPool::Run(const std::function<void(int)>& fn) {
+  if (workers_.empty()) return fn(0);
+  std::lock_guard<std::mutex> run(run_mutex_);
+  job_ = &fn;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  {
+    // Under the sleepers' mutex, so that a worker deciding to sleep cannot miss the bump.
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  fn(0);
+  while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+void WorkerPool::Work(int index) {
+  uint64_t seen = 0;
+  while (true) {
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    uint64_t now = generation_.load(std::memory_order_acquire);
+    while (now == seen && !stopping_.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < spin_until) {
+      now = generation_.load(std::memory_order_acquire);
+    }
+    if (now == seen) {
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      wake_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+      if (stopping_) return;
+      now = generation_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    (*job_)(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ParallelRanges(WorkerPool& pool, int64_t count, int64_t alignment,
+                    const std::function<void(int64_t begin, int64_t end)>& fn) {
+  if (count <= 0) return;
+  const int64_t threads = pool.threads();
+  const int64_t units = (count + alignment - 1) / alignment;
+  const int64_t per_thread = (units + threads - 1) / threads * alignment;
+  if (threads == 1 || per_thread >= count) return fn(0, count);
+  pool.Run([&](int t) {
+    const int64_t begin = t * per_thread, end = std::min(count, begin + per_thread);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+}  // namespace txscore::llm::cpu

@@ -1,0 +1,50 @@
+// The threads a decode step's products are split over. A decode step has about a hundred
+// parallel regions of a fraction of a millisecond each; libtorch's OpenMP regions, tried
+// first, gave two threads no speed-up over one on these short regions (bench/README.md), so
+// the step keeps its own workers: they spin briefly between regions, as llama.cpp's do, and
+// sleep when no step comes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace txscore::llm::cpu {
+
+class WorkerPool {
+ public:
+  // threads - 1 workers; the caller of Run is the last thread. threads < 1 counts as 1.
+  explicit WorkerPool(int threads);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(t) once for each t < threads(), each on its own thread (t = 0 on the caller's),
+  // and returns when all have returned. Calls from several threads take turns.
+  void Run(const std::function<void(int)>& fn);
+
+ private:
+  void Work(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one Run at a time
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};  // bumped for each Run
+  std::atomic<int> pending_{0};          // workers still on the current job
+  std::atomic<bool> stopping_{false};
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_;
+};
+
+// Splits [0, count) into one contiguous range per thread, boundaries on multiples of
+// `alignment`, and runs fn(begin, end) for each non-empty one on the pool.
+void ParallelRanges(WorkerPool& pool, int64_t count, int64_t alignment,
+                    const std::function<void(int64_t begin, int64_t end)>& fn);
+
+}  // namespace txscore::llm::cpu

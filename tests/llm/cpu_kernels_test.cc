@@ -1,0 +1,307 @@
+// The CPU decode kernels (llm/cpu_kernels/) against libtorch: each kernel of every set this
+// CPU runs, then whole decode steps against the decoder's libtorch pass, per family.
+//
+// Tolerances, and why:
+// - bfloat16 products accumulate in float32 in a different order than libtorch (and
+//   vdpbf16ps adds pairs first): |ours - libtorch| <= 2e-5 * sum |x_k * w_k|, float32's
+//   rounding over a few hundred terms, with room.
+// - int8 products are integers: exact, and bit-identical in every set.
+// - RMSNorm and RoPE round once where libtorch's bfloat16 ops round at each step: at most two
+//   bfloat16 units in the last place (2^-7 relative).
+// - A decode step's logits: cosine >= 0.9999 with libtorch's step in bfloat16, and the same
+//   greedy token; int8 weights against bfloat16: cosine >= 0.99 (the quantization's cost, which
+//   `txscore conformance` reports per family).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <random>
+
+#include "llm/checkpoint_maker.h"
+#include "llm/cpu_kernels/decode_step.h"
+#include "llm/cpu_kernels/kernels.h"
+#include "llm/decoder.h"
+#include "llm/rope.h"
+#include "tests/test_support.h"
+
+namespace txscore::llm::cpu {
+namespace {
+
+torch::Tensor RandomBf16(std::vector<int64_t> shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn(shape, torch::kFloat32).to(torch::kBFloat16).contiguous();
+}
+
+const Bf16* Data(const torch::Tensor& t) { return reinterpret_cast<const Bf16*>(t.data_ptr<at::BFloat16>()); }
+
+class KernelSetTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    kernels_ = KernelsFor(GetParam());
+    if (kernels_ == nullptr) GTEST_SKIP() << "this CPU has no " << IsaName(GetParam()) << " kernels";
+  }
+  const KernelSet* kernels_ = nullptr;
+};
+
+// Odd sizes: every vector loop's tail runs, and rows are not a multiple of four.
+constexpr int64_t kRows = 37, kCols = 203, kBatch = 3;
+
+TEST_P(KernelSetTest, Bf16ProductEqualsLibtorchsFloat32LinearWithinRounding) {
+  const torch::Tensor w = RandomBf16({kRows, kCols}, 1), x = RandomBf16({kBatch, kCols}, 2);
+  std::vector<float> out(static_cast<size_t>(kBatch * kRows), -1.0f);
+  // Two row ranges, as two threads would split it.
+  kernels_->gemv_bf16({.values = Data(w), .rows = kRows, .cols = kCols}, Data(x), kBatch,
+                      {.f32 = out.data(), .stride = kRows}, 0, 20);
+  kernels_->gemv_bf16({.values = Data(w), .rows = kRows, .cols = kCols}, Data(x), kBatch,
+                      {.f32 = out.data(), .stride = kRows}, 20, kRows);
+  const torch::Tensor reference = torch::nn::functional::linear(x.to(torch::kFloat32), w.to(torch::kFloat32));
+  const torch::Tensor magnitude = torch::matmul(x.to(torch::kFloat32).abs(), w.to(torch::kFloat32).abs().t());
+  for (int64_t m = 0; m < kBatch; ++m) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      const float expected = reference[m][r].item<float>();
+      EXPECT_NEAR(out[static_cast<size_t>(m * kRows + r)], expected, 2e-5 * magnitude[m][r].item<float>())
+          << "row " << r << " of activation " << m;
+    }
+  }
+}
+
+TEST_P(KernelSetTest, Bf16ProductRoundsItsBfloat16OutputToNearestEven) {
+  const torch::Tensor w = RandomBf16({kRows, kCols}, 3), x = RandomBf16({1, kCols}, 4);
+  std::vector<float> wide(kRows);
+  std::vector<Bf16> narrow(kRows);
+  const Bf16Matrix matrix{.values = Data(w), .rows = kRows, .cols = kCols};
+  kernels_->gemv_bf16(matrix, Data(x), 1, {.f32 = wide.data(), .stride = kRows}, 0, kRows);
+  kernels_->gemv_bf16(matrix, Data(x), 1, {.bf16 = narrow.data(), .stride = kRows}, 0, kRows);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const float libtorch_rounded = torch::tensor(wide[static_cast<size_t>(r)]).to(torch::kBFloat16).item<float>();
+    EXPECT_EQ(Bf16ToFloat(narrow[static_cast<size_t>(r)]), libtorch_rounded) << "row " << r;
+  }
+}
+
+TEST_P(KernelSetTest, Int8ProductIsTheExactIntegerProductScaled) {
+  const torch::Tensor w = RandomBf16({kRows, kCols}, 5).to(torch::kFloat32).contiguous();
+  const torch::Tensor x = RandomBf16({kBatch, kCols}, 6);
+  torch::Tensor values = torch::empty({kRows, kCols}, torch::kInt8), scales = torch::empty({kRows}),
+                row_sums = torch::empty({kRows}, torch::kInt32);
+  QuantizeInt8Rows(w.data_ptr<float>(), kRows, kCols, values.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                   row_sums.data_ptr<int32_t>());
+  torch::Tensor x_values = torch::empty({kBatch, kCols}, torch::kUInt8), x_scales = torch::empty({kBatch});
+  QuantizeActivations(Data(x), kBatch, kCols, x_values.data_ptr<uint8_t>(), x_scales.data_ptr<float>());
+  std::vector<float> out(static_cast<size_t>(kBatch * kRows));
+  const Int8Matrix matrix{.values = values.data_ptr<int8_t>(),
+                          .scales = scales.data_ptr<float>(),
+                          .row_sums = row_sums.data_ptr<int32_t>(),
+                          .rows = kRows,
+                          .cols = kCols};
+  const QuantizedActivations activations{
+      .values = x_values.data_ptr<uint8_t>(), .scales = x_scales.data_ptr<float>(), .rows = kBatch, .cols = kCols};
+  kernels_->gemv_int8(matrix, activations, {.f32 = out.data(), .stride = kRows}, 0, 9);
+  kernels_->gemv_int8(matrix, activations, {.f32 = out.data(), .stride = kRows}, 9, kRows);
+  // libtorch in int64: (x - 128) . w, then times the weight row's and the activation's scale.
+  const torch::Tensor dots = torch::matmul(x_values.to(torch::kInt64) - 128, values.to(torch::kInt64).t());
+  const torch::Tensor expected = dots.to(torch::kFloat32) * scales.unsqueeze(0) * x_scales.unsqueeze(1);
+  for (int64_t m = 0; m < kBatch; ++m) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      EXPECT_EQ(out[static_cast<size_t>(m * kRows + r)], expected[m][r].item<float>()) << "row " << r;
+    }
+  }
+}
+
+TEST_P(KernelSetTest, WeightedSumOfValuesEqualsLibtorchsProduct) {
+  constexpr int64_t kTokens = 19, kDims = 72, kStride = 80;  // a cache row is longer than the head
+  const torch::Tensor v = RandomBf16({kTokens, kStride}, 7);
+  const torch::Tensor weights = torch::softmax(torch::randn({kTokens}), 0).contiguous();
+  std::vector<float> out(kDims, 0.5f);  // the kernel adds to what is there
+  kernels_->weighted_sum_bf16(weights.data_ptr<float>(), Data(v), kTokens, kStride, kDims, out.data());
+  const torch::Tensor expected = torch::matmul(weights, v.narrow(1, 0, kDims).to(torch::kFloat32)) + 0.5f;
+  for (int64_t d = 0; d < kDims; ++d) EXPECT_NEAR(out[static_cast<size_t>(d)], expected[d].item<float>(), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sets, KernelSetTest, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(IsaName(info.param)); });
+
+TEST(CpuKernels, TheBestSetIsTheWidestThisCpuRuns) {
+  const std::vector<const KernelSet*> sets = AvailableKernels();
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets.front()->isa, Isa::kPortable);
+  EXPECT_EQ(&BestKernels(), sets.back());
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni")) {
+    EXPECT_EQ(BestKernels().isa, Isa::kAvx512);
+  }
+#endif
+}
+
+TEST(CpuKernels, QuantizedRowsComeBackWithinHalfAStep) {
+  const torch::Tensor w = torch::randn({5, 64});
+  torch::Tensor values = torch::empty({5, 64}, torch::kInt8), scales = torch::empty({5}),
+                row_sums = torch::empty({5}, torch::kInt32);
+  w[2].zero_();  // an all-zero row quantizes to zeros with scale 0
+  QuantizeInt8Rows(w.data_ptr<float>(), 5, 64, values.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                   row_sums.data_ptr<int32_t>());
+  EXPECT_EQ(scales[2].item<float>(), 0.0f);
+  for (int64_t r = 0; r < 5; ++r) {
+    const float scale = scales[r].item<float>();
+    if (r != 2) EXPECT_FLOAT_EQ(scale, w[r].abs().max().item<float>() / 127.0f);
+    EXPECT_EQ(row_sums[r].item<int32_t>(), values[r].to(torch::kInt64).sum().item<int64_t>());
+    EXPECT_LE(values[r].abs().max().item<int>(), 127);
+    const float worst = (values[r].to(torch::kFloat32) * scale - w[r]).abs().max().item<float>();
+    EXPECT_LE(worst, scale / 2 * 1.0001f) << "row " << r;
+  }
+}
+
+TEST(CpuKernels, BfloatRoundingIsNearestEvenAsLibtorchRounds) {
+  const torch::Tensor x = torch::randn({4096}) * 1000;
+  for (int64_t i = 0; i < x.size(0); ++i) {
+    const float value = x[i].item<float>();
+    EXPECT_EQ(RoundToBf16(value), x[i].to(torch::kBFloat16).item<float>()) << value;
+  }
+  EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 256), 1.0f);  // a tie goes to the even neighbour
+  EXPECT_EQ(RoundToBf16(1.0f + 3.0f / 256), 1.0f + 4.0f / 256);
+  EXPECT_TRUE(std::isnan(RoundToBf16(std::nanf(""))));
+}
+
+// Two bfloat16 units in the last place of `expected`.
+float TwoUlps(float expected) { return std::ldexp(std::max(std::fabs(expected), 1e-30f), -6); }
+
+TEST(CpuKernels, RmsNormEqualsTheDecodersLibtorchFormula) {
+  constexpr int64_t kFeatures = 96;
+  const torch::Tensor x = RandomBf16({2, kFeatures}, 8).to(torch::kFloat32).contiguous();
+  const torch::Tensor weight = RandomBf16({kFeatures}, 9).to(torch::kFloat32).contiguous();
+  for (bool plus_one : {false, true}) {
+    std::vector<Bf16> out(2 * kFeatures);
+    RmsNormRows(x.data_ptr<float>(), 2, kFeatures, weight.data_ptr<float>(), plus_one, 1e-6, out.data());
+    const torch::Tensor normed = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
+    const torch::Tensor expected = plus_one ? (normed * (1.0 + weight)).to(torch::kBFloat16)
+                                            : weight.to(torch::kBFloat16) * normed.to(torch::kBFloat16);
+    for (int64_t i = 0; i < 2 * kFeatures; ++i) {
+      const float want = expected.view({-1})[i].item<float>();
+      EXPECT_NEAR(Bf16ToFloat(out[static_cast<size_t>(i)]), want, TwoUlps(want)) << i << (plus_one ? " (1 + w)" : "");
+    }
+  }
+}
+
+TEST(CpuKernels, RopeEqualsTheDecodersLibtorchRotation) {
+  constexpr int64_t kHeads = 3, kHeadDim = 16, kPosition = 37;
+  const torch::Tensor inv_freq = RopeInverseFrequencies(RopeConfig{}, kHeadDim).contiguous();
+  const torch::Tensor x = RandomBf16({1, kHeads, 1, kHeadDim}, 10);
+  const torch::Tensor tables = RopeTables(inv_freq, torch::tensor({{kPosition}}, torch::kInt64)).to(torch::kBFloat16);
+  const torch::Tensor rotated =
+      torch::cat({-x.narrow(-1, kHeadDim / 2, kHeadDim / 2), x.narrow(-1, 0, kHeadDim / 2)}, -1);
+  const torch::Tensor expected = ApplyRope(x, tables[0], tables[1], rotated).view({-1});
+  torch::Tensor ours = x.clone();
+  ApplyRopeInPlace(reinterpret_cast<Bf16*>(ours.data_ptr<at::BFloat16>()), kHeads, kHeadDim, inv_freq.data_ptr<float>(),
+                   kPosition);
+  ours = ours.view({-1});
+  // libtorch rounds x * cos and rotated * sin before adding them: where they nearly cancel, its
+  // error is relative to the terms, not to the sum.
+  const torch::Tensor terms = (x.to(torch::kFloat32) * tables[0].to(torch::kFloat32)).abs() +
+                              (rotated.to(torch::kFloat32) * tables[1].to(torch::kFloat32)).abs();
+  for (int64_t i = 0; i < kHeads * kHeadDim; ++i) {
+    const float want = expected[i].item<float>();
+    EXPECT_NEAR(ours[i].item<float>(), want, TwoUlps(terms.view({-1})[i].item<float>())) << i;
+  }
+}
+
+// Whole decode steps: txscore's kernels against the decoder's libtorch pass.
+class CpuDecodeStepTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(MakeCheckpoint({.family = GetParam()}, dir_.path()).ok()); }
+
+  std::unique_ptr<Decoder> Load(bool cpu_kernels, DecoderOptions::Quantization quantization) {
+    auto decoder = Decoder::Load(
+        dir_.path(),
+        {.dtype = accelerator::Dtype::kBFloat16, .quantization = quantization, .cpu_kernels = cpu_kernels});
+    EXPECT_TRUE(decoder.ok()) << decoder.error().ToString();
+    return decoder.ok() ? std::move(decoder).value() : nullptr;
+  }
+
+  // Two sequences: a prompt each (prefill, libtorch either way), then decode steps where the
+  // second sequence sits out every third step, so positions differ. Logits of every step.
+  static std::vector<std::vector<float>> Steps(const Decoder& decoder) {
+    auto cache = decoder.NewCache(2, 64);
+    std::vector<std::vector<float>> out;
+    auto prefill = decoder.Forward(cache.get(), {{5, 17, 3, 99, 42}, {7, 8}});
+    EXPECT_TRUE(prefill.ok());
+    for (int step = 0; step < 12; ++step) {
+      const int32_t a = 1 + (step * 13) % 200, b = 2 + (step * 29) % 200;
+      std::vector<std::vector<int32_t>> tokens = {{a},
+                                                  step % 3 == 2 ? std::vector<int32_t>{} : std::vector<int32_t>{b}};
+      auto logits = decoder.Forward(cache.get(), tokens);
+      EXPECT_TRUE(logits.ok()) << logits.error().ToString();
+      if (!logits.ok()) break;
+      EXPECT_EQ((*logits)[1].empty(), step % 3 == 2);
+      for (const auto& row : *logits) {
+        if (!row.empty()) out.push_back(row);
+      }
+    }
+    EXPECT_EQ(cache->lengths(), (std::vector<int64_t>{5 + 12, 2 + 8}));
+    return out;
+  }
+
+  static double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
+    double dot = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      dot += static_cast<double>(a[i]) * b[i];
+      na += static_cast<double>(a[i]) * a[i];
+      nb += static_cast<double>(b[i]) * b[i];
+    }
+    return dot / std::sqrt(na * nb);
+  }
+
+  static size_t Argmax(const std::vector<float>& v) {
+    return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_P(CpuDecodeStepTest, Bfloat16StepsAgreeWithLibtorchsSteps) {
+  const auto ours = Steps(*Load(true, DecoderOptions::Quantization::kNone));
+  const auto theirs = Steps(*Load(false, DecoderOptions::Quantization::kNone));
+  auto float32 = Decoder::Load(dir_.path());
+  ASSERT_TRUE(float32.ok());
+  const auto exact = Steps(**float32);
+  ASSERT_EQ(ours.size(), theirs.size());
+  ASSERT_EQ(ours.size(), 20u);
+  double ours_to_float32 = 0, theirs_to_float32 = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_GE(Cosine(ours[i], theirs[i]), 0.999) << "step row " << i;
+    EXPECT_EQ(Argmax(ours[i]), Argmax(theirs[i])) << "step row " << i;
+    ours_to_float32 += Cosine(ours[i], exact[i]) / ours.size();
+    theirs_to_float32 += Cosine(theirs[i], exact[i]) / ours.size();
+  }
+  // Both are bfloat16 approximations of the float32 pass; ours must be no further from it.
+  std::printf("mean cosine with the float32 pass: kernels %.6f, libtorch bfloat16 %.6f\n", ours_to_float32,
+              theirs_to_float32);
+  EXPECT_GE(ours_to_float32, theirs_to_float32 - 1e-4);
+}
+
+TEST_P(CpuDecodeStepTest, Int8WeightsStayCloseToBfloat16AndPrefillUsesThemToo) {
+  const auto bf16 = Steps(*Load(false, DecoderOptions::Quantization::kNone));
+  const auto int8 = Steps(*Load(true, DecoderOptions::Quantization::kInt8));
+  const auto int8_libtorch = Steps(*Load(false, DecoderOptions::Quantization::kInt8));
+  ASSERT_EQ(int8.size(), bf16.size());
+  for (size_t i = 0; i < int8.size(); ++i) {
+    EXPECT_GE(Cosine(int8[i], bf16[i]), 0.99) << "step row " << i;
+    // libtorch's int8 pass multiplies by the dequantized weights with unquantized activations:
+    // close to the kernels', which quantize activations too.
+    EXPECT_GE(Cosine(int8[i], int8_libtorch[i]), 0.99) << "step row " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CpuDecodeStepTest,
+                         ::testing::Values("llama", "qwen3", "granite", "gemma2", "gemma3"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(CpuDecodeStep, Int8NeedsBfloat16OnTheCpu) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "qwen3"}, dir.path()).ok());
+  auto decoder = Decoder::Load(dir.path(), {.quantization = DecoderOptions::Quantization::kInt8});
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(decoder.error().field, "quantization");
+}
+
+}  // namespace
+}  // namespace txscore::llm::cpu
