@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "llm/cpu_kernels/kernel_types.h"
+#include "llm/cpu_kernels/plain_structs.h"
 
 namespace txscore::llm::cpu {
 

@@ -2,11 +2,11 @@
 // float32 (a shift) before each fused multiply-add; int8 products widen both operands to 16
 // bits and use vpmaddwd, which is exact for these ranges (255 * 127 * 2 fits 32 bits).
 //
-// Built with AVX2 enabled: every function here is internal (static) and only kernel_types.h
+// Built with AVX2 enabled: every function here is internal (static) and only plain_structs.h
 // is included (see there).
 #include <immintrin.h>
 
-#include "llm/cpu_kernels/kernel_types.h"
+#include "llm/cpu_kernels/plain_structs.h"
 
 namespace txscore::llm::cpu {
 namespace {

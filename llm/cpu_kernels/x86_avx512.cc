@@ -3,11 +3,11 @@
 // int32 lanes; masked loads take the last partial vector, so any width works.
 //
 // Built with AVX-512 enabled: every function here is internal (static) and only
-// kernel_types.h is included (see there), so nothing compiled here is called on a CPU that
+// plain_structs.h is included (see there), so nothing compiled here is called on a CPU that
 // portable.cc's check has not admitted.
 #include <immintrin.h>
 
-#include "llm/cpu_kernels/kernel_types.h"
+#include "llm/cpu_kernels/plain_structs.h"
 
 namespace txscore::llm::cpu {
 namespace {
