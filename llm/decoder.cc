@@ -165,10 +165,14 @@ class TorchDecoder : public Decoder {
             .to(decoder->device_);
     decoder->MoveWeightsToDevice();
     if (int8) decoder->QuantizeWeights();
-    if (options.cpu_kernels && decoder->device_.is_cpu() && decoder->dtype_ == torch::kBFloat16 &&
-        !options.adapters.any()) {
-      decoder->PrepareCpuDecodeStep();
+    decoder->cpu_kernels_ = options.cpu_kernels && decoder->device_.is_cpu() &&
+                            decoder->dtype_ == torch::kBFloat16 && !options.adapters.any();
+    if (decoder->cpu_kernels_ || int8) {
+      // The kernels' own threads (cpu_kernels/worker_pool.h), as many as libtorch's for this decoder.
+      decoder->cpu_pool_ =
+          std::make_unique<cpu::WorkerPool>(options.threads > 0 ? options.threads : at::get_num_threads());
     }
+    if (decoder->cpu_kernels_) decoder->PrepareCpuDecodeStep();
     CountModelBuild();
     if (options.adapters.rope_as_matmul) {
       decoder->rotate_half_ = accelerator::RotateHalfMatrix(
@@ -429,18 +433,61 @@ class TorchDecoder : public Decoder {
         .reshape({batch, rows, -1});
   }
 
+  // Up to this many rows, an int8 product runs the decode step's kernel (quantized
+  // activations) instead of dequantizing the weights: the output head of a prefill, which reads
+  // one row per sequence.
+  static constexpr int64_t kInt8KernelRows = 16;
+
   // h times a projection's weight (transposed), plus bias: the dense weight, or with int8
-  // quantization the weight dequantized for this product (a prefill's products are many rows
-  // each, so the dequantizing is a small share of them; decode steps never come here on the CPU).
+  // quantization the int8 kernel for a few rows, the weight dequantized for many (a prefill's).
   torch::Tensor Project(const torch::Tensor& h, const torch::Tensor& dense, const Int8Weight& int8,
                         const torch::Tensor& bias = {}) const {
     if (dense.defined()) return F::linear(h, dense, bias);
+    if (cpu_kernels_ && h.numel() / h.size(-1) <= kInt8KernelRows) return ProjectInt8(h, int8, bias);
     return F::linear(h, Dequantize(int8), bias);
   }
 
-  // The rows `ids` of an int8 matrix (all of them when ids is undefined), in the activation dtype.
+  torch::Tensor ProjectInt8(const torch::Tensor& h, const Int8Weight& int8, const torch::Tensor& bias) const {
+    const torch::Tensor x = h.contiguous();
+    const int64_t cols = x.size(-1), rows = x.numel() / cols, out_features = int8.values.size(0);
+    torch::Tensor values = torch::empty({rows, cols}, torch::kUInt8), scales = torch::empty({rows});
+    cpu::QuantizeActivations(reinterpret_cast<const cpu::Bf16*>(x.data_ptr<at::BFloat16>()), rows, cols,
+                             values.data_ptr<uint8_t>(), scales.data_ptr<float>());
+    const cpu::QuantizedActivations activations{
+        .values = values.data_ptr<uint8_t>(), .scales = scales.data_ptr<float>(), .rows = rows, .cols = cols};
+    torch::Tensor out = torch::empty({rows, out_features});
+    const cpu::Int8Matrix matrix = Int8View(int8);
+    const cpu::Output output{.f32 = out.data_ptr<float>(), .stride = out_features};
+    cpu::ParallelRanges(*cpu_pool_, out_features, 16, [&](int64_t begin, int64_t end) {
+      cpu::BestKernels().gemv_int8(matrix, activations, output, begin, end);
+    });
+    if (bias.defined()) out += bias.to(torch::kFloat32);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = out_features;
+    return out.to(dtype_).view(shape);
+  }
+
+  static cpu::Int8Matrix Int8View(const Int8Weight& w) {
+    return {.values = w.values.data_ptr<int8_t>(),
+            .scales = w.scales.data_ptr<float>(),
+            .row_sums = w.row_sums.data_ptr<int32_t>(),
+            .rows = w.values.size(0),
+            .cols = w.values.size(1)};
+  }
+
+  // The rows `ids` of an int8 matrix (all of them when ids is undefined), in the activation
+  // dtype. The whole matrix is written straight to bfloat16 by the pool's threads: no float32
+  // copy (the output head's would be 545 MB at 0.5B, faulted in on every prefill).
   torch::Tensor Dequantize(const Int8Weight& w, const torch::Tensor& ids = {}) const {
-    if (!ids.defined()) return (w.values.to(torch::kFloat32) * w.scales.unsqueeze(1)).to(dtype_);
+    if (!ids.defined()) {
+      torch::Tensor out = torch::empty(w.values.sizes(), torch::kBFloat16);
+      const cpu::Int8Matrix matrix = Int8View(w);
+      auto* dest = reinterpret_cast<cpu::Bf16*>(out.data_ptr<at::BFloat16>());
+      cpu::ParallelRanges(*cpu_pool_, matrix.rows, 16, [&](int64_t begin, int64_t end) {
+        cpu::DequantizeInt8Rows(matrix, begin, end, dest);
+      });
+      return out;
+    }
     const torch::Tensor flat = ids.reshape({-1});
     std::vector<int64_t> shape = ids.sizes().vec();
     shape.push_back(w.values.size(1));
@@ -495,19 +542,13 @@ class TorchDecoder : public Decoder {
     auto linear = [&](const torch::Tensor& dense, const Int8Weight& int8, const torch::Tensor& bias = {}) {
       cpu::LinearWeights w;
       if (int8.defined()) {
-        w.int8 = {.values = int8.values.data_ptr<int8_t>(),
-                  .scales = int8.scales.data_ptr<float>(),
-                  .row_sums = int8.row_sums.data_ptr<int32_t>(),
-                  .rows = int8.values.size(0),
-                  .cols = int8.values.size(1)};
+        w.int8 = Int8View(int8);
       } else {
         w.bf16 = {.values = bf16(dense), .rows = dense.size(0), .cols = dense.size(1)};
       }
       w.bias = bf16(bias);
       return w;
     };
-    // The step's own threads (cpu_kernels/worker_pool.h), as many as libtorch's for this decoder.
-    cpu_step_pool_ = std::make_unique<cpu::WorkerPool>(threads_ > 0 ? threads_ : at::get_num_threads());
     cpu_step_.config = &config_;
     cpu_step_.embed_tokens = linear(embed_tokens_, embed_tokens_int8_);
     cpu_step_.lm_head = linear(lm_head_, lm_head_int8_);
@@ -550,7 +591,7 @@ class TorchDecoder : public Decoder {
     }
     const cpu::ParallelFor parallel = [this](int64_t count, int64_t alignment,
                                              const std::function<void(int64_t, int64_t)>& fn) {
-      cpu::ParallelRanges(*cpu_step_pool_, count, alignment, fn);
+      cpu::ParallelRanges(*cpu_pool_, count, alignment, fn);
     };
     std::vector<std::vector<float>> logits =
         cpu::RunDecodeStep(cpu_step_, cpu::BestKernels(), parallel, view, requests);
@@ -753,7 +794,10 @@ class TorchDecoder : public Decoder {
   Int8Weight embed_tokens_int8_, lm_head_int8_;  // quantization kInt8 (the dense ones then undefined)
   cpu::DecoderWeights cpu_step_;                 // views for cpu::RunDecodeStep; no layers: not used
   std::vector<torch::Tensor> cpu_step_tensors_;  // float32 copies cpu_step_ points into
-  std::unique_ptr<cpu::WorkerPool> cpu_step_pool_;
+  // The kernels' threads: for decode steps (cpu_kernels_), and with int8 weights for the
+  // products that dequantize or run the int8 kernel outside a decode step.
+  std::unique_ptr<cpu::WorkerPool> cpu_pool_;
+  bool cpu_kernels_ = false;  // DecoderOptions::cpu_kernels, where it applies (CPU, bfloat16, no adapters)
   torch::Tensor global_inv_freq_, local_inv_freq_;
   std::vector<Layer> layers_;
 };

@@ -3,7 +3,8 @@
 # scoring_server.h), the audit trail's group commit (storage/audit_log.h), the pipeline's
 # executor with concurrent requests and its LLM stage's dynamic batcher (pipelines/), and the
 # server's claims job manager (service/claims_jobs.h), shard forwarding between replicas and the
-# dashboard's reads (tests/integration/sharding_test.cc, dashboard_test.cc). Builds only what those tests need (no
+# dashboard's reads (tests/integration/sharding_test.cc, dashboard_test.cc), and the LLM decode
+# step's worker pool (llm/cpu_kernels/worker_pool.h). Builds only what those tests need (no
 # libtorch code) with -fsanitize=thread in build-tsan/, and fails on any race report. Run by
 # scripts/test.sh; needs scripts/setup.sh.
 set -euo pipefail
@@ -16,6 +17,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$f
 # shown only when the build fails.
 . scripts/ccache-env.sh
 if ! cmake --build build-tsan -j "$jobs" --target hot_reload_test storage_test pipelines_test integration_test \
+    llm_worker_pool_test \
     >build-tsan/build.log 2>&1; then
   tail -50 build-tsan/build.log
   echo "tsan: the ThreadSanitizer build failed (full log: build-tsan/build.log)" >&2
@@ -33,4 +35,6 @@ OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppress
   --gtest_filter='DynamicBatcher.*:ScoringPipelineTest.*:ForensicPipelineTest.*:PipelineGraphTest.*:ClaimsJobTest.*'
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*:ShardingTest.*:DashboardTest.*'
-echo "tsan: the hot reload, the audit log, the executor, the batcher, the job manager, shard forwarding and the dashboard are clean under ThreadSanitizer"
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+  ./build-tsan/tests/llm_worker_pool_test
+echo "tsan: the decode step's worker pool, the hot reload, the audit log, the executor, the batcher, the job manager, shard forwarding and the dashboard are clean under ThreadSanitizer"

@@ -169,6 +169,14 @@ void QuantizeInt8Rows(const float* w, int64_t rows, int64_t cols, int8_t* values
   }
 }
 
+void DequantizeInt8Rows(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int8_t* row = w.values + r * w.cols;
+    Bf16* dest = out + r * w.cols;
+    for (int64_t k = 0; k < w.cols; ++k) dest[k] = FloatToBf16(static_cast<float>(row[k]) * w.scales[r]);
+  }
+}
+
 void QuantizeActivations(const Bf16* x, int64_t rows, int64_t cols, uint8_t* values, float* scales) {
   for (int64_t r = 0; r < rows; ++r) {
     const Bf16* row = x + r * cols;

@@ -1,0 +1,103 @@
+// The decode step's thread pool (llm/cpu_kernels/worker_pool.h). Also run under ThreadSanitizer
+// (scripts/tsan.sh).
+#include "llm/cpu_kernels/worker_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace txscore::llm::cpu {
+namespace {
+
+TEST(WorkerPool, RunCallsEachThreadIndexOnceEachOnItsOwnThreadTheCallersFirst) {
+  WorkerPool pool(3);
+  EXPECT_EQ(pool.threads(), 3);
+  for (int round = 0; round < 200; ++round) {  // back to back, as a step's regions come
+    std::mutex mutex;
+    std::vector<int> indices;
+    std::set<std::thread::id> threads;
+    std::thread::id caller_ran_zero;
+    pool.Run([&](int t) {
+      std::lock_guard<std::mutex> lock(mutex);
+      indices.push_back(t);
+      threads.insert(std::this_thread::get_id());
+      if (t == 0) caller_ran_zero = std::this_thread::get_id();
+    });
+    std::sort(indices.begin(), indices.end());
+    ASSERT_EQ(indices, (std::vector<int>{0, 1, 2})) << "round " << round;
+    ASSERT_EQ(threads.size(), 3u) << "round " << round;
+    ASSERT_EQ(caller_ran_zero, std::this_thread::get_id());
+  }
+}
+
+TEST(WorkerPool, RunsAfterItsWorkersHaveGoneToSleep) {
+  WorkerPool pool(2);
+  std::atomic<int> calls{0};
+  pool.Run([&](int) { calls.fetch_add(1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the spin: the workers sleep
+  pool.Run([&](int) { calls.fetch_add(1); });
+  EXPECT_EQ(calls.load(), 4);
+}
+
+TEST(WorkerPool, CallersOnSeveralThreadsTakeTurns) {
+  WorkerPool pool(2);
+  std::atomic<int> inside{0}, most_inside{0}, calls{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        pool.Run([&](int) {
+          const int now = inside.fetch_add(1) + 1;
+          int seen = most_inside.load();
+          while (now > seen && !most_inside.compare_exchange_weak(seen, now)) {
+          }
+          calls.fetch_add(1);
+          inside.fetch_sub(1);
+        });
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(calls.load(), 4 * 50 * 2);
+  EXPECT_LE(most_inside.load(), 2);  // one Run's two threads at most
+}
+
+TEST(WorkerPool, OneThreadRunsOnTheCallerAlone) {
+  WorkerPool pool(0);
+  EXPECT_EQ(pool.threads(), 1);
+  std::thread::id ran;
+  pool.Run([&](int t) {
+    EXPECT_EQ(t, 0);
+    ran = std::this_thread::get_id();
+  });
+  EXPECT_EQ(ran, std::this_thread::get_id());
+}
+
+TEST(ParallelRanges, CoverEveryIndexOnceInAlignedRanges) {
+  WorkerPool pool(3);
+  for (int64_t count : {1, 15, 16, 17, 100, 4864}) {
+    std::mutex mutex;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    ParallelRanges(pool, count, 16, [&](int64_t begin, int64_t end) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ranges.emplace_back(begin, end);
+    });
+    std::sort(ranges.begin(), ranges.end());
+    ASSERT_FALSE(ranges.empty());
+    EXPECT_EQ(ranges.front().first, 0) << count;
+    EXPECT_EQ(ranges.back().second, count) << count;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      EXPECT_LT(ranges[i].first, ranges[i].second) << count;
+      if (i > 0) EXPECT_EQ(ranges[i].first, ranges[i - 1].second) << count;
+      if (i + 1 < ranges.size()) EXPECT_EQ(ranges[i].second % 16, 0) << count;
+    }
+    EXPECT_LE(ranges.size(), 3u) << count;
+  }
+}
+
+}  // namespace
+}  // namespace txscore::llm::cpu
