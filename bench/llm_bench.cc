@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -87,6 +88,12 @@ bool CheckedForward(benchmark::State& state, const txscore::llm::Decoder& model,
                                 std::to_string(vocab_size);
     state.SkipWithError(message.c_str());
     return false;
+  }
+  for (float value : (*logits)[0]) {
+    if (!std::isfinite(value)) {
+      state.SkipWithError("forward returned a logit that is NaN or infinite");
+      return false;
+    }
   }
   benchmark::DoNotOptimize(logits->data());
   return true;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LLM on the CPU against the machine's own limits (bench/README.md, "The LLM on the CPU"):
+# The LLM on the CPU against the machine's own limits (docs/performance.md, "The LLM on the CPU"):
 # decode steps at batch 1 against the memory-bandwidth floor (weight bytes / streaming read
 # rate), prefill against the bfloat16 matrix-multiply peak, all measured in one run of
 # bench/llm_bench with the benchmarks' repetitions randomly interleaved, so that the machine's

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "accelerator/compute_threads.h"
 #include "accelerator/op_adapters_torch.h"
@@ -165,13 +166,9 @@ class TorchDecoder : public Decoder {
             .to(decoder->device_);
     decoder->MoveWeightsToDevice();
     if (int8) decoder->QuantizeWeights();
-    decoder->cpu_kernels_ = options.cpu_kernels && decoder->device_.is_cpu() &&
-                            decoder->dtype_ == torch::kBFloat16 && !options.adapters.any();
-    if (decoder->cpu_kernels_ || int8) {
-      // The kernels' own threads (cpu_kernels/worker_pool.h), as many as libtorch's for this decoder.
-      decoder->cpu_pool_ =
-          std::make_unique<cpu::WorkerPool>(options.threads > 0 ? options.threads : at::get_num_threads());
-    }
+    decoder->cpu_kernels_ = options.cpu_kernels && decoder->device_.is_cpu() && decoder->dtype_ == torch::kBFloat16 &&
+                            !options.adapters.any();
+    decoder->cpu_pool_threads_ = options.threads > 0 ? options.threads : at::get_num_threads();
     if (decoder->cpu_kernels_) decoder->PrepareCpuDecodeStep();
     CountModelBuild();
     if (options.adapters.rope_as_matmul) {
@@ -434,8 +431,8 @@ class TorchDecoder : public Decoder {
   }
 
   // Up to this many rows, an int8 product runs the decode step's kernel (quantized
-  // activations) instead of dequantizing the weights: the output head of a prefill, which reads
-  // one row per sequence.
+  // activations) instead of dequantizing the weights: the output head of every prefill (one row
+  // per sequence), and all products of a prefill of a few tokens.
   static constexpr int64_t kInt8KernelRows = 16;
 
   // h times a projection's weight (transposed), plus bias: the dense weight, or with int8
@@ -458,7 +455,7 @@ class TorchDecoder : public Decoder {
     torch::Tensor out = torch::empty({rows, out_features});
     const cpu::Int8Matrix matrix = Int8View(int8);
     const cpu::Output output{.f32 = out.data_ptr<float>(), .stride = out_features};
-    cpu::ParallelRanges(*cpu_pool_, out_features, 16, [&](int64_t begin, int64_t end) {
+    cpu::ParallelRanges(Pool(), out_features, 16, [&](int64_t begin, int64_t end) {
       cpu::BestKernels().gemv_int8(matrix, activations, output, begin, end);
     });
     if (bias.defined()) out += bias.to(torch::kFloat32);
@@ -483,9 +480,8 @@ class TorchDecoder : public Decoder {
       torch::Tensor out = torch::empty(w.values.sizes(), torch::kBFloat16);
       const cpu::Int8Matrix matrix = Int8View(w);
       auto* dest = reinterpret_cast<cpu::Bf16*>(out.data_ptr<at::BFloat16>());
-      cpu::ParallelRanges(*cpu_pool_, matrix.rows, 16, [&](int64_t begin, int64_t end) {
-        cpu::DequantizeInt8Rows(matrix, begin, end, dest);
-      });
+      cpu::ParallelRanges(Pool(), matrix.rows, 16,
+                          [&](int64_t begin, int64_t end) { cpu::DequantizeInt8Rows(matrix, begin, end, dest); });
       return out;
     }
     const torch::Tensor flat = ids.reshape({-1});
@@ -591,7 +587,7 @@ class TorchDecoder : public Decoder {
     }
     const cpu::ParallelFor parallel = [this](int64_t count, int64_t alignment,
                                              const std::function<void(int64_t, int64_t)>& fn) {
-      cpu::ParallelRanges(*cpu_pool_, count, alignment, fn);
+      cpu::ParallelRanges(Pool(), count, alignment, fn);
     };
     std::vector<std::vector<float>> logits =
         cpu::RunDecodeStep(cpu_step_, cpu::BestKernels(), parallel, view, requests);
@@ -796,7 +792,16 @@ class TorchDecoder : public Decoder {
   std::vector<torch::Tensor> cpu_step_tensors_;  // float32 copies cpu_step_ points into
   // The kernels' threads: for decode steps (cpu_kernels_), and with int8 weights for the
   // products that dequantize or run the int8 kernel outside a decode step.
-  std::unique_ptr<cpu::WorkerPool> cpu_pool_;
+  // Made by the first forward pass that needs it, so that its threads inherit that thread's
+  // scheduling class: a claims job's engine runs its passes on an idle-priority batcher thread
+  // (docs/claims-jobs.md, "Priority"), and its workers must not run above it.
+  cpu::WorkerPool& Pool() const {
+    std::call_once(cpu_pool_once_, [this] { cpu_pool_ = std::make_unique<cpu::WorkerPool>(cpu_pool_threads_); });
+    return *cpu_pool_;
+  }
+  mutable std::once_flag cpu_pool_once_;
+  mutable std::unique_ptr<cpu::WorkerPool> cpu_pool_;
+  int cpu_pool_threads_ = 1;
   bool cpu_kernels_ = false;  // DecoderOptions::cpu_kernels, where it applies (CPU, bfloat16, no adapters)
   torch::Tensor global_inv_freq_, local_inv_freq_;
   std::vector<Layer> layers_;

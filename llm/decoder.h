@@ -40,8 +40,11 @@ struct DecoderOptions {
   // Default: kNone, weights in `dtype`. kInt8: every matrix (projections, embedding and LM head)
   // is quantized per output row at load (symmetric, scale max|w| / 127), halving the bytes a
   // decode step reads; decode steps quantize their activations per row and multiply in
-  // integers (llm/cpu_kernels/kernels.h), prefill multiplies by the dequantized weights. Needs
-  // dtype bfloat16 and the CPU (kInvalidArgument otherwise).
+  // integers (llm/cpu_kernels/kernels.h), and so do products of up to 16 rows outside them
+  // (a prefill's output head); larger products multiply by the weights dequantized for them.
+  // With cpu_kernels false every product dequantizes, the output head's too, on every step:
+  // a comparison, not a way to run. Needs dtype bfloat16 and the CPU (kInvalidArgument
+  // otherwise).
   enum class Quantization { kNone, kInt8 };
   Quantization quantization = Quantization::kNone;
   // Default: true. On the CPU in bfloat16 (or int8), a forward pass where every sequence adds

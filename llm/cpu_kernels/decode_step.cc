@@ -8,7 +8,8 @@ namespace txscore::llm::cpu {
 namespace {
 
 // Rows a thread's share of a product is rounded to: the kernels take weight rows four at a
-// time, and 16 keeps two threads' outputs off one cache line.
+// time, and 16 float32 outputs fill a cache line, so two threads' float32 outputs never share
+// one (bfloat16 outputs share at most one line per boundary).
 constexpr int64_t kRowAlignment = 16;
 
 // Products that run side by side in one parallel region: q, k and v; gate and up.

@@ -64,7 +64,7 @@ struct KvCacheView {
 };
 
 // Runs fn over [0, count) split into contiguous chunks, one per thread, and returns when all
-// are done; the decoder passes libtorch's intra-op pool, tests may pass a plain loop.
+// are done; the decoder passes its WorkerPool (worker_pool.h).
 using ParallelFor =
     std::function<void(int64_t count, int64_t alignment, const std::function<void(int64_t begin, int64_t end)>& fn)>;
 

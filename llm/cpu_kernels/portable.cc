@@ -185,7 +185,8 @@ void QuantizeActivations(const Bf16* x, int64_t rows, int64_t cols, uint8_t* val
     const float scale = max_abs / 127.0f;
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     for (int64_t k = 0; k < cols; ++k) {
-      const float q = std::clamp(std::nearbyint(Bf16ToFloat(row[k]) * inverse), -127.0f, 127.0f);
+      float q = std::clamp(std::nearbyint(Bf16ToFloat(row[k]) * inverse), -127.0f, 127.0f);
+      if (std::isnan(q)) q = 0;  // a NaN activation (a broken model) must not reach the cast
       values[r * cols + k] = static_cast<uint8_t>(static_cast<int32_t>(q) + 128);
     }
     scales[r] = scale;

@@ -4,15 +4,8 @@
 #include <chrono>
 
 namespace txscore::llm::cpu {
-namespace {
 
-// How long an idle worker keeps polling for the next region before it sleeps: longer than
-// the gap between a step's regions (microseconds), far shorter than between requests.
-constexpr auto kSpin = std::chrono::microseconds(200);
-
-}  // namespace
-
-WorkerPool::WorkerPool(int threads) {
+WorkerPool::WorkerPool(int threads, std::chrono::microseconds spin) : spin_(spin) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
 }
 
@@ -36,14 +29,22 @@ void WorkerPool::Run(const std::function<void(int)>& fn) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  auto wait_for_workers = [this] {
+    while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  };
+  try {
+    fn(0);
+  } catch (...) {
+    wait_for_workers();  // they still read fn
+    throw;
+  }
+  wait_for_workers();
 }
 
 void WorkerPool::Work(int index) {
   uint64_t seen = 0;
   while (true) {
-    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    const auto spin_until = std::chrono::steady_clock::now() + spin_;
     uint64_t now = generation_.load(std::memory_order_acquire);
     // The clock is read every 256 polls: reading it costs more than a poll.
     for (uint32_t polls = 1; now == seen && !stopping_.load(std::memory_order_relaxed); ++polls) {
@@ -52,6 +53,7 @@ void WorkerPool::Work(int index) {
     }
     if (now == seen) {
       std::unique_lock<std::mutex> lock(sleep_mutex_);
+      sleeps_.fetch_add(1);
       wake_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
       if (stopping_) return;
       now = generation_.load(std::memory_order_acquire);

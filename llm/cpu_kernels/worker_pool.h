@@ -1,11 +1,15 @@
 // The threads a decode step's products are split over. A decode step has about a hundred
 // parallel regions of a fraction of a millisecond each; libtorch's OpenMP regions, tried
-// first, gave two threads no speed-up over one on these short regions (bench/README.md), so
-// the step keeps its own workers: they spin briefly between regions, as llama.cpp's do, and
-// sleep when no step comes.
+// first, gave two threads no speed-up over one on these short regions (docs/llm.md, "CPU
+// kernels"), so the step keeps its own workers: they spin briefly between regions, as
+// llama.cpp's do, and sleep when no step comes.
+//
+// Workers are started by the constructor's thread and inherit its scheduling class: a pool
+// made on an idle-priority thread (a claims job's batcher) runs at idle priority too.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -17,27 +21,37 @@ namespace txscore::llm::cpu {
 
 class WorkerPool {
  public:
+  // How long an idle worker polls for the next Run before it sleeps: longer than the gap
+  // between a decode step's regions (microseconds), far shorter than between requests.
+  static constexpr std::chrono::microseconds kDefaultSpin{200};
+
   // threads - 1 workers; the caller of Run is the last thread. threads < 1 counts as 1.
-  explicit WorkerPool(int threads);
+  explicit WorkerPool(int threads, std::chrono::microseconds spin = kDefaultSpin);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // How many times a worker has gone to sleep (for tests: the wake-up path ran).
+  uint64_t sleeps() const { return sleeps_.load(); }
 
   // Calls fn(t) once for each t < threads(), each on its own thread (t = 0 on the caller's),
-  // and returns when all have returned. Calls from several threads take turns.
+  // and returns when all have returned. Calls from several threads take turns. An exception
+  // from fn(0) is rethrown once the workers are done; fn must not throw on a worker (that is
+  // std::terminate, as for any thread).
   void Run(const std::function<void(int)>& fn);
 
  private:
   void Work(int index);
 
+  const std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;
   std::mutex run_mutex_;  // one Run at a time
   const std::function<void(int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};  // bumped for each Run
   std::atomic<int> pending_{0};          // workers still on the current job
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> sleeps_{0};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
 };

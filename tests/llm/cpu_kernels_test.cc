@@ -8,14 +8,21 @@
 // - int8 products are integers: exact, and bit-identical in every set.
 // - RMSNorm and RoPE round once where libtorch's bfloat16 ops round at each step: at most two
 //   bfloat16 units in the last place (2^-7 relative).
-// - A decode step's logits: cosine >= 0.9999 with libtorch's step in bfloat16, and the same
-//   greedy token; int8 weights against bfloat16: cosine >= 0.99 (the quantization's cost, which
-//   `txscore conformance` reports per family).
+// - A decode step's logits: cosine >= 0.999 with libtorch's step in bfloat16, the same greedy
+//   token, and the largest difference within 5 % of the largest logit (cosine and argmax alone
+//   would not see a scale such as Granite's logits_scaling go missing); int8 weights against
+//   bfloat16: cosine >= 0.99 (the quantization's cost, which `txscore conformance` reports per
+//   family).
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "llm/checkpoint_maker.h"
 #include "llm/cpu_kernels/decode_step.h"
@@ -108,7 +115,8 @@ TEST_P(KernelSetTest, Int8ProductIsTheExactIntegerProductScaled) {
 }
 
 TEST_P(KernelSetTest, WeightedSumOfValuesEqualsLibtorchsProduct) {
-  constexpr int64_t kTokens = 19, kDims = 72, kStride = 80;  // a cache row is longer than the head
+  // A cache row longer than the head; 75 dimensions: every set's scalar tail runs.
+  constexpr int64_t kTokens = 19, kDims = 75, kStride = 80;
   const torch::Tensor v = RandomBf16({kTokens, kStride}, 7);
   const torch::Tensor weights = torch::softmax(torch::randn({kTokens}), 0).contiguous();
   std::vector<float> out(kDims, 0.5f);  // the kernel adds to what is there
@@ -268,13 +276,49 @@ TEST_P(CpuDecodeStepTest, Bfloat16StepsAgreeWithLibtorchsSteps) {
   for (size_t i = 0; i < ours.size(); ++i) {
     EXPECT_GE(Cosine(ours[i], theirs[i]), 0.999) << "step row " << i;
     EXPECT_EQ(Argmax(ours[i]), Argmax(theirs[i])) << "step row " << i;
+    float largest = 0, worst = 0;
+    for (size_t v = 0; v < ours[i].size(); ++v) {
+      largest = std::max(largest, std::fabs(theirs[i][v]));
+      worst = std::max(worst, std::fabs(ours[i][v] - theirs[i][v]));
+    }
+    EXPECT_LE(worst, 0.05f * largest) << "step row " << i;
     ours_to_float32 += Cosine(ours[i], exact[i]) / ours.size();
     theirs_to_float32 += Cosine(theirs[i], exact[i]) / ours.size();
   }
-  // Both are bfloat16 approximations of the float32 pass; ours must be no further from it.
+  // Both are bfloat16 approximations of the float32 pass: printed for the record, not checked
+  // (they differ by less than either's distance from float32).
   std::printf("mean cosine with the float32 pass: kernels %.6f, libtorch bfloat16 %.6f\n", ours_to_float32,
               theirs_to_float32);
-  EXPECT_GE(ours_to_float32, theirs_to_float32 - 1e-4);
+}
+
+TEST(CpuDecodeStep, TheKernelsThreadsRunInTheSchedulingClassOfTheThreadThatDecodesFirst) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "qwen3"}, dir.path()).ok());
+  auto decoder = Decoder::Load(dir.path(), {.dtype = accelerator::Dtype::kBFloat16, .threads = 2});
+  ASSERT_TRUE(decoder.ok()) << decoder.error().ToString();
+  auto tasks = [] {
+    std::set<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      names.insert(entry.path().filename().string());
+    }
+    return names;
+  };
+  const std::set<std::string> before = tasks();
+  // As a claims job's batcher does (pipelines/dynamic_batcher.h): idle priority, then decode.
+  std::thread batcher([&] {
+    sched_param param{};
+    ASSERT_EQ(pthread_setschedparam(pthread_self(), SCHED_IDLE, &param), 0);
+    auto cache = (*decoder)->NewCache(1, 8);
+    ASSERT_TRUE((*decoder)->Forward(cache.get(), {{5}}).ok());
+  });
+  batcher.join();
+  int started = 0;
+  for (const std::string& task : tasks()) {
+    if (before.count(task) != 0) continue;
+    ++started;
+    EXPECT_EQ(sched_getscheduler(std::stoi(task)), SCHED_IDLE) << "thread " << task;
+  }
+  EXPECT_EQ(started, 1);  // the pool's one worker (2 threads: the caller is the other)
 }
 
 TEST_P(CpuDecodeStepTest, Int8WeightsStayCloseToBfloat16AndPrefillUsesThemToo) {

@@ -3,10 +3,13 @@
 #include "llm/cpu_kernels/worker_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -35,12 +38,49 @@ TEST(WorkerPool, RunCallsEachThreadIndexOnceEachOnItsOwnThreadTheCallersFirst) {
 }
 
 TEST(WorkerPool, RunsAfterItsWorkersHaveGoneToSleep) {
-  WorkerPool pool(2);
+  WorkerPool pool(2, std::chrono::microseconds(0));  // no spin: a worker sleeps when idle
   std::atomic<int> calls{0};
-  pool.Run([&](int) { calls.fetch_add(1); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the spin: the workers sleep
-  pool.Run([&](int) { calls.fetch_add(1); });
-  EXPECT_EQ(calls.load(), 4);
+  for (uint64_t round = 0; round < 20; ++round) {
+    // The worker sleeps once after starting and once after each Run: wait for that (it will,
+    // with nothing to do), then wake it.
+    while (pool.sleeps() < round + 1) std::this_thread::yield();
+    pool.Run([&](int) { calls.fetch_add(1); });
+  }
+  EXPECT_EQ(calls.load(), 40);
+}
+
+TEST(WorkerPool, WorkersRunInTheSchedulingClassOfTheThreadThatMadeThePool) {
+  std::thread maker([] {
+    sched_param param{};
+    ASSERT_EQ(pthread_setschedparam(pthread_self(), SCHED_IDLE, &param), 0);
+    WorkerPool pool(3);
+    std::atomic<int> idle{0};
+    pool.Run([&](int) {
+      if (sched_getscheduler(0) == SCHED_IDLE) idle.fetch_add(1);
+    });
+    EXPECT_EQ(idle.load(), 3);
+  });
+  maker.join();
+  WorkerPool normal(2);
+  std::atomic<int> idle{0};
+  normal.Run([&](int) {
+    if (sched_getscheduler(0) == SCHED_IDLE) idle.fetch_add(1);
+  });
+  EXPECT_EQ(idle.load(), 0);
+}
+
+TEST(WorkerPool, AnExceptionFromTheCallersShareComesBackAfterTheWorkersAreDone) {
+  WorkerPool pool(2);
+  std::atomic<bool> worker_done{false};
+  EXPECT_THROW(pool.Run([&](int t) {
+    if (t == 0) throw std::runtime_error("caller's share failed");
+    worker_done = true;
+  }),
+               std::runtime_error);
+  EXPECT_TRUE(worker_done.load());
+  std::atomic<int> calls{0};
+  pool.Run([&](int) { calls.fetch_add(1); });  // still usable
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST(WorkerPool, CallersOnSeveralThreadsTakeTurns) {
