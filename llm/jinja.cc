@@ -1241,8 +1241,8 @@ struct Value {
   enum class Type { kUndefined, kData, kNamespace };
   Type type = Type::kUndefined;
   std::shared_ptr<const Json> data;
-  std::shared_ptr<Namespace> ns;
-  std::string what;  // kUndefined: the name or attribute that was not there, for messages
+  Namespace* ns = nullptr;  // owned by the Renderer: a namespace may hold itself (ns.a = ns)
+  std::string what;         // kUndefined: the name or attribute that was not there, for messages
 
   bool undefined() const { return type == Type::kUndefined; }
   bool is_data() const { return type == Type::kData; }
@@ -1946,7 +1946,8 @@ class Renderer {
       if (e.name == "namespace") {
         Value ns;
         ns.type = Value::Type::kNamespace;
-        ns.ns = std::make_shared<Namespace>(std::move(fields));
+        namespaces_.push_back(std::make_unique<Namespace>(std::move(fields)));
+        ns.ns = namespaces_.back().get();
         return ns;
       }
       Json dict = Json::object();
@@ -2441,6 +2442,9 @@ class Renderer {
   }
 
   RenderLimits limits_;
+  // Every namespace() made during the render. Owned here rather than by the values that name
+  // it, because `set ns.a = ns` makes a cycle that reference counting would never free.
+  std::vector<std::unique_ptr<Namespace>> namespaces_;
   Value globals_;
   std::vector<std::map<std::string, Value>> scopes_;
   std::string out_;
