@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "accelerator/compute_threads.h"
+#include "llm/cpu_kernels/kernels.h"
+#include "llm/cpu_kernels/worker_pool.h"
 #include "llm/decoder.h"
 
 namespace {
@@ -162,6 +164,92 @@ void BM_DecodeStep(benchmark::State& state, const char* variant) {
   state.counters["weight_GB"] = DecodeWeightBytes(model.config(), variant) / 1e9;
 }
 
+// Only the matrix-vector products of a decode step, through txscore's kernels: every matrix
+// of the model's shapes (random values; q, k, v in one parallel region and gate, up in
+// another, as the decode step groups them) times one activation row, on a pool of --threads,
+// with nothing else of the step (no norms, attention, activation quantization or logits). Its
+// time against BM_DecodeStep's splits a step into the kernels' streaming and everything else;
+// against weight bytes / BM_MemoryBandwidthFloor it is the kernels' own distance from the floor.
+void BM_DecodeProducts(benchmark::State& state, const char* variant) {
+  namespace cpu = txscore::llm::cpu;
+  const auto& c = Model(variant).config();
+  const bool int8 = std::strcmp(variant, "int8") == 0;
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  struct Matrix {
+    std::vector<cpu::Bf16> bf16;
+    std::vector<int8_t> int8;
+    std::vector<float> scales;
+    std::vector<int32_t> row_sums;
+    int64_t rows = 0, cols = 0;
+  };
+  uint32_t seed = 12345;
+  auto make = [&](int64_t rows, int64_t cols) {
+    Matrix m;
+    m.rows = rows;
+    m.cols = cols;
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    for (float& v : values) v = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    if (int8) {
+      m.int8.resize(values.size());
+      m.scales.resize(static_cast<size_t>(rows));
+      m.row_sums.resize(static_cast<size_t>(rows));
+      cpu::QuantizeInt8Rows(values.data(), rows, cols, m.int8.data(), m.scales.data(), m.row_sums.data());
+    } else {
+      for (float v : values) m.bf16.push_back(cpu::FloatToBf16(v));
+    }
+    return m;
+  };
+  // Each region: matrices sharing one input of `cols` columns.
+  std::vector<std::vector<Matrix>> regions;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::vector<Matrix> qkv;
+    qkv.push_back(make(q, h));
+    qkv.push_back(make(kv, h));
+    qkv.push_back(make(kv, h));
+    regions.push_back(std::move(qkv));
+    regions.emplace_back().push_back(make(h, q));
+    std::vector<Matrix> gate_up;
+    gate_up.push_back(make(c.intermediate_size, h));
+    gate_up.push_back(make(c.intermediate_size, h));
+    regions.push_back(std::move(gate_up));
+    regions.emplace_back().push_back(make(h, c.intermediate_size));
+  }
+  regions.emplace_back().push_back(make(c.vocab_size, h));
+  const int64_t widest = std::max({h, q, c.intermediate_size});
+  std::vector<cpu::Bf16> x(static_cast<size_t>(widest), cpu::FloatToBf16(0.25f));
+  std::vector<uint8_t> quantized(static_cast<size_t>(widest), 160);
+  const float x_scale = 0.01f;
+  std::vector<float> out(static_cast<size_t>(std::max(c.vocab_size, 2 * c.intermediate_size)));
+  const cpu::KernelSet& kernels = cpu::BestKernels();
+  cpu::WorkerPool pool(g_threads);
+  for (auto _ : state) {
+    for (const auto& region : regions) {
+      int64_t total = 0;
+      for (const Matrix& m : region) total += m.rows;
+      cpu::ParallelRanges(pool, total, 16, [&](int64_t begin, int64_t end) {
+        int64_t offset = 0;
+        for (const Matrix& m : region) {
+          const int64_t from = std::max(begin - offset, int64_t{0}), to = std::min(end - offset, m.rows);
+          const cpu::Output target{.f32 = out.data() + offset, .stride = m.rows};
+          offset += m.rows;
+          if (from >= to) continue;
+          if (int8) {
+            const cpu::Int8Matrix w{m.int8.data(), m.scales.data(), m.row_sums.data(), m.rows, m.cols};
+            kernels.gemv_int8(w, {quantized.data(), &x_scale, 1, m.cols}, target, from, to);
+          } else {
+            kernels.gemv_bf16({m.bf16.data(), m.rows, m.cols}, x.data(), 1, target, from, to);
+          }
+        }
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  for (float value : out) {
+    if (!std::isfinite(value)) state.SkipWithError("a product gave a value that is NaN or infinite");
+  }
+  state.counters["weight_GB"] = DecodeWeightBytes(c, variant) / 1e9;
+}
+
 // Every matrix of the model (all layers' q, k, v, o, gate, up, down, and the output head)
 // times a single vector, in the model's dtype: the bandwidth floor of one decode step.
 void BM_WeightStreamFloor(benchmark::State& state, const char* dtype) {
@@ -272,6 +360,8 @@ BENCHMARK_CAPTURE(BM_WeightStreamFloor, float32, "float32")->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(BM_DecodeStep, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeStep, bfloat16_libtorch, "bfloat16-libtorch")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeStep, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeProducts, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeProducts, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_WeightStreamFloor, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -27,7 +27,7 @@ struct CheckpointSpec {
   bool chat_template = true;
   // Default: none. Called with (steps done, steps) as the weights are made (the embedding,
   // each layer) and once the files are written: a 0.5b checkpoint takes tens of seconds.
-  std::function<void(int done, int total)> progress;
+  std::function<void(int done, int total)> progress = nullptr;
   // Default: null, BuiltinModelFamilies(). Where `family` is looked up (its checkpoint
   // template and weight names); must outlive the call.
   const ModelFamilyRegistry* families = nullptr;

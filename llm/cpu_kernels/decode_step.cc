@@ -187,32 +187,16 @@ class Step {
     const float scale = static_cast<float>(c_.attention_scale());
     const float cap = static_cast<float>(c_.attn_logit_softcapping);
     parallel_(batch_ * heads, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores, out(static_cast<size_t>(d));
+      std::vector<float> scratch;
       for (int64_t job = begin; job < end; ++job) {
         const int64_t m = job / heads, h = job % heads, kv = h / groups;
         const DecodeRequest& request = requests_[static_cast<size_t>(m)];
         int64_t first = 0;
         if (layer.sliding && c_.sliding_window > 0)
           first = std::max<int64_t>(0, request.position - c_.sliding_window + 1);
-        const int64_t tokens = request.position + 1 - first;
-        const int64_t base = (request.slot * kv_heads + kv) * cache_.max_tokens * d;
-        scores.resize(static_cast<size_t>(tokens));
-        const Bf16Matrix keys{.values = cache_.keys[index] + base + first * d, .rows = tokens, .cols = d};
-        kernels_.gemv_bf16(keys, a_.q.data() + (m * heads + h) * d, 1, {.f32 = scores.data(), .stride = tokens}, 0,
-                           tokens);
-        float largest = -std::numeric_limits<float>::infinity();
-        for (float& s : scores) {
-          s *= scale;
-          if (cap > 0) s = std::tanh(s / cap) * cap;
-          largest = std::max(largest, s);
-        }
-        float total = 0;
-        for (float& s : scores) total += (s = std::exp(s - largest));
-        for (float& s : scores) s /= total;
-        std::fill(out.begin(), out.end(), 0.0f);
-        kernels_.weighted_sum_bf16(scores.data(), cache_.values[index] + base + first * d, tokens, d, d, out.data());
-        Bf16* dest = a_.attention.data() + (m * heads + h) * d;
-        for (int64_t i = 0; i < d; ++i) dest[i] = FloatToBf16(out[static_cast<size_t>(i)]);
+        const int64_t base = ((request.slot * kv_heads + kv) * cache_.max_tokens + first) * d;
+        AttendHead(kernels_, a_.q.data() + (m * heads + h) * d, cache_.keys[index] + base, cache_.values[index] + base,
+                   request.position + 1 - first, d, scale, cap, scratch, a_.attention.data() + (m * heads + h) * d);
       }
     });
   }
@@ -269,25 +253,27 @@ class Step {
       qx = {.values = a_.quantized.data(), .scales = a_.scales.data(), .rows = batch_, .cols = c_.hidden_size};
     }
     const Output out{.f32 = all.data(), .stride = vocab};
+    const float scaling = static_cast<float>(c_.logits_scaling);
+    const float cap = static_cast<float>(c_.final_logit_softcapping);
     parallel_(vocab, kRowAlignment, [&](int64_t begin, int64_t end) {
       if (head.quantized()) {
         kernels_.gemv_int8(head.int8, qx, out, begin, end);
       } else {
         kernels_.gemv_bf16(head.bf16, a_.normed.data(), batch_, out, begin, end);
       }
-    });
-    for (int64_t m = 0; m < batch_; ++m) {
-      for (int64_t r = 0; r < vocab; ++r) {
-        // The libtorch pass's head output is a bfloat16 tensor, then float32.
-        float value = RoundToBf16(all[static_cast<size_t>(m * vocab + r)]);
-        if (c_.logits_scaling != 1.0) value = value / static_cast<float>(c_.logits_scaling);
-        if (c_.final_logit_softcapping > 0) {
-          const float cap = static_cast<float>(c_.final_logit_softcapping);
-          value = std::tanh(value / cap) * cap;
+      // Finished by the same thread while its rows are still in cache.
+      for (int64_t m = 0; m < batch_; ++m) {
+        const float* sums = all.data() + m * vocab;
+        float* dest = logits[static_cast<size_t>(m)].data();
+        for (int64_t r = begin; r < end; ++r) {
+          // The libtorch pass's head output is a bfloat16 tensor, then float32.
+          float value = RoundToBf16(sums[r]);
+          if (scaling != 1.0f) value = value / scaling;
+          if (cap > 0) value = std::tanh(value / cap) * cap;
+          dest[r] = value;
         }
-        logits[static_cast<size_t>(m)][static_cast<size_t>(r)] = value;
       }
-    }
+    });
     return logits;
   }
 
@@ -335,6 +321,27 @@ void ApplyRopeInPlace(Bf16* x, int64_t heads, int64_t head_dim, const float* inv
       head[i + half] = FloatToBf16(second * c + first * s);
     }
   }
+}
+
+void AttendHead(const KernelSet& kernels, const Bf16* query, const Bf16* keys, const Bf16* values, int64_t tokens,
+                int64_t head_dim, float scale, float cap, std::vector<float>& scratch, Bf16* out) {
+  scratch.assign(static_cast<size_t>(tokens + head_dim), 0.0f);
+  float* scores = scratch.data();
+  float* sum = scores + tokens;  // float32, head_dim
+  kernels.gemv_bf16({.values = keys, .rows = tokens, .cols = head_dim}, query, 1, {.f32 = scores, .stride = tokens}, 0,
+                    tokens);
+  float largest = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < tokens; ++t) {
+    float s = scores[t] * scale;
+    if (cap > 0) s = std::tanh(s / cap) * cap;
+    largest = std::max(largest, s);
+    scores[t] = s;
+  }
+  float total = 0;
+  for (int64_t t = 0; t < tokens; ++t) total += (scores[t] = std::exp(scores[t] - largest));
+  for (int64_t t = 0; t < tokens; ++t) scores[t] /= total;
+  kernels.weighted_sum_bf16(scores, values, tokens, head_dim, head_dim, sum);
+  for (int64_t i = 0; i < head_dim; ++i) out[i] = FloatToBf16(sum[i]);
 }
 
 std::vector<std::vector<float>> RunDecodeStep(const DecoderWeights& weights, const KernelSet& kernels,

@@ -92,4 +92,12 @@ void RmsNormRows(const float* x, int64_t rows, int64_t features, const float* we
 // rotation in float32, the result rounded to bfloat16.
 void ApplyRopeInPlace(Bf16* x, int64_t heads, int64_t head_dim, const float* inv_freq, int64_t position);
 
+// One query head's attention over `tokens` cached keys and values ([tokens, head_dim]
+// bfloat16 each, rows head_dim apart): scores = keys . query * scale, tanh-capped at `cap`
+// when cap > 0 (Gemma 2's attn_logit_softcapping), softmax in float32, and the values' sum
+// weighted by it, rounded to bfloat16 into out (head_dim). `scratch` is working memory
+// (tokens + head_dim floats), kept by the caller across heads.
+void AttendHead(const KernelSet& kernels, const Bf16* query, const Bf16* keys, const Bf16* values, int64_t tokens,
+                int64_t head_dim, float scale, float cap, std::vector<float>& scratch, Bf16* out);
+
 }  // namespace txscore::llm::cpu

@@ -26,23 +26,6 @@ std::string_view IsaName(Isa isa) {
   return "unknown";
 }
 
-float Bf16ToFloat(Bf16 value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-Bf16 FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if (std::isnan(value)) return static_cast<Bf16>((bits >> 16) | 0x40);  // quiet, sign kept
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<Bf16>((bits + rounding) >> 16);
-}
-
-float RoundToBf16(float value) { return Bf16ToFloat(FloatToBf16(value)); }
-
 void StoreOutput(const Output& out, int64_t m, int64_t r, float value) {
   if (out.f32 != nullptr) {
     out.f32[m * out.stride + r] = value;
@@ -185,8 +168,12 @@ void QuantizeActivations(const Bf16* x, int64_t rows, int64_t cols, uint8_t* val
     const float scale = max_abs / 127.0f;
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     for (int64_t k = 0; k < cols; ++k) {
-      float q = std::clamp(std::nearbyint(Bf16ToFloat(row[k]) * inverse), -127.0f, 127.0f);
+      float q = std::clamp(Bf16ToFloat(row[k]) * inverse, -127.0f, 127.0f);
       if (std::isnan(q)) q = 0;  // a NaN activation (a broken model) must not reach the cast
+      // Round half to even, as nearbyint in the default rounding mode, without its library
+      // call (x86-64's baseline has no rounding instruction): adding 1.5 * 2^23 leaves no
+      // fraction bits for |q| <= 127, and subtracting it gives the rounded value back.
+      q = (q + 12582912.0f) - 12582912.0f;
       values[r * cols + k] = static_cast<uint8_t>(static_cast<int32_t>(q) + 128);
     }
     scales[r] = scale;

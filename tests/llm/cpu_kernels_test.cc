@@ -125,6 +125,31 @@ TEST_P(KernelSetTest, WeightedSumOfValuesEqualsLibtorchsProduct) {
   for (int64_t d = 0; d < kDims; ++d) EXPECT_NEAR(out[static_cast<size_t>(d)], expected[d].item<float>(), 1e-5);
 }
 
+// One head's attention against the decoder's formula computed in double: scale, then
+// softcap, softmax, the weighted sum of values. The scores here reach past the cap, so a
+// missing or misplaced cap, or a scale a few percent off, moves the output by more than the
+// two bfloat16 units the rounding allows.
+TEST_P(KernelSetTest, AttentionOfOneHeadIsTheDecodersScaledCappedSoftmaxOfValues) {
+  constexpr int64_t kTokens = 37, kDims = 72;
+  const torch::Tensor q = RandomBf16({kDims}, 11), keys = RandomBf16({kTokens, kDims}, 12),
+                      values = RandomBf16({kTokens, kDims}, 13);
+  for (const float cap : {0.0f, 3.0f}) {
+    const float scale = 0.3f;
+    std::vector<float> scratch;
+    std::vector<Bf16> out(kDims);
+    AttendHead(*kernels_, Data(q), Data(keys), Data(values), kTokens, kDims, scale, cap, scratch, out.data());
+    torch::Tensor scores = torch::matmul(keys.to(torch::kFloat64), q.to(torch::kFloat64)) * scale;
+    if (cap > 0) scores = torch::tanh(scores / cap) * cap;
+    EXPECT_GT(scores.abs().max().item<double>(), 2.5) << "the scores must reach the cap for the cap to be tested";
+    const torch::Tensor expected = torch::matmul(torch::softmax(scores, 0), values.to(torch::kFloat64));
+    for (int64_t d = 0; d < kDims; ++d) {
+      const float e = static_cast<float>(expected[d].item<double>());
+      EXPECT_NEAR(Bf16ToFloat(out[static_cast<size_t>(d)]), e, std::max(std::ldexp(std::fabs(e), -6), 1e-4f))
+          << "dimension " << d << ", cap " << cap;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sets, KernelSetTest, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(IsaName(info.param)); });
 
@@ -150,12 +175,27 @@ TEST(CpuKernels, QuantizedRowsComeBackWithinHalfAStep) {
   EXPECT_EQ(scales[2].item<float>(), 0.0f);
   for (int64_t r = 0; r < 5; ++r) {
     const float scale = scales[r].item<float>();
-    if (r != 2) EXPECT_FLOAT_EQ(scale, w[r].abs().max().item<float>() / 127.0f);
+    if (r != 2) {
+      EXPECT_FLOAT_EQ(scale, w[r].abs().max().item<float>() / 127.0f);
+    }
     EXPECT_EQ(row_sums[r].item<int32_t>(), values[r].to(torch::kInt64).sum().item<int64_t>());
     EXPECT_LE(values[r].abs().max().item<int>(), 127);
     const float worst = (values[r].to(torch::kFloat32) * scale - w[r]).abs().max().item<float>();
     EXPECT_LE(worst, scale / 2 * 1.0001f) << "row " << r;
   }
+}
+
+// The row's largest magnitude (127) makes the scale 1, so each value's quantized form is the
+// value itself rounded half to even, +128; a NaN (a broken model) becomes 0.
+TEST(CpuKernels, ActivationsQuantizeToTheNearestStepTiesToEven) {
+  const std::vector<float> row = {127, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.5f, -126.5f, std::nanf("")};
+  std::vector<Bf16> x;
+  for (float value : row) x.push_back(FloatToBf16(value));
+  std::vector<uint8_t> values(row.size());
+  float scale = 0;
+  QuantizeActivations(x.data(), 1, static_cast<int64_t>(x.size()), values.data(), &scale);
+  EXPECT_EQ(scale, 1.0f);
+  EXPECT_EQ(values, (std::vector<uint8_t>{255, 130, 132, 126, 128, 128, 130, 2, 128}));
 }
 
 TEST(CpuKernels, BfloatRoundingIsNearestEvenAsLibtorchRounds) {
