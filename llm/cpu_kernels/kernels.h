@@ -8,39 +8,18 @@
 // split a product across threads by rows; no kernel starts threads of its own.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "llm/cpu_kernels/plain_structs.h"
+#include "llm/cpu_kernels/scalar_ops.h"
 
 namespace txscore::llm::cpu {
 
 std::string_view IsaName(Isa isa);
 
-// The conversions are inline: a decode step calls them about a million times. This header is
-// never included by the files built with AVX enabled (plain_structs.h says why), so these
-// inline copies are always the baseline build's.
-inline float Bf16ToFloat(Bf16 value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// Round to nearest even, as libtorch rounds float32 to bfloat16 (NaN stays NaN).
-inline Bf16 FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if (std::isnan(value)) return static_cast<Bf16>((bits >> 16) | 0x40);  // quiet, sign kept
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<Bf16>((bits + rounding) >> 16);
-}
-
-// value rounded to bfloat16 and back: what a libtorch bfloat16 tensor would hold.
-inline float RoundToBf16(float value) { return Bf16ToFloat(FloatToBf16(value)); }
+// Bf16ToFloat, FloatToBf16 and RoundToBf16 are in scalar_ops.h.
 
 // The kernels of `isa`, or null when this build or this CPU has no such set.
 const KernelSet* KernelsFor(Isa isa);

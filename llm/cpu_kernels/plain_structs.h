@@ -1,4 +1,5 @@
-// The plain types the CPU kernels work on (llm/cpu_kernels/kernels.h has the functions).
+// The plain types the CPU kernels work on (llm/cpu_kernels/kernels.h has the functions;
+// scalar_ops.h the static helpers every set shares).
 //
 // Included by the files built with AVX2 or AVX-512 enabled, so it holds no inline function
 // and no template: a function compiled there with wider instructions could otherwise be the
@@ -68,11 +69,5 @@ struct KernelSet {
   void (*weighted_sum_bf16)(const float* weights, const Bf16* v, int64_t tokens, int64_t stride, int64_t dims,
                             float* out) = nullptr;
 };
-
-// Shared by every set, defined once (portable.cc) so that all round and scale alike:
-// writes `value` to out[m][r]; and the float value of an int8 product row: `dot` is
-// sum(x_values * w_values) with the activations' +128 offset still in.
-void StoreOutput(const Output& out, int64_t m, int64_t r, float value);
-float ScaleInt8Dot(int32_t dot, int32_t row_sum, float w_scale, float x_scale);
 
 }  // namespace txscore::llm::cpu

@@ -26,19 +26,6 @@ std::string_view IsaName(Isa isa) {
   return "unknown";
 }
 
-void StoreOutput(const Output& out, int64_t m, int64_t r, float value) {
-  if (out.f32 != nullptr) {
-    out.f32[m * out.stride + r] = value;
-  } else {
-    out.bf16[m * out.stride + r] = FloatToBf16(value);
-  }
-}
-
-float ScaleInt8Dot(int32_t dot, int32_t row_sum, float w_scale, float x_scale) {
-  // The activations carry +128: take 128 * sum(w) back out, exactly, in integers.
-  return static_cast<float>(dot - 128 * row_sum) * w_scale * x_scale;
-}
-
 namespace {
 
 void PortableGemvBf16(const Bf16Matrix& w, const Bf16* x, int64_t batch, const Output& out, int64_t row_begin,

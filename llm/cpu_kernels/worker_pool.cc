@@ -69,11 +69,15 @@ void ParallelRanges(WorkerPool& pool, int64_t count, int64_t alignment,
   if (count <= 0) return;
   const int64_t threads = pool.threads();
   const int64_t units = (count + alignment - 1) / alignment;
-  const int64_t per_thread = (units + threads - 1) / threads * alignment;
-  if (threads == 1 || per_thread >= count) return fn(0, count);
-  pool.Run([&](int t) {
-    const int64_t begin = t * per_thread, end = std::min(count, begin + per_thread);
-    if (begin < end) fn(begin, end);
+  if (threads == 1 || units == 1) return fn(0, count);
+  const int64_t per_thread = (units + threads - 1) / threads;
+  const int64_t chunk = (per_thread + kChunksPerThread - 1) / kChunksPerThread * alignment;
+  std::atomic<int64_t> next{0};
+  pool.Run([&](int) {
+    for (int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed); begin < count;
+         begin = next.fetch_add(chunk, std::memory_order_relaxed)) {
+      fn(begin, std::min(count, begin + chunk));
+    }
   });
 }
 

@@ -56,8 +56,12 @@ class WorkerPool {
   std::condition_variable wake_;
 };
 
-// Splits [0, count) into one contiguous range per thread, boundaries on multiples of
-// `alignment`, and runs fn(begin, end) for each non-empty one on the pool.
+// Runs fn(begin, end) on the pool over chunks that cover [0, count) once, boundaries on
+// multiples of `alignment`. The threads take chunks in turn until none is left (about
+// kChunksPerThread each), so a thread slowed by something else on its core takes fewer
+// instead of holding up the others at the end (BM_DecodeProducts: a fixed half each ran two
+// threads at 1.3x one thread's speed).
+constexpr int64_t kChunksPerThread = 8;
 void ParallelRanges(WorkerPool& pool, int64_t count, int64_t alignment,
                     const std::function<void(int64_t begin, int64_t end)>& fn);
 

@@ -3,10 +3,11 @@
 // bits and use vpmaddwd, which is exact for these ranges (255 * 127 * 2 fits 32 bits).
 //
 // Built with AVX2 enabled: every function here is internal (static) and only plain_structs.h
-// is included (see there).
+// and scalar_ops.h are included (see there).
 #include <immintrin.h>
 
 #include "llm/cpu_kernels/plain_structs.h"
+#include "llm/cpu_kernels/scalar_ops.h"
 
 namespace txscore::llm::cpu {
 namespace {

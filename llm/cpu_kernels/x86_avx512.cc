@@ -3,11 +3,12 @@
 // int32 lanes; masked loads take the last partial vector, so any width works.
 //
 // Built with AVX-512 enabled: every function here is internal (static) and only
-// plain_structs.h is included (see there), so nothing compiled here is called on a CPU that
-// portable.cc's check has not admitted.
+// plain_structs.h and scalar_ops.h are included (see there), so nothing compiled here is
+// called on a CPU that portable.cc's check has not admitted.
 #include <immintrin.h>
 
 #include "llm/cpu_kernels/plain_structs.h"
+#include "llm/cpu_kernels/scalar_ops.h"
 
 namespace txscore::llm::cpu {
 namespace {
@@ -24,30 +25,46 @@ __mmask64 ByteMask(int64_t remaining) {
 
 __m512bh LoadBf16(const Bf16* p, __mmask32 mask) { return (__m512bh)_mm512_maskz_loadu_epi16(mask, p); }
 
-// Four weight rows against one activation row: whole vectors, then one masked vector for the
-// tail (a masked load in the main loop costs more than the product on some CPUs).
-void Dot4Bf16(const Bf16* row, int64_t cols, const Bf16* x, float* sums) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+// Four weight rows against N activation rows (N <= 4): each weight vector loaded once serves
+// all N rows, so a batch reads its weights from memory or cache once per four sequences
+// instead of once per sequence (4 x 4 accumulators, 4 weight vectors and one activation
+// vector fit the 32 vector registers). Whole vectors, then one masked vector for the tail
+// (a masked load in the main loop costs more than the product on some CPUs).
+template <int N>
+void Dot4xNBf16(const Bf16* row, int64_t cols, const Bf16* x, float (*sums)[kRowsAtOnce]) {
+  __m512 acc[N][kRowsAtOnce];
+#pragma GCC unroll 4
+  for (int n = 0; n < N; ++n) {
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i) acc[n][i] = _mm512_setzero_ps();
+  }
+  const auto step = [&](int64_t k, auto load) {
+    __m512bh w[kRowsAtOnce];
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i) w[i] = load(row + i * cols + k);
+#pragma GCC unroll 4
+    for (int n = 0; n < N; ++n) {
+      const __m512bh xv = load(x + n * cols + k);
+#pragma GCC unroll 4
+      for (int i = 0; i < kRowsAtOnce; ++i) acc[n][i] = _mm512_dpbf16_ps(acc[n][i], w[i], xv);
+    }
+  };
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) {
-    const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
-    acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(row + k), xv);
-    acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(row + cols + k), xv);
-    acc2 = _mm512_dpbf16_ps(acc2, (__m512bh)_mm512_loadu_si512(row + 2 * cols + k), xv);
-    acc3 = _mm512_dpbf16_ps(acc3, (__m512bh)_mm512_loadu_si512(row + 3 * cols + k), xv);
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(row + (kRowsAtOnce + i) * cols + k), _MM_HINT_T0);
+    step(k, [](const Bf16* p) { return (__m512bh)_mm512_loadu_si512(p); });
   }
   if (k < cols) {
     const __mmask32 mask = Bf16Mask(cols - k);
-    const __m512bh xv = LoadBf16(x + k, mask);
-    acc0 = _mm512_dpbf16_ps(acc0, LoadBf16(row + k, mask), xv);
-    acc1 = _mm512_dpbf16_ps(acc1, LoadBf16(row + cols + k, mask), xv);
-    acc2 = _mm512_dpbf16_ps(acc2, LoadBf16(row + 2 * cols + k, mask), xv);
-    acc3 = _mm512_dpbf16_ps(acc3, LoadBf16(row + 3 * cols + k, mask), xv);
+    step(k, [mask](const Bf16* p) { return LoadBf16(p, mask); });
   }
-  sums[0] = _mm512_reduce_add_ps(acc0);
-  sums[1] = _mm512_reduce_add_ps(acc1);
-  sums[2] = _mm512_reduce_add_ps(acc2);
-  sums[3] = _mm512_reduce_add_ps(acc3);
+#pragma GCC unroll 4
+  for (int n = 0; n < N; ++n) {
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i) sums[n][i] = _mm512_reduce_add_ps(acc[n][i]);
+  }
 }
 
 float DotBf16(const Bf16* row, int64_t cols, const Bf16* x) {
@@ -63,45 +80,82 @@ float DotBf16(const Bf16* row, int64_t cols, const Bf16* x) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// Calls fn.template operator()<N>(m) for blocks of N <= 4 activation rows covering [0, batch).
+template <typename Fn>
+void ForActivationBlocks(int64_t batch, Fn&& fn) {
+  int64_t m = 0;
+  for (; m + 4 <= batch; m += 4) fn.template operator()<4>(m);
+  switch (batch - m) {
+    case 3:
+      fn.template operator()<3>(m);
+      break;
+    case 2:
+      fn.template operator()<2>(m);
+      break;
+    case 1:
+      fn.template operator()<1>(m);
+      break;
+    default:
+      break;
+  }
+}
+
 void GemvBf16(const Bf16Matrix& w, const Bf16* x, int64_t batch, const Output& out, int64_t row_begin,
               int64_t row_end) {
   const int64_t cols = w.cols;
   int64_t r = row_begin;
-  float sums[kRowsAtOnce];
+  float sums[4][kRowsAtOnce];
   for (; r + kRowsAtOnce <= row_end; r += kRowsAtOnce) {
-    for (int64_t m = 0; m < batch; ++m) {
-      Dot4Bf16(w.values + r * cols, cols, x + m * cols, sums);
-      for (int i = 0; i < kRowsAtOnce; ++i) StoreOutput(out, m, r + i, sums[i]);
-    }
+    ForActivationBlocks(batch, [&]<int N>(int64_t m) {
+      Dot4xNBf16<N>(w.values + r * cols, cols, x + m * cols, sums);
+      for (int n = 0; n < N; ++n) {
+        for (int i = 0; i < kRowsAtOnce; ++i) StoreOutput(out, m + n, r + i, sums[n][i]);
+      }
+    });
   }
   for (; r < row_end; ++r) {
     for (int64_t m = 0; m < batch; ++m) StoreOutput(out, m, r, DotBf16(w.values + r * cols, cols, x + m * cols));
   }
 }
 
-void Dot4Int8(const int8_t* row, int64_t cols, const uint8_t* x, int32_t* dots) {
-  __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512(),
-          acc3 = _mm512_setzero_si512();
+// The int8 form of Dot4xNBf16: four weight rows against N quantized activation rows.
+template <int N>
+void Dot4xNInt8(const int8_t* row, int64_t cols, const uint8_t* x, int32_t (*dots)[kRowsAtOnce]) {
+  __m512i acc[N][kRowsAtOnce];
+#pragma GCC unroll 4
+  for (int n = 0; n < N; ++n) {
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i) acc[n][i] = _mm512_setzero_si512();
+  }
+  const auto step = [&](int64_t k, auto load) {
+    __m512i w[kRowsAtOnce];
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i) w[i] = load(row + i * cols + k);
+#pragma GCC unroll 4
+    for (int n = 0; n < N; ++n) {
+      const __m512i xv = load(x + n * cols + k);
+#pragma GCC unroll 4
+      for (int i = 0; i < kRowsAtOnce; ++i) acc[n][i] = _mm512_dpbusd_epi32(acc[n][i], xv, w[i]);
+    }
+  };
   int64_t k = 0;
   for (; k + 64 <= cols; k += 64) {
-    const __m512i xv = _mm512_loadu_si512(x + k);
-    acc0 = _mm512_dpbusd_epi32(acc0, xv, _mm512_loadu_si512(row + k));
-    acc1 = _mm512_dpbusd_epi32(acc1, xv, _mm512_loadu_si512(row + cols + k));
-    acc2 = _mm512_dpbusd_epi32(acc2, xv, _mm512_loadu_si512(row + 2 * cols + k));
-    acc3 = _mm512_dpbusd_epi32(acc3, xv, _mm512_loadu_si512(row + 3 * cols + k));
+    // The next block of four rows, at the same column: the hardware prefetcher follows one
+    // stream well but these four rows' streams are short (a row of 896 bytes is 14 lines).
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(row + (kRowsAtOnce + i) * cols + k), _MM_HINT_T0);
+    step(k, [](const void* p) { return _mm512_loadu_si512(p); });
   }
   if (k < cols) {
     const __mmask64 mask = ByteMask(cols - k);
-    const __m512i xv = _mm512_maskz_loadu_epi8(mask, x + k);
-    acc0 = _mm512_dpbusd_epi32(acc0, xv, _mm512_maskz_loadu_epi8(mask, row + k));
-    acc1 = _mm512_dpbusd_epi32(acc1, xv, _mm512_maskz_loadu_epi8(mask, row + cols + k));
-    acc2 = _mm512_dpbusd_epi32(acc2, xv, _mm512_maskz_loadu_epi8(mask, row + 2 * cols + k));
-    acc3 = _mm512_dpbusd_epi32(acc3, xv, _mm512_maskz_loadu_epi8(mask, row + 3 * cols + k));
+    step(k, [mask](const void* p) { return _mm512_maskz_loadu_epi8(mask, p); });
   }
-  dots[0] = _mm512_reduce_add_epi32(acc0);
-  dots[1] = _mm512_reduce_add_epi32(acc1);
-  dots[2] = _mm512_reduce_add_epi32(acc2);
-  dots[3] = _mm512_reduce_add_epi32(acc3);
+#pragma GCC unroll 4
+  for (int n = 0; n < N; ++n) {
+#pragma GCC unroll 4
+    for (int i = 0; i < kRowsAtOnce; ++i) dots[n][i] = _mm512_reduce_add_epi32(acc[n][i]);
+  }
 }
 
 int32_t DotInt8(const int8_t* row, int64_t cols, const uint8_t* x) {
@@ -120,14 +174,16 @@ void GemvInt8(const Int8Matrix& w, const QuantizedActivations& x, const Output& 
               int64_t row_end) {
   const int64_t cols = w.cols;
   int64_t r = row_begin;
-  int32_t dots[kRowsAtOnce];
+  int32_t dots[4][kRowsAtOnce];
   for (; r + kRowsAtOnce <= row_end; r += kRowsAtOnce) {
-    for (int64_t m = 0; m < x.rows; ++m) {
-      Dot4Int8(w.values + r * cols, cols, x.values + m * cols, dots);
-      for (int i = 0; i < kRowsAtOnce; ++i) {
-        StoreOutput(out, m, r + i, ScaleInt8Dot(dots[i], w.row_sums[r + i], w.scales[r + i], x.scales[m]));
+    ForActivationBlocks(x.rows, [&]<int N>(int64_t m) {
+      Dot4xNInt8<N>(w.values + r * cols, cols, x.values + m * cols, dots);
+      for (int n = 0; n < N; ++n) {
+        for (int i = 0; i < kRowsAtOnce; ++i) {
+          StoreOutput(out, m + n, r + i, ScaleInt8Dot(dots[n][i], w.row_sums[r + i], w.scales[r + i], x.scales[m + n]));
+        }
       }
-    }
+    });
   }
   for (; r < row_end; ++r) {
     for (int64_t m = 0; m < x.rows; ++m) {

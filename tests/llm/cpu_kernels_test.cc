@@ -50,8 +50,9 @@ class KernelSetTest : public ::testing::TestWithParam<Isa> {
   const KernelSet* kernels_ = nullptr;
 };
 
-// Odd sizes: every vector loop's tail runs, and rows are not a multiple of four.
-constexpr int64_t kRows = 37, kCols = 203, kBatch = 3;
+// Odd sizes: every vector loop's tail runs, rows are not a multiple of four, and a batch of 7
+// is a block of four activation rows and one of three.
+constexpr int64_t kRows = 37, kCols = 203, kBatch = 7;
 
 TEST_P(KernelSetTest, Bf16ProductEqualsLibtorchsFloat32LinearWithinRounding) {
   const torch::Tensor w = RandomBf16({kRows, kCols}, 1), x = RandomBf16({kBatch, kCols}, 2);

@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -132,11 +133,42 @@ TEST(ParallelRanges, CoverEveryIndexOnceInAlignedRanges) {
     EXPECT_EQ(ranges.back().second, count) << count;
     for (size_t i = 0; i < ranges.size(); ++i) {
       EXPECT_LT(ranges[i].first, ranges[i].second) << count;
-      if (i > 0) EXPECT_EQ(ranges[i].first, ranges[i - 1].second) << count;
-      if (i + 1 < ranges.size()) EXPECT_EQ(ranges[i].second % 16, 0) << count;
+      if (i > 0) {
+        EXPECT_EQ(ranges[i].first, ranges[i - 1].second) << count;
+      }
+      if (i + 1 < ranges.size()) {
+        EXPECT_EQ(ranges[i].second % 16, 0) << count;
+      }
     }
-    EXPECT_LE(ranges.size(), 3u) << count;
+    EXPECT_LE(ranges.size(), static_cast<size_t>(3 * kChunksPerThread)) << count;
   }
+}
+
+// The threads share the work by taking chunks in turn: while the caller's thread is held up
+// in its first chunk, the worker does all the others (a fixed split would leave the caller's
+// half waiting for it, and this test would fail after its 10 s bound).
+TEST(ParallelRanges, AThreadHeldUpLeavesTheRestOfTheWorkToTheOthers) {
+  WorkerPool pool(2);
+  constexpr int64_t kCount = 4864;
+  std::atomic<int> chunks{0}, by_caller{0}, by_worker{0};
+  std::atomic<int> counted{0};
+  ParallelRanges(pool, kCount, 16, [&](int64_t, int64_t) { ++counted; });  // how many chunks there are
+  const int total = counted.load();
+  ASSERT_GT(total, 2);
+  const std::thread::id caller = std::this_thread::get_id();
+  ParallelRanges(pool, kCount, 16, [&](int64_t, int64_t) {
+    if (std::this_thread::get_id() == caller) {
+      ++by_caller;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (chunks.load() < total - 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    } else {
+      ++by_worker;
+    }
+    ++chunks;
+  });
+  EXPECT_EQ(chunks.load(), total);
+  EXPECT_LE(by_caller.load(), 1);
+  EXPECT_GE(by_worker.load(), total - 1);
 }
 
 }  // namespace
