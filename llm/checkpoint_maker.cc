@@ -150,6 +150,8 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
   // the real one does.
   json config = SharedConfig(d.model, vocab, im_end, bos_id >= 0 ? bos_id : endoftext);
   config.update(family_template.config);
+  if (spec.tie_word_embeddings) config["tie_word_embeddings"] = *spec.tie_word_embeddings;
+  if (spec.attention_bias) config["attention_bias"] = *spec.attention_bias;
   config["eos_token_id"] = {im_end, endoftext};
   // The tensors are the ones the decoder will read from this config, under the family's names.
   Result<ModelConfig> parsed = ParseModelConfig(config.dump(), "the " + spec.family + " checkpoint template", families);
@@ -201,9 +203,10 @@ Result<CheckpointSummary> MakeCheckpoint(const CheckpointSpec& spec, const std::
     TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kVProj, l), kv_dim, hidden));
     TXSCORE_RETURN_IF_ERROR(linear(names.Name(W::kOProj, l), hidden, q_dim));
     if (c.attention_bias) {
-      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kQBias, l), {q_dim}, 0.02f, 0.0f));
-      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kKBias, l), {kv_dim}, 0.02f, 0.0f));
-      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kVBias, l), {kv_dim}, 0.02f, 0.0f));
+      // As large as the products they are added to, so that a lost bias shows in the logits.
+      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kQBias, l), {q_dim}, 0.5f, 0.0f));
+      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kKBias, l), {kv_dim}, 0.5f, 0.0f));
+      TXSCORE_RETURN_IF_ERROR(add(names.Name(W::kVBias, l), {kv_dim}, 0.5f, 0.0f));
     }
     if (c.qk_norm) {
       TXSCORE_RETURN_IF_ERROR(norm(names.Name(W::kQNorm, l), head_dim));

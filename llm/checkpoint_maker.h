@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "common/result.h"
@@ -28,6 +29,11 @@ struct CheckpointSpec {
   // Default: none. Called with (steps done, steps) as the weights are made (the embedding,
   // each layer) and once the files are written: a 0.5b checkpoint takes tens of seconds.
   std::function<void(int done, int total)> progress = nullptr;
+  // Default: the family's (tied, no bias, as every built-in family's template has it). Set,
+  // written over the family's config.json: tests reach the paths real checkpoints take that
+  // no built-in family does, an untied output head (lm_head.weight) and q/k/v biases.
+  std::optional<bool> tie_word_embeddings;
+  std::optional<bool> attention_bias;
   // Default: null, BuiltinModelFamilies(). Where `family` is looked up (its checkpoint
   // template and weight names); must outlive the call.
   const ModelFamilyRegistry* families = nullptr;

@@ -7,9 +7,10 @@
 namespace txscore::llm::cpu {
 namespace {
 
-// Rows a thread's share of a product is rounded to: the kernels take weight rows four at a
-// time, and 16 float32 outputs fill a cache line, so two threads' float32 outputs never share
-// one (bfloat16 outputs share at most one line per boundary).
+// Rows a chunk of a product is rounded to: the kernels take weight rows four at a time, and 16
+// float32 outputs are a cache line's worth, so two threads' outputs seldom share a line
+// (output buffers are not aligned to lines, and a second product of a group starts where the
+// first ends: at worst one shared line per chunk boundary, written once).
 constexpr int64_t kRowAlignment = 16;
 
 // Products that run side by side in one parallel region: q, k and v; gate and up.

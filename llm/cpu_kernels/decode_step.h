@@ -63,8 +63,9 @@ struct KvCacheView {
   int64_t max_tokens = 0;
 };
 
-// Runs fn over [0, count) split into contiguous chunks, one per thread, and returns when all
-// are done; the decoder passes its WorkerPool (worker_pool.h).
+// Runs fn over chunks that cover [0, count) once, boundaries on multiples of `alignment`, on
+// several threads, and returns when all are done; the decoder passes its WorkerPool's
+// ParallelRanges (worker_pool.h).
 using ParallelFor =
     std::function<void(int64_t count, int64_t alignment, const std::function<void(int64_t begin, int64_t end)>& fn)>;
 

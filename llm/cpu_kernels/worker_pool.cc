@@ -2,8 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace txscore::llm::cpu {
+namespace {
+
+// One poll of a spin loop: x86's pause tells the core this is a wait, so a hyperthread
+// sibling (the other vCPU of a small VM may be one) gets the core's resources meanwhile.
+inline void SpinPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 WorkerPool::WorkerPool(int threads, std::chrono::microseconds spin) : spin_(spin) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
@@ -30,15 +42,23 @@ void WorkerPool::Run(const std::function<void(int)>& fn) {
   }
   wake_.notify_all();
   auto wait_for_workers = [this] {
-    while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    // Spin (the workers' shares are usually microseconds from done), yielding now and then in
+    // case a worker is waiting for this very core.
+    for (uint32_t polls = 1; pending_.load(std::memory_order_acquire) != 0; ++polls) {
+      SpinPause();
+      if (polls % 64 == 0) std::this_thread::yield();
+    }
   };
   try {
     fn(0);
   } catch (...) {
     wait_for_workers();  // they still read fn
+    worker_error_ = nullptr;
     throw;
   }
   wait_for_workers();
+  // The workers are done (pending_ read with acquire): their writes here are visible.
+  if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
 }
 
 void WorkerPool::Work(int index) {
@@ -49,6 +69,7 @@ void WorkerPool::Work(int index) {
     // The clock is read every 256 polls: reading it costs more than a poll.
     for (uint32_t polls = 1; now == seen && !stopping_.load(std::memory_order_relaxed); ++polls) {
       if (polls % 256 == 0 && std::chrono::steady_clock::now() >= spin_until) break;
+      SpinPause();
       now = generation_.load(std::memory_order_acquire);
     }
     if (now == seen) {
@@ -59,7 +80,12 @@ void WorkerPool::Work(int index) {
       now = generation_.load(std::memory_order_acquire);
     }
     seen = now;
-    (*job_)(index);
+    try {
+      (*job_)(index);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!worker_error_) worker_error_ = std::current_exception();
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -37,8 +38,9 @@ class WorkerPool {
 
   // Calls fn(t) once for each t < threads(), each on its own thread (t = 0 on the caller's),
   // and returns when all have returned. Calls from several threads take turns. An exception
-  // from fn(0) is rethrown once the workers are done; fn must not throw on a worker (that is
-  // std::terminate, as for any thread).
+  // from any fn(t) (a std::bad_alloc under memory pressure, say) is rethrown here once every
+  // thread is done, the caller's own first, else the first a worker caught; the pool stays
+  // usable.
   void Run(const std::function<void(int)>& fn);
 
  private:
@@ -52,6 +54,8 @@ class WorkerPool {
   std::atomic<int> pending_{0};          // workers still on the current job
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> sleeps_{0};
+  std::mutex error_mutex_;
+  std::exception_ptr worker_error_;  // the first exception a worker caught in this Run
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
 };

@@ -11,6 +11,9 @@
 // Keys (defaults beside them):
 //   model            required: a Hugging Face checkpoint directory
 //   dtype            Default: float32; or bfloat16
+//   quantization     Default: none; int8 (int8 weights, needs dtype bfloat16 on the CPU)
+//   cpu_kernels      Default: true: on the CPU, decode steps in bfloat16 or int8 run txscore's
+//                    own kernels (llm/cpu_kernels/); false keeps libtorch's ops
 //   threads          Default: 1 libtorch thread (0: libtorch's choice), leaving cores to scoring
 //   max_new_tokens   Default: 96; the findings schema needs at least 50
 //   budget_ms        Default: 1500 ms from the request's arrival, unless the request asks for

@@ -75,6 +75,8 @@ TEST(WorkerPool, AnExceptionFromTheCallersShareComesBackAfterTheWorkersAreDone) 
   std::atomic<bool> worker_done{false};
   EXPECT_THROW(pool.Run([&](int t) {
     if (t == 0) throw std::runtime_error("caller's share failed");
+    // Late on purpose: Run must wait for it, not return as soon as the caller's share threw.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     worker_done = true;
   }),
                std::runtime_error);
@@ -82,6 +84,24 @@ TEST(WorkerPool, AnExceptionFromTheCallersShareComesBackAfterTheWorkersAreDone) 
   std::atomic<int> calls{0};
   pool.Run([&](int) { calls.fetch_add(1); });  // still usable
   EXPECT_EQ(calls.load(), 2);
+}
+
+TEST(WorkerPool, AnExceptionFromAWorkersShareComesBackFromRun) {
+  WorkerPool pool(3);
+  std::atomic<int> finished{0};
+  try {
+    pool.Run([&](int t) {
+      if (t == 2) throw std::length_error("worker 2's share failed");
+      finished.fetch_add(1);
+    });
+    ADD_FAILURE() << "Run returned normally";
+  } catch (const std::length_error& e) {
+    EXPECT_STREQ(e.what(), "worker 2's share failed");
+  }
+  EXPECT_EQ(finished.load(), 2);
+  std::atomic<int> calls{0};
+  pool.Run([&](int) { calls.fetch_add(1); });  // still usable, and the error does not come back
+  EXPECT_EQ(calls.load(), 3);
 }
 
 TEST(WorkerPool, CallersOnSeveralThreadsTakeTurns) {
