@@ -50,6 +50,31 @@ Result<torch::Tensor> ToTorch(const TensorView& view, torch::ScalarType dtype) {
   return torch::from_blob(values.data(), shape, torch::kFloat32).to(dtype).clone();
 }
 
+}  // namespace
+
+std::vector<SequenceRange> PrefillGroups(const std::vector<std::vector<int32_t>>& new_tokens, int64_t rows) {
+  std::vector<SequenceRange> groups;
+  const int64_t batch = static_cast<int64_t>(new_tokens.size());
+  const auto length = [&](int64_t i) { return static_cast<int64_t>(new_tokens[static_cast<size_t>(i)].size()); };
+  int64_t first = 0;
+  while (first < batch) {
+    if (length(first) == 0) {
+      ++first;
+      continue;
+    }
+    int64_t end = first + 1, longest = length(first);
+    while (end < batch && (end - first + 1) * std::max(longest, length(end)) <= rows) {
+      longest = std::max(longest, length(end));
+      ++end;
+    }
+    groups.push_back({first, end});
+    first = end;
+  }
+  return groups;
+}
+
+namespace {
+
 class TorchCache : public DecoderCache {
  public:
   // head_dim: as the decoder lays heads out (padded with the head_dim adapter).
@@ -58,6 +83,17 @@ class TorchCache : public DecoderCache {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       keys.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, head_dim}, options));
       values.push_back(torch::zeros({batch, c.num_key_value_heads, max_tokens, head_dim}, options));
+    }
+  }
+  // Sequences [first, first + count) of `cache`: the tensors are views of the cache's, so a
+  // forward pass on the slice fills the cache; its lengths are copies (see the caller).
+  TorchCache(const TorchCache& cache, int64_t first, int64_t count)
+      : lengths_(cache.lengths_.begin() + first, cache.lengths_.begin() + first + count),
+        batch_(static_cast<int>(count)),
+        max_tokens_(cache.max_tokens_) {
+    for (size_t l = 0; l < cache.keys.size(); ++l) {
+      keys.push_back(cache.keys[l].narrow(0, first, count));
+      values.push_back(cache.values[l].narrow(0, first, count));
     }
   }
   int batch() const override { return batch_; }
@@ -154,6 +190,8 @@ class TorchDecoder : public Decoder {
     decoder->device_ = torch::Device(options.device);
     decoder->adapters_ = options.adapters;
     decoder->attention_block_elements_ = options.attention_block_elements;
+    decoder->cpu_prefill_group_rows_ = options.cpu_prefill_group_rows.value_or(
+        options.quantization == DecoderOptions::Quantization::kInt8 ? 2048 : 512);
     decoder->threads_ = options.threads;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
@@ -226,6 +264,10 @@ class TorchDecoder : public Decoder {
     std::vector<std::vector<float>> result(static_cast<size_t>(batch));
     if (longest == 0) return result;
     if (longest == 1 && !cpu_step_.layers.empty()) return CpuDecodeStep(cache, new_tokens);
+    if (longest > 1 && device_.is_cpu() && cpu_prefill_group_rows_ > 0) {
+      const std::vector<SequenceRange> groups = PrefillGroups(new_tokens, cpu_prefill_group_rows_);
+      if (groups.size() > 1) return ForwardInGroups(cache, new_tokens, groups);
+    }
 
     torch::NoGradGuard no_grad;
     // Right-padded ids and, per query row, the absolute position it stands for (padding rows
@@ -304,6 +346,24 @@ class TorchDecoder : public Decoder {
       logits = logits.contiguous();
       result[static_cast<size_t>(i)].assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
       cache->lengths_[static_cast<size_t>(i)] += n;
+    }
+    return result;
+  }
+
+  // One forward pass per group of sequences, each on a slice of the cache.
+  Result<std::vector<std::vector<float>>> ForwardInGroups(TorchCache* cache,
+                                                          const std::vector<std::vector<int32_t>>& new_tokens,
+                                                          const std::vector<SequenceRange>& groups) const {
+    std::vector<std::vector<float>> result(new_tokens.size());
+    for (const auto& [first, end] : groups) {
+      TorchCache slice(*cache, first, end - first);
+      const std::vector<std::vector<int32_t>> tokens(new_tokens.begin() + first, new_tokens.begin() + end);
+      Result<std::vector<std::vector<float>>> logits = ForwardUnchecked(&slice, tokens);
+      if (!logits.ok()) return logits.error();
+      for (int64_t i = first; i < end; ++i) {
+        result[static_cast<size_t>(i)] = std::move((*logits)[static_cast<size_t>(i - first)]);
+        cache->lengths_[static_cast<size_t>(i)] = slice.lengths_[static_cast<size_t>(i - first)];
+      }
     }
     return result;
   }
@@ -782,6 +842,7 @@ class TorchDecoder : public Decoder {
   torch::Device device_ = torch::kCPU;
   accelerator::OpAdapters adapters_;
   int64_t attention_block_elements_ = 0;  // DecoderOptions::attention_block_elements
+  int64_t cpu_prefill_group_rows_ = 0;    // DecoderOptions::cpu_prefill_group_rows
   int threads_ = 0;                       // DecoderOptions::threads
   int64_t head_dim_ = 0;                  // config_.head_dim, or padded to the head_dim adapter's alignment
   torch::Tensor rotate_half_;             // with rope_as_matmul

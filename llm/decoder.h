@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,17 @@ struct DecoderOptions {
   // many elements at a time, in blocks of query rows: a long batched prefill then reuses
   // allocations of a few MB instead of mapping and faulting in hundreds of MB per layer.
   int64_t attention_block_elements = 1 << 20;
+  // Default: unset, 512 rows (2048 with int8 weights). On the CPU, a prefill of several
+  // sequences runs in groups of consecutive sequences of at most this many rows (sequences x
+  // the group's longest new tokens; a longer sequence runs alone), one forward pass per group
+  // (PrefillGroups below). A product of hundreds of rows still amortises its weight loads, and
+  // a group's activations stay a few MB: one padded pass over 16 prompts of 418 tokens made
+  // each MLP intermediate 65 MB (mapped and faulted in again on every layer) and split
+  // attention into blocks of 11 query rows, and took 2.9x as long (docs/performance.md,
+  // "Claims/s of a claims job"). With int8 weights every group dequantizes the weights again,
+  // so groups are larger. 0: the whole batch in one pass. Other devices always take the batch
+  // in one pass.
+  std::optional<int64_t> cpu_prefill_group_rows;
   // Default: kNone, weights in `dtype`. kInt8: every matrix (projections, embedding and LM head)
   // is quantized per output row at load (symmetric, scale max|w| / 127), halving the bytes a
   // decode step reads; decode steps quantize their activations per row and multiply in
@@ -57,6 +69,19 @@ struct DecoderOptions {
   // must outlive the decoder.
   const ModelFamilyRegistry* families = nullptr;
 };
+
+// Sequences [first, end) of a batch.
+struct SequenceRange {
+  int64_t first = 0;
+  int64_t end = 0;
+  bool operator==(const SequenceRange&) const = default;
+};
+
+// The groups a CPU prefill runs in (DecoderOptions::cpu_prefill_group_rows): consecutive
+// sequences, each group at most `rows` padded rows (its sequences x its longest new tokens)
+// unless one sequence alone is longer. Sequences without new tokens start no group (one
+// inside a group costs padding rows only).
+std::vector<SequenceRange> PrefillGroups(const std::vector<std::vector<int32_t>>& new_tokens, int64_t rows);
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.
 class DecoderCache {

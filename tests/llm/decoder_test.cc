@@ -201,6 +201,60 @@ TEST_P(DecoderTest, AttentionInBlocksOfQueryRowsGivesTheSameLogits) {
   }
 }
 
+TEST_P(DecoderTest, APrefillInGroupsGivesEachSequenceExactlyItsLogitsAlone) {
+  // A budget of 8 rows puts each of these prompts in a group of its own, and a group of one
+  // sequence is the same computation as that sequence alone: equal to the bit (a padded pass
+  // over all four rounds differently, by up to about 1e-5). Sequence 3 has no tokens and
+  // starts no group. Then a step where two sequences add two tokens (one group of 4 x 2 rows)
+  // and a decode step, both reading the caches the groups filled.
+  auto grouped = Decoder::Load(dir_.path(), {.cpu_prefill_group_rows = 8});
+  ASSERT_TRUE(grouped.ok()) << grouped.error().ToString();
+  const std::vector<std::vector<std::vector<int32_t>>> steps = {
+      {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {40, 41, 42}, {7, 8, 9, 10, 11}, {}},
+      {{20}, {50, 60}, {9}, {30, 31}},
+      {{21}, {51}, {10}, {32}}};
+  ASSERT_EQ(PrefillGroups(steps[0], 8), (std::vector<SequenceRange>{{0, 1}, {1, 2}, {2, 3}}));
+  ASSERT_EQ(PrefillGroups(steps[1], 8), (std::vector<SequenceRange>{{0, 4}}));
+  auto cache = (*grouped)->NewCache(4, 64);
+  std::vector<std::vector<std::vector<float>>> logits;
+  for (const auto& step : steps) {
+    auto out = (*grouped)->Forward(cache.get(), step);
+    ASSERT_TRUE(out.ok()) << out.error().ToString();
+    logits.push_back(std::move(out).value());
+  }
+  EXPECT_EQ(cache->lengths(), (std::vector<int64_t>{14, 6, 7, 3}));
+  EXPECT_TRUE(logits[0][3].empty());
+  for (size_t s : {0, 1, 2}) {
+    EXPECT_EQ(logits[0][s], Alone({steps[0][s]})[0]) << "sequence " << s << ", its prefill";
+  }
+  // The later steps against one padded pass, step by step (no grouping: 0 rows).
+  auto whole = Decoder::Load(dir_.path(), {.cpu_prefill_group_rows = 0});
+  ASSERT_TRUE(whole.ok()) << whole.error().ToString();
+  auto whole_cache = (*whole)->NewCache(4, 64);
+  for (size_t t = 0; t < steps.size(); ++t) {
+    const auto expected = (*whole)->Forward(whole_cache.get(), steps[t]).value();
+    for (size_t s = 0; s < expected.size(); ++s) {
+      EXPECT_LE(MaxDifference(logits[t][s], expected[s]), 1e-4) << "sequence " << s << ", step " << t;
+    }
+  }
+}
+
+TEST(Decoder, PrefillGroupsKeepEachGroupWithinItsRowsAndSkipEmptySequences) {
+  const auto groups = [](const std::vector<size_t>& lengths, int64_t rows) {
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t n : lengths) tokens.emplace_back(n, 1);
+    return PrefillGroups(tokens, rows);
+  };
+  // 3 then 9 would be 2 x 9 rows; 9 and the empty one 2 x 9; 4 and 7 are 2 x 7; the two
+  // single tokens fit together.
+  EXPECT_EQ(groups({3, 9, 0, 4, 7, 1, 1}, 10), (std::vector<SequenceRange>{{0, 1}, {1, 2}, {3, 4}, {4, 5}, {5, 7}}));
+  EXPECT_EQ(groups({20}, 10), (std::vector<SequenceRange>{{0, 1}}));      // longer than the budget: alone
+  EXPECT_EQ(groups({2, 0, 2}, 6), (std::vector<SequenceRange>{{0, 3}}));  // 3 x 2 rows, the empty one padding
+  EXPECT_EQ(groups({2, 0, 2}, 5), (std::vector<SequenceRange>{{0, 2}, {2, 3}}));
+  EXPECT_EQ(groups({0, 0}, 10), (std::vector<SequenceRange>{}));
+  EXPECT_EQ(groups({4, 4, 4, 4}, 16), (std::vector<SequenceRange>{{0, 4}}));
+}
+
 TEST_P(DecoderTest, WithAdaptersTheEmulatedDeviceNeedsNoEmbeddingOrRopeFallbacks) {
   ASSERT_TRUE(accelerator::RegisterEmulatedDevice().ok());
   accelerator::OpAdapters all;
