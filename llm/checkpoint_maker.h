@@ -32,8 +32,8 @@ struct CheckpointSpec {
   // Default: the family's (tied, no bias, as every built-in family's template has it). Set,
   // written over the family's config.json: tests reach the paths real checkpoints take that
   // no built-in family does, an untied output head (lm_head.weight) and q/k/v biases.
-  std::optional<bool> tie_word_embeddings;
-  std::optional<bool> attention_bias;
+  std::optional<bool> tie_word_embeddings = std::nullopt;
+  std::optional<bool> attention_bias = std::nullopt;
   // Default: null, BuiltinModelFamilies(). Where `family` is looked up (its checkpoint
   // template and weight names); must outlive the call.
   const ModelFamilyRegistry* families = nullptr;

@@ -266,7 +266,8 @@ class TorchDecoder : public Decoder {
     if (longest == 1 && !cpu_step_.layers.empty()) return CpuDecodeStep(cache, new_tokens);
     if (longest > 1 && device_.is_cpu() && cpu_prefill_group_rows_ > 0) {
       const std::vector<SequenceRange> groups = PrefillGroups(new_tokens, cpu_prefill_group_rows_);
-      if (groups.size() > 1) return ForwardInGroups(cache, new_tokens, groups);
+      const bool whole_batch = groups.size() == 1 && groups[0] == SequenceRange{0, batch};
+      if (!whole_batch) return ForwardInGroups(cache, new_tokens, groups);
     }
 
     torch::NoGradGuard no_grad;
@@ -350,11 +351,13 @@ class TorchDecoder : public Decoder {
     return result;
   }
 
-  // One forward pass per group of sequences, each on a slice of the cache.
+  // One forward pass per group of sequences, each on a slice of the cache. The lengths
+  // advance only once every group has run, as after one pass (a failed pass leaves them).
   Result<std::vector<std::vector<float>>> ForwardInGroups(TorchCache* cache,
                                                           const std::vector<std::vector<int32_t>>& new_tokens,
                                                           const std::vector<SequenceRange>& groups) const {
     std::vector<std::vector<float>> result(new_tokens.size());
+    std::vector<int64_t> lengths = cache->lengths_;
     for (const auto& [first, end] : groups) {
       TorchCache slice(*cache, first, end - first);
       const std::vector<std::vector<int32_t>> tokens(new_tokens.begin() + first, new_tokens.begin() + end);
@@ -362,9 +365,10 @@ class TorchDecoder : public Decoder {
       if (!logits.ok()) return logits.error();
       for (int64_t i = first; i < end; ++i) {
         result[static_cast<size_t>(i)] = std::move((*logits)[static_cast<size_t>(i - first)]);
-        cache->lengths_[static_cast<size_t>(i)] = slice.lengths_[static_cast<size_t>(i - first)];
+        lengths[static_cast<size_t>(i)] = slice.lengths_[static_cast<size_t>(i - first)];
       }
     }
+    cache->lengths_ = std::move(lengths);
     return result;
   }
 

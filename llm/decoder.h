@@ -48,7 +48,7 @@ struct DecoderOptions {
   // "Claims/s of a claims job"). With int8 weights every group dequantizes the weights again,
   // so groups are larger. 0: the whole batch in one pass. Other devices always take the batch
   // in one pass.
-  std::optional<int64_t> cpu_prefill_group_rows;
+  std::optional<int64_t> cpu_prefill_group_rows = std::nullopt;
   // Default: kNone, weights in `dtype`. kInt8: every matrix (projections, embedding and LM head)
   // is quantized per output row at load (symmetric, scale max|w| / 127), halving the bytes a
   // decode step reads; decode steps quantize their activations per row and multiply in
@@ -80,7 +80,8 @@ struct SequenceRange {
 // The groups a CPU prefill runs in (DecoderOptions::cpu_prefill_group_rows): consecutive
 // sequences, each group at most `rows` padded rows (its sequences x its longest new tokens)
 // unless one sequence alone is longer. Sequences without new tokens start no group (one
-// inside a group costs padding rows only).
+// inside a group costs padding rows only); a batch that is not one group covering every
+// sequence runs group by group.
 std::vector<SequenceRange> PrefillGroups(const std::vector<std::vector<int32_t>>& new_tokens, int64_t rows);
 
 // Keys and values of every layer for `batch` sequences of up to `max_tokens` tokens each.

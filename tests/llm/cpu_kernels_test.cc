@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -268,10 +269,12 @@ class CpuDecodeStepTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(MakeCheckpoint(spec, dir_.path()).ok());
   }
 
-  std::unique_ptr<Decoder> Load(bool cpu_kernels, DecoderOptions::Quantization quantization) {
-    auto decoder = Decoder::Load(
-        dir_.path(),
-        {.dtype = accelerator::Dtype::kBFloat16, .quantization = quantization, .cpu_kernels = cpu_kernels});
+  std::unique_ptr<Decoder> Load(bool cpu_kernels, DecoderOptions::Quantization quantization,
+                                std::optional<int64_t> prefill_group_rows = std::nullopt) {
+    auto decoder = Decoder::Load(dir_.path(), {.dtype = accelerator::Dtype::kBFloat16,
+                                               .cpu_prefill_group_rows = prefill_group_rows,
+                                               .quantization = quantization,
+                                               .cpu_kernels = cpu_kernels});
     EXPECT_TRUE(decoder.ok()) << decoder.error().ToString();
     return decoder.ok() ? std::move(decoder).value() : nullptr;
   }
@@ -376,11 +379,16 @@ TEST(CpuDecodeStep, TheKernelsThreadsRunInTheSchedulingClassOfTheThreadThatDecod
   EXPECT_EQ(started, 1);  // the pool's one worker (2 threads: the caller is the other)
 }
 
-TEST_P(CpuDecodeStepTest, Int8WeightsStayCloseToBfloat16AndPrefillUsesThemToo) {
+TEST_P(CpuDecodeStepTest, Int8WeightsStayCloseToBfloat16ThroughPrefillAndDecodeSteps) {
+  // The decode steps read the caches the int8 prefill filled, so a prefill that lost its
+  // weights' scales fails the bounds below too.
   const auto bf16 = Steps(*Load(false, DecoderOptions::Quantization::kNone));
   const auto int8 = Steps(*Load(true, DecoderOptions::Quantization::kInt8));
   const auto int8_libtorch = Steps(*Load(false, DecoderOptions::Quantization::kInt8));
   ASSERT_EQ(int8.size(), bf16.size());
+  // The kernels quantize activations, libtorch's pass does not: identical logits would mean
+  // the steps fell back to libtorch and nothing here tested the int8 kernels.
+  EXPECT_NE(int8, int8_libtorch);
   for (size_t i = 0; i < int8.size(); ++i) {
     EXPECT_GE(Cosine(int8[i], bf16[i]), 0.99) << "step row " << i;
     // libtorch's int8 pass multiplies by the dequantized weights with unquantized activations:
@@ -394,6 +402,46 @@ TEST_P(CpuDecodeStepTest, Int8WeightsStayCloseToBfloat16AndPrefillUsesThemToo) {
       worst = std::max(worst, std::fabs(int8[i][v] - int8_libtorch[i][v]));
     }
     EXPECT_LE(worst, kInt8WorstLogitDifference * largest) << "step row " << i;
+  }
+}
+
+TEST_P(CpuDecodeStepTest, APrefillInGroupsOfSeveralSequencesMatchesOnePassInBfloat16AndInt8) {
+  // A budget of 8 rows: the prompts form groups {0, 2} and {3, 5} (sequence 2 has none); the
+  // next pass, two tokens for sequence 2 and one for the others, groups {0, 4} and {4, 5},
+  // the last a one-token group that runs the kernels' decode step on a slice of the cache at
+  // an offset. Then plain decode steps over the caches the groups filled.
+  const std::vector<std::vector<std::vector<int32_t>>> steps = {{{5, 17, 3}, {7, 8}, {}, {40, 41, 42, 43}, {9}},
+                                                                {{1}, {}, {6, 7}, {11}, {12}},
+                                                                {{2}, {3}, {4}, {5}, {6}},
+                                                                {{21}, {22}, {23}, {24}, {25}}};
+  ASSERT_EQ(PrefillGroups(steps[0], 8), (std::vector<SequenceRange>{{0, 2}, {3, 5}}));
+  ASSERT_EQ(PrefillGroups(steps[1], 8), (std::vector<SequenceRange>{{0, 4}, {4, 5}}));
+  const auto run = [&](const Decoder& decoder) {
+    auto cache = decoder.NewCache(5, 32);
+    std::vector<std::vector<float>> rows;
+    for (const auto& step : steps) {
+      auto logits = decoder.Forward(cache.get(), step);
+      EXPECT_TRUE(logits.ok()) << logits.error().ToString();
+      if (!logits.ok()) break;
+      for (size_t i = 0; i < step.size(); ++i) {
+        EXPECT_EQ((*logits)[i].empty(), step[i].empty());
+        rows.push_back((*logits)[i]);
+      }
+    }
+    EXPECT_EQ(cache->lengths(), (std::vector<int64_t>{6, 4, 4, 7, 4}));
+    return rows;
+  };
+  for (const auto quantization : {DecoderOptions::Quantization::kNone, DecoderOptions::Quantization::kInt8}) {
+    const bool int8 = quantization == DecoderOptions::Quantization::kInt8;
+    const auto grouped = run(*Load(true, quantization, 8));
+    const auto whole = run(*Load(true, quantization, 0));
+    ASSERT_EQ(grouped.size(), whole.size());
+    for (size_t i = 0; i < grouped.size(); ++i) {
+      if (whole[i].empty()) continue;
+      // Groups multiply fewer rows at a time (with int8, few enough for the int8 kernel
+      // instead of the dequantized weights), so they round differently.
+      EXPECT_GE(Cosine(grouped[i], whole[i]), int8 ? 0.99 : 0.999) << (int8 ? "int8" : "bfloat16") << ", row " << i;
+    }
   }
 }
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The run-time choice of kernel set on x86 CPUs older than this one: the native selfcheck
+# (every set this binary holds, each against plain loops) under qemu-user emulating a CPU
+# with AVX2 but no AVX-512 (Haswell) and one with neither (Nehalem). Each must run exactly
+# the sets its CPU has, with no illegal instruction from a wider set (which would kill the
+# process: qemu raises SIGILL like the hardware).
+#   tests/llm/cpu_kernels_x86_levels_test.sh BUILD/tests/cpu_kernels_selfcheck
+set -euo pipefail
+selfcheck=$1
+check() {
+  local cpu=$1 expected=$2 out
+  out=$(qemu-x86_64-static -cpu "$cpu" "$selfcheck")
+  echo "--- $cpu"
+  echo "$out"
+  if grep -q "FAIL" <<<"$out"; then echo "a kernel disagrees with the plain loops on $cpu"; exit 1; fi
+  local sets
+  sets=$(grep ': ok$' <<<"$out" | cut -d: -f1 | xargs)
+  if [ "$sets" != "$expected" ]; then
+    echo "on $cpu the sets run were \"$sets\", expected \"$expected\""
+    exit 1
+  fi
+}
+check Haswell-v4 "portable avx2"
+check Nehalem "portable"
