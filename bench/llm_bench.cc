@@ -255,6 +255,77 @@ void BM_DecodeProducts(benchmark::State& state, const char* variant) {
   state.counters["weight_GB"] = DecodeWeightBytes(c, variant) / 1e9;
 }
 
+// What a CPU prefill with int8 weights does first, at every prefill group: every matrix of the
+// model (all layers' q, k, v, o, gate, up, down, and the output head) dequantized to bfloat16
+// by one kernel set, split over the pool's threads by rows. The output buffers are written
+// once before timing (the decoder's are new at every group: their page faults are not here).
+// The result is checked against the portable set's. GB_per_s counts int8 bytes read and
+// bfloat16 bytes written.
+void BM_DequantizeInt8(benchmark::State& state, txscore::llm::cpu::Isa isa) {
+  namespace cpu = txscore::llm::cpu;
+  const cpu::KernelSet* kernels = cpu::KernelsFor(isa);
+  if (kernels == nullptr) {
+    state.SkipWithError("this CPU does not run this kernel set");
+    return;
+  }
+  const auto& c = Model("int8").config();
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  struct Matrix {
+    std::vector<int8_t> values;
+    std::vector<float> scales;
+    std::vector<cpu::Bf16> out;
+    int64_t rows = 0, cols = 0;
+  };
+  std::vector<Matrix> matrices;
+  uint32_t seed = 12345;
+  auto add = [&](int64_t rows, int64_t cols) {
+    Matrix& m = matrices.emplace_back();
+    m.rows = rows;
+    m.cols = cols;
+    m.values.resize(static_cast<size_t>(rows * cols));
+    for (int8_t& v : m.values) {
+      v = static_cast<int8_t>((static_cast<int>((seed = seed * 1664525u + 1013904223u) >> 24) - 128) |
+                              1);  // odd, -127..127
+    }
+    for (int64_t r = 0; r < rows; ++r) m.scales.push_back(0.001f + static_cast<float>(r % 97) * 1e-5f);
+    m.out.assign(m.values.size(), 0);
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add(q, h);
+    add(kv, h);
+    add(kv, h);
+    add(h, q);
+    add(c.intermediate_size, h);
+    add(c.intermediate_size, h);
+    add(h, c.intermediate_size);
+  }
+  add(c.vocab_size, h);
+  cpu::WorkerPool pool(g_threads);
+  auto dequantize = [&](const cpu::KernelSet& set, Matrix& m, cpu::Bf16* dest) {
+    const cpu::Int8Matrix w{.values = m.values.data(), .scales = m.scales.data(), .rows = m.rows, .cols = m.cols};
+    cpu::ParallelRanges(pool, m.rows, 16,
+                        [&](int64_t begin, int64_t end) { set.dequantize_int8(w, begin, end, dest); });
+  };
+  for (auto _ : state) {
+    for (Matrix& m : matrices) dequantize(*kernels, m, m.out.data());
+    benchmark::DoNotOptimize(matrices.back().out.data());
+  }
+  // Checked after the timing: every matrix, against the portable set's bits.
+  std::vector<cpu::Bf16> reference;
+  for (Matrix& m : matrices) {
+    reference.assign(m.out.size(), 0);
+    dequantize(*cpu::KernelsFor(cpu::Isa::kPortable), m, reference.data());
+    if (reference != m.out) {
+      state.SkipWithError("the dequantized values differ from the portable set's");
+      break;
+    }
+  }
+  int64_t elements = 0;
+  for (const Matrix& m : matrices) elements += m.rows * m.cols;
+  state.counters["GB_per_s"] =
+      benchmark::Counter(3.0 * static_cast<double>(elements) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
 // Every matrix of the model (all layers' q, k, v, o, gate, up, down, and the output head)
 // times a single vector, in the model's dtype: the bandwidth floor of one decode step.
 void BM_WeightStreamFloor(benchmark::State& state, const char* dtype) {
@@ -369,6 +440,13 @@ BENCHMARK_CAPTURE(BM_DecodeProducts, bfloat16, "bfloat16")->Unit(benchmark::kMil
 BENCHMARK_CAPTURE(BM_DecodeProducts, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, int8, "int8")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_WeightStreamFloor, bfloat16, "bfloat16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DequantizeInt8, portable, txscore::llm::cpu::Isa::kPortable)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_DequantizeInt8, avx2, txscore::llm::cpu::Isa::kAvx2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DequantizeInt8, avx512, txscore::llm::cpu::Isa::kAvx512)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {

@@ -544,8 +544,9 @@ class TorchDecoder : public Decoder {
       torch::Tensor out = torch::empty(w.values.sizes(), torch::kBFloat16);
       const cpu::Int8Matrix matrix = Int8View(w);
       auto* dest = reinterpret_cast<cpu::Bf16*>(out.data_ptr<at::BFloat16>());
-      cpu::ParallelRanges(Pool(), matrix.rows, 16,
-                          [&](int64_t begin, int64_t end) { cpu::DequantizeInt8Rows(matrix, begin, end, dest); });
+      cpu::ParallelRanges(Pool(), matrix.rows, 16, [&](int64_t begin, int64_t end) {
+        cpu::BestKernels().dequantize_int8(matrix, begin, end, dest);
+      });
       return out;
     }
     const torch::Tensor flat = ids.reshape({-1});

@@ -31,9 +31,7 @@ std::vector<const KernelSet*> AvailableKernels();
 // Quantizes rows of float weights per row (scale max|w| / 127, round to nearest): values
 // rows x cols, scales and row_sums rows each. An all-zero row gets scale 0.
 void QuantizeInt8Rows(const float* w, int64_t rows, int64_t cols, int8_t* values, float* scales, int32_t* row_sums);
-// Rows [row_begin, row_end) of w back to bfloat16 (values * scale, rounded as libtorch
-// rounds): row r at out + r * w.cols.
-void DequantizeInt8Rows(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out);
+// Back from int8 to bfloat16: KernelSet::dequantize_int8.
 // Quantizes `rows` activation rows (bfloat16) per row for gemv_int8: values rows x cols, scales rows.
 void QuantizeActivations(const Bf16* x, int64_t rows, int64_t cols, uint8_t* values, float* scales);
 

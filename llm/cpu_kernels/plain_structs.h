@@ -68,6 +68,11 @@ struct KernelSet {
   // weighted sum of cached values (bfloat16), in float32.
   void (*weighted_sum_bf16)(const float* weights, const Bf16* v, int64_t tokens, int64_t stride, int64_t dims,
                             float* out) = nullptr;
+  // Rows [row_begin, row_end) of w back to bfloat16: values * scale, rounded to nearest even
+  // as libtorch rounds (a NaN stays NaN); row r at out + r * w.cols. What a CPU prefill with
+  // int8 weights multiplies by (the whole matrix at every prefill group); every set gives
+  // bit-identical results.
+  void (*dequantize_int8)(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out) = nullptr;
 };
 
 }  // namespace txscore::llm::cpu

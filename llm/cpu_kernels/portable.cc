@@ -64,11 +64,20 @@ void PortableWeightedSumBf16(const float* weights, const Bf16* v, int64_t tokens
   }
 }
 
+void PortableDequantizeInt8(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int8_t* row = w.values + r * w.cols;
+    Bf16* dest = out + r * w.cols;
+    for (int64_t k = 0; k < w.cols; ++k) dest[k] = FloatToBf16(static_cast<float>(row[k]) * w.scales[r]);
+  }
+}
+
 const KernelSet kPortableKernels = {
     .isa = Isa::kPortable,
     .gemv_bf16 = PortableGemvBf16,
     .gemv_int8 = PortableGemvInt8,
     .weighted_sum_bf16 = PortableWeightedSumBf16,
+    .dequantize_int8 = PortableDequantizeInt8,
 };
 
 bool CpuRuns(Isa isa) {
@@ -136,14 +145,6 @@ void QuantizeInt8Rows(const float* w, int64_t rows, int64_t cols, int8_t* values
     }
     scales[r] = scale;
     row_sums[r] = sum;
-  }
-}
-
-void DequantizeInt8Rows(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out) {
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const int8_t* row = w.values + r * w.cols;
-    Bf16* dest = out + r * w.cols;
-    for (int64_t k = 0; k < w.cols; ++k) dest[k] = FloatToBf16(static_cast<float>(row[k]) * w.scales[r]);
   }
 }
 

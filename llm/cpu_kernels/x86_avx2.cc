@@ -108,6 +108,36 @@ void WeightedSumBf16(const float* weights, const Bf16* v, int64_t tokens, int64_
   }
 }
 
+// Eight floats to bfloat16 bits, rounded to nearest even as FloatToBf16 rounds; a NaN
+// becomes quiet.
+__m128i RoundToBf16Bits(__m256 value) {
+  const __m256i bits = _mm256_castps_si256(value);
+  const __m256i upper = _mm256_srli_epi32(bits, 16);
+  const __m256i rounding = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(upper, _mm256_set1_epi32(1)));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, rounding), 16);
+  const __m256i quiet = _mm256_or_si256(upper, _mm256_set1_epi32(0x40));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(value, value, _CMP_UNORD_Q));
+  const __m256i result = _mm256_blendv_epi8(rounded, quiet, nan);
+  // Every lane is below 2^16, so the unsigned saturating pack keeps it as it is.
+  return _mm_packus_epi32(_mm256_castsi256_si128(result), _mm256_extracti128_si256(result, 1));
+}
+
+void DequantizeInt8(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int8_t* row = w.values + r * w.cols;
+    Bf16* dest = out + r * w.cols;
+    const float scale = w.scales[r];
+    const __m256 scales = _mm256_set1_ps(scale);
+    int64_t k = 0;
+    for (; k + 8 <= w.cols; k += 8) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k));
+      const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dest + k), RoundToBf16Bits(_mm256_mul_ps(values, scales)));
+    }
+    for (; k < w.cols; ++k) dest[k] = FloatToBf16(static_cast<float>(row[k]) * scale);
+  }
+}
+
 }  // namespace
 
 extern const KernelSet kAvx2Kernels;
@@ -116,6 +146,7 @@ const KernelSet kAvx2Kernels = {
     .gemv_bf16 = GemvBf16,
     .gemv_int8 = GemvInt8,
     .weighted_sum_bf16 = WeightedSumBf16,
+    .dequantize_int8 = DequantizeInt8,
 };
 
 }  // namespace txscore::llm::cpu

@@ -209,6 +209,37 @@ void WeightedSumBf16(const float* weights, const Bf16* v, int64_t tokens, int64_
   }
 }
 
+// Sixteen floats to bfloat16 bits, rounded to nearest even as FloatToBf16 rounds (integer
+// arithmetic, not vcvtneps2bf16, which flushes subnormals to zero); a NaN becomes quiet.
+__m256i RoundToBf16Bits(__m512 value) {
+  const __m512i bits = _mm512_castps_si512(value);
+  const __m512i upper = _mm512_srli_epi32(bits, 16);
+  const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(upper, _mm512_set1_epi32(1)));
+  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, rounding), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q);
+  rounded = _mm512_mask_or_epi32(rounded, nan, upper, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(rounded);
+}
+
+void DequantizeInt8(const Int8Matrix& w, int64_t row_begin, int64_t row_end, Bf16* out) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int8_t* row = w.values + r * w.cols;
+    Bf16* dest = out + r * w.cols;
+    const __m512 scale = _mm512_set1_ps(w.scales[r]);
+    int64_t k = 0;
+    for (; k + 16 <= w.cols; k += 16) {
+      const __m512 values =
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k))));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dest + k), RoundToBf16Bits(_mm512_mul_ps(values, scale)));
+    }
+    if (k < w.cols) {
+      const auto mask = static_cast<__mmask16>((1u << (w.cols - k)) - 1);
+      const __m512 values = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, row + k)));
+      _mm256_mask_storeu_epi16(dest + k, mask, RoundToBf16Bits(_mm512_mul_ps(values, scale)));
+    }
+  }
+}
+
 }  // namespace
 
 extern const KernelSet kAvx512Kernels;
@@ -217,6 +248,7 @@ const KernelSet kAvx512Kernels = {
     .gemv_bf16 = GemvBf16,
     .gemv_int8 = GemvInt8,
     .weighted_sum_bf16 = WeightedSumBf16,
+    .dequantize_int8 = DequantizeInt8,
 };
 
 }  // namespace txscore::llm::cpu

@@ -240,9 +240,10 @@ int RunConformance(ConformanceOptions options) {
 
 void AddConformanceCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<ConformanceOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "conformance",
-      "Run each model on each device against the CPU in float32; write a JSON file and a Markdown matrix");
+  CLI::App* cmd =
+      app.add_subcommand("conformance",
+                         "Run each model on each device against the CPU in float32, and the CPU with int8 weights (the "
+                         "quantization's cost: cosine and greedy agreement); write a JSON file and a Markdown matrix");
   cmd->add_option("--models", options->models, "Checkpoint directories (default: a generated tiny one per family)");
   cmd->add_option("--devices", options->devices, "Device kinds to check, e.g. cpu emulated cuda (default: all found)")
       ->delimiter(',');

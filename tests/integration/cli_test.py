@@ -465,6 +465,8 @@ def check_conformance_reports_what_int8_weights_cost_per_family(txscore):
             assert row["device"].endswith("int8 weights") and row["dtype"] == "bfloat16", row
             assert row["passed"] and row["min_cosine"] >= 0.99 and 0 <= row["greedy_agreement"] <= 4, row
         assert "int8 weights" in r.stdout, r.stdout
+    r = run(txscore, "conformance", "--help")
+    assert r.returncode == 0 and "the CPU with int8 weights" in r.stdout, r
 
 
 def check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device(txscore):

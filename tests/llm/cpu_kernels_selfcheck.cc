@@ -82,6 +82,17 @@ int main() {
         Check(out[m * kRows + r] == expected, name + " int8 product row " + std::to_string(r));
       }
     }
+    std::vector<Bf16> dequantized(w.size());
+    set->dequantize_int8({wq.data(), w_scales.data(), row_sums.data(), kRows, kCols}, 0, kRows, dequantized.data());
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t k = 0; k < kCols; ++k) {
+        // Exact in double (an int8 times a float fits), rounded to float as a float multiply
+        // rounds it, then to bfloat16.
+        const double exact = static_cast<double>(wq[r * kCols + k]) * w_scales[r];
+        Check(dequantized[r * kCols + k] == FloatToBf16(static_cast<float>(exact)),
+              name + " dequantized row " + std::to_string(r) + " column " + std::to_string(k));
+      }
+    }
     std::vector<float> weights(kRows), sum(64, 0.25f);
     for (int64_t t = 0; t < kRows; ++t) weights[t] = 1.0f / static_cast<float>(t + 1);
     set->weighted_sum_bf16(weights.data(), w16.data(), kRows, kCols, 64, sum.data());

@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -114,6 +115,68 @@ TEST_P(KernelSetTest, Int8ProductIsTheExactIntegerProductScaled) {
       EXPECT_EQ(out[static_cast<size_t>(m * kRows + r)], expected[m][r].item<float>()) << "row " << r;
     }
   }
+}
+
+// Against libtorch's float32 product rounded to bfloat16, bit for bit: random rows, two rows
+// whose products are exact ties (1 * (1 + 2^-8) lies halfway between two bfloat16 values and
+// rounds down to the even one; 1 * (1 + 3 * 2^-8) rounds up to it: so rounding half down and
+// half up both fail), a subnormal scale (rounded, not flushed to zero), a zero scale and a
+// NaN one whose payload is all ones (rounding its bits as a number's would carry into the
+// sign: -0); NaN's payload is not compared, libtorch's differs between its own paths. The
+// buffer has a guard after it.
+TEST_P(KernelSetTest, DequantizedInt8RowsAreLibtorchsBfloat16RoundingOfValuesTimesScales) {
+  const torch::Tensor w = RandomBf16({kRows, kCols}, 8).to(torch::kFloat32).contiguous();
+  torch::Tensor values = torch::empty({kRows, kCols}, torch::kInt8), scales = torch::empty({kRows}),
+                row_sums = torch::empty({kRows}, torch::kInt32);
+  QuantizeInt8Rows(w.data_ptr<float>(), kRows, kCols, values.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                   row_sums.data_ptr<int32_t>());
+  constexpr int64_t kTieDownRow = 3, kSubnormalRow = 4, kZeroRow = 5, kNanRow = 6, kTieUpRow = 7;
+  float* scale_data = scales.data_ptr<float>();
+  scale_data[kTieDownRow] = 1.0f + 1.0f / 256;
+  scale_data[kTieUpRow] = 1.0f + 3.0f / 256;
+  scale_data[kSubnormalRow] = 1e-40f;
+  scale_data[kZeroRow] = 0.0f;
+  const uint32_t nan_bits = 0x7fffffff;  // written as bits: nothing on the way may quiet it
+  std::memcpy(&scale_data[kNanRow], &nan_bits, sizeof nan_bits);
+  constexpr int64_t kGuard = 32;
+  constexpr Bf16 kUnwritten = 0xdead;
+  std::vector<Bf16> out(static_cast<size_t>(kRows * kCols + kGuard), kUnwritten);
+  const Int8Matrix matrix{.values = values.data_ptr<int8_t>(),
+                          .scales = scales.data_ptr<float>(),
+                          .row_sums = row_sums.data_ptr<int32_t>(),
+                          .rows = kRows,
+                          .cols = kCols};
+  // Rows 9.. one at a time, last first, then 0..8 in one call: a row is written after the
+  // one that follows it, so a row whose tail spills into the next one is seen.
+  for (int64_t r = kRows - 1; r >= 9; --r) kernels_->dequantize_int8(matrix, r, r + 1, out.data());
+  kernels_->dequantize_int8(matrix, 0, 9, out.data());
+  const torch::Tensor expected = (values.to(torch::kFloat32) * scales.unsqueeze(1)).to(torch::kBFloat16).contiguous();
+  const Bf16* expected_bits = Data(expected);
+  const auto* value_bytes = values.data_ptr<int8_t>();
+  int ties_down = 0, ties_up = 0;
+  for (int64_t i = 0; i < kRows * kCols; ++i) {
+    const auto at = static_cast<size_t>(i);
+    if (i / kCols == kNanRow) {
+      EXPECT_TRUE(std::isnan(Bf16ToFloat(out[at]))) << "element " << i;
+      continue;
+    }
+    EXPECT_EQ(out[at], expected_bits[i]) << "row " << i / kCols << ", column " << i % kCols;
+    // The premise: libtorch rounds these ties to even, down in one row and up in the other.
+    if (value_bytes[i] == 1 && i / kCols == kTieDownRow) {
+      ++ties_down;
+      EXPECT_EQ(expected_bits[i], 0x3f80);
+    }
+    if (value_bytes[i] == 1 && i / kCols == kTieUpRow) {
+      ++ties_up;
+      EXPECT_EQ(expected_bits[i], 0x3f82);
+    }
+  }
+  for (int64_t i = kRows * kCols; i < kRows * kCols + kGuard; ++i) {
+    EXPECT_EQ(out[static_cast<size_t>(i)], kUnwritten) << "written past the matrix at " << i;
+  }
+  EXPECT_GT(ties_down, 0) << "the tie rows must hold a 1 for the ties to be tested";
+  EXPECT_GT(ties_up, 0) << "the tie rows must hold a 1 for the ties to be tested";
+  EXPECT_GT(expected[kSubnormalRow].abs().max().item<float>(), 0.0f) << "the subnormal row must not be all zero";
 }
 
 TEST_P(KernelSetTest, WeightedSumOfValuesEqualsLibtorchsProduct) {
