@@ -45,8 +45,9 @@ struct DecoderOptions {
   // a group's activations stay a few MB: one padded pass over 16 prompts of 418 tokens made
   // each MLP intermediate 65 MB (mapped and faulted in again on every layer) and split
   // attention into blocks of 11 query rows, and took 2.9x as long (docs/performance.md,
-  // "Claims/s of a claims job"). With int8 weights every group dequantizes the weights again,
-  // so groups are larger. 0: the whole batch in one pass. Other devices always take the batch
+  // "Claims/s of a claims job"). With int8 weights, where every group dequantizes the weights
+  // again, 2048 rows measured faster than 512 (docs/performance.md, "The LLM on the CPU").
+  // 0: the whole batch in one pass. Other devices always take the batch
   // in one pass.
   std::optional<int64_t> cpu_prefill_group_rows = std::nullopt;
   // Default: kNone, weights in `dtype`. kInt8: every matrix (projections, embedding and LM head)
