@@ -505,6 +505,17 @@ TEST_P(CpuDecodeStepTest, APrefillInGroupsOfSeveralSequencesMatchesOnePassInBflo
       // instead of the dequantized weights), so they round differently.
       EXPECT_GE(Cosine(grouped[i], whole[i]), int8 ? 0.99 : 0.999) << (int8 ? "int8" : "bfloat16") << ", row " << i;
     }
+    // That the groups ran: the prompts' first group, {0, 2}, is the same computation as those
+    // two sequences alone in one pass, to the bit.
+    auto alone_decoder = Load(true, quantization, 0);
+    auto alone_cache = alone_decoder->NewCache(2, 32);
+    const auto alone = alone_decoder->Forward(alone_cache.get(), {steps[0][0], steps[0][1]});
+    ASSERT_TRUE(alone.ok()) << alone.error().ToString();
+    EXPECT_EQ(grouped[0], (*alone)[0]) << (int8 ? "int8" : "bfloat16");
+    EXPECT_EQ(grouped[1], (*alone)[1]) << (int8 ? "int8" : "bfloat16");
+    // With int8 the whole batch's 20 rows take the dequantized weights and the group's 6 the
+    // int8 kernel: the check above tells the two apart.
+    if (int8) EXPECT_NE(whole[0], (*alone)[0]);
   }
 }
 

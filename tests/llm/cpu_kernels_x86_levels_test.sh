@@ -24,7 +24,8 @@ check() {
   echo "$out"
   if grep -q "FAIL" <<<"$out"; then echo "a kernel disagrees with the plain loops on $cpu"; exit 1; fi
   local sets
-  sets=$(grep ': ok$' <<<"$out" | cut -d: -f1 | xargs)
+  sets=$(grep ': ok$' <<<"$out" | grep -v '^worker pool' | cut -d: -f1 | xargs)
+  if ! grep -q '^worker pool (3 threads): ok$' <<<"$out"; then echo "the worker pool's check did not pass on $cpu"; exit 1; fi
   if [ "$sets" != "$expected" ]; then
     echo "on $cpu the sets run were \"$sets\", expected \"$expected\""
     exit 1
