@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -255,6 +256,26 @@ void BM_DecodeProducts(benchmark::State& state, const char* variant) {
   state.counters["weight_GB"] = DecodeWeightBytes(c, variant) / 1e9;
 }
 
+// Every matrix a decode step reads, as {rows, cols}: each layer's q, k, v, o, gate, up and
+// down, then the output head.
+std::vector<std::array<int64_t, 2>> ModelMatrixShapes(const txscore::llm::ModelConfig& c) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::vector<std::array<int64_t, 2>> shapes;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const auto& shape : {std::array<int64_t, 2>{q, h},
+                              {kv, h},
+                              {kv, h},
+                              {h, q},
+                              {c.intermediate_size, h},
+                              {c.intermediate_size, h},
+                              {h, c.intermediate_size}}) {
+      shapes.push_back(shape);
+    }
+  }
+  shapes.push_back({c.vocab_size, h});
+  return shapes;
+}
+
 // What a CPU prefill with int8 weights does first, at every prefill group: every matrix of the
 // model (all layers' q, k, v, o, gate, up, down, and the output head) dequantized to bfloat16
 // by one kernel set, split over the pool's threads by rows. The output buffers are written
@@ -268,8 +289,6 @@ void BM_DequantizeInt8(benchmark::State& state, txscore::llm::cpu::Isa isa) {
     state.SkipWithError("this CPU does not run this kernel set");
     return;
   }
-  const auto& c = Model("int8").config();
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   struct Matrix {
     std::vector<int8_t> values;
     std::vector<float> scales;
@@ -290,16 +309,7 @@ void BM_DequantizeInt8(benchmark::State& state, txscore::llm::cpu::Isa isa) {
     for (int64_t r = 0; r < rows; ++r) m.scales.push_back(0.001f + static_cast<float>(r % 97) * 1e-5f);
     m.out.assign(m.values.size(), 0);
   };
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add(q, h);
-    add(kv, h);
-    add(kv, h);
-    add(h, q);
-    add(c.intermediate_size, h);
-    add(c.intermediate_size, h);
-    add(h, c.intermediate_size);
-  }
-  add(c.vocab_size, h);
+  for (const auto& [rows, cols] : ModelMatrixShapes(Model("int8").config())) add(rows, cols);
   cpu::WorkerPool pool(g_threads);
   auto dequantize = [&](const cpu::KernelSet& set, Matrix& m, cpu::Bf16* dest) {
     const cpu::Int8Matrix w{.values = m.values.data(), .scales = m.scales.data(), .rows = m.rows, .cols = m.cols};
@@ -331,20 +341,8 @@ void BM_DequantizeInt8(benchmark::State& state, txscore::llm::cpu::Isa isa) {
 void BM_WeightStreamFloor(benchmark::State& state, const char* dtype) {
   const auto& c = Model(dtype).config();
   const auto scalar = std::strcmp(dtype, "bfloat16") == 0 ? torch::kBFloat16 : torch::kFloat32;
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   std::vector<torch::Tensor> weights;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (auto shape : {std::vector<int64_t>{q, h},
-                       {kv, h},
-                       {kv, h},
-                       {h, q},
-                       {c.intermediate_size, h},
-                       {c.intermediate_size, h},
-                       {h, c.intermediate_size}}) {
-      weights.push_back(torch::randn(shape).to(scalar));
-    }
-  }
-  weights.push_back(torch::randn({c.vocab_size, h}).to(scalar));
+  for (const auto& [rows, cols] : ModelMatrixShapes(c)) weights.push_back(torch::randn({rows, cols}).to(scalar));
   std::map<int64_t, torch::Tensor> inputs;
   for (const auto& w : weights) inputs.emplace(w.size(1), torch::randn({1, w.size(1)}).to(scalar));
   torch::NoGradGuard no_grad;
