@@ -48,7 +48,7 @@ AppendOnlyFile::~AppendOnlyFile() {
 
 Status AppendOnlyFile::Open(const std::string& path, int64_t keep) {
   path_ = path;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) return Internal("cannot open " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return Internal("cannot stat " + path + ": " + std::strerror(errno));

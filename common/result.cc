@@ -1,5 +1,7 @@
 #include "common/result.h"
 
+#include "common/pan_scan.h"
+
 namespace txscore {
 
 const char* ErrorCodeName(ErrorCode code) {
@@ -24,6 +26,11 @@ const char* ErrorCodeName(ErrorCode code) {
       return "resource exhausted";
   }
   return "unknown";
+}
+
+std::string RedactCardNumbersIn(std::string message) {
+  if (!ContainsPan(message)) return message;
+  return RedactPans(message);
 }
 
 std::string Error::ToString() const {

@@ -36,8 +36,12 @@ struct Error {
   std::string ToString() const;
 };
 
+// `message` with card numbers redacted (common/pan_scan.h, RedactPans). An invalid argument's
+// message is built from what a caller sent, and goes back to it, into logs, job outputs and the
+// audit trail: every one passes here, whichever validation built it.
+std::string RedactCardNumbersIn(std::string message);
 inline Error InvalidArgument(std::string message, std::string field = {}) {
-  return Error{ErrorCode::kInvalidArgument, std::move(message), std::move(field)};
+  return Error{ErrorCode::kInvalidArgument, RedactCardNumbersIn(std::move(message)), std::move(field)};
 }
 inline Error NotFound(std::string message) { return Error{ErrorCode::kNotFound, std::move(message), {}}; }
 // `field`: the input at fault, when callers act on which (e.g. "input" for a changed file).

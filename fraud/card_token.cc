@@ -2,38 +2,18 @@
 
 #include <openssl/crypto.h>
 
-#include "fraud/pan_scan.h"
+#include "common/pan_scan.h"
 
 namespace txscore::fraud {
 
-namespace {
-
-// The Luhn sum of `digits` (ASCII digits only), doubling every second digit from the right,
-// starting with the rightmost when `double_rightmost`.
-int LuhnSum(std::string_view digits, bool double_rightmost) {
-  int sum = 0;
-  bool double_it = double_rightmost;
-  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-    int d = *it - '0';
-    if (double_it) {
-      d *= 2;
-      if (d > 9) d -= 9;
-    }
-    sum += d;
-    double_it = !double_it;
-  }
-  return sum;
-}
-
-}  // namespace
-
-bool LuhnValid(std::string_view digits) {
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  return LuhnSum(digits, /*double_rightmost=*/false) % 10 == 0;
-}
-
 char LuhnCheckDigit(std::string_view digits) {
-  return static_cast<char>('0' + (10 - LuhnSum(digits, /*double_rightmost=*/true) % 10) % 10);
+  std::string number(digits);
+  number.push_back('0');
+  for (char d = '0'; d <= '9'; ++d) {  // exactly one of the ten completes a valid number
+    number.back() = d;
+    if (LuhnValid(number)) return d;
+  }
+  return '0';  // `digits` held something else than ASCII digits
 }
 
 Status ValidatePan(std::string_view pan) {
@@ -112,7 +92,11 @@ Status CardTokenizer::CheckCallerToken(std::string_view token, const char* field
   }
   // A legacy-looking token when the keyset has no legacy key is a caller's own 64-hex form.
   if (id == kLegacyKeyId) return Status::Ok();
-  return InvalidArgument("was made with key " + id + ", which this server's keyset does not hold", field);
+  // The key id is the caller's text (what comes before the 64 hex digits): never echoed.
+  return InvalidArgument(
+      "was made with a key this server's keyset does not hold (the id before the 64 hex digits "
+      "names none of its keys)",
+      field);
 }
 
 void WipeBytes(void* data, size_t size) {

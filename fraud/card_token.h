@@ -11,13 +11,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/pan_scan.h"  // LuhnValid
 #include "common/result.h"
 #include "fraud/keyset.h"
 
 namespace txscore::fraud {
-
-// True when `digits` is all ASCII digits and passes the Luhn check.
-bool LuhnValid(std::string_view digits);
 
 // The Luhn check digit that completes `digits` (ASCII digits) into a valid number.
 char LuhnCheckDigit(std::string_view digits);

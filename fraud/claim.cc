@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/pan_scan.h"
 #include "common/utf8.h"
-#include "fraud/pan_scan.h"
 
 namespace txscore::fraud {
 namespace {

@@ -50,7 +50,7 @@ struct Claim {
   double policy_limit = 0;
   int64_t prior_claims = 0;
   std::string provider_id;
-  std::string narrative;       // card numbers in it redacted (fraud/pan_scan.h)
+  std::string narrative;       // card numbers in it redacted (common/pan_scan.h)
   std::string adjuster_notes;  // likewise
 };
 

@@ -10,13 +10,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/durable_file.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
+#include "fraud/card_token.h"  // WipeString
 
 namespace txscore::fraud {
 namespace {
@@ -200,6 +203,20 @@ Status CheckSuccessor(const Keyset& running, const Keyset& next) {
   return Status::Ok();
 }
 
+namespace {
+
+// Wipes every string a JSON document holds (its secret_hex values) before it is freed.
+template <typename Json>
+void WipeStrings(Json* doc) {
+  if (doc->is_string()) {
+    WipeString(doc->template get_ptr<std::string*>());
+  } else if (doc->is_structured()) {
+    for (auto& item : *doc) WipeStrings(&item);
+  }
+}
+
+}  // namespace
+
 std::string SerializeKeyset(const Keyset& keyset) {
   nlohmann::ordered_json keys = nlohmann::ordered_json::array();
   for (const KeysetKey& key : keyset.keys()) {
@@ -208,12 +225,20 @@ std::string SerializeKeyset(const Keyset& keyset) {
                     {"created_ms", key.created_ms},
                     {"secret_hex", HexOfBytes(key.secret)}});
   }
-  nlohmann::ordered_json doc = {{"format", kFormat}, {"version", 1}, {"keys", keys}};
-  return doc.dump(2) + "\n";
+  nlohmann::ordered_json doc = {{"format", kFormat}, {"version", 1}, {"keys", std::move(keys)}};
+  WipeStrings(&keys);  // whatever an initializer list copied rather than moved
+  std::string text = doc.dump(2) + "\n";
+  WipeStrings(&doc);
+  return text;
 }
 
 Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where) {
-  const nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  // The parsed secrets (secret_hex) are wiped however this returns.
+  struct WipeOnReturn {
+    nlohmann::json* doc;
+    ~WipeOnReturn() { WipeStrings(doc); }
+  } wipe_doc{&doc};
   if (doc.is_discarded() || !doc.is_object()) return InvalidArgument(where + ": not a JSON object");
   std::vector<KeysetKey> keys;
   try {
@@ -235,7 +260,7 @@ Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where)
                                "\"; a state is primary, active or retired");
       }
       key.created_ms = entry.value("created_ms", int64_t{0});
-      if (!FromHex(entry.at("secret_hex").get<std::string>(), &key.secret)) {
+      if (!FromHex(entry.at("secret_hex").get_ref<const std::string&>(), &key.secret)) {
         return InvalidArgument(where + ": key " + key.id + ": secret_hex is not hex");
       }
       keys.push_back(std::move(key));
@@ -322,26 +347,59 @@ Result<std::string> UnwrapKeyset(const std::string& wrapped_json, const std::str
   return plain;
 }
 
+namespace {
+
+// Key-encryption keys taken out of the environment (by variable name): kept for the reloads
+// that read them again. Never freed: they live as long as the keys they unwrap.
+struct TakenKeks {
+  std::mutex mutex;
+  std::map<std::string, std::string> by_variable;
+};
+TakenKeks& Taken() {
+  static auto* taken = new TakenKeks();
+  return *taken;
+}
+
+}  // namespace
+
 Result<std::string> LoadKek(const KekSource& source) {
   if (!source.file.empty() && !source.env.empty()) {
     return InvalidArgument("give the key-encryption key as a file or as an environment variable, not both");
   }
   std::string text, where;
+  char* environment_value = nullptr;
   if (!source.file.empty()) {
     TXSCORE_RETURN_IF_ERROR(CheckPrivate(source.file, "key-encryption key file"));
     TXSCORE_ASSIGN_OR_RETURN(text, ReadFileBounded(source.file, 4096, "key-encryption key file"));
     where = "key-encryption key file " + source.file;
   } else {
-    const char* value = std::getenv(source.env.c_str());
-    if (value == nullptr)
+    {
+      std::lock_guard<std::mutex> lock(Taken().mutex);
+      if (const auto it = Taken().by_variable.find(source.env); it != Taken().by_variable.end()) return it->second;
+    }
+    environment_value = std::getenv(source.env.c_str());
+    if (environment_value == nullptr) {
       return NotFound("the environment variable " + source.env + " (the key-encryption key) is not set");
-    text = value;
+    }
+    text = environment_value;
     where = "the environment variable " + source.env;
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   std::string kek;
-  if (text.size() != 2 * kKeyBytes || !FromHex(text, &kek)) {
+  const bool valid = text.size() == 2 * kKeyBytes && FromHex(text, &kek);
+  WipeString(&text);
+  if (!valid) {
+    WipeString(&kek);
     return InvalidArgument(where + " must hold 64 hex digits (32 bytes; openssl rand -hex 32)");
+  }
+  if (environment_value != nullptr) {
+    // Taken out of the environment: the value wiped where it lies (/proc/PID/environ shows the
+    // initial environment block) and the variable removed, so that no child process or reader of
+    // the environment sees it; later reloads find it here.
+    std::lock_guard<std::mutex> lock(Taken().mutex);
+    Taken().by_variable.emplace(source.env, kek);
+    OPENSSL_cleanse(environment_value, std::strlen(environment_value));
+    ::unsetenv(source.env.c_str());
   }
   return kek;
 }
@@ -349,6 +407,10 @@ Result<std::string> LoadKek(const KekSource& source) {
 Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
   TXSCORE_RETURN_IF_ERROR(CheckPrivate(path, "keyset file"));
   TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "keyset file"));
+  struct WipeOnReturn {  // the file's text (the keyset in clear, or unwrapped) however this returns
+    std::string* text;
+    ~WipeOnReturn() { WipeString(text); }
+  } wipe_text{&text};
   const size_t first = text.find_first_not_of(" \t\r\n");
   // A keyset is JSON text; a raw key is random bytes, which may begin with '{' too (one file in
   // 256): random bytes are never all printable, so they are not taken for a broken keyset.
@@ -374,8 +436,11 @@ Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
                                 " is wrapped: give its key-encryption key (security.kek_file or kek_env in the "
                                 "settings; --kek-file or --kek-env for txscore keys)");
     }
-    TXSCORE_ASSIGN_OR_RETURN(const std::string key, LoadKek(kek));
-    TXSCORE_ASSIGN_OR_RETURN(text, UnwrapKeyset(text, key, "keyset file " + path));
+    TXSCORE_ASSIGN_OR_RETURN(std::string key, LoadKek(kek));
+    Result<std::string> plain = UnwrapKeyset(text, key, "keyset file " + path);
+    WipeString(&key);
+    if (!plain.ok()) return plain.error();
+    text = std::move(*plain);
   }
   return ParseKeyset(text, "keyset file " + path);
 }
@@ -383,8 +448,12 @@ Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
 Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource& kek) {
   std::string text = SerializeKeyset(keyset);
   if (!kek.empty()) {
-    TXSCORE_ASSIGN_OR_RETURN(const std::string key, LoadKek(kek));
-    TXSCORE_ASSIGN_OR_RETURN(text, WrapKeyset(text, key));
+    TXSCORE_ASSIGN_OR_RETURN(std::string key, LoadKek(kek));
+    Result<std::string> wrapped = WrapKeyset(text, key);
+    WipeString(&key);
+    WipeString(&text);
+    if (!wrapped.ok()) return wrapped.error();
+    text = std::move(*wrapped);
   }
   // Written beside it, then renamed over it: a crash leaves the old keyset or the new one,
   // never a truncated file (which would lose every key, and every card's history with it).

@@ -5,9 +5,9 @@
 
 #include <cmath>
 
+#include "common/pan_scan.h"
 #include "fraud/country.h"
 #include "fraud/currency.h"
-#include "fraud/pan_scan.h"
 
 namespace txscore::fraud {
 namespace {
@@ -150,6 +150,7 @@ Result<Transaction> ValidateTransaction(const RawTransaction& raw, const Validat
     if (!LooksLikeCardNumber(kept)) tx.traceparent = kept;
   }
   tx.budget_ms = raw.budget_ms;
+  tx.caller = raw.caller;
   return tx;
 }
 

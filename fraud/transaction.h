@@ -58,6 +58,9 @@ struct RawTransaction {
   // (service/shard_router.h): the card's tokens under the keyset's older active keys, oldest
   // first, where its state may still be stored.
   std::vector<std::string> older_card_tokens;
+  // Who sent it, for the audit record (PCI DSS 10.2.2): set by the transport from the caller's
+  // TLS identity and address ("txscore-client (10.0.0.7:5555)"), never from the message.
+  std::string caller;
 };
 
 struct Transaction {
@@ -79,6 +82,7 @@ struct Transaction {
   std::optional<double> longitude;
   std::string traceparent;
   std::optional<int32_t> budget_ms;  // 1..600000 when set
+  std::string caller;                // RawTransaction::caller
 
   double amount_major() const;
 };

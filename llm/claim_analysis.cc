@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/pan_scan.h"
 #include "llm/chat_template.h"
 #include "llm/utf8.h"
 
@@ -186,7 +187,10 @@ Result<Findings> ClaimAnalysisTask::ParseFindings(const std::string& json_text) 
       Utf8Length(summary->get<std::string>()) > kMaxSummaryCharacters) {
     return InvalidArgument("summary must be a string of at most 400 characters", "summary");
   }
-  f.summary = summary->get<std::string>();
+  // The model writes what it read, and a claim's text may have held a card number in a form the
+  // claim's own redaction did not see (or the model may make one up): the summary goes to the
+  // audit trail, job outputs and callers, so card numbers in it are redacted here, once.
+  f.summary = RedactPans(summary->get<std::string>());
   return f;
 }
 

@@ -9,8 +9,8 @@
 
 #include "common/durable_file.h"
 #include "common/logging.h"
+#include "common/pan_scan.h"
 #include "common/sha256.h"
-#include "fraud/pan_scan.h"
 #include "pipelines/claims_rows.h"
 
 namespace txscore::pipelines {
@@ -128,8 +128,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     Row row;
     size_t expected_found = 0;
     auto not_from_this_input = [&](const std::string& what) {
-      return FailedPrecondition(fraud::RedactPans(what + ": the earlier output was not written from " + input),
-                                "input");
+      return FailedPrecondition(RedactPans(what + ": the earlier output was not written from " + input), "input");
     };
     for (int64_t ordinal = 0; reader->Next(&row); ++ordinal) {
       if (selected(row, ordinal)) ++total;
@@ -378,7 +377,7 @@ Result<ClaimsJobSummary> RunClaimsJob(ClaimsPipeline& pipeline, storage::Databas
   if (!summary.ok() && recorded) {
     // The record says why the job stopped; its progress stays, so that it can resume.
     state.summary.state = ClaimsJobState::kFailed;
-    state.error = fraud::RedactPans(summary.error().message);
+    state.error = RedactPans(summary.error().message);
     if (state.input.empty()) {
       state.input = input;
       state.output = output;

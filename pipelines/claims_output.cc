@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/json_forms.h"
-#include "fraud/pan_scan.h"
+#include "common/pan_scan.h"
 
 namespace txscore::pipelines {
 
@@ -69,7 +69,7 @@ std::string OutcomeLine(int64_t line, const ClaimOutcome& o) {
 
 std::string ErrorLine(int64_t line, const Error& error) {
   // Messages may quote a row's own values: card numbers in them are redacted, as in free text.
-  json doc = {{"line", line}, {"error", fraud::RedactPans(error.message)}};
+  json doc = {{"line", line}, {"error", RedactPans(error.message)}};
   if (!error.field.empty()) doc["field"] = error.field;
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }

@@ -7,7 +7,7 @@
 //     "stage_scores":{...},"devices":{...},"llm_shortfalls":[{"stage","reason","detail"}],
 //     "timings":{"stage":microseconds}} and a newline; a reason's "value" is null when missing.
 //   ErrorLine: {"line":8,"error":"...","field":"..."} and a newline; "field" only when the
-//     error names one; card numbers in the message are redacted (fraud/pan_scan.h).
+//     error names one; card numbers in the message are redacted (common/pan_scan.h).
 //   Invalid UTF-8 in either is replaced (U+FFFD), never an exception.
 //   ClaimsJobSummary::ToJson: an object indented by 2, keys in the order written in ToJson.
 //

@@ -399,6 +399,7 @@ Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, s
   }
   record.stage_scores = outcome.stage_scores;
   record.traceparent = tx.traceparent;
+  record.caller = tx.caller;
   storage::WriteBatch batch;
   batch.Put(storage::ColumnFamily::kEntityState, placement.write_under, fraud::EncodeCardState(*state));
   if (!placement.moved_from.empty()) {  // re-keyed: the old entry says where the card lives now

@@ -254,6 +254,6 @@ service TxScore {
   HealthStatus health(),
   // Claims jobs run in the background, one at a time, below requests in priority.
   ClaimsJobStatus submitClaimsJob(1: ClaimsJobRequest request) throws (1: InvalidRequest invalid, 2: ServiceError failure, 3: AccessDenied denied),
-  ClaimsJobStatus claimsJobStatus(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure),
+  ClaimsJobStatus claimsJobStatus(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure, 3: AccessDenied denied),
   ClaimsJobStatus cancelClaimsJob(1: string job_id) throws (1: UnknownJob unknown, 2: ServiceError failure, 3: AccessDenied denied),
 }

@@ -38,7 +38,7 @@ struct Routing {
   const AdminRoute* route = nullptr;
   std::string path;  // the target without its query
   HttpResponse refusal;
-  const AdminRoute* denied = nullptr;  // the route, when the refusal is operators_only's
+  const AdminRoute* denied = nullptr;  // the route, when the caller lacks its right
 };
 
 // Why `path` cannot name a route ("" when it can): only an absolute path without "." or ".."
@@ -57,7 +57,73 @@ std::string UnroutablePath(const std::string& path) {
 
 std::string JsonError(const std::string& message) { return nlohmann::json{{"error", message}}.dump() + "\n"; }
 
-Routing Route(const http::request<http::string_body>& request, const Routes& routes, const Caller& caller) {
+// Why `caller` may not call a route that needs `right`; empty when it may.
+std::string MissingRight(RouteRight right, const Caller& caller) {
+  switch (right) {
+    case RouteRight::kAdmitted:
+      return "";
+    case RouteRight::kOperator:
+      if (caller.is_operator) return "";
+      return caller.identity.empty()
+                 ? "over plaintext, only local callers may do this"
+                 : caller.identity + " is not an operator (security.tls.operators); only operators may do this";
+    case RouteRight::kLlmApi:
+      if (caller.may_use_llm_api) return "";
+      return caller.identity.empty()
+                 ? "over plaintext, only local callers may use the OpenAI-compatible API"
+                 : caller.identity + " may not use the OpenAI-compatible API (security.tls.llm_api_clients)";
+  }
+  return "unknown right";
+}
+
+// The host part of an HTTP Host header or an Origin's authority: "localhost" of
+// "localhost:9091", "::1" of "[::1]:9091".
+std::string_view HostPart(std::string_view authority) {
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    return close == std::string_view::npos ? authority : authority.substr(1, close - 1);
+  }
+  return authority.substr(0, authority.find(':'));
+}
+
+bool IsLoopbackName(std::string_view host) {
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8, written as a dotted quad.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  char rest = 0;
+  const std::string text(host);
+  return std::sscanf(text.c_str(), "%u.%u.%u.%u%c", &a, &b, &c, &d, &rest) == 4 && a == 127 && b < 256 && c < 256 &&
+         d < 256;
+}
+
+// Why a request a browser may have been made to send is refused ("" when it is not):
+// - a POST whose Origin is not this port's own: cross-site request forgery, a page elsewhere
+//   making the operator's browser (certificate and all) reload or generate;
+// - over plaintext, any request whose Host is no loopback name: DNS rebinding, a name the
+//   attacker controls resolved to 127.0.0.1, which makes the attacker's page same-origin with
+//   the port (over TLS the browser itself refuses: the certificate does not name that host).
+// Clients that are no browser send no Origin and a Host of the address they dialled.
+std::string BrowserRefusal(const http::request<http::string_body>& request, bool plaintext) {
+  const auto field = [&request](http::field name) -> std::optional<std::string> {
+    const auto it = request.find(name);
+    if (it == request.end()) return std::nullopt;
+    return std::string(it->value());
+  };
+  const std::optional<std::string> host = field(http::field::host);
+  if (plaintext && host && !IsLoopbackName(HostPart(*host))) {
+    return "Host " + *host +
+           " is no loopback name: a plaintext admin port answers only requests made to localhost, 127.0.0.1 or [::1]";
+  }
+  const std::optional<std::string> origin = field(http::field::origin);
+  if (request.method() != http::verb::post || !origin) return "";
+  const size_t scheme_end = origin->find("://");
+  const std::string authority = scheme_end == std::string::npos ? "" : origin->substr(scheme_end + 3);
+  if (host && !authority.empty() && authority == *host) return "";
+  return "a POST from another origin (" + *origin + ") is refused: only this port's own pages may send one";
+}
+
+Routing Route(const http::request<http::string_body>& request, const Routes& routes, const Caller& caller,
+              bool plaintext) {
   std::string target(request.target());
   const std::string path = target.substr(0, target.find('?'));
   Routing routing;
@@ -77,19 +143,17 @@ Routing Route(const http::request<http::string_body>& request, const Routes& rou
   }
   if (const std::string why = UnroutablePath(path); !why.empty()) {
     answer = {400, "application/json", JsonError(why)};
+  } else if (const std::string why = BrowserRefusal(request, plaintext); !why.empty()) {
+    answer = {403, "application/json", JsonError(why)};
   } else if (it != routes.end()) {
     const AdminRoute& route = it->second;
     const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
     const bool post = request.method() == http::verb::post;
     if (route.post ? !post : !get) {
       answer = {405, "application/json", JsonError(route.post ? "use POST" : "use GET or HEAD")};
-    } else if (route.operators_only && !caller.is_operator) {
+    } else if (const std::string why = MissingRight(route.right, caller); !why.empty()) {
       routing.denied = &route;
-      answer = {403, "application/json",
-                JsonError(caller.identity.empty()
-                              ? "over plaintext, only local callers may do this"
-                              : caller.identity +
-                                    " is not an operator (security.tls.operators); only operators may do this")};
+      answer = {403, "application/json", JsonError(why)};
     } else {
       routing.route = &route;
     }
@@ -208,7 +272,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                               [self = this->shared_from_this()](beast::error_code error) { self->OnHandshake(error); });
     } else {
       // Plaintext: no identity; only loopback callers may change things.
-      caller_.is_operator = !ec && peer.address().is_loopback();
+      caller_.is_operator = caller_.may_use_llm_api = !ec && peer.address().is_loopback();  // plaintext (tls.h)
       Read();
     }
   }
@@ -290,15 +354,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (ec) return Refuse(400, "malformed HTTP request: " + ec.message());
     if constexpr (kTls) {
-      // Admitted again under the certificates and lists in force now: a reload that took the
-      // identity off a list (or off operators) applies to an open connection's next request.
+      // Verified and admitted again under the CAs, CRLs and lists in force now: a reload that
+      // removed a CA, revoked the certificate or took the identity off a list (or off operators)
+      // applies to an open connection's next request.
       std::shared_ptr<const TlsServerContext> current;
       {
         std::lock_guard<std::mutex> lock(shared_->tls_mutex);
         current = shared_->tls;
       }
       if (current != tls_) {
-        const Admission admission = current->Admit(stream_.native_handle(), TlsPort::kAdmin, caller_.address);
+        const Admission admission = current->Readmit(stream_.native_handle(), TlsPort::kAdmin, caller_.address);
         if (!admission.admitted) {
           shared_->Refuse(admission, caller_.address);
           return;  // closed as the session is freed
@@ -307,7 +372,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         tls_ = std::move(current);
       }
     }
-    const Routing routing = Route(parser_->get(), shared_->routes, caller_);
+    const Routing routing = Route(parser_->get(), shared_->routes, caller_, /*plaintext=*/!kTls);
     if (routing.denied != nullptr && routing.denied->on_denied) routing.denied->on_denied(caller_);
     if (routing.route == nullptr) return Write(routing.refusal);
     if (routing.route->request_handler) {

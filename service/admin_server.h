@@ -7,8 +7,9 @@
 //
 // HTTPS (a TlsServerContext given to Create): Beast over OpenSSL; the client's certificate must
 // name an identity the admin port allows (service/tls.h), else the connection is closed after
-// the handshake and counted by reason. A route marked operators_only answers 403 to a caller
-// who is not an operator.
+// the handshake and counted by reason. A route that needs a right (RouteRight) answers 403 to a
+// caller without it. A POST from another origin, and over plaintext a request for a host that
+// is no loopback name, answer 403 before any route (docs/security.md, "Plaintext").
 #pragma once
 
 #include <chrono>
@@ -63,6 +64,13 @@ using AdminRequestHandler = std::function<void(const AdminRequest& request, Admi
 // A quick handler for the paths under a prefix: told the path (without the query).
 using AdminPathHandler = std::function<HttpResponse(const Caller& caller, const std::string& path)>;
 
+// Who may call a route, beyond being admitted to the port (service/tls.h, Caller).
+enum class RouteRight {
+  kAdmitted,  // any caller the port admits: probes, metrics, the dashboard
+  kOperator,  // operators (TLS: security.tls.operators; plaintext: a loopback address)
+  kLlmApi,    // the OpenAI-compatible API (TLS: security.tls.llm_api_clients; plaintext: loopback)
+};
+
 struct AdminRoute {
   AdminRoute() = default;
   // A quick GET route from any handler, with or without the caller.
@@ -75,10 +83,9 @@ struct AdminRoute {
   AdminHandler handler;
   bool post = false;  // Default: GET and HEAD; true: POST only (a request that changes something)
   bool slow = false;  // Default: quick, run on the I/O thread; true: on a thread of its own
-  // Default: any caller the port admits. true: 403 unless the caller is an operator (with TLS:
-  // an identity on security.tls.operators; plaintext: a loopback address).
-  bool operators_only = false;
-  // Default: none. Called with the caller operators_only turned away (to audit the attempt).
+  // Default: any caller the port admits. Otherwise 403 unless the caller has the right.
+  RouteRight right = RouteRight::kAdmitted;
+  // Default: none. Called with a caller `right` turned away (to audit the attempt).
   std::function<void(const Caller& caller)> on_denied;
   // Default: none. Set instead of `handler` for a route that reads the request body or
   // streams its answer; it always runs on a thread of its own (as `slow`).

@@ -5,8 +5,8 @@
 
 #include "common/durable_file.h"
 #include "common/logging.h"
+#include "common/pan_scan.h"
 #include "common/thread_priority.h"
-#include "fraud/pan_scan.h"
 #include "pipelines/claims_job.h"
 
 namespace txscore::service {
@@ -337,7 +337,7 @@ void ClaimsJobManager::Work() {
     job->restart = false;
     if (!summary.ok()) {
       job->view.state = JobState::kFailed;
-      job->view.detail = fraud::RedactPans(summary.error().message);  // may quote the input's values
+      job->view.detail = RedactPans(summary.error().message);  // may quote the input's values
       if (summary.error().code == ErrorCode::kFailedPrecondition && summary.error().field == "input") {
         job->view.detail =
             "its input file has changed since the job began; to start over on the new file, submit it "

@@ -81,12 +81,12 @@ void AddMetrics(const MetricsRegistry& metrics, Json* state) {
   (*state)["shard_forwards"] = std::move(forwards);
 }
 
-Json DecisionsJson(const RecentDecisions& decisions) {
+Json DecisionsJson(const RecentDecisions& decisions, bool with_card_tokens) {
   Json list = Json::array();
   for (const RecentDecisions::Entry& entry : decisions.Newest()) {
     list.push_back({{"time_ms", entry.time_ms},
                     {"request_id", entry.request_id},
-                    {"card_token", entry.card_token},
+                    {"card_token", with_card_tokens ? entry.card_token : kTokenForOperatorsOnly},
                     {"score", entry.score},
                     {"decision", entry.decision},
                     {"reasons", entry.reasons},
@@ -156,7 +156,7 @@ Json PipelineGraphJson(const pipelines::ScoringPipeline& pipeline) {
           {"stages", std::move(stages)}};
 }
 
-Json DashboardState(const DashboardSources& sources, int64_t now_ms) {
+Json DashboardState(const DashboardSources& sources, int64_t now_ms, bool with_card_tokens) {
   const BuildInfo& build = ThisBuild();
   Json state = {{"time_ms", now_ms}, {"build", {{"version", build.version}, {"commit", build.commit}}}};
   if (sources.phase) state["phase"] = sources.phase();
@@ -165,7 +165,7 @@ Json DashboardState(const DashboardSources& sources, int64_t now_ms) {
     state["pipeline"] = pipeline ? PipelineGraphJson(*pipeline) : Json(nullptr);
   }
   if (sources.metrics != nullptr) AddMetrics(*sources.metrics, &state);
-  if (sources.decisions != nullptr) state["recent_decisions"] = DecisionsJson(*sources.decisions);
+  if (sources.decisions != nullptr) state["recent_decisions"] = DecisionsJson(*sources.decisions, with_card_tokens);
   if (sources.reload_history) state["reloads"] = sources.reload_history();
   if (sources.jobs) state["jobs"] = sources.jobs();
   if (sources.shard) state["shard"] = sources.shard();
@@ -186,11 +186,11 @@ void AddDashboardRoutes(DashboardSources sources, std::map<std::string, AdminRou
                         Json{{"error", "no such dashboard file"}, {"path", path}}.dump() + "\n"};
   };
   (*routes)["/dashboard/"] = std::move(files);
-  (*routes)["/api/dashboard"] = [shared] {
+  (*routes)["/api/dashboard"] = [shared](const Caller& caller) {
     const int64_t now_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count();
-    HttpResponse answer{200, "application/json", DashboardState(*shared, now_ms).dump() + "\n"};
+    HttpResponse answer{200, "application/json", DashboardState(*shared, now_ms, caller.is_operator).dump() + "\n"};
     answer.headers = {{"Cache-Control", "no-store"}};
     return answer;
   };

@@ -48,8 +48,11 @@ struct DashboardSources {
   std::function<nlohmann::json()> shard;           // a sharded server's shard and set; null JSON: not sharded
 };
 
-// The JSON /api/dashboard answers (documented in docs/operations.md).
-nlohmann::json DashboardState(const DashboardSources& sources, int64_t now_ms);
+// The JSON /api/dashboard answers (documented in docs/operations.md). Recent decisions name
+// their card token only `with_card_tokens` (an operator asked): a monitoring identity sees
+// "(operators only)" there, since a token lets its holder act on the card's history.
+inline constexpr char kTokenForOperatorsOnly[] = "(operators only)";
+nlohmann::json DashboardState(const DashboardSources& sources, int64_t now_ms, bool with_card_tokens);
 
 // The pipeline's stages as the page draws them: name, kind, after, when, required, and for a
 // placed stage the placement asked for, the device chosen and why.

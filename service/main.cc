@@ -1,4 +1,6 @@
 // txscore: transaction- and claims-scoring service. See README.md.
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
@@ -48,6 +50,9 @@ std::string UnknownCommandMessage(CLI::App& app, const std::string& word) {
 
 int main(int argc, char** argv) {
   txscore::KeepFreedHeapMemory();
+  // What txscore writes holds card tokens, claimant data, the audit trail or keys: its files are
+  // its owner's alone (0600, directories 0700), RocksDB's included, whatever umask it inherited.
+  ::umask(077);
   CLI::App app{"txscore: fraud scoring over Thrift, with an audit trail in RocksDB"};
   app.require_subcommand(1);
   const txscore::service::BuildInfo& build = txscore::service::ThisBuild();

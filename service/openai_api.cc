@@ -405,10 +405,14 @@ OpenAiApi::OpenAiApi(PipelineSource pipelines, MetricsRegistry* registry, OpenAi
     : pipelines_(std::move(pipelines)), metrics_(registry), options_(options) {}
 
 void OpenAiApi::AddRoutes(std::map<std::string, AdminRoute>* routes) {
-  (*routes)["/v1/models"] = [this] { return Models(); };
+  // Generation runs on the engine the forensic stage shares: for the identities given that right.
+  AdminRoute models = [this] { return Models(); };
+  models.right = RouteRight::kLlmApi;
+  (*routes)["/v1/models"] = std::move(models);
   for (const bool chat : {false, true}) {
     AdminRoute route;
     route.post = true;
+    route.right = RouteRight::kLlmApi;
     route.max_body_bytes = options_.max_body_bytes;
     route.request_handler = [this, chat](const AdminRequest& request, AdminResponder& responder) {
       Completions(request, responder, chat);

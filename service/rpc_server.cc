@@ -273,7 +273,7 @@ struct RpcServer::Shared {
 
   struct {
     std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
-        protocol_errors{0};
+        protocol_errors{0}, most_idle_handshake_steps{0};
   } counters;
   RateLimitedWarning refused_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning timeout_warning{"thrift", std::chrono::seconds(10)};
@@ -322,9 +322,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!self->shared_->tls_enabled) {
         Caller caller;
         caller.address = self->address_;
-        caller.is_operator = !ec && peer.address().is_loopback();  // plaintext: no identities (service/tls.h)
+        // Plaintext: no identities (service/tls.h, Caller).
+        caller.is_operator = caller.may_use_llm_api = !ec && peer.address().is_loopback();
+        caller.may_send_card_tokens = true;
         return self->Admitted(caller);
       }
+      // The generation first: a reload between the two reads makes the connection admitted again
+      // at its first request, never skipped (SetTls swaps the context, then counts).
+      self->tls_generation_ = self->shared_->tls_generation.load();
       self->tls_ = self->shared_->CurrentTls();
       self->ssl_ = self->tls_->NewConnection();
       if (self->ssl_ == nullptr || SSL_set_fd(self->ssl_, self->socket_.native_handle()) != 1) {
@@ -531,9 +536,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ContinueHandshake() {
     ERR_clear_error();
+    const uint64_t read_before = BIO_number_read(SSL_get_rbio(ssl_));
+    const uint64_t written_before = BIO_number_written(SSL_get_wbio(ssl_));
     const int done = SSL_do_handshake(ssl_);
+    if (handshake_steps_++ > 0 && BIO_number_read(SSL_get_rbio(ssl_)) == read_before &&
+        BIO_number_written(SSL_get_wbio(ssl_)) == written_before && SSL_get_error(ssl_, done) == SSL_ERROR_WANT_READ) {
+      // A step that did nothing: once is a wake-up OpenSSL had no use for; more is polling.
+      const uint64_t idle = ++idle_handshake_steps_;
+      uint64_t most = shared_->counters.most_idle_handshake_steps.load(std::memory_order_relaxed);
+      while (idle > most && !shared_->counters.most_idle_handshake_steps.compare_exchange_weak(most, idle)) {
+      }
+    }
     if (done == 1) {
-      tls_generation_ = shared_->tls_generation.load();
       const Admission admission = tls_->Admit(ssl_, TlsPort::kThrift, address_);
       if (!admission.admitted) return RefuseTls(admission);
       return Admitted(admission.caller);
@@ -581,23 +595,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return true;
   }
 
-  // A reload replaced the certificates or lists since this connection was admitted: admits it
-  // again under the new ones, so that an identity taken off a list (or off operators) loses its
-  // rights on open connections too. False when it is no longer allowed. Runs in kProcessing,
+  // A reload replaced the certificates or lists since this connection was admitted: verifies its
+  // certificate again and admits it under the new ones, so that a removed CA, a revoked
+  // certificate or an identity taken off a list (or off operators) loses its rights on open
+  // connections too. False when it is no longer allowed. Runs in kProcessing,
   // when nothing else touches the connection.
   bool ReadmitIfTlsChanged() {
     const uint64_t generation = shared_->tls_generation.load();
     if (ssl_ == nullptr || generation == tls_generation_) return true;
     tls_generation_ = generation;
     const std::shared_ptr<const TlsServerContext> current = shared_->CurrentTls();
-    const Admission admission = current->Admit(ssl_, TlsPort::kThrift, address_);
+    const Admission admission = current->Readmit(ssl_, TlsPort::kThrift, address_);
     if (!admission.admitted) {
       shared_->tls_refusals.Add(admission.refusal);
       shared_->tls_warning.Warn("closed a connection from {} after a reload: {} ({})", address_,
                                 TlsRefusalName(admission.refusal), admission.detail);
       return false;
     }
-    if (admission.caller.identity == caller_.identity && admission.caller.is_operator == caller_.is_operator) {
+    if (admission.caller == caller_) {
       return true;
     }
     return BindCaller(admission.caller);
@@ -841,7 +856,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string address_;                               // the peer's IP:port, for logs and the caller
   std::shared_ptr<const TlsServerContext> tls_;       // the certificates this connection was accepted with
   SSL* ssl_ = nullptr;                                // null on a plaintext server, and once closed
-  uint64_t tls_generation_ = 0;                       // Shared::tls_generation when last admitted
+  uint64_t handshake_steps_ = 0;                      // ContinueHandshake calls so far
+  uint64_t idle_handshake_steps_ = 0;                 // of those, steps that read and wrote nothing (RpcServerStats)
+  uint64_t tls_generation_ = 0;                       // Shared::tls_generation of tls_ (or when last admitted)
   Caller caller_;                                     // who this connection's requests come from
   bool tls_fatal_ = false;                            // OpenSSL reported a fatal error: no close_notify
   std::shared_ptr<rpc::TxScoreProcessor> processor_;  // set once the caller is admitted
@@ -1108,6 +1125,7 @@ RpcServerStats RpcServer::stats() const {
     s.requests_queued = shared_->pending.size();
   }
   s.protocol_errors = shared_->counters.protocol_errors.load();
+  s.tls_most_idle_handshake_steps = shared_->counters.most_idle_handshake_steps.load();
   for (size_t i = 0; i < kTlsRefusalCount; ++i)
     s.tls_refusals[i] = shared_->tls_refusals.Get(static_cast<TlsRefusal>(i));
   return s;

@@ -81,6 +81,11 @@ struct RpcServerStats {
   uint64_t requests_shed = 0;                             // answered "overloaded": the worker queue was full
   uint64_t protocol_errors = 0;                           // bad frame size, limits exceeded, malformed message
   std::array<uint64_t, kTlsRefusalCount> tls_refusals{};  // by TlsRefusal
+  // The most handshake steps one connection took, after its first, that neither read nor wrote
+  // a byte: a connection waiting for the rest of a TLS record must wait for the socket, not poll
+  // it. At most 1 (a wake-up OpenSSL had no use for, seen in TLS 1.3 handshakes) unless the
+  // transport polls.
+  uint64_t tls_most_idle_handshake_steps = 0;
 };
 
 // Makes the handler for one connection's requests, once its caller is known (after the TLS

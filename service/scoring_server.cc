@@ -31,12 +31,12 @@ Result<std::shared_ptr<const TlsServerContext>> LoadTls(const ServiceSettings& s
   if (!settings.server.plaintext && tls.thrift_clients.empty()) {
     return InvalidArgument(file +
                            ": security.tls.thrift_clients is missing: name the client identities the Thrift "
-                           "port admits (their certificates' SAN DNS or URI names, or CN)");
+                           "port admits (their certificates' SAN DNS names, or URIs under uri_identity_prefixes)");
   }
   if (!settings.admin.plaintext && tls.admin_clients.empty()) {
     return InvalidArgument(file +
                            ": security.tls.admin_clients is missing: name the client identities the admin "
-                           "port admits (their certificates' SAN DNS or URI names, or CN)");
+                           "port admits (their certificates' SAN DNS names, or URIs under uri_identity_prefixes)");
   }
   Result<std::shared_ptr<const TlsServerContext>> context = TlsServerContext::Create(tls);
   if (!context.ok()) return InvalidArgument(file + ": security.tls: " + context.error().message);
@@ -47,8 +47,8 @@ void WarnAboutPlaintext(const ServiceSettings& settings) {
   if (settings.server.plaintext) {
     Log("server").warn(
         "server.plaintext is true: the Thrift port {}:{} serves without TLS. Card numbers cross the network in clear "
-        "and callers are not authenticated (any of them may submit and cancel claims jobs). Use this on a trusted "
-        "network or for tests only.",
+        "and callers are not authenticated (any of them may score by card token; only loopback callers may run "
+        "claims jobs). Use this on a trusted network or for tests only.",
         settings.server.host, settings.server.port);
   }
   if (settings.admin.plaintext) {
@@ -94,7 +94,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   // Operators only (their certificate's identity; over plaintext, loopback callers); each
   // attempt, denied ones too, is in the audit trail.
   AdminRoute reload([self](const Caller& caller) { return self->ReloadOverHttp(caller); });
-  reload.post = reload.slow = reload.operators_only = true;
+  reload.post = reload.slow = true;
+  reload.right = RouteRight::kOperator;
   reload.on_denied = [self](const Caller& caller) {
     storage::AuditAction denied;
     denied.time_us = MicrosNow();

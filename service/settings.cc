@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "common/file_io.h"
 #include "pipelines/yaml_reader.h"
@@ -63,15 +64,39 @@ Status ReadNameList(const YamlReader& r, const YAML::Node& map, const std::strin
   return Status::Ok();
 }
 
+// security.tls.issuers: a list of {ca, identities}.
+Status ParseTlsIssuers(const YamlReader& r, const YAML::Node& node, TlsConfig* out) {
+  if (!node.IsSequence()) return r.ErrorAt(node, "\"issuers\" must be a list of {ca, identities}");
+  for (const YAML::Node& item : node) {
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(item, "security.tls.issuers[]", {"ca", "identities"}));
+    TlsIssuerBinding binding;
+    TXSCORE_RETURN_IF_ERROR(r.ReadPath(item, "ca", true, YamlReader::PathMustBe::kRegularFile, &binding.ca));
+    const auto under_a_prefix = [out](const std::string& name) -> Status {
+      if (name.back() != '/') return Status::Ok();
+      if (std::find(out->uri_identity_prefixes.begin(), out->uri_identity_prefixes.end(), name) !=
+          out->uri_identity_prefixes.end()) {
+        return Status::Ok();
+      }
+      return InvalidArgument("\"" + name + "\" ends in '/' (a trust domain) but is not on uri_identity_prefixes");
+    };
+    TXSCORE_RETURN_IF_ERROR(ReadNameList(r, item, "identities", under_a_prefix, &binding.identities));
+    out->issuers.push_back(std::move(binding));
+  }
+  return Status::Ok();
+}
+
 // security.tls (service/tls.h). Files must exist; the key's mode is checked when it is loaded.
 Status ParseTls(const YamlReader& r, const YAML::Node& node, TlsConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
-      node, "security.tls",
-      {"certificate", "private_key", "client_ca", "min_version", "thrift_clients", "admin_clients", "operators"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(node, "security.tls",
+                                      {"certificate", "private_key", "client_ca", "min_version", "thrift_clients",
+                                       "admin_clients", "operators", "llm_api_clients", "card_token_clients",
+                                       "uri_identity_prefixes", "cn_identity", "issuers", "crl_file", "groups"}));
   using PathMustBe = YamlReader::PathMustBe;
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "certificate", true, PathMustBe::kRegularFile, &out->certificate));
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "private_key", true, PathMustBe::kRegularFile, &out->private_key));
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "client_ca", true, PathMustBe::kRegularFile, &out->client_ca));
+  TXSCORE_RETURN_IF_ERROR(r.ReadPath(node, "crl_file", false, PathMustBe::kRegularFile, &out->crl_file));
+  TXSCORE_RETURN_IF_ERROR(r.ReadBool(node, "cn_identity", &out->cn_identity));
   if (node["min_version"]) {
     std::string version;
     TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "min_version", false, &version));
@@ -83,13 +108,39 @@ Status ParseTls(const YamlReader& r, const YAML::Node& node, TlsConfig* out) {
   const auto any_name = [](const std::string&) { return Status::Ok(); };
   for (const auto& [key, list] :
        {std::pair{"thrift_clients", &out->thrift_clients}, std::pair{"admin_clients", &out->admin_clients},
-        std::pair{"operators", &out->operators}}) {
-    // `operators: []` says "none" explicitly; an empty allowlist would admit nobody.
+        std::pair{"operators", &out->operators}, std::pair{"llm_api_clients", &out->llm_api_clients},
+        std::pair{"card_token_clients", &out->card_token_clients}}) {
+    // `operators: []` (or another right's list) says "none" explicitly; an empty allowlist
+    // would admit nobody.
     const YAML::Node given = node[key];
-    if (given && !(std::string(key) == "operators" && given.IsSequence() && given.size() == 0)) {
+    const bool a_right = std::string(key) != "thrift_clients" && std::string(key) != "admin_clients";
+    if (given && !(a_right && given.IsSequence() && given.size() == 0)) {
       TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, key, any_name, list));
     }
   }
+  // A right given to an identity its port does not admit could never be used: a typo.
+  for (const auto& [key, list, port, admitted] :
+       {std::tuple{"llm_api_clients", &out->llm_api_clients, "admin_clients", &out->admin_clients},
+        std::tuple{"card_token_clients", &out->card_token_clients, "thrift_clients", &out->thrift_clients}}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (std::find(admitted->begin(), admitted->end(), (*list)[i]) == admitted->end()) {
+        return r.ErrorAt(node[key][i], (*list)[i] + " is on " + key + " but not on " + port +
+                                           ", which admits identities to that port");
+      }
+    }
+  }
+  if (node["uri_identity_prefixes"]) {
+    // "spiffe://td" without its '/' would also take "spiffe://td.evil.example/...".
+    const auto a_uri_prefix = [](const std::string& prefix) -> Status {
+      if (prefix.find("://") != std::string::npos && prefix.back() == '/') return Status::Ok();
+      return InvalidArgument("\"" + prefix +
+                             "\" is no URI prefix: give a scheme and authority ending in '/', e.g. "
+                             "\"spiffe://bank.example/\"");
+    };
+    TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, "uri_identity_prefixes", a_uri_prefix, &out->uri_identity_prefixes));
+  }
+  if (node["groups"]) TXSCORE_RETURN_IF_ERROR(ReadNameList(r, node, "groups", any_name, &out->groups));
+  if (const YAML::Node issuers = node["issuers"]) TXSCORE_RETURN_IF_ERROR(ParseTlsIssuers(r, issuers, out));
   return Status::Ok();
 }
 
@@ -278,6 +329,15 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
     TXSCORE_RETURN_IF_ERROR(r.ReadString(a, "host", false, &settings.admin.host));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(a, "port", 0, 65535, &settings.admin.port));
     TXSCORE_RETURN_IF_ERROR(r.ReadBool(a, "plaintext", &settings.admin.plaintext));
+    // Without TLS the admin port has no caller identity: it may listen on loopback only.
+    const std::string& host = settings.admin.host;
+    const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+    if (settings.admin.plaintext && !loopback) {
+      return r.ErrorAt(a["host"] ? a["host"] : a,
+                       "admin.plaintext serves the admin port without TLS, so it listens on a loopback address only: "
+                       "set admin.host to 127.0.0.1 or ::1 (not " +
+                           host + "), or serve it over TLS (docs/security.md)");
+    }
   }
   const YAML::Node storage = root["storage"];
   if (!storage) return r.ErrorAt(root, "missing required key \"storage\"");
@@ -294,7 +354,9 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
       r.ReadInt(storage, "audit_checkpoint_every", 1, 100000000, &settings.storage.audit_checkpoint_every));
   const YAML::Node security = root["security"];
   if (!security) return r.ErrorAt(root, "missing required key \"security\"");
-  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(security, "security", {"keyset", "card_key_file", "kek_file", "kek_env", "tls"}));
+  TXSCORE_RETURN_IF_ERROR(
+      r.ExpectMap(security, "security", {"keyset", "card_key_file", "kek_file", "kek_env", "allow_core_dumps", "tls"}));
+  TXSCORE_RETURN_IF_ERROR(r.ReadBool(security, "allow_core_dumps", &settings.security.allow_core_dumps));
   if (security["keyset"].IsDefined() == security["card_key_file"].IsDefined()) {
     return r.ErrorAt(security,
                      "security needs exactly one of keyset (a keyset file: txscore keys create) and "

@@ -101,6 +101,9 @@ struct SecurityConfig {
   // (mode 0600) or an environment variable. Read again by each reload.
   std::string kek_file;
   std::string kek_env;
+  // Default: false. false: `serve` and `batch` run non-dumpable with a core-file limit of 0, so
+  // no core dump holds the keys (common/core_dumps.h). Read at start only.
+  bool allow_core_dumps = false;
   std::optional<TlsConfig> tls;
   // The file the card keys come from, and the KEK source, as the tokenizers take them.
   const std::string& key_file() const { return keyset.empty() ? card_key_file : keyset; }

@@ -286,7 +286,7 @@ Result<std::optional<ShardStamp>> ReadShardStamp(const std::string& db_path) {
 Status WriteShardStamp(const std::string& db_path, const ShardMap& map) {
   const std::string text = Json{{"shard", map.self().name}, {"shards", Sorted(map.names())}}.dump() + "\n";
   const std::string path = StampPath(db_path);
-  TXSCORE_RETURN_IF_ERROR(WriteFileDurably(path + ".partial", text, 0644));
+  TXSCORE_RETURN_IF_ERROR(WriteFileDurably(path + ".partial", text, 0600));
   std::error_code error;
   std::filesystem::rename(path + ".partial", path, error);
   if (error) return Internal("cannot rename " + path + ".partial: " + error.message());

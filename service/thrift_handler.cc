@@ -176,7 +176,7 @@ void ScoringMetrics::RecordOutcome(const pipelines::ScoreOutcome& outcome) {
 Caller InProcessCaller() {
   Caller caller;
   caller.address = "in-process";
-  caller.is_operator = true;
+  caller.is_operator = caller.may_use_llm_api = caller.may_send_card_tokens = true;
   return caller;
 }
 
@@ -223,6 +223,14 @@ const ShardEndpoint* TxScoreHandler::RouteCard(const pipelines::ScoringPipeline&
 
 rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version, fraud::RawTransaction raw,
                                           const rpc::Transaction& transaction) {
+  // A card token lets its sender act on that card's history: only identities given the right
+  // send one (a shard peer forwards tokenized transactions: RouteCard checks it is a peer).
+  if (transaction.__isset.card_token && !transaction.__isset.forwarded_by && !caller_.may_send_card_tokens) {
+    throw ToInvalidRequest(InvalidArgument(
+        caller_.Describe() + " may not send card_token (security.tls.card_token_clients): send card_number",
+        "card_token"));
+  }
+  raw.caller = caller_.Describe();
   if (const ShardEndpoint* owner = RouteCard(*version.pipeline, &raw, transaction)) {
     rpc::Transaction forwarded = ToThriftTransaction(raw);  // tokenized: no card number
     forwarded.__set_forwarded_by(router_->map().self().name);
@@ -351,7 +359,9 @@ void TxScoreHandler::Record(const std::string& action, const std::string& target
 void TxScoreHandler::RequireOperator(const std::string& action, const std::string& target) const {
   if (caller_.is_operator) return;
   const std::string reason = caller_.identity + " is not an operator (security.tls.operators): only operators may " +
-                             (action == "submit_claims_job" ? "submit" : "cancel") + " claims jobs";
+                             (action == "submit_claims_job"   ? "submit claims jobs"
+                              : action == "cancel_claims_job" ? "cancel claims jobs"
+                                                              : "read a claims job's status");
   Record(action, target, "denied", reason);
   rpc::AccessDenied denied;
   denied.reason = reason;
@@ -382,6 +392,7 @@ void TxScoreHandler::submitClaimsJob(rpc::ClaimsJobStatus& status, const rpc::Cl
 }
 
 void TxScoreHandler::claimsJobStatus(rpc::ClaimsJobStatus& status, const std::string& job_id) {
+  RequireOperator("claims_job_status", job_id);  // a job's status names its files
   status = JobStatusOrThrow(Jobs().Status(job_id), job_id);
 }
 

@@ -8,9 +8,51 @@
 #include "common/bytes.h"
 #include "common/json_forms.h"
 #include "common/logging.h"
+#include "common/pan_scan.h"
 #include "common/sha256.h"
 
 namespace txscore::storage {
+namespace {
+
+// The one place a card number is kept out of the trail, whatever put it into a record (a
+// caller's id, a refusal's detail, the LLM's summary, a rule's name): every string about to be
+// stored, object keys included, is scanned. An entry is hash-chained, so a card number written
+// once could never be removed without breaking the chain. Identifiers a caller relies on
+// (`identifiers`: request ids, tokens, versions) are scanned by the id rule and replaced whole,
+// so that a long numeric id is kept; everything else by the free-text rule (common/pan_scan.h).
+template <typename Json>
+void RedactCardNumbers(Json* value, bool identifier = false) {
+  if (value->is_string()) {
+    const std::string& text = value->template get_ref<const std::string&>();
+    if (identifier) {
+      if (LooksLikeCardNumber(text)) *value = std::string(kRedactedPan);
+    } else if (ContainsPan(text)) {
+      *value = RedactPans(text);
+    }
+  } else if (value->is_array()) {
+    for (Json& item : *value) RedactCardNumbers(&item);
+  } else if (value->is_object()) {
+    Json redacted = Json::object();
+    for (auto it = value->begin(); it != value->end(); ++it) {
+      Json item = it.value();
+      RedactCardNumbers(&item);
+      redacted[ContainsPan(it.key()) ? RedactPans(it.key()) : it.key()] = std::move(item);
+    }
+    *value = std::move(redacted);
+  }
+}
+
+template <typename Json>
+std::string DumpRedacted(Json doc, std::initializer_list<const char*> identifiers) {
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const bool identifier = std::find_if(identifiers.begin(), identifiers.end(),
+                                         [&it](const char* name) { return it.key() == name; }) != identifiers.end();
+    RedactCardNumbers(&it.value(), identifier);
+  }
+  return doc.dump();
+}
+
+}  // namespace
 
 std::string EncodeAuditRecord(const AuditRecord& r) {
   nlohmann::json timings = nlohmann::json::object();
@@ -38,9 +80,11 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"stage_scores", stage_scores},
       {"rule_hits", rule_hits},
       {"traceparent", r.traceparent},
+      {"caller", r.caller},
   };
   if (r.findings) doc["findings"] = FindingsToJson<nlohmann::json>(*r.findings);
-  return doc.dump();
+  return DumpRedacted(std::move(doc),
+                      {"request_id", "card_token", "model_id", "model_version", "pipeline_version", "traceparent"});
 }
 
 Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
@@ -77,6 +121,7 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
       }
     }
     r.traceparent = doc.value("traceparent", "");
+    r.caller = doc.value("caller", "");
     if (auto f = doc.find("findings"); f != doc.end()) {
       r.findings = AuditFindings{f->at("risk_level").get<std::string>(), f->at("flags").get<std::vector<std::string>>(),
                                  f->at("summary").get<std::string>(), f->at("model_id").get<std::string>()};
@@ -92,7 +137,7 @@ std::string EncodeAuditAction(const AuditAction& a) {
   nlohmann::ordered_json doc = {{"kind", "action"},   {"time_us", a.time_us}, {"action", a.action},
                                 {"caller", a.caller}, {"target", a.target},   {"outcome", a.outcome},
                                 {"detail", a.detail}};
-  return doc.dump();
+  return DumpRedacted(std::move(doc), {});
 }
 
 bool IsAuditAction(const std::string& json_text) { return json_text.rfind("{\"kind\":\"action\"", 0) == 0; }

@@ -68,9 +68,17 @@ struct AuditRecord {
   // The score of every model stage that ran, shadow models included, in run order.
   std::vector<std::pair<std::string, double>> stage_scores;
   std::string traceparent;
+  // Who asked (PCI DSS 10.2.2): the caller's TLS identity and address, "unauthenticated ADDRESS"
+  // on a plaintext port, "in-process" for txscore's own callers; on a forwarded transaction, the
+  // replica that forwarded it. Empty in records written before callers were recorded.
+  std::string caller;
   std::optional<AuditFindings> findings;  // only for decisions the forensic stage analysed
 };
 
+// Every string of the encoded record and action is scanned for card numbers first (the trail's
+// one choke point, common/pan_scan.h): ids whole by the id rule, the rest by the free-text rule,
+// each card number replaced by "[card number redacted]". So what a record holds when decoded
+// may differ from what was encoded there, and only there.
 std::string EncodeAuditRecord(const AuditRecord& record);
 Result<AuditRecord> DecodeAuditRecord(const std::string& json_text);
 

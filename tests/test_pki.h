@@ -18,9 +18,32 @@ struct TestPki {
   std::string expired_dir;                     // txscore-client, expired yesterday
   std::string rogue_dir;                       // txscore-client, issued by another CA
   std::string uri_dir;            // SAN URI spiffe://txscore.test/client only, CN other: the URI is its identity
+  std::string longer_name_dir;    // txscore-client-x: begins like an allowed name
+  std::string shorter_name_dir;   // txscore-clien: an allowed name begins like it
+  std::string nul_name_dir;       // SAN DNS "txscore-admin\0.evil.example": a name with a NUL byte
   std::string cn_behind_san_dir;  // SAN DNS someone-else, CN txscore-admin: a CN counts only without SANs
   std::string ca_as_client_dir;   // the CA's own certificate and key, presented as a client's
-  std::string other_server_dir;   // the rogue CA's server certificate files (tls.crt, tls.key) and its ca.crt
+  // A sub-CA of the test CA named txscore-client whose key usage also allows signing a TLS
+  // client's handshake: OpenSSL accepts it as a client; txscore's own check must refuse it.
+  std::string client_ca_as_client_dir;
+  std::string other_server_dir;  // the rogue CA's server certificate files (tls.crt, tls.key) and its ca.crt
+
+  // A sub-CA of the test CA, name-constrained to DNS:.partner.example (a partner's CA under a
+  // shared root). Its clients' tls.crt holds the leaf and then the sub-CA's certificate.
+  std::string partner_ca_certificate;
+  std::string partner_dir;           // SAN DNS svc.partner.example: within the constraint
+  std::string partner_cn_only_dir;   // no SAN, CN txscore-admin
+  std::string partner_ip_only_dir;   // SAN IP 10.1.2.3 only, CN txscore-admin
+  std::string partner_uri_only_dir;  // SAN URI "txscore-admin" only, CN txscore-admin
+  std::string partner_outside_dir;   // SAN DNS txscore-admin: outside the constraint
+  // Another root CA (an enterprise CA shared with other services), and a bundle of both roots.
+  std::string enterprise_ca_certificate;
+  std::string ca_bundle;             // DIR/ca-bundle.crt: the test CA, then the enterprise CA
+  std::string enterprise_admin_dir;  // SAN DNS txscore-admin, issued by the enterprise CA
+  // Revocation: revoked_dir (txscore-client from the test CA) is on `crl`; `empty_crl` revokes
+  // nothing. Both are the test CA's, valid for 30 days.
+  std::string revoked_dir;
+  std::string crl, empty_crl;
 };
 
 // Made on first use, in a directory removed when the process exits.
@@ -28,7 +51,8 @@ const TestPki& SharedTestPki();
 
 // `security.tls` for a server using SharedTestPki (indented for `security:`): thrift_clients
 // txscore-client, txscore-admin and spiffe://txscore.test/client; admin_clients txscore-admin
-// and spiffe://txscore.test/client (which is no operator); operators txscore-admin.
+// and spiffe://txscore.test/client (which is no operator); operators and llm_api_clients
+// txscore-admin; no card_token_clients; SAN URIs under spiffe://txscore.test/ are identities.
 std::string TestTlsSettingsYaml();
 
 }  // namespace txscore::testing

@@ -9,8 +9,8 @@
 #include <unordered_set>
 
 #include "common/file_io.h"
+#include "common/pan_scan.h"
 #include "fraud/features.h"
-#include "fraud/pan_scan.h"
 
 namespace txscore::pipelines {
 namespace {
@@ -368,7 +368,7 @@ Result<EntryList> LoadList(const std::string& name, const std::string& path) {
     if (line.size() > kMaxListEntryBytes) {
       return InvalidArgument(where + "an entry is longer than " + std::to_string(kMaxListEntryBytes) + " bytes");
     }
-    if (fraud::LooksLikeCardNumber(line)) {
+    if (LooksLikeCardNumber(line)) {
       return InvalidArgument(where +
                              "this entry looks like a card number; lists hold card tokens (ScoreResult.card_token), "
                              "never card numbers");

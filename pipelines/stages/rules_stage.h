@@ -28,7 +28,7 @@
 //
 // List files: one entry per line; blank lines and lines starting with # are skipped, spaces
 // around an entry trimmed. Lists hold card tokens, never card numbers: an entry that looks
-// like one (fraud/pan_scan.h) is refused with its line, as is a file over 64 MiB.
+// like one (common/pan_scan.h) is refused with its line, as is a file over 64 MiB.
 //
 // Keys: rules (required, at least one; each with id, when, and optionally decision: APPROVE,
 // REVIEW or DECLINE), lists (Default: none).

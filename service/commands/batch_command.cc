@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/core_dumps.h"
 #include "common/logging.h"
 #include "pipelines/claims_job.h"
 #include "pipelines/claims_merge.h"
@@ -123,6 +124,11 @@ int RunBatch(BatchRunOptions& options) {
     return 1;
   }
   const ServiceSettings& settings = loaded->settings;
+  // Before any key is loaded: no core dump may hold them (security.allow_core_dumps).
+  if (Status hardened = KeepSecretsOutOfCoreDumps(settings.security.allow_core_dumps); !hardened.ok()) {
+    Log("batch").error("{}", hardened.error().ToString());
+    return 1;
+  }
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
   Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline =
       pipelines::ClaimsPipeline::Create(loaded->config, settings.security.key_file(), runtime, settings.security.kek());

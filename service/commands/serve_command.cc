@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "accelerator/discovery.h"
+#include "common/core_dumps.h"
 #include "common/logging.h"
 #include "llm/decoder.h"
 #include "pipelines/config.h"
@@ -64,6 +65,11 @@ int RunServe(const ServeOptions& options) {
     loaded->settings.sharding.self = options.shard_name;
   }
   const ServiceSettings& settings = loaded->settings;
+  // Before any key is loaded: no core dump may hold them (security.allow_core_dumps).
+  if (Status hardened = KeepSecretsOutOfCoreDumps(settings.security.allow_core_dumps); !hardened.ok()) {
+    Log("server").error("{}", hardened.error().ToString());
+    return 1;
+  }
   const pipelines::PipelineConfig* config = &loaded->config;
   for (const accelerator::AbsentDevice& absent : loaded->devices->absent()) {
     Log("device").info("device {}: absent ({})", absent.kind, absent.reason);

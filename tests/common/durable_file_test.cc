@@ -19,6 +19,19 @@ TEST(AppendOnlyFile, KeepsWhatWasRecordedCutsTheRestAndAppends) {
   EXPECT_EQ(testing::ReadFile(dir.file("out")), "kept|new");
 }
 
+// A claims job's output holds claim ids and findings: its owner's alone, whatever the umask.
+TEST(AppendOnlyFile, ANewFileIsForItsOwnerAlone) {
+  testing::TempDir dir;
+  const mode_t before = ::umask(0);
+  AppendOnlyFile file;
+  const Status opened = file.Open(dir.file("out"), 0);
+  ::umask(before);
+  ASSERT_TRUE(opened.ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("out").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
 TEST(AppendOnlyFile, RefusesAFileShorterThanWhatWasRecorded) {
   testing::TempDir dir;
   testing::WriteFile(dir.file("out"), "abc");

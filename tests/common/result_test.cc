@@ -30,6 +30,17 @@ TEST(AssignOrReturn, AssignsTheValueOrReturnsTheErrorAsItIs) {
   EXPECT_EQ(failed.error().field, "value");
 }
 
+// An invalid argument's message is built from what a caller sent: whichever validation quoted a
+// card number, the error never carries it (to the caller, a log, a job output or the trail).
+TEST(InvalidArgument, RedactsCardNumbersInItsMessageAndLeavesOtherErrorsAlone) {
+  const Error quoted = InvalidArgument("\"4000 0012 3456 7899\" is not a date of the form YYYY-MM-DD", "incident_date");
+  EXPECT_EQ(quoted.message, "\"[card number redacted]\" is not a date of the form YYYY-MM-DD");
+  EXPECT_EQ(quoted.field, "incident_date");
+  EXPECT_EQ(InvalidArgument("amount 1200.50 is over the limit").message, "amount 1200.50 is over the limit");
+  // Other codes carry no caller input by contract, and keep long numbers exactly (times, seqs).
+  EXPECT_EQ(DataLoss("entry at 4000001234567899").message, "entry at 4000001234567899");
+}
+
 TEST(IsError, PassesOnlyForTheExactCodeAndMessage) {
   const Result<int> failed = InvalidArgument("amount must be positive", "amount");
   EXPECT_TRUE(testing::IsError(failed, ErrorCode::kInvalidArgument, "amount must be positive"));

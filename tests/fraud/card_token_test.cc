@@ -121,11 +121,14 @@ TEST(CardTokenizer, RefusesKeyFileReadableByOthers) {
   testing::TempDir dir;
   const std::string path = dir.file("key");
   testing::WriteFile(path, std::string(32, 'k'));
-  ::chmod(path.c_str(), 0644);
-  auto result = CardTokenizer::FromKeyFile(path);
-  ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.error().code, ErrorCode::kFailedPrecondition);
-  EXPECT_EQ(result.error().message, "keyset file " + path + " is readable by group or others; run: chmod 600 " + path);
+  for (const mode_t mode : {0644, 0640, 0604}) {  // others, group alone, others alone
+    ::chmod(path.c_str(), mode);
+    auto result = CardTokenizer::FromKeyFile(path);
+    ASSERT_FALSE(result.ok()) << std::oct << mode;
+    EXPECT_EQ(result.error().code, ErrorCode::kFailedPrecondition);
+    EXPECT_EQ(result.error().message,
+              "keyset file " + path + " is readable by group or others; run: chmod 600 " + path);
+  }
 }
 
 TEST(CardTokenizer, RefusesShortKey) {
@@ -146,10 +149,17 @@ TEST(CardTokenizer, MissingKeyFileIsNotFound) {
   EXPECT_EQ(result.error().code, ErrorCode::kNotFound);
 }
 
-TEST(WipeString, ClearsTheString) {
-  std::string secret = "4111111111111111";
-  WipeString(&secret);
-  EXPECT_TRUE(secret.empty());
+// The bytes the string held are zeroed, not only its length (clear() would leave them): read
+// through the same buffer, which clear() keeps.
+TEST(WipeString, ZeroesTheBytesItHeldAndEmptiesTheString) {
+  for (std::string secret : {std::string("4111111111111111"), std::string("737")}) {  // heap and in-object
+    const size_t size = secret.size();
+    const char* buffer = secret.data();
+    WipeString(&secret);
+    EXPECT_TRUE(secret.empty());
+    ASSERT_EQ(secret.data(), buffer);
+    EXPECT_EQ(std::string(buffer, size), std::string(size, '\0'));
+  }
 }
 
 }  // namespace

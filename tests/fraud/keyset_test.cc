@@ -66,10 +66,13 @@ TEST(Keyset, AFileRoundTripsAndIsRefusedWhenOthersMayReadIt) {
   EXPECT_EQ(loaded.primary().id, "k2");
   EXPECT_EQ(loaded.keys()[0].secret, keyset.keys()[0].secret);
   EXPECT_EQ(loaded.keys()[1].created_ms, 6);
-  ::chmod(dir.file("keyset.json").c_str(), 0644);
-  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kFailedPrecondition,
-                               "keyset file " + dir.file("keyset.json") +
-                                   " is readable by group or others; run: chmod 600 " + dir.file("keyset.json")));
+  for (const mode_t mode : {0644, 0640, 0604}) {  // others, group alone, others alone
+    ::chmod(dir.file("keyset.json").c_str(), mode);
+    EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kFailedPrecondition,
+                                 "keyset file " + dir.file("keyset.json") +
+                                     " is readable by group or others; run: chmod 600 " + dir.file("keyset.json")))
+        << std::oct << mode;
+  }
 }
 
 TEST(Keyset, ARawKeyFileThatBeginsWithABraceIsARawKeyAndABrokenKeysetIsStillRefused) {
@@ -126,11 +129,12 @@ TEST(Keyset, AWrappedKeysetHoldsNoSecretInClearAndOpensOnlyWithItsKek) {
   ::setenv("TXSCORE_TEST_KEK", kKekHex.c_str(), 1);
   EXPECT_EQ(LoadKeyset(dir.file("keyset.json"), {"", "TXSCORE_TEST_KEK"}).value().primary().id, "k1");
   // Another KEK, no KEK, or one altered byte: refused.
-  ::setenv("TXSCORE_TEST_KEK", std::string(64, 'b').c_str(), 1);
+  // (A variable is read once per process, then taken out of the environment: another name.)
+  ::setenv("TXSCORE_TEST_OTHER_KEK", std::string(64, 'b').c_str(), 1);
   const std::string refused = "keyset file " + dir.file("keyset.json") +
                               ": cannot unwrap the keyset: the key-encryption key is not the one it was wrapped with, "
                               "or the file was altered";
-  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json"), {"", "TXSCORE_TEST_KEK"}),
+  EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json"), {"", "TXSCORE_TEST_OTHER_KEK"}),
                                ErrorCode::kInvalidArgument, refused));
   EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kFailedPrecondition,
                                "keyset file " + dir.file("keyset.json") +
@@ -161,14 +165,30 @@ TEST(Keyset, WithAKekConfiguredAKeysetInClearIsRefused) {
   EXPECT_EQ(LoadKeyset(dir.file("keyset.json"), {dir.file("kek"), ""}).value().primary().created_ms, 2);
 }
 
+// A key-encryption key in the environment is taken out of it once read (no child process or
+// reader of /proc/PID/environ sees it), wiped where it lay, and still found by a reload.
+TEST(Keyset, AKekFromTheEnvironmentIsTakenOutOfItAndStillFoundByAReload) {
+  ::setenv("TXSCORE_TEST_KEK_TAKEN", std::string(64, 'a').c_str(), 1);
+  const char* lay = std::getenv("TXSCORE_TEST_KEK_TAKEN");
+  Result<std::string> kek = LoadKek({"", "TXSCORE_TEST_KEK_TAKEN"});
+  ASSERT_TRUE(kek.ok()) << kek.error().ToString();
+  EXPECT_EQ(*kek, std::string(32, '\xaa'));
+  EXPECT_EQ(std::getenv("TXSCORE_TEST_KEK_TAKEN"), nullptr);
+  EXPECT_EQ(std::string(lay, 64), std::string(64, '\0'));  // glibc keeps setenv's string: read where it lay
+  Result<std::string> again = LoadKek({"", "TXSCORE_TEST_KEK_TAKEN"});
+  ASSERT_TRUE(again.ok()) << again.error().ToString();
+  EXPECT_EQ(*again, *kek);
+}
+
 TEST(Keyset, AKekMustBe64HexDigits) {
-  ::setenv("TXSCORE_TEST_KEK", "short", 1);
-  EXPECT_TRUE(testing::IsError(LoadKek({"", "TXSCORE_TEST_KEK"}), ErrorCode::kInvalidArgument,
-                               "the environment variable TXSCORE_TEST_KEK must hold 64 hex digits (32 bytes; openssl "
-                               "rand -hex 32)"));
-  ::unsetenv("TXSCORE_TEST_KEK");
-  EXPECT_TRUE(testing::IsError(LoadKek({"", "TXSCORE_TEST_KEK"}), ErrorCode::kNotFound,
-                               "the environment variable TXSCORE_TEST_KEK (the key-encryption key) is not set"));
+  ::setenv("TXSCORE_TEST_SHORT_KEK", "short", 1);
+  EXPECT_TRUE(
+      testing::IsError(LoadKek({"", "TXSCORE_TEST_SHORT_KEK"}), ErrorCode::kInvalidArgument,
+                       "the environment variable TXSCORE_TEST_SHORT_KEK must hold 64 hex digits (32 bytes; openssl "
+                       "rand -hex 32)"));
+  ::unsetenv("TXSCORE_TEST_SHORT_KEK");
+  EXPECT_TRUE(testing::IsError(LoadKek({"", "TXSCORE_TEST_SHORT_KEK"}), ErrorCode::kNotFound,
+                               "the environment variable TXSCORE_TEST_SHORT_KEK (the key-encryption key) is not set"));
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // free text, and no id that looks like a card number.
 #include <sstream>
 
+#include "common/pan_scan.h"
 #include "fraud/card_token.h"
 #include "fraud/claim.h"
-#include "fraud/pan_scan.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {
@@ -23,14 +23,14 @@ void Check(const txscore::fraud::RawClaim& raw) {
   if (!stored.ok()) return;
   if (!stored->claimant_id.empty()) txscore::fuzz::Fail("a claimant id survived into a claim ready for storage");
   // Free text by the every-window rule (what RedactPans removes), identifiers by the stricter
-  // rule validation applies to them (fraud/pan_scan.h: ids are often long numbers).
+  // rule validation applies to them (common/pan_scan.h: ids are often long numbers).
   for (const std::string* text : {&stored->narrative, &stored->adjuster_notes}) {
-    if (txscore::fraud::ContainsPan(*text)) {
+    if (txscore::ContainsPan(*text)) {
       txscore::fuzz::Fail("a card number survived into a claim's free text ready for storage: " + *text);
     }
   }
   for (const std::string* id : {&stored->claim_id, &stored->policy_id, &stored->provider_id}) {
-    if (txscore::fraud::LooksLikeCardNumber(*id)) {
+    if (txscore::LooksLikeCardNumber(*id)) {
       txscore::fuzz::Fail("an id that looks like a card number was accepted for storage: " + *id);
     }
   }

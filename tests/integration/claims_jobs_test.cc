@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/pan_scan.h"
 #include "fraud/card_token.h"
 #include "fraud/claims_synthetic.h"
 #include "gen-cpp/TxScore.h"
@@ -283,6 +284,46 @@ TEST_F(ClaimsJobsTest, InlineClaimsLeaveNoClaimantIdOrCardNumberOnDisk) {
   }
 }
 
+// A refused inline claim's error is built from the caller's values: whatever field held the
+// card number and however it was written, neither the refusal, the audit trail (hash-chained:
+// a card number there could never be removed) nor any file holds it.
+TEST_F(ClaimsJobsTest, ARefusedInlineClaimLeavesItsCardNumberNowhere) {
+  const std::vector<std::pair<std::string, std::string>> forms = {
+      {"incident_date", "4000 0012 3456 7899"},
+      {"report_date", "4000/0012/3456/7899"},
+      {"claim_type", "4000\u20130012\u20133456\u20137899"},
+      {"incident_date",
+       "\uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19"},
+      {"claim_type", "card 4000  0012  3456  7899"},
+  };
+  for (const auto& [field, value] : forms) {
+    rpc::ClaimsJobRequest request = Inline(2, 6);
+    if (field == "incident_date") request.claims[1].incident_date = value;
+    if (field == "report_date") request.claims[1].report_date = value;
+    if (field == "claim_type") request.claims[1].claim_type = value;
+    rpc::ClaimsJobStatus status;
+    try {
+      client_->submitClaimsJob(status, request);
+      ADD_FAILURE() << field << " " << value << " was accepted";
+    } catch (const rpc::InvalidRequest& e) {
+      EXPECT_EQ(e.reason.find(value), std::string::npos) << e.reason;
+      EXPECT_FALSE(ContainsPan(e.reason)) << e.reason;
+      EXPECT_NE(e.reason.find("[card number redacted]"), std::string::npos) << e.reason;
+    }
+  }
+  const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
+  ASSERT_EQ(actions.size(), forms.size());
+  for (const storage::AuditAction& action : actions) {
+    EXPECT_EQ(action.outcome, "refused");
+    EXPECT_FALSE(ContainsPan(action.detail)) << action.detail;
+  }
+  server_->Stop();
+  for (const auto& [field, value] : forms) {
+    EXPECT_EQ(FilesHolding(dir_.path(), value), std::vector<std::string>{}) << value;
+  }
+  EXPECT_EQ(FilesHolding(dir_.path(), "4000001234567899"), std::vector<std::string>{});
+}
+
 TEST_F(ClaimsJobsTest, ServerSideInputMustLieInTheInputDirectory) {
   fraud::SyntheticClaimsOptions data;
   data.claims = 8;
@@ -294,7 +335,14 @@ TEST_F(ClaimsJobsTest, ServerSideInputMustLieInTheInputDirectory) {
   rpc::ClaimsJobStatus status;
   client_->submitClaimsJob(status, request);
   EXPECT_EQ(WaitForEnd(status.job_id).done, 8);
-  for (const char* outside : {"../pipeline.yaml", "/etc/passwd", "missing.jsonl", ""}) {
+  // Links inside the input directory that lead out of it: to a file, and through a directory.
+  testing::WriteFile(dir_.file("secret.jsonl"), testing::ReadFile(dir_.file("in/night.jsonl")));
+  std::filesystem::create_symlink(dir_.file("secret.jsonl"), dir_.file("in/linked.jsonl"));
+  std::filesystem::create_directories(dir_.file("elsewhere"));
+  testing::WriteFile(dir_.file("elsewhere/claims.jsonl"), testing::ReadFile(dir_.file("in/night.jsonl")));
+  std::filesystem::create_directory_symlink(dir_.file("elsewhere"), dir_.file("in/linked-dir"));
+  for (const char* outside :
+       {"../pipeline.yaml", "/etc/passwd", "missing.jsonl", "", "linked.jsonl", "linked-dir/claims.jsonl"}) {
     request.__set_input_path(outside);
     try {
       client_->submitClaimsJob(status, request);

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,10 +27,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "fraud/entity_state.h"
@@ -85,6 +88,7 @@ class ServerProcess {
     if (stdout_fd_ >= 0) close(stdout_fd_);
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   int admin_port() const { return admin_port_; }
   void Signal(int signal_number) { kill(pid_, signal_number); }
   int Wait() { return Reap(); }
@@ -306,6 +310,54 @@ TEST(DrainTest, ASigtermRightAfterStartIsACleanStop) {
     ++stops;
   }
   EXPECT_EQ(stops, 5u) << log;
+}
+
+// The database holds card tokens and the audit trail: whatever umask the server was started
+// with, its files are its owner's alone (mode 0600, directories 0700).
+TEST(FileModes, EverythingServeWritesIsForItsOwnerAlone) {
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir, "wal");
+  const mode_t before = ::umask(022);  // a usual umask: files 0644 unless txscore sets its own
+  {
+    ServerProcess server(testing::TestSettingsPath(dir), dir.file("server.log"));
+    ::umask(before);
+    ASSERT_GT(server.port(), 0) << testing::ReadFile(dir.file("server.log"));
+    const int status = server.Terminate();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  int files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.file("db"))) {
+    const auto perms = static_cast<unsigned>(entry.symlink_status().permissions());
+    EXPECT_EQ(perms & 077u, 0u) << entry.path() << " has mode " << std::oct << perms;
+    files += entry.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_GT(files, 3);  // RocksDB's CURRENT, MANIFEST, OPTIONS, WAL at least
+  const auto db_perms = static_cast<unsigned>(std::filesystem::status(dir.file("db")).permissions());
+  EXPECT_EQ(db_perms & 077u, 0u) << std::oct << db_perms;
+}
+
+// The shipped default (security.allow_core_dumps false): the server runs with a core file size
+// limit of 0, whatever limit it was started with, so a crash leaves no dump of its keys.
+TEST(CoreDumps, TheServerRunsWithACoreFileLimitOfZero) {
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir, "wal");
+  rlimit before{};
+  ::getrlimit(RLIMIT_CORE, &before);
+  rlimit some{before.rlim_max == 0 ? 0 : std::min<rlim_t>(4096, before.rlim_max), before.rlim_max};
+  ::setrlimit(RLIMIT_CORE, &some);
+  ServerProcess server(testing::TestSettingsPath(dir), dir.file("server.log"));
+  ::setrlimit(RLIMIT_CORE, &before);
+  ASSERT_GT(server.port(), 0) << testing::ReadFile(dir.file("server.log"));
+  const std::string limits = testing::ReadFile("/proc/" + std::to_string(server.pid()) + "/limits");
+  const size_t line = limits.find("Max core file size");
+  ASSERT_NE(line, std::string::npos) << limits;
+  std::istringstream fields(limits.substr(line + std::string("Max core file size").size()));
+  std::string soft, hard;
+  fields >> soft >> hard;
+  EXPECT_EQ(soft, "0") << limits;
+  EXPECT_EQ(hard, "0") << limits;
+  const int status = server.Terminate();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 // The HTTP status of GET `target` on 127.0.0.1:port; 0 when nothing answers (the port closed).

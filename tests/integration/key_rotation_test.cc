@@ -249,12 +249,14 @@ TEST_F(KeyRotationTest, AReloadWithAnUnreadableKeysetIsRefusedAndTheKeysInForceS
 
 TEST_F(KeyRotationTest, AReloadWithAKeysetOthersMayReadIsRefusedAndTheKeysInForceStay) {
   const std::string keyset = testing::ReadFile(keyset_path());
-  ASSERT_EQ(::chmod(keyset_path().c_str(), 0644), 0);
-  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
-  EXPECT_FALSE(outcome.applied);
-  EXPECT_NE(outcome.detail.find(keyset_path() + " is readable by group or others; run: chmod 600 " + keyset_path()),
-            std::string::npos)
-      << outcome.detail;
+  for (const mode_t mode : {0644, 0640, 0604}) {  // others, group alone, others alone
+    ASSERT_EQ(::chmod(keyset_path().c_str(), mode), 0);
+    const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+    EXPECT_FALSE(outcome.applied);
+    EXPECT_NE(outcome.detail.find(keyset_path() + " is readable by group or others; run: chmod 600 " + keyset_path()),
+              std::string::npos)
+        << outcome.detail;
+  }
   auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
   Score(*connection, 3, 0, "c-1");  // still served with k1
   EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token.substr(0, 3), "k1_");

@@ -62,7 +62,7 @@ class OpenAiApiTest : public ::testing::Test {
                               int port = 0, const std::string& version = "HTTP/1.1") {
     const int fd = testing::RawConnect(port != 0 ? port : server_->admin_port());
     const std::string request = method + " " + target + " " + version +
-                                "\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                                 "Content-Length: " +
                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
@@ -420,7 +420,7 @@ TEST_F(OpenAiApiTest, MoreRequestsThanAllowedAtOnceAreAnswered429AndGoneCallersF
       Json{{"model", "llm-base"}, {"prompt", "hold"}, {"max_tokens", 3000}, {"temperature", 0}, {"stream", true}}
           .dump();
   const std::string request =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
       "Content-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body;
   std::vector<int> holders;

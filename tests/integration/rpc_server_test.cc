@@ -32,6 +32,7 @@
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "storage/audit_log.h"
+#include "storage/database.h"
 #include "tests/rpc_test_support.h"
 #include "tests/server_test_support.h"
 #include "tests/test_support.h"
@@ -407,10 +408,14 @@ TEST_F(RpcServerTest, NestingDeeperThanTheRecursionLimitClosesTheConnection) {
   ExpectStillServing();
 }
 
-TEST_F(RpcServerTest, DatabaseDirectoryHoldsNoPan) {
+// No PAN and no card verification code in the database: its files as bytes (the WAL, table
+// files), and every key and value of every column family as RocksDB decodes them (table files
+// may be compressed, where a byte scan would see nothing either way).
+TEST_F(RpcServerTest, TheDatabaseHoldsNoPanAndNoCardVerificationCode) {
   Client c(server_->rpc_port());
   std::set<std::string> pans;
-  for (const auto& t : Demo(10, 2, 9)) {
+  for (auto t : Demo(10, 2, 9)) {
+    t.__set_card_verification_code("737");
     rpc::ScoreResult result;
     c.client->score(result, t);
     pans.insert(t.card_number);
@@ -427,6 +432,26 @@ TEST_F(RpcServerTest, DatabaseDirectoryHoldsNoPan) {
   }
   EXPECT_GT(files, 0u);
   EXPECT_EQ(pans.size(), 10u);
+  auto db = storage::Database::Open(db_path_, {.read_only = true});
+  ASSERT_TRUE(db.ok()) << db.error().ToString();
+  size_t entries = 0;
+  for (storage::ColumnFamily cf :
+       {storage::ColumnFamily::kEntityState, storage::ColumnFamily::kAudit, storage::ColumnFamily::kJobs}) {
+    ASSERT_TRUE((*db)
+                    ->ScanForward(cf, "",
+                                  [&](std::string_view key, std::string_view value) {
+                                    ++entries;
+                                    const std::string entry = std::string(key) + "\n" + std::string(value);
+                                    for (const std::string& pan : pans)
+                                      EXPECT_EQ(entry.find(pan), std::string::npos) << entry;
+                                    for (const char* name : {"verification", "\"cvc\"", "\"cvv\"", "\"737\""}) {
+                                      EXPECT_EQ(entry.find(name), std::string::npos) << name << " in " << entry;
+                                    }
+                                    return true;
+                                  })
+                    .ok());
+  }
+  EXPECT_GE(entries, 30u);  // 10 cards' state and 20 decisions at least
 }
 
 // How many times `digits` (ASCII digits, given shifted by +17 so that this function's own

@@ -94,6 +94,7 @@ security:
     thrift_clients: [txscore-client, txscore-admin, txscore-shard]
     admin_clients: [txscore-admin]
     operators: [txscore-admin]
+    card_token_clients: [txscore-client]
 sharding:
   self: {name}
   client_tls_dir: pki/shard

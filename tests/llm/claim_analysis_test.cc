@@ -20,6 +20,15 @@ TEST(ClaimAnalysisTask, ParsesValidFindingsAndDropsRepeatedFlags) {
   EXPECT_EQ(f->summary, "Invoice predates the incident.");
 }
 
+// The model may repeat a card number from a claim's text in a form the claim's redaction did not
+// see, or make one up: the summary leaves the parser without it.
+TEST(ClaimAnalysisTask, ACardNumberInTheSummaryIsRedacted) {
+  auto f = ClaimAnalysisTask::ParseFindings(
+      R"({"risk_level": "high", "flags": ["none"], "summary": "Paid with 4000 0012 3456 7899, then \uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19."})");
+  ASSERT_TRUE(f.ok()) << f.error().ToString();
+  EXPECT_EQ(f->summary, "Paid with [card number redacted], then [card number redacted].");
+}
+
 TEST(ClaimAnalysisTask, RejectsFindingsOutsideTheSchema) {
   EXPECT_EQ(
       ClaimAnalysisTask::ParseFindings(R"({"risk_level": "severe", "flags": ["none"], "summary": ""})").error().field,

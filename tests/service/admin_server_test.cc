@@ -68,7 +68,10 @@ class AdminServerTest : public ::testing::Test {
     AdminRoute wait;
     wait.post = true;
     wait.request_handler = [this](const AdminRequest&, AdminResponder& responder) {
-      for (int i = 0; i < 1000 && !responder.client_gone(); ++i) std::this_thread::sleep_for(10ms);
+      for (int i = 0; i < 1000 && !responder.client_gone(); ++i) {
+        wait_saw_its_client_ = true;  // running, and its client was there
+        std::this_thread::sleep_for(10ms);
+      }
       saw_client_gone_ = responder.client_gone();
       responder.Respond({200, "text/plain", "late\n"});
     };
@@ -99,10 +102,10 @@ class AdminServerTest : public ::testing::Test {
     return response.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(response.substr(9, 3)) : -1;
   }
   static std::string Get(const std::string& target, const std::string& extra_headers = "") {
-    return "GET " + target + " HTTP/1.1\r\nHost: x\r\n" + extra_headers + "Connection: close\r\n\r\n";
+    return "GET " + target + " HTTP/1.1\r\nHost: localhost\r\n" + extra_headers + "Connection: close\r\n\r\n";
   }
   static std::string Post(const std::string& target, const std::string& body) {
-    return "POST " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+    return "POST " + target + " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) +
            "\r\nConnection: close\r\n\r\n" + body;
   }
   void ExpectStillServing() {
@@ -115,8 +118,31 @@ class AdminServerTest : public ::testing::Test {
   std::atomic<int> reload_calls_{0};
   std::atomic<bool> ticking_{false};
   std::atomic<bool> saw_client_gone_{false};
+  std::atomic<bool> wait_saw_its_client_{false};  // /wait's handler ran while its client was connected
   std::unique_ptr<AdminServer> server_;
 };
+
+// Cross-site request forgery: a page elsewhere cannot make a browser POST here; this port's own
+// origin, and clients that send no Origin (curl, txscore, the openai client), may.
+TEST_F(AdminServerTest, APostFromAnotherOriginIsRefused) {
+  Start();
+  const auto post_from = [&](const std::string& origin) {
+    return Exchange("POST /admin/reload HTTP/1.1\r\nHost: localhost:9091\r\n" + origin +
+                    "Content-Length: 0\r\nConnection: close\r\n\r\n");
+  };
+  const std::string forged = post_from("Origin: https://attacker.example\r\n");
+  EXPECT_EQ(Status(forged), 403);
+  EXPECT_NE(forged.find("a POST from another origin (https://attacker.example) is refused"), std::string::npos)
+      << forged;
+  EXPECT_EQ(Status(post_from("Origin: null\r\n")), 403);                    // a sandboxed frame or a file: page
+  EXPECT_EQ(Status(post_from("Origin: https://localhost:9092\r\n")), 403);  // another port is another origin
+  EXPECT_EQ(reload_calls_.load(), 0);
+  EXPECT_EQ(Status(post_from("Origin: https://localhost:9091\r\n")), 200);
+  EXPECT_EQ(Status(post_from("")), 200);
+  EXPECT_EQ(reload_calls_.load(), 2);
+  // A GET reads: a cross-origin page cannot read the answer (no CORS headers), so it is served.
+  EXPECT_EQ(Status(Exchange(Get("/healthz", "Origin: https://attacker.example\r\n"))), 200);
+}
 
 TEST_F(AdminServerTest, AnUnknownPathIs404ListingThePathsAndAWrongMethodIs405) {
   Start();
@@ -126,8 +152,8 @@ TEST_F(AdminServerTest, AnUnknownPathIs404ListingThePathsAndAWrongMethodIs405) {
                 R"({"error":"no such path","paths":["/admin/reload","/echo","/healthz","/silent","/stream","/wait"]})"),
             std::string::npos)
       << missing;
-  EXPECT_EQ(Status(Exchange("DELETE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
-  EXPECT_EQ(Status(Exchange("BREW /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), 405);
+  EXPECT_EQ(Status(Exchange("DELETE /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")), 405);
+  EXPECT_EQ(Status(Exchange("BREW /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")), 405);
   EXPECT_EQ(Status(Exchange(Post("/healthz", ""))), 405);
   const std::string get_reload = Exchange(Get("/admin/reload"));
   EXPECT_EQ(Status(get_reload), 405);
@@ -214,9 +240,10 @@ TEST_F(AdminServerTest, BodiesOverTheLimitAre413WhateverTheFraming) {
   EXPECT_EQ(Status(over), 413) << over;
   EXPECT_NE(over.find(R"({"error":"the body is over 8192 bytes"})"), std::string::npos) << over;
   // Announced but never sent: refused on the header alone.
-  EXPECT_EQ(Status(Exchange("POST /admin/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")), 413);
+  EXPECT_EQ(Status(Exchange("POST /admin/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\n")),
+            413);
   // Chunked: no length up front, refused once the chunks pass the limit.
-  std::string chunked = "POST /admin/reload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  std::string chunked = "POST /admin/reload HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n";
   for (int i = 0; i < 10; ++i) chunked += "400\r\n" + std::string(1024, 'c') + "\r\n";
   EXPECT_EQ(Status(Exchange(chunked + "0\r\n\r\n")), 413);
   EXPECT_EQ(reload_calls_.load(), 1);
@@ -229,7 +256,7 @@ TEST_F(AdminServerTest, AChunkExtensionOrTrailerThatNeverEndsIsRefusedWithinTheB
   ExpectStillServing();
   // A chunk size line whose extension never ends; a trailer line that never ends. 64 MiB of
   // each, made before the baseline (this process is the client too).
-  const std::string chunked = "POST /admin/reload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string chunked = "POST /admin/reload HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n";
   const std::string endless_extension = chunked + "5;ext=" + std::string(64 << 20, 'x');
   const std::string endless_trailer = chunked + "0\r\nX-Trailer: " + std::string(64 << 20, 'x');
   testing::ResetPeakResidentBytes();
@@ -358,7 +385,7 @@ TEST_F(AdminServerTest, ARequestHandlerReadsTheBodyUpToItsRoutesOwnLimit) {
 TEST_F(AdminServerTest, AStreamedAnswerComesInChunksAndTheConnectionServesTheNextRequest) {
   Start();
   int fd = testing::RawConnect(server_->port());
-  const std::string request = "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nalpha beta!";
+  const std::string request = "POST /stream HTTP/1.1\r\nHost: localhost\r\nContent-Length: 11\r\n\r\nalpha beta!";
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string received;
   char buf[4096];
@@ -409,7 +436,10 @@ TEST_F(AdminServerTest, AHandlerMakingAWholeAnswerLearnsTheClientHasGone) {
   int fd = testing::RawConnect(server_->port());
   const std::string request = Post("/wait", "{}");
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE([&] {  // the handler runs and sees its client there
+    for (int i = 0; i < 3000 && !wait_saw_its_client_.load(); ++i) std::this_thread::sleep_for(10ms);
+    return wait_saw_its_client_.load();
+  }());
   EXPECT_FALSE(saw_client_gone_.load());
   ::close(fd);  // nothing was written to it: only the closed connection says so
   ASSERT_TRUE([&] {

@@ -69,7 +69,8 @@ TEST_F(SettingsTest, TheShippedServeSettingsParse) {
                           {"claims_pipeline: claims.yaml", "claims_pipeline: p.yaml"},
                           {"../var/pki/server/tls.crt", "card.key"},
                           {"../var/pki/server/tls.key", "card.key"},
-                          {"../var/pki/ca.crt", "card.key"}}) {
+                          {"../var/pki/ca.crt", "card.key"},
+                          {"- ca: ../var/pki/ca.crt", "- ca: card.key"}}) {
     yaml.replace(yaml.find(from), from.size(), to);
   }
   auto settings = Parse(yaml);
@@ -163,6 +164,44 @@ TEST_F(SettingsTest, TlsIsParsedAndAChangeToItIsReloadableButPlaintextIsRestartO
   auto plaintext = Parse(std::string(kValid) + tls + "server: {plaintext: true}\n");
   ASSERT_TRUE(plaintext.ok()) << plaintext.error().ToString();
   EXPECT_EQ(RestartOnlyChanges(*running, *plaintext), std::vector<std::string>{"server.plaintext: (default) -> true"});
+}
+
+TEST_F(SettingsTest, TlsIdentityRulesIssuersCrlAndGroupsAreParsedAndChecked) {
+  for (const char* file : {"s.crt", "s.key", "ca.crt", "ours.crt", "ca.crl"}) testing::WriteFile(dir_.file(file), "x");
+  const std::string base =
+      "  tls:\n    certificate: s.crt\n    private_key: s.key\n    client_ca: ca.crt\n"
+      "    thrift_clients: [a]\n    admin_clients: [b]\n";
+  auto defaults = Parse(std::string(kValid) + base);
+  ASSERT_TRUE(defaults.ok()) << defaults.error().ToString();
+  EXPECT_TRUE(defaults->security.tls->uri_identity_prefixes.empty());
+  EXPECT_FALSE(defaults->security.tls->cn_identity);
+  EXPECT_TRUE(defaults->security.tls->issuers.empty());
+  EXPECT_EQ(defaults->security.tls->crl_file, "");
+  EXPECT_EQ(defaults->security.tls->groups, (std::vector<std::string>{"X25519", "P-256", "P-384"}));
+  auto given = Parse(std::string(kValid) + base +
+                     "    uri_identity_prefixes: [\"spiffe://bank.example/\"]\n    cn_identity: true\n"
+                     "    crl_file: ca.crl\n    groups: [X25519]\n"
+                     "    issuers:\n      - ca: ours.crt\n        identities: [b, \"spiffe://bank.example/\"]\n");
+  ASSERT_TRUE(given.ok()) << given.error().ToString();
+  const TlsConfig& tls = *given->security.tls;
+  EXPECT_EQ(tls.uri_identity_prefixes, std::vector<std::string>{"spiffe://bank.example/"});
+  EXPECT_TRUE(tls.cn_identity);
+  EXPECT_EQ(tls.crl_file, dir_.file("ca.crl"));
+  EXPECT_EQ(tls.groups, std::vector<std::string>{"X25519"});
+  ASSERT_EQ(tls.issuers.size(), 1u);
+  EXPECT_EQ(tls.issuers[0].ca, dir_.file("ours.crt"));
+  EXPECT_EQ(tls.issuers[0].identities, (std::vector<std::string>{"b", "spiffe://bank.example/"}));
+  // A prefix without its '/' would take in another trust domain; a trust domain bound to a CA
+  // must be one whose URIs are identities at all.
+  EXPECT_TRUE(testing::IsError(
+      Parse(std::string(kValid) + base + "    uri_identity_prefixes: [\"spiffe://bank.example\"]\n"),
+      ErrorCode::kInvalidArgument,
+      Where(12, 29) + "\"spiffe://bank.example\" is no URI prefix: give a scheme and authority ending in '/', e.g. "
+                      "\"spiffe://bank.example/\""));
+  EXPECT_TRUE(testing::IsError(
+      Parse(std::string(kValid) + base + "    issuers:\n      - ca: ours.crt\n        identities: [\"spiffe://x/\"]\n"),
+      ErrorCode::kInvalidArgument,
+      Where(14, 22) + "\"spiffe://x/\" ends in '/' (a trust domain) but is not on uri_identity_prefixes"));
 }
 
 TEST_F(SettingsTest, BadTlsSettingsAreNamedWithTheirPlace) {

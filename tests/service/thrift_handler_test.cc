@@ -17,12 +17,19 @@ TEST(TakeFromThrift, ConvertsThenWipesTheCardFieldsOfTheWireStruct) {
   wire.request_id = "r1";
   wire.__set_card_number("4000001234567899");
   wire.__set_card_verification_code("737");
+  // The buffers the wire struct holds: wiped means their bytes are zero, not only emptied.
+  const char* card_buffer = wire.card_number.data();
+  const char* code_buffer = wire.card_verification_code.data();
   const fraud::RawTransaction raw = TakeFromThrift(wire);
   EXPECT_EQ(raw.card_number.value_or(""), "4000001234567899");
   EXPECT_EQ(raw.card_verification_code.value_or(""), "737");
   EXPECT_EQ(raw.request_id, "r1");
   EXPECT_EQ(wire.card_number, "");
   EXPECT_EQ(wire.card_verification_code, "");
+  ASSERT_EQ(wire.card_number.data(), card_buffer);
+  ASSERT_EQ(wire.card_verification_code.data(), code_buffer);
+  EXPECT_EQ(std::string(card_buffer, 16), std::string(16, '\0'));
+  EXPECT_EQ(std::string(code_buffer, 3), std::string(3, '\0'));
   EXPECT_EQ(wire.request_id, "r1");  // only the card fields are touched
 }
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "common/pan_scan.h"
 #include "common/sha256.h"
 #include "storage/audit_chain.h"
 #include "storage/database.h"
@@ -102,6 +103,64 @@ TEST(AuditLog, OperatorActionsShareTheTrailAndEachKindReadsBackAlone) {
   EXPECT_EQ(EncodeAuditAction(actions[0]),
             "{\"kind\":\"action\",\"time_us\":1003,\"action\":\"reload\",\"caller\":\"txscore-admin "
             "(127.0.0.1:5)\",\"target\":\"s.yaml\",\"outcome\":\"applied\",\"detail\":\"p3\"}");
+}
+
+// The trail's choke point: whatever field a card number reached, and whoever put it there, the
+// stored entry holds none; ids are replaced whole by the id rule, so a long numeric id stays.
+TEST(AuditLog, EveryStoredStringHasItsCardNumbersRedactedWhateverTheField) {
+  const std::string pan = "4000 0012 3456 7899";
+  const std::string wide =
+      "\uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19";
+  AuditRecord record;
+  record.request_id = "REQ-4000/0012/3456/7899";
+  record.card_token = "4000001234567899";
+  record.model_id = "fraud-" + pan;
+  record.model_version = "v1";
+  record.pipeline_version = "20261201123456788";  // a long number that is no card: kept
+  record.decision = "REVIEW";
+  record.reasons = {{"amount " + pan, 0.5, 1}};
+  record.rule_hits = {{"deny " + wide, "DECLINE"}};
+  record.timings_us = {{"stage " + pan, 10}};
+  record.degraded_stages = {"x" + pan};
+  record.skipped_stages = {pan};
+  record.placement = "fraud@cpu " + pan;
+  record.stage_scores = {{"shadow " + pan, 0.1}};
+  record.traceparent = "00-4000001234567899-01";
+  record.findings = AuditFindings{"high", {"flag " + pan}, "the claimant's card " + wide + " was used", "m"};
+  const std::string stored = EncodeAuditRecord(record);
+  for (const std::string& form : {std::string("4000001234567899"), std::string("4000 0012"), wide}) {
+    EXPECT_EQ(stored.find(form), std::string::npos) << form << " in " << stored;
+  }
+  std::string without_version = stored;  // the kept long number aside, no card-like run anywhere
+  without_version.erase(without_version.find("20261201123456788"), 17);
+  EXPECT_FALSE(ContainsPan(without_version)) << stored;
+  const AuditRecord back = DecodeAuditRecord(stored).value();
+  EXPECT_EQ(back.request_id, "[card number redacted]");
+  EXPECT_EQ(back.card_token, "[card number redacted]");
+  EXPECT_EQ(back.model_id, "[card number redacted]");
+  EXPECT_EQ(back.pipeline_version, "20261201123456788");
+  EXPECT_EQ(back.reasons[0].feature, "amount [card number redacted]");
+  EXPECT_EQ(back.rule_hits[0].rule, "deny [card number redacted]");
+  EXPECT_EQ(back.timings_us[0].first, "stage [card number redacted]");
+  EXPECT_EQ(back.degraded_stages[0], "x[card number redacted]");
+  EXPECT_EQ(back.skipped_stages[0], "[card number redacted]");
+  EXPECT_EQ(back.placement, "fraud@cpu [card number redacted]");
+  EXPECT_EQ(back.stage_scores[0].first, "shadow [card number redacted]");
+  EXPECT_EQ(back.traceparent, "[card number redacted]");
+  ASSERT_TRUE(back.findings.has_value());
+  EXPECT_EQ(back.findings->flags[0], "flag [card number redacted]");
+  EXPECT_EQ(back.findings->summary, "the claimant's card [card number redacted] was used");
+
+  const AuditAction action{1,           "submit_claims_job",
+                           "op " + pan, "in/" + pan + ".jsonl",
+                           "refused",   "claims[1]: incident_date: \"" + wide + "\" is not a date"};
+  const std::string stored_action = EncodeAuditAction(action);
+  EXPECT_FALSE(ContainsPan(stored_action)) << stored_action;
+  EXPECT_TRUE(IsAuditAction(stored_action));
+  const AuditAction action_back = DecodeAuditAction(stored_action).value();
+  EXPECT_EQ(action_back.caller, "op [card number redacted]");
+  EXPECT_EQ(action_back.target, "in/[card number redacted].jsonl");
+  EXPECT_EQ(action_back.detail, "claims[1]: incident_date: \"[card number redacted]\" is not a date");
 }
 
 TEST(AuditLog, RecordsAreNeverOverwrittenWhenTheClockStepsBackAcrossRestarts) {

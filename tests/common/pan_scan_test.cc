@@ -1,11 +1,11 @@
-#include "fraud/pan_scan.h"
+#include "common/pan_scan.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 
-namespace txscore::fraud {
+namespace txscore {
 namespace {
 
 TEST(PanScan, FindsPansWrittenTheWaysPeopleWriteThem) {
@@ -22,9 +22,55 @@ TEST(PanScan, LeavesOtherNumbersAlone) {
   EXPECT_FALSE(ContainsPan("4000001234567898"));  // Luhn fails
   EXPECT_FALSE(ContainsPan("40000012345"));       // 11 digits
   EXPECT_FALSE(ContainsPan("claim on 2024-05-06, policy POL-88123, 3 prior claims, 1200.50 EUR"));
-  EXPECT_FALSE(
-      ContainsPan("4000  0012 3456 7899"));  // two separators in a row end the run: 4 + 12 digits, 12 fail Luhn
+  EXPECT_FALSE(ContainsPan("4000    0012 3456 7899"));  // four separators in a row end the run: 12 digits fail Luhn
   EXPECT_FALSE(ContainsPan(""));
+}
+
+// The forms a card number took past the scanner before it normalized text (issue 29, item 8).
+TEST(PanScan, FindsPansInFreeTextWrittenWithOtherSeparatorsDigitsAndHiddenCharacters) {
+  for (
+      const char* text : {
+          "4000  0012  3456  7899",              // double spaces
+          "4000 - 0012 - 3456 - 7899",           // " - "
+          "4000/0012/3456/7899",                 // slashes
+          "4000,0012,3456,7899",                 // commas
+          "4000\t0012\t3456\t7899",              // tabs
+          "4000\u00a00012\u00a03456\u00a07899",  // no-break spaces
+          "4000\u20130012\u20133456\u20137899",  // en dashes
+          "\uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19",  // full-width
+          "\u0664\u0660\u0660\u0660\u0660\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0669",  // Arabic-Indic
+          "4000\u200d0012\u200b3456\u20607899",  // zero-width joiner, space, word joiner
+          "4\u00ad000001234567899",              // a soft hyphen
+      }) {
+    EXPECT_TRUE(ContainsPan(text)) << text;
+    EXPECT_EQ(RedactPans(std::string("paid ") + text + " ok"), "paid [card number redacted] ok") << text;
+  }
+}
+
+// `prefix` and the digit that makes it pass the Luhn check.
+std::string WithCheckDigit(const std::string& prefix) {
+  for (char d = '0'; d <= '9'; ++d) {
+    if (LuhnValid(prefix + d)) return prefix + d;
+  }
+  return prefix;
+}
+
+TEST(PanScan, IdsHidingACardBehindOtherSeparatorsOrGroupingsAreFound) {
+  for (const char* id : {
+           "4000/0012/3456/7899", "4000:0012:3456:7899", "4000,0012,3456,7899", "4000+0012+3456+7899",
+           "REQ-4000\u20130012\u20133456\u20137899",  // en dashes
+           "REQ-\uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19",
+           "3056-930902-5904",        // Diners 14, printed 4-6-4
+           "40000012-34567899",       // 16 in halves
+           "4000\u200b001234567899",  // a zero-width space inside
+       }) {
+    EXPECT_TRUE(LooksLikeCardNumber(id)) << id;
+  }
+  // Networks the rule did not know: UATP (1, 15 digits), RuPay (81-82), Troy (9792).
+  for (std::string prefix : {"13541234567891", "817199992766000", "979200001234567"}) {
+    const std::string card = WithCheckDigit(prefix);
+    EXPECT_TRUE(LooksLikeCardNumber("id " + card)) << card;
+  }
 }
 
 TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
@@ -70,7 +116,7 @@ std::string RandomOf(std::mt19937_64& random, const char* alphabet, size_t alpha
 TEST(PanScan, HowOftenRandomIdsAndTokensLookLikeCards) {
   std::mt19937_64 random(1);
   constexpr int kSamples = 100000;
-  int uuids = 0, hex_ids = 0, object_ids = 0, traceparents = 0, numeric = 0, hex_tokens = 0;
+  int uuids = 0, hex_ids = 0, object_ids = 0, traceparents = 0, numeric = 0, numeric15 = 0, hex_tokens = 0;
   for (int i = 0; i < kSamples; ++i) {
     const std::string hex = RandomOf(random, "0123456789abcdef", 16, 32);
     const std::string uuid = hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
@@ -83,11 +129,16 @@ TEST(PanScan, HowOftenRandomIdsAndTokensLookLikeCards) {
     numeric += LooksLikeCardNumber(RandomOf(random, "0123456789", 10, 16)) ? 1 : 0;
     hex_tokens += ContainsPan(RandomOf(random, "0123456789abcdef", 16, 64)) ? 1 : 0;
   }
+  std::mt19937_64 random15(2);  // its own stream: the counts above stay comparable across rule changes
+  for (int i = 0; i < kSamples; ++i) {
+    numeric15 += LooksLikeCardNumber(RandomOf(random15, "0123456789", 10, 15)) ? 1 : 0;
+  }
   EXPECT_EQ(uuids, 0);  // a UUID's digit groups are never card-shaped
   EXPECT_EQ(hex_ids, 0);
   EXPECT_EQ(object_ids, 0);
   EXPECT_EQ(traceparents, 4);   // a parent id or a trace id's edge, all digits and card-shaped
-  EXPECT_EQ(numeric, 3989);     // a 16-digit numeric id: card-shaped 4.0 % of the time
+  EXPECT_EQ(numeric, 4201);     // a 16-digit numeric id: card-shaped 4.2 % of the time (3,989 before RuPay, Troy)
+  EXPECT_EQ(numeric15, 3011);   // a 15-digit one: 3.0 % (Amex, UATP, Diners)
   EXPECT_EQ(hex_tokens, 2534);  // txscore's own 64-hex token form, under the free-text rule: 2.5 %
 }
 
@@ -102,4 +153,4 @@ TEST(PanScan, RedactsEachRunWithItsSeparators) {
 }
 
 }  // namespace
-}  // namespace txscore::fraud
+}  // namespace txscore

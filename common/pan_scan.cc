@@ -1,0 +1,297 @@
+#include "common/pan_scan.h"
+
+#include <vector>
+
+namespace txscore {
+namespace {
+
+// One character of the text as the scanners see it: a digit ('0'-'9'), a letter ('a'), a
+// separator (its ASCII look-alike: ' ', '-', '.', '_', '/', ',', ':', '+'), or anything else
+// ('#'); with the bytes it came from. Invisible characters become no unit at all.
+struct Unit {
+  char c;
+  size_t begin, end;  // byte offsets in the text
+};
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsLetterOrDigit(char c) { return c == 'a' || IsDigit(c); }
+// Separators people put between a card number's digits in free text, and in ids.
+bool IsTextSeparator(char c) { return c == ' ' || c == '-' || c == '.' || c == '_' || c == '/' || c == ','; }
+bool IsIdSeparator(char c) { return IsTextSeparator(c) || c == ':' || c == '+'; }
+
+// The code point at text[*at] (advancing *at); a byte that starts no valid UTF-8 sequence is
+// returned alone as U+FFFD.
+char32_t NextCodePoint(std::string_view text, size_t* at) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(*at);
+  size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+  if (length == 0 || *at + length > text.size()) {
+    ++*at;
+    return lead < 0x80 ? lead : 0xFFFD;
+  }
+  char32_t cp = length == 1 ? lead : lead & (0x7F >> length);
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(*at + i) & 0xC0) != 0x80) {
+      ++*at;
+      return 0xFFFD;
+    }
+    cp = (cp << 6) | (byte(*at + i) & 0x3F);
+  }
+  *at += length;
+  return cp;
+}
+
+// The zero of each block of ten decimal digits Unicode has (category Nd) in the BMP and the
+// mathematical digits; a digit of any of them counts as the ASCII digit it stands for.
+constexpr char32_t kDigitZeros[] = {
+    0x0660, 0x06F0, 0x07C0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6,  0x0C66,  0x0CE6,  0x0D66,  0x0DE6,  0x0E50,
+    0x0ED0, 0x0F20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80,  0x1A90,  0x1B50,  0x1BB0,  0x1C40,  0x1C50,
+    0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0, 0xFF10, 0x1D7CE, 0x1D7D8, 0x1D7E2, 0x1D7EC, 0x1D7F6,
+};
+
+// How the scanners see a code point; 0 for one they skip (invisible format characters).
+char Classify(char32_t cp) {
+  if (cp < 0x80) {
+    const char c = static_cast<char>(cp);
+    if (IsDigit(c)) return c;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 'a';
+    if (c == '\t') return ' ';
+    if (IsIdSeparator(c)) return c;
+    return '#';
+  }
+  for (char32_t zero : kDigitZeros) {
+    if (cp >= zero && cp < zero + 10) return static_cast<char>('0' + (cp - zero));
+  }
+  if (cp == 0x00AD || cp == 0x034F || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) ||
+      (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || cp == 0xFEFF) {
+    return 0;  // soft hyphen, joiners, zero-width and direction marks, byte-order mark
+  }
+  if (cp == 0x00A0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F || cp == 0x3000) {
+    return ' ';
+  }
+  if ((cp >= 0x2010 && cp <= 0x2015) || cp == 0x2212 || cp == 0xFE58 || cp == 0xFE63 || cp == 0xFF0D) return '-';
+  switch (cp) {
+    case 0xFF0C:
+    case 0x3001:
+      return ',';
+    case 0xFF0E:
+    case 0x3002:
+      return '.';
+    case 0xFF0F:
+      return '/';
+    case 0xFF1A:
+      return ':';
+    case 0xFF3F:
+      return '_';
+    case 0xFF0B:
+      return '+';
+    default:
+      break;
+  }
+  if ((cp >= 0xFF21 && cp <= 0xFF3A) || (cp >= 0xFF41 && cp <= 0xFF5A)) return 'a';  // full-width letters
+  return '#';
+}
+
+std::vector<Unit> Normalize(std::string_view text) {
+  std::vector<Unit> units;
+  units.reserve(text.size());
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t begin = at;
+    const char c = Classify(NextCodePoint(text, &at));
+    if (c != 0) units.push_back({c, begin, at});
+  }
+  return units;
+}
+
+bool HoldsLuhnWindow(const std::string& digits) {
+  for (size_t length = 12; length <= 19 && length <= digits.size(); ++length) {
+    for (size_t start = 0; start + length <= digits.size(); ++start) {
+      if (LuhnValid(std::string_view(digits).substr(start, length))) return true;
+    }
+  }
+  return false;
+}
+
+// Calls `on_pan(first, last)` with the units of each PAN candidate run of free text, in order.
+template <typename F>
+void ForEachPanRun(const std::vector<Unit>& units, F on_pan) {
+  constexpr size_t kMaxSeparators = 3;  // "4000 - 0012": a dash between spaces
+  size_t i = 0;
+  while (i < units.size()) {
+    if (!IsDigit(units[i].c)) {
+      ++i;
+      continue;
+    }
+    std::string digits;
+    size_t last = i;
+    size_t j = i;
+    while (j < units.size()) {
+      if (IsDigit(units[j].c)) {
+        digits.push_back(units[j].c);
+        last = j++;
+        continue;
+      }
+      size_t k = j;
+      while (k < units.size() && k - j < kMaxSeparators && IsTextSeparator(units[k].c)) ++k;
+      if (k == j || k >= units.size() || !IsDigit(units[k].c)) break;
+      j = k;
+    }
+    if (digits.size() >= 12 && HoldsLuhnWindow(digits)) on_pan(i, last);
+    i = last + 1;
+  }
+}
+
+// Whether `digits` starts with an issuer prefix of a network that issues this length.
+bool IssuedLength(const std::string& digits) {
+  struct Range {
+    int prefix_digits;
+    int low, high;  // prefix range, inclusive
+    size_t min_length, max_length;
+  };
+  static constexpr Range kRanges[] = {
+      {1, 4, 4, 13, 13},       {1, 4, 4, 16, 16},       {1, 4, 4, 19, 19},    // Visa
+      {2, 51, 55, 16, 16},     {4, 2221, 2720, 16, 16},                       // Mastercard
+      {2, 34, 34, 15, 15},     {2, 37, 37, 15, 15},                           // Amex
+      {3, 300, 305, 14, 19},   {2, 36, 36, 14, 19},     {2, 38, 39, 14, 19},  // Diners
+      {4, 3528, 3589, 16, 19},                                                // JCB
+      {4, 6011, 6011, 16, 19}, {3, 644, 649, 16, 19},   {2, 65, 65, 16, 19},  // Discover
+      {2, 62, 62, 16, 19},                                                    // UnionPay
+      {4, 2200, 2204, 16, 19},                                                // Mir
+      {2, 81, 82, 16, 19},                                                    // RuPay
+      {4, 9792, 9792, 16, 19},                                                // Troy
+      {1, 1, 1, 15, 15},                                                      // UATP
+      {2, 50, 50, 13, 19},     {2, 56, 69, 13, 19},                           // Maestro, but its rare 12-digit cards
+  };
+  for (const Range& r : kRanges) {
+    if (digits.size() < r.min_length || digits.size() > r.max_length) continue;
+    const int prefix = std::stoi(digits.substr(0, static_cast<size_t>(r.prefix_digits)));
+    if (prefix >= r.low && prefix <= r.high) return true;
+  }
+  return false;
+}
+
+bool CardShaped(const std::string& digits) {
+  return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
+}
+
+// Whether groups[first..first+count) are grouped as cards are printed.
+bool PrintedAsACard(const std::vector<std::string>& groups, size_t first, size_t count) {
+  static const std::vector<std::vector<size_t>> kLayouts = {
+      {4, 4, 4, 4}, {4, 6, 5}, {4, 6, 4}, {8, 8},  // 16, Amex 15, Diners 14, 16 in halves
+  };
+  for (const std::vector<size_t>& layout : kLayouts) {
+    if (layout.size() != count) continue;
+    bool match = true;
+    for (size_t g = 0; match && g < count; ++g) match = groups[first + g].size() == layout[g];
+    if (match) return true;
+  }
+  // 19 digits, printed 4-4-4-4-3 (or shorter last group).
+  if (count == 5) {
+    for (size_t g = first; g < first + 4; ++g) {
+      if (groups[g].size() != 4) return false;
+    }
+    return groups[first + 4].size() <= 3;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool LuhnValid(std::string_view digits) {
+  if (digits.empty()) return false;
+  int sum = 0;
+  bool double_it = false;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    if (*it < '0' || *it > '9') return false;
+    int d = *it - '0';
+    if (double_it) {
+      d *= 2;
+      if (d > 9) d -= 9;
+    }
+    sum += d;
+    double_it = !double_it;
+  }
+  return sum % 10 == 0;
+}
+
+bool LooksLikeCardNumber(std::string_view text) {
+  const std::vector<Unit> units = Normalize(text);
+  size_t i = 0;
+  while (i < units.size()) {
+    if (!IsDigit(units[i].c)) {
+      ++i;
+      continue;
+    }
+    // The run's groups of contiguous digits, split at single separators.
+    std::vector<std::string> groups(1);
+    size_t end = i;
+    while (end < units.size()) {
+      if (IsDigit(units[end].c)) {
+        groups.back().push_back(units[end++].c);
+      } else if (IsIdSeparator(units[end].c) && end + 1 < units.size() && IsDigit(units[end + 1].c)) {
+        groups.emplace_back();
+        ++end;
+      } else {
+        break;
+      }
+    }
+    // A number stands apart: no letter or digit right before or after it. Digits glued to
+    // letters are part of a word, as in hex ids (UUIDs, trace ids, object ids), whose digit
+    // runs would otherwise look like cards now and then. Groups joined by separators are one
+    // number only as cards are printed; otherwise, as a date's or a UUID's groups, each group
+    // is a number of its own.
+    const bool apart_before = i == 0 || !IsLetterOrDigit(units[i - 1].c);
+    const bool apart_after = end == units.size() || !IsLetterOrDigit(units[end].c);
+    // Every stretch of groups printed as a card is tried, joined (a card number may stand
+    // between other numbers of the same id: "ORD-2026-4000-0012-3456-7899").
+    for (size_t first = 0; first < groups.size(); ++first) {
+      if (first == 0 && !apart_before) continue;
+      for (size_t count = 2; count <= 5 && first + count <= groups.size(); ++count) {
+        if (first + count == groups.size() && !apart_after) continue;
+        if (!PrintedAsACard(groups, first, count)) continue;
+        std::string digits;
+        for (size_t g = first; g < first + count; ++g) digits += groups[g];
+        if (CardShaped(digits)) return true;
+      }
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const bool apart = (g > 0 || apart_before) && (g + 1 < groups.size() || apart_after);
+      if (apart && CardShaped(groups[g])) return true;
+    }
+    i = end;
+  }
+  return false;
+}
+
+Status RefuseCardNumberIn(std::string_view value, const char* field) {
+  if (!LooksLikeCardNumber(value)) return Status::Ok();
+  return InvalidArgument(
+      "holds what looks like a card number (a Luhn-valid run of digits with a card network's prefix and length); "
+      "card numbers belong in card_number only",
+      field);
+}
+
+bool ContainsPan(std::string_view text) {
+  bool found = false;
+  ForEachPanRun(Normalize(text), [&](size_t, size_t) { found = true; });
+  return found;
+}
+
+std::string RedactPans(std::string_view text, int* redactions) {
+  const std::vector<Unit> units = Normalize(text);
+  std::string out;
+  size_t copied = 0;
+  int count = 0;
+  ForEachPanRun(units, [&](size_t first, size_t last) {
+    out.append(text.substr(copied, units[first].begin - copied));
+    out.append(kRedactedPan);
+    copied = units[last].end;
+    ++count;
+  });
+  out.append(text.substr(copied));
+  if (redactions != nullptr) *redactions = count;
+  return out;
+}
+
+}  // namespace txscore
