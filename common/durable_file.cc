@@ -20,8 +20,10 @@ Status WriteAll(int fd, std::string_view text, const std::string& path) {
   return Status::Ok();
 }
 
-Status WriteFileDurably(const std::string& path, std::string_view text, mode_t mode) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+namespace {
+
+Status WriteDurably(const std::string& path, std::string_view text, mode_t mode, int create_flags) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | create_flags, mode);
   if (fd < 0) return Internal("cannot write " + path + ": " + std::strerror(errno));
   Status written = WriteAll(fd, text, path);
   const bool synced = written.ok() && ::fsync(fd) == 0;
@@ -30,6 +32,16 @@ Status WriteFileDurably(const std::string& path, std::string_view text, mode_t m
   if (!written.ok()) return written;
   if (!synced || !closed) return Internal("cannot sync " + path + ": " + why);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteFileDurably(const std::string& path, std::string_view text, mode_t mode) {
+  return WriteDurably(path, text, mode, O_CREAT | O_TRUNC);
+}
+
+Status WriteNewFileDurably(const std::string& path, std::string_view text, mode_t mode) {
+  return WriteDurably(path, text, mode, O_CREAT | O_EXCL | O_NOFOLLOW);
 }
 
 Status SyncDirectory(const std::string& dir) {

@@ -19,6 +19,9 @@ Status WriteAll(int fd, std::string_view text, const std::string& path);
 
 // Creates (or truncates) `path` with `mode`, writes `text` and fsyncs it.
 Status WriteFileDurably(const std::string& path, std::string_view text, mode_t mode = 0600);
+// The same for a file that must not exist yet (O_EXCL | O_NOFOLLOW): an error rather than
+// writing through a file or symbolic link someone else put at `path` (secrets: a keyset).
+Status WriteNewFileDurably(const std::string& path, std::string_view text, mode_t mode = 0600);
 
 // Makes a new or renamed entry of `dir` durable (fsync of the directory).
 Status SyncDirectory(const std::string& dir);
@@ -31,7 +34,7 @@ class AppendOnlyFile {
   AppendOnlyFile& operator=(const AppendOnlyFile&) = delete;
   ~AppendOnlyFile();
 
-  // Opens (creating, mode 0644) `path` and cuts it back to its first `keep` bytes: what an
+  // Opens (creating, mode 0600) `path` and cuts it back to its first `keep` bytes: what an
   // earlier run recorded as durable. kDataLoss when the file is shorter than that.
   Status Open(const std::string& path, int64_t keep);
   Status AppendDurably(std::string_view text);

@@ -5,19 +5,25 @@
 namespace txscore {
 namespace {
 
-// One character of the text as the scanners see it: a digit ('0'-'9'), a letter ('a'), a
-// separator (its ASCII look-alike: ' ', '-', '.', '_', '/', ',', ':', '+'), or anything else
-// ('#'); with the bytes it came from. Invisible characters become no unit at all.
+// One character of the text as the scanners see it: a digit ('0'-'9'), a hex letter a-f or
+// A-F ('h'), another letter ('a'), a
+// separator (its ASCII look-alike: ' ' for any space, tab or line break, '-', '.', '_', '/',
+// ',', ':', '+', '|', ';'), or anything else ('#'); with the bytes it came from. Invisible
+// characters become no unit at all.
 struct Unit {
   char c;
   size_t begin, end;  // byte offsets in the text
 };
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsLetterOrDigit(char c) { return c == 'a' || IsDigit(c); }
 // Separators people put between a card number's digits in free text, and in ids.
-bool IsTextSeparator(char c) { return c == ' ' || c == '-' || c == '.' || c == '_' || c == '/' || c == ','; }
-bool IsIdSeparator(char c) { return IsTextSeparator(c) || c == ':' || c == '+'; }
+bool IsTextSeparator(char c) {
+  return c == ' ' || c == '-' || c == '.' || c == '_' || c == '/' || c == ',' || c == ':' || c == '+' || c == '|' ||
+         c == ';';
+}
+bool IsIdSeparator(char c) {
+  return c == ' ' || c == '-' || c == '.' || c == '_' || c == '/' || c == ',' || c == ':' || c == '+';
+}
 
 // The code point at text[*at] (advancing *at); a byte that starts no valid UTF-8 sequence is
 // returned alone as U+FFFD.
@@ -54,19 +60,22 @@ char Classify(char32_t cp) {
   if (cp < 0x80) {
     const char c = static_cast<char>(cp);
     if (IsDigit(c)) return c;
+    if ((c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) return 'h';
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 'a';
-    if (c == '\t') return ' ';
-    if (IsIdSeparator(c)) return c;
+    if (c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return ' ';
+    if (IsTextSeparator(c)) return c;
     return '#';
   }
   for (char32_t zero : kDigitZeros) {
     if (cp >= zero && cp < zero + 10) return static_cast<char>('0' + (cp - zero));
   }
   if (cp == 0x00AD || cp == 0x034F || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) ||
-      (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || cp == 0xFEFF) {
-    return 0;  // soft hyphen, joiners, zero-width and direction marks, byte-order mark
+      (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || cp == 0xFEFF ||
+      (cp >= 0xFE00 && cp <= 0xFE0F)) {
+    return 0;  // soft hyphen, joiners, zero-width and direction marks, byte-order mark, variation selectors
   }
-  if (cp == 0x00A0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x202F || cp == 0x205F || cp == 0x3000) {
+  if (cp == 0x00A0 || cp == 0x0085 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+      cp == 0x202F || cp == 0x205F || cp == 0x3000) {
     return ' ';
   }
   if ((cp >= 0x2010 && cp <= 0x2015) || cp == 0x2212 || cp == 0xFE58 || cp == 0xFE63 || cp == 0xFF0D) return '-';
@@ -85,6 +94,10 @@ char Classify(char32_t cp) {
       return '_';
     case 0xFF0B:
       return '+';
+    case 0xFF5C:
+      return '|';
+    case 0xFF1B:
+      return ';';
     default:
       break;
   }
@@ -175,6 +188,14 @@ bool CardShaped(const std::string& digits) {
   return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
 }
 
+// A card number, or one padded with zeros in front to a width no card has (a trace id's 32
+// digits, a 64-digit token): a shorter run with a leading zero is an ordinary numeric id.
+bool CardShapedOrZeroPadded(const std::string& digits) {
+  if (CardShaped(digits)) return true;
+  const size_t first = digits.find_first_not_of('0');
+  return digits.size() > 19 && first != 0 && first != std::string::npos && CardShaped(digits.substr(first));
+}
+
 // Whether groups[first..first+count) are grouped as cards are printed.
 bool PrintedAsACard(const std::vector<std::string>& groups, size_t first, size_t count) {
   static const std::vector<std::vector<size_t>> kLayouts = {
@@ -236,15 +257,16 @@ bool LooksLikeCardNumber(std::string_view text) {
         break;
       }
     }
-    // A number stands apart: no letter or digit right before or after it. Digits glued to
-    // letters are part of a word, as in hex ids (UUIDs, trace ids, object ids), whose digit
-    // runs would otherwise look like cards now and then. Groups joined by separators are one
-    // number only as cards are printed; otherwise, as a date's or a UUID's groups, each group
-    // is a number of its own.
-    const bool apart_before = i == 0 || !IsLetterOrDigit(units[i - 1].c);
-    const bool apart_after = end == units.size() || !IsLetterOrDigit(units[end].c);
-    // Every stretch of groups printed as a card is tried, joined (a card number may stand
-    // between other numbers of the same id: "ORD-2026-4000-0012-3456-7899").
+    // A number stands apart when no digit or hex letter (a-f) touches it: the digit runs of hex
+    // ids (UUIDs, trace ids, object ids) would otherwise look like cards now and then, while a
+    // number glued to other letters is found ("REQ4000001234567899"). Groups joined by
+    // separators are one number only as cards are printed; otherwise, as a date's or a UUID's
+    // groups, each group is a number of its own. Every stretch of groups printed as a card is
+    // tried, joined (a card number may stand between other numbers of the same id:
+    // "ORD-2026-4000-0012-3456-7899").
+    const auto touches = [](char c) { return IsDigit(c) || c == 'h'; };
+    const bool apart_before = i == 0 || !touches(units[i - 1].c);
+    const bool apart_after = end == units.size() || !touches(units[end].c);
     for (size_t first = 0; first < groups.size(); ++first) {
       if (first == 0 && !apart_before) continue;
       for (size_t count = 2; count <= 5 && first + count <= groups.size(); ++count) {
@@ -257,7 +279,7 @@ bool LooksLikeCardNumber(std::string_view text) {
     }
     for (size_t g = 0; g < groups.size(); ++g) {
       const bool apart = (g > 0 || apart_before) && (g + 1 < groups.size() || apart_after);
-      if (apart && CardShaped(groups[g])) return true;
+      if (apart && CardShapedOrZeroPadded(groups[g])) return true;
     }
     i = end;
   }

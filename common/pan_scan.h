@@ -8,7 +8,8 @@
 // (en, em, minus, ...) and full-width punctuation count as the ASCII separator they look like.
 //
 // A PAN candidate in free text is a run of digits in which up to three separators (spaces,
-// tabs, dashes, '.', '_', '/', ',') may stand between digits, as people write card numbers:
+// tabs, line breaks, dashes, '.', '_', '/', ',', ':', '+', '|', ';') may stand between digits,
+// as people write card numbers:
 // "4000 0012 3456 7899", "4000 - 0012 - 3456 - 7899", "4000/0012/3456/7899", or digits glued to
 // other text ("x4000001234567899"). A run whose digits, separators removed, contain 12 to 19
 // consecutive digits that pass the Luhn check is treated as a PAN. Every window is checked, so
@@ -36,16 +37,16 @@ std::string RedactPans(std::string_view text, int* redactions = nullptr);
 
 // The stricter test for identifiers (request ids, merchant, claim, policy and provider ids,
 // traceparent), which are keys a caller relies on and often long numbers or hex strings,
-// where the every-window rule above would refuse many: true when a number standing apart (no
-// letter or digit right before or after it) of contiguous digits, or of digits grouped as
-// cards are printed (4-4-4-4, 4-4-4-4-3, 4-6-5, 4-6-4 and 8-8 with single separators: space,
-// '-', '.', '_', '/', ':', ',', '+' or their Unicode look-alikes), has the length and the
-// prefix a card network issues (Visa 4: 13, 16, 19 digits; Mastercard 51-55, 2221-2720: 16;
-// Amex 34, 37: 15; Diners 300-305, 36, 38, 39: 14-19; JCB 3528-3589, Discover 6011, 644-649,
-// 65, UnionPay 62, Mir 2200-2204, RuPay 81-82, Troy 9792: 16-19; UATP 1: 15; Maestro 50, 56-69:
-// 13-19, leaving out its rare 12-digit cards) and passes the Luhn check. Not found by this
-// test: a card number glued to letters or inside a longer digit run ("x4000001234567899"),
-// written with two separators in a row, or reversed (docs/rpc.md: the id shapes to use).
+// where the every-window rule above would refuse many: true when a run of contiguous digits
+// (letters around it do not hide it: "REQ4000001234567899"), that run without the zeros
+// padding it in front, or digits grouped as cards are printed (4-4-4-4, 4-4-4-4-3, 4-6-5,
+// 4-6-4 and 8-8 with single separators: space, '-', '.', '_', '/', ':', ',', '+' or their
+// Unicode look-alikes), has the length and the prefix a card network issues (Visa 4: 13, 16, 19 digits; Mastercard
+// 51-55, 2221-2720: 16; Amex 34, 37: 15; Diners 300-305, 36, 38, 39: 14-19; JCB 3528-3589, Discover 6011, 644-649, 65,
+// UnionPay 62, Mir 2200-2204, RuPay 81-82, Troy 9792: 16-19; UATP 1: 15; Maestro 50, 56-69: 13-19, leaving out its rare
+// 12-digit cards) and passes the Luhn check. Not found by this test: a card number inside a longer digit run that is
+// not zeros ("94000001234567899"), written with two separators in a row, or reversed (docs/rpc.md: the id shapes to
+// use).
 bool LooksLikeCardNumber(std::string_view text);
 
 // kInvalidArgument on `field` when LooksLikeCardNumber(value): "holds what looks like a card

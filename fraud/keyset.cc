@@ -5,6 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -65,11 +66,25 @@ struct CipherDeleter {
   void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
 };
 
+// A key file must be its owner's alone, the owner this process's user (or root, who alone can
+// make a file root's: a Kubernetes Secret's files), in a directory no one else may write to
+// (who may write there may replace the file; a sticky directory lets them add files only).
 Status CheckPrivate(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return NotFound(what + " " + path + " does not exist");
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     return FailedPrecondition(what + " " + path + " is readable by group or others; run: chmod 600 " + path);
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    return FailedPrecondition(what + " " + path + " belongs to user " + std::to_string(st.st_uid) +
+                              ", not to this process's user " + std::to_string(::geteuid()) + " (or root)");
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  struct stat dir_st {};
+  if (::stat(dir.empty() ? "." : dir.c_str(), &dir_st) == 0 && (dir_st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+      (dir_st.st_mode & S_ISVTX) == 0) {
+    return FailedPrecondition(what + " " + path + " lies in a directory group or others may write to, so they could " +
+                              "replace it; run: chmod go-w " + (dir.empty() ? "." : dir));
   }
   return Status::Ok();
 }
@@ -459,7 +474,7 @@ Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource
   // never a truncated file (which would lose every key, and every card's history with it).
   const std::string temporary = path + ".tmp";
   std::filesystem::remove(temporary);
-  Status written = WriteFileDurably(temporary, text, 0600);
+  Status written = WriteNewFileDurably(temporary, text, 0600);
   OPENSSL_cleanse(text.data(), text.size());
   TXSCORE_RETURN_IF_ERROR(written);
   std::error_code ec;

@@ -76,6 +76,9 @@ struct Transaction {
   // transaction is never forwarded again. The owner re-keys only state it holds itself.
   20: optional string forwarded_by,
   21: optional list<string> older_card_tokens,
+  // With forwarded_by: who the forwarding replica served (its caller's identity and address), so
+  // that the owner's audit record names the caller behind the peer (PCI DSS 10.2.2).
+  22: optional string forwarded_for,
 }
 
 struct ReasonCode {
@@ -232,8 +235,9 @@ exception UnknownJob {
   1: required string job_id,
 }
 
-// The caller may not do this: submitting and cancelling claims jobs is for operators (a client
-// certificate whose identity is on security.tls.operators). The attempt is in the audit trail.
+// The caller may not do this: submitting, cancelling and reading the status of claims jobs is
+// for operators (a client certificate whose identity is on security.tls.operators). The attempt
+// is in the audit trail.
 exception AccessDenied {
   1: required string reason,
 }

@@ -323,7 +323,8 @@ void ClaimsJobManager::Work() {
       job->view.llm_selected = p.llm_selected;
       job->view.llm_shortfalls = p.llm_shortfalls;
     };
-    Log("claims").info("claims job {} started: {} -> {}", job->view.job_id, job->input, job->view.output_path);
+    Log("claims").info("claims job {} started: {} -> {}", job->view.job_id, RedactPans(job->input),
+                       RedactPans(job->view.output_path));
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
     // Inline claims are personal data kept only for the job: gone once it is done or failed.
     if (job->inline_input && (!summary.ok() || summary->state == pipelines::ClaimsJobState::kDone)) {
@@ -358,7 +359,8 @@ void ClaimsJobManager::Work() {
         job->view.total = (*record)->total;
         job->view.errors = (*record)->errors;
       }
-      Log("claims").warn("claims job {} failed: {}", job->view.job_id, summary.error().ToString());
+      // Any error (not only a refused claim's) may quote the input's values.
+      Log("claims").warn("claims job {} failed: {}", job->view.job_id, RedactPans(summary.error().ToString()));
       continue;
     }
     job->view.done = summary->done;

@@ -168,6 +168,13 @@ Json DashboardState(const DashboardSources& sources, int64_t now_ms, bool with_c
   if (sources.decisions != nullptr) state["recent_decisions"] = DecisionsJson(*sources.decisions, with_card_tokens);
   if (sources.reload_history) state["reloads"] = sources.reload_history();
   if (sources.jobs) state["jobs"] = sources.jobs();
+  // What names files (a job's or a reload's detail) is for operators too, as claimsJobStatus is.
+  for (const char* list : {"reloads", "jobs"}) {
+    if (with_card_tokens || !state.contains(list)) continue;
+    for (Json& entry : state[list]) {
+      if (entry.is_object() && entry.contains("detail")) entry["detail"] = kTokenForOperatorsOnly;
+    }
+  }
   if (sources.shard) state["shard"] = sources.shard();
   return state;
 }

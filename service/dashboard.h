@@ -49,8 +49,9 @@ struct DashboardSources {
 };
 
 // The JSON /api/dashboard answers (documented in docs/operations.md). Recent decisions name
-// their card token only `with_card_tokens` (an operator asked): a monitoring identity sees
-// "(operators only)" there, since a token lets its holder act on the card's history.
+// their card token, and jobs and reloads their detail (file paths), only `with_card_tokens` (an
+// operator asked): a monitoring identity sees "(operators only)" there, since a token lets its
+// holder act on the card's history.
 inline constexpr char kTokenForOperatorsOnly[] = "(operators only)";
 nlohmann::json DashboardState(const DashboardSources& sources, int64_t now_ms, bool with_card_tokens);
 

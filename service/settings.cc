@@ -1,5 +1,6 @@
 #include "service/settings.h"
 
+#include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -331,7 +332,9 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
     TXSCORE_RETURN_IF_ERROR(r.ReadBool(a, "plaintext", &settings.admin.plaintext));
     // Without TLS the admin port has no caller identity: it may listen on loopback only.
     const std::string& host = settings.admin.host;
-    const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+    in_addr v4{};
+    const bool loopback = host == "localhost" || host == "::1" ||
+                          (::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127);
     if (settings.admin.plaintext && !loopback) {
       return r.ErrorAt(a["host"] ? a["host"] : a,
                        "admin.plaintext serves the admin port without TLS, so it listens on a loopback address only: "

@@ -234,7 +234,13 @@ rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version
   if (const ShardEndpoint* owner = RouteCard(*version.pipeline, &raw, transaction)) {
     rpc::Transaction forwarded = ToThriftTransaction(raw);  // tokenized: no card number
     forwarded.__set_forwarded_by(router_->map().self().name);
+    forwarded.__set_forwarded_for(raw.caller);
     return router_->Forward(*owner, forwarded);
+  }
+  // Forwarded by a peer (RouteCard checked it is one): the caller it served, then the peer.
+  if (transaction.__isset.forwarded_by) {
+    raw.caller = (transaction.__isset.forwarded_for ? transaction.forwarded_for : "an unnamed caller") + " via " +
+                 caller_.Describe();
   }
   Result<pipelines::ScoreOutcome> outcome = version.pipeline->Score(std::move(raw));
   if (!outcome.ok()) {

@@ -103,6 +103,13 @@ std::string Join(const std::vector<std::string>& names) {
   return list;
 }
 
+// Letters, digits, '-', '.', '_' and a leading "*." (a wildcard, never on an allowlist).
+bool IsHostName(const std::string& name) {
+  return !name.empty() &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._*") ==
+             std::string::npos;
+}
+
 // Whether `identity` is `entry`, or lies under it when `entry` is a URI prefix (ends in '/').
 bool NamedBy(const std::string& entry, const std::string& identity) {
   if (!entry.empty() && entry.back() == '/') return identity.size() > entry.size() && identity.rfind(entry, 0) == 0;
@@ -261,7 +268,12 @@ std::vector<std::string> CertificateIdentities(X509* cert, const IdentityRules& 
     for (int pass = 0; pass < 2; ++pass) {  // DNS names first, then URIs
       for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
         const GENERAL_NAME* name = sk_GENERAL_NAME_value(sans, i);
-        if (pass == 0 && name->type == GEN_DNS) names.push_back(Utf8(name->d.dNSName));
+        if (pass == 0 && name->type == GEN_DNS) {
+          // A DNS name is a host name: "spiffe://bank.example/ops" as a DNS SAN is nobody (a CA
+          // constrained to URIs does not bind DNS names), as a URI SAN "txscore-admin" is.
+          std::string host = Utf8(name->d.dNSName);
+          if (IsHostName(host)) names.push_back(std::move(host));
+        }
         if (pass == 1 && name->type == GEN_URI) {
           // A URI names someone only under a configured prefix: "txscore-admin" as a URI is not
           // the DNS name txscore-admin, and a CA constrained to DNS names does not bind URIs.
@@ -350,7 +362,10 @@ Admission TlsServerContext::AdmitChain(STACK_OF(X509) * chain, TlsPort port, con
     admission.detail = "a CA certificate is not a client certificate";
     return admission;
   }
-  // Whether the CAs that `name` is bound to (if any) include one of the chain's issuers.
+  // Whether the certificate's own issuer (the chain's second certificate: not any CA above it,
+  // so a sub-CA under a bound root cannot mint the root's identities) is one `name` is bound to,
+  // when it is bound at all.
+  X509* const issuer_certificate = sk_X509_num(chain) > 1 ? sk_X509_value(chain, 1) : nullptr;
   const auto issued_by_its_ca = [&](const std::string& name) {
     bool bound = false;
     for (const Issuer& issuer : issuers_) {
@@ -359,10 +374,8 @@ Admission TlsServerContext::AdmitChain(STACK_OF(X509) * chain, TlsPort port, con
         continue;
       }
       bound = true;
-      for (int i = 1; i < sk_X509_num(chain); ++i) {
-        for (const X509Ptr& ca : issuer.cas) {
-          if (X509_cmp(sk_X509_value(chain, i), ca.get()) == 0) return true;
-        }
+      for (const X509Ptr& ca : issuer.cas) {
+        if (issuer_certificate != nullptr && X509_cmp(issuer_certificate, ca.get()) == 0) return true;
       }
     }
     return !bound;

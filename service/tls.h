@@ -40,7 +40,9 @@ enum class TlsVersion { k1_2, k1_3 };
 
 // Identities that only one CA may vouch for.
 struct TlsIssuerBinding {
-  std::string ca;  // required: PEM, a CA (root or intermediate) that must be in the client's verified chain
+  // required: PEM, the CA(s) that must have issued the client's certificate itself (its direct
+  // issuer: a root, or the intermediate that signs client certificates; a sub-CA below it may not)
+  std::string ca;
   // required: exact identities, or URI prefixes ending in '/' (a trust domain: every URI under it)
   std::vector<std::string> identities;
   bool operator==(const TlsIssuerBinding&) const = default;
@@ -184,9 +186,9 @@ struct IdentityRules {
   bool cn_identity = false;
 };
 
-// The names a certificate vouches for: its SAN DNS names, then its SAN URIs that begin with one
-// of the rules' prefixes; the subject's CN only when the rules allow it and it has no SAN.
-// Each once.
+// The names a certificate vouches for: its SAN DNS names that are host names, then its SAN
+// URIs that begin with one of the rules' prefixes; the subject's CN only when the rules allow
+// it and it has no SAN. Each once.
 std::vector<std::string> CertificateIdentities(x509_st* certificate, const IdentityRules& rules);
 
 // An error naming `path` unless only its owner may read it (mode 0600 or 0400): a private key

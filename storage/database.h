@@ -35,7 +35,7 @@ enum class Durability { kSync, kWal };
 Result<Durability> ParseDurability(std::string_view name);  // "sync" or "wal"
 
 struct DatabaseOptions {
-  Durability durability = Durability::kSync;  // Default: sync, durable across power loss
+  Durability durability = Durability::kSync;  // Default: sync, the WAL fsynced before each write returns
   bool read_only = false;                     // Default: false. Read-only opens may run beside a server.
   // Default: 128. Table files RocksDB keeps open (its own default keeps every one open): the
   // server sets aside 256 file descriptors beside its connections (service/rpc_server.cc), and

@@ -199,6 +199,7 @@ TestPki Make(const std::string& dir) {
     SetSanWithNul(cert.get(), ca_key.get(), std::string("txscore-admin\0.evil.example", 27));
     pki.nul_name_dir = WriteIdentity(dir, "nul-name", ca.get(), cert.get(), key.get());
   }
+  pki.dns_uri_dir = client("dns-uri", "someone", "DNS:spiffe://txscore.test/client", ca.get(), ca_key.get(), -1, 30);
   pki.cn_behind_san_dir = client("cn-behind-san", "txscore-admin", "DNS:someone-else", ca.get(), ca_key.get(), -1, 30);
   pki.ca_as_client_dir = WriteIdentity(dir, "ca-as-client", ca.get(), ca.get(), ca_key.get());
   {
@@ -223,6 +224,7 @@ TestPki Make(const std::string& dir) {
   pki.partner_ip_only_dir = partner_client("partner-ip-only", "txscore-admin", "IP:10.1.2.3");
   pki.partner_uri_only_dir = partner_client("partner-uri-only", "txscore-admin", "URI:txscore-admin");
   pki.partner_outside_dir = partner_client("partner-outside", "txscore-admin", "DNS:txscore-admin");
+  pki.partner_spiffe_dir = partner_client("partner-spiffe", "someone", "URI:spiffe://txscore.test/client");
 
   Key enterprise_ca_key = NewKey();
   Cert enterprise_ca = Issue(enterprise_ca_key.get(), "enterprise CA", "", false, nullptr, nullptr, -1, 30);

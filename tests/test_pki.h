@@ -21,6 +21,7 @@ struct TestPki {
   std::string longer_name_dir;    // txscore-client-x: begins like an allowed name
   std::string shorter_name_dir;   // txscore-clien: an allowed name begins like it
   std::string nul_name_dir;       // SAN DNS "txscore-admin\0.evil.example": a name with a NUL byte
+  std::string dns_uri_dir;        // SAN DNS "spiffe://txscore.test/client": a URI written as a DNS name
   std::string cn_behind_san_dir;  // SAN DNS someone-else, CN txscore-admin: a CN counts only without SANs
   std::string ca_as_client_dir;   // the CA's own certificate and key, presented as a client's
   // A sub-CA of the test CA named txscore-client whose key usage also allows signing a TLS
@@ -36,6 +37,7 @@ struct TestPki {
   std::string partner_ip_only_dir;   // SAN IP 10.1.2.3 only, CN txscore-admin
   std::string partner_uri_only_dir;  // SAN URI "txscore-admin" only, CN txscore-admin
   std::string partner_outside_dir;   // SAN DNS txscore-admin: outside the constraint
+  std::string partner_spiffe_dir;    // SAN URI spiffe://txscore.test/client (URIs are not constrained)
   // Another root CA (an enterprise CA shared with other services), and a bundle of both roots.
   std::string enterprise_ca_certificate;
   std::string ca_bundle;             // DIR/ca-bundle.crt: the test CA, then the enterprise CA

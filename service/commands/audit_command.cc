@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "common/core_dumps.h"
 #include "common/sha256.h"
 #include "fraud/claim.h"
 #include "fraud/keyset.h"
@@ -85,6 +86,11 @@ std::string FormatUtc(int64_t time_us) {
 }
 
 int RunVerify(const VerifyOptions& options) {
+  // It loads the keyset (the checkpoint keys come from it): no core dump may hold it.
+  if (Status hardened = KeepSecretsOutOfCoreDumps(false); !hardened.ok()) {
+    std::fprintf(stderr, "%s\n", hardened.error().ToString().c_str());
+    return 2;
+  }
   int64_t from_time_us = 0;
   if (!options.from.empty()) {
     Result<int64_t> parsed = ParseUtcTime(options.from);

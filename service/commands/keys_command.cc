@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/core_dumps.h"
 #include "fraud/keyset.h"
 #include "service/commands/commands.h"
 #include "service/settings.h"
@@ -49,6 +50,7 @@ void PrintKeys(const fraud::Keyset& keyset) {
 }
 
 Status Run(const KeysOptions& options) {
+  TXSCORE_RETURN_IF_ERROR(KeepSecretsOutOfCoreDumps(false));  // it holds the keys in clear
   const fraud::KekSource kek{options.kek_file, options.kek_env};
   if (options.action == "create" || options.action == "import") {
     if (options.keyset_path.empty()) return InvalidArgument("--out FILE is required");

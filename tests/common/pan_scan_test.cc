@@ -37,6 +37,14 @@ TEST(PanScan, FindsPansInFreeTextWrittenWithOtherSeparatorsDigitsAndHiddenCharac
           "4000\t0012\t3456\t7899",              // tabs
           "4000\u00a00012\u00a03456\u00a07899",  // no-break spaces
           "4000\u20130012\u20133456\u20137899",  // en dashes
+          "4000:0012:3456:7899",                 // colons
+          "4000+0012+3456+7899",                 // plus signs
+          "4000|0012|3456|7899",                 // bars
+          "4000;0012;3456;7899",                 // semicolons
+          "4000 0012\n3456 7899",                // a line break
+          "4000 0012\r\n3456 7899",              // CR LF
+          "4000\u20280012\u20283456\u20287899",  // line separators
+          "4\ufe0f000001234567899",              // a variation selector
           "\uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19",  // full-width
           "\u0664\u0660\u0660\u0660\u0660\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0669",  // Arabic-Indic
           "4000\u200d0012\u200b3456\u20607899",  // zero-width joiner, space, word joiner
@@ -60,9 +68,12 @@ TEST(PanScan, IdsHidingACardBehindOtherSeparatorsOrGroupingsAreFound) {
            "4000/0012/3456/7899", "4000:0012:3456:7899", "4000,0012,3456,7899", "4000+0012+3456+7899",
            "REQ-4000\u20130012\u20133456\u20137899",  // en dashes
            "REQ-\uff14\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff19",
-           "3056-930902-5904",        // Diners 14, printed 4-6-4
-           "40000012-34567899",       // 16 in halves
-           "4000\u200b001234567899",  // a zero-width space inside
+           "3056-930902-5904",                                         // Diners 14, printed 4-6-4
+           "40000012-34567899",                                        // 16 in halves
+           "4000\u200b001234567899",                                   // a zero-width space inside
+           "REQ4111111111111111",                                      // glued to letters
+           "00-00000000000000004111111111111111-00f067aa0ba902b7-01",  // a W3C traceparent, zero-padded trace id
+           "0000000000000000000000000000000000000000000000004111111111111111",  // a 64-digit token form
        }) {
     EXPECT_TRUE(LooksLikeCardNumber(id)) << id;
   }
@@ -77,10 +88,14 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_TRUE(LooksLikeCardNumber("4000001234567899"));
   EXPECT_TRUE(LooksLikeCardNumber("REQ-4000-0012-3456-7899"));
   EXPECT_TRUE(LooksLikeCardNumber("x-4000001234567899"));
-  EXPECT_FALSE(LooksLikeCardNumber("x4000001234567899"));  // glued to a letter: part of a word
-  EXPECT_TRUE(LooksLikeCardNumber("378282246310005"));     // Amex, 15
-  EXPECT_TRUE(LooksLikeCardNumber("5555555555554444"));    // Mastercard test number
-  EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));    // Mastercard 2-series test number
+  EXPECT_TRUE(LooksLikeCardNumber("x4000001234567899"));  // glued to a letter: found all the same
+  EXPECT_TRUE(LooksLikeCardNumber("REQ4000001234567899"));
+  // The limit: glued to hex letters, a card is a hex id's digit run (refusing those would refuse
+  // random hex ids); so a trace id that begins with a card and goes on in a-f is not found.
+  EXPECT_FALSE(LooksLikeCardNumber("00-4111111111111111aaaaaaaaaaaaaaaa-00f067aa0ba902b7-01"));
+  EXPECT_TRUE(LooksLikeCardNumber("378282246310005"));   // Amex, 15
+  EXPECT_TRUE(LooksLikeCardNumber("5555555555554444"));  // Mastercard test number
+  EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));  // Mastercard 2-series test number
   // Long numeric ids, which the every-window rule would flag:
   EXPECT_TRUE(ContainsPan("20261201123456788"));
   EXPECT_FALSE(LooksLikeCardNumber("20261201123456788"));      // Luhn-valid, 17 digits, no network's prefix

@@ -1,11 +1,14 @@
 #include "fraud/keyset.h"
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/durable_file.h"
 #include "fraud/card_token.h"
 #include "tests/test_support.h"
 
@@ -73,6 +76,48 @@ TEST(Keyset, AFileRoundTripsAndIsRefusedWhenOthersMayReadIt) {
                                      " is readable by group or others; run: chmod 600 " + dir.file("keyset.json")))
         << std::oct << mode;
   }
+}
+
+// Someone else's file, or a file in a directory others may write to (they could replace it), is
+// refused as a file others may read is.
+TEST(Keyset, AKeysetOfAnotherUserOrInADirectoryOthersMayWriteIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.file("keys/keyset.json");
+  std::filesystem::create_directories(dir.file("keys"));
+  ::chmod(dir.file("keys").c_str(), 0700);
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(1), path).ok());
+  ASSERT_TRUE(LoadKeyset(path).ok());
+  for (const mode_t mode : {0770, 0707}) {
+    ::chmod(dir.file("keys").c_str(), mode);
+    EXPECT_TRUE(testing::IsError(LoadKeyset(path), ErrorCode::kFailedPrecondition,
+                                 "keyset file " + path +
+                                     " lies in a directory group or others may write to, so they could replace it; "
+                                     "run: chmod go-w " +
+                                     dir.file("keys")))
+        << std::oct << mode;
+  }
+  ::chmod(dir.file("keys").c_str(), 01777);  // sticky: others may add files, not replace this one
+  EXPECT_TRUE(LoadKeyset(path).ok());
+  ::chmod(dir.file("keys").c_str(), 0700);
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can give the file to another user";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+  EXPECT_TRUE(
+      testing::IsError(LoadKeyset(path), ErrorCode::kFailedPrecondition,
+                       "keyset file " + path + " belongs to user 65534, not to this process's user 0 (or root)"));
+}
+
+// The keyset is written through a new file beside it (O_EXCL | O_NOFOLLOW), never through a file
+// or a symbolic link someone put where that file goes between its removal and its creation.
+TEST(Keyset, AKeysetIsWrittenThroughANewFileNeverThroughALinkPlantedThere) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.file("elsewhere"), "untouched");
+  std::filesystem::create_symlink(dir.file("elsewhere"), dir.file("keyset.json.tmp"));
+  EXPECT_TRUE(testing::IsError(WriteNewFileDurably(dir.file("keyset.json.tmp"), "secret"), ErrorCode::kInternal,
+                               "cannot write " + dir.file("keyset.json.tmp") + ": File exists"));
+  EXPECT_EQ(testing::ReadFile(dir.file("elsewhere")), "untouched");
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(1), dir.file("keyset.json")).ok());  // removes what lay there first
+  EXPECT_EQ(testing::ReadFile(dir.file("elsewhere")), "untouched");
+  EXPECT_TRUE(LoadKeyset(dir.file("keyset.json")).ok());
 }
 
 TEST(Keyset, ARawKeyFileThatBeginsWithABraceIsARawKeyAndABrokenKeysetIsStillRefused) {
@@ -163,6 +208,51 @@ TEST(Keyset, WithAKekConfiguredAKeysetInClearIsRefused) {
   ASSERT_TRUE(SaveKeyset(Keyset::Generate(2), dir.file("keyset.json"), {dir.file("kek"), ""}).ok());
   EXPECT_FALSE(std::filesystem::exists(dir.file("keyset.json.tmp")));
   EXPECT_EQ(LoadKeyset(dir.file("keyset.json"), {dir.file("kek"), ""}).value().primary().created_ms, 2);
+}
+
+std::string Hex(const std::string& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : bytes) hex += {kDigits[c >> 4], kDigits[c & 15]};
+  return hex;
+}
+
+// A keyset sealed as WrapKeyset seals one, but with `aad` as the additional data.
+std::string SealedWithAad(const std::string& plain, const std::string& key, const std::string& aad) {
+  const std::string nonce(12, '\x07');
+  std::string ciphertext(plain.size(), '\0');
+  unsigned char tag[16];
+  int n = 0;
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  EXPECT_EQ(EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, reinterpret_cast<const unsigned char*>(key.data()),
+                               reinterpret_cast<const unsigned char*>(nonce.data())),
+            1);
+  if (!aad.empty()) {
+    EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
+                      static_cast<int>(aad.size()));
+  }
+  EVP_EncryptUpdate(ctx, reinterpret_cast<unsigned char*>(ciphertext.data()), &n,
+                    reinterpret_cast<const unsigned char*>(plain.data()), static_cast<int>(plain.size()));
+  EVP_EncryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(ciphertext.data()) + n, &n);
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag);
+  EVP_CIPHER_CTX_free(ctx);
+  return "{\"format\": \"txscore-keyset-wrapped\", \"version\": 1, \"algorithm\": \"AES-256-GCM\", \"nonce_hex\": \"" +
+         Hex(nonce) + "\", \"ciphertext_hex\": \"" + Hex(ciphertext) + "\", \"tag_hex\": \"" +
+         Hex(std::string(reinterpret_cast<const char*>(tag), 16)) + "\"}";
+}
+
+// The wrapped keyset's additional data binds the ciphertext to its format and version: the same
+// key and ciphertext sealed under other (or no) additional data are refused, the right one opens.
+TEST(Keyset, AWrappedKeysetOpensOnlyWithItsAdditionalData) {
+  const std::string kek(32, '\xaa');  // kKekHex's bytes
+  const std::string plain = SerializeKeyset(Keyset::Generate(1));
+  EXPECT_TRUE(UnwrapKeyset(SealedWithAad(plain, kek, "txscore-keyset-wrapped/1"), kek, "f").ok());
+  for (const std::string aad : {std::string(), std::string("txscore-keyset-wrapped/2"), std::string("x")}) {
+    EXPECT_TRUE(testing::IsError(UnwrapKeyset(SealedWithAad(plain, kek, aad), kek, "f"), ErrorCode::kInvalidArgument,
+                                 "f: cannot unwrap the keyset: the key-encryption key is not the one it was wrapped "
+                                 "with, or the file was altered"))
+        << aad;
+  }
 }
 
 // A key-encryption key in the environment is taken out of it once read (no child process or

@@ -146,6 +146,7 @@ TEST_F(ShardingTest, EveryReplicaAnswersForEveryCardAndEachCardsStateLivesOnItsO
   }
   EXPECT_GT(dashboard_forwards, 0);
   for (auto& server : servers_) server->Stop();
+  uint64_t forwarded_records = 0;
   for (int shard = 0; shard < kShards; ++shard) {
     auto db = storage::Database::Open(dirs_[shard]->file("db"), {.read_only = true});
     ASSERT_TRUE(db.ok()) << db.error().ToString();
@@ -153,6 +154,10 @@ TEST_F(ShardingTest, EveryReplicaAnswersForEveryCardAndEachCardsStateLivesOnItsO
     const std::vector<storage::AuditRecord> records = storage::AuditLog(db->get()).ReadLast(1000).value();
     for (const storage::AuditRecord& record : records) {
       ++audited[record.card_token];
+      // Each names its caller: the test's own in-process caller, through the peer that forwarded
+      // it when it arrived elsewhere (PCI DSS 10.2.2).
+      EXPECT_TRUE(record.caller.rfind("unauthenticated 127.0.0.1:", 0) == 0) << record.caller;
+      forwarded_records += record.caller.find(" via unauthenticated 127.0.0.1:") != std::string::npos ? 1 : 0;
     }
     for (int card = 0; card < kCards; ++card) {
       const std::string token = TokenOf(Pan(card));
@@ -168,6 +173,7 @@ TEST_F(ShardingTest, EveryReplicaAnswersForEveryCardAndEachCardsStateLivesOnItsO
       }
     }
   }
+  EXPECT_EQ(forwarded_records, forwards);
 }
 
 TEST_F(ShardingTest, ACardWhoseShardIsDownIsUnavailableAndNothingIsWrittenForIt) {

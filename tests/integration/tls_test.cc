@@ -348,6 +348,9 @@ TEST_F(TlsServerTest, ACnAnIpSanOrABareUriFromAConstrainedSubCaNamesNobody) {
 TEST_F(TlsServerTest, AUriIsAnIdentityOnlyUnderAConfiguredPrefix) {
   const testing::TestPki& pki = testing::SharedTestPki();
   EXPECT_TRUE(Scores(Files(pki.uri_dir)));
+  // The same URI written as a DNS name is no host name: nobody (URIs and DNS names never mix).
+  EXPECT_FALSE(Scores(Files(pki.dns_uri_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kIdentityNotAllowed, 1), 1u);
   // Without the trust domain the same certificate names nobody, although its URI is allowed.
   RestartWith("    uri_identity_prefixes: [\"spiffe://txscore.test/\"]\n", "");
   EXPECT_FALSE(Scores(Files(pki.uri_dir)));
@@ -373,7 +376,11 @@ TEST_F(TlsServerTest, AnIdentityBoundToItsCaIsRefusedFromAnotherCaOfTheBundle) {
                                                                        HttpRequestText("GET", "/healthz"))),
             0);
   EXPECT_TRUE(Scores(Files(pki.admin_dir)));
-  EXPECT_TRUE(Scores(Files(pki.uri_dir)));     // under the bound trust domain, from its CA
+  EXPECT_TRUE(Scores(Files(pki.uri_dir)));  // under the bound trust domain, from its CA
+  // The partner's sub-CA lies under the bound root, but it is not the root: its URI in our trust
+  // domain (URIs are outside its DNS constraint) is refused.
+  EXPECT_FALSE(Scores(Files(pki.partner_spiffe_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kWrongIssuer, 2), 2u);
   EXPECT_TRUE(Scores(Files(pki.client_dir)));  // not bound: any CA of the bundle
   // Bound to the partner's sub-CA, our own root's certificate no longer names txscore-admin.
   RestartWith("      - ca: " + pki.ca_certificate, "      - ca: " + pki.partner_ca_certificate);
@@ -434,6 +441,15 @@ TEST_F(TlsServerTest, ACardTokenIsTakenOnlyFromIdentitiesWithThatRight) {
               std::string::npos)
         << e.reason;
   }
+  {  // scoreBatch takes the same path: the item is refused
+    std::unique_ptr<RpcConnection> connection =
+        RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.client_dir)}).value();
+    std::vector<rpc::BatchItem> items;
+    connection->client().scoreBatch(items, {tx});
+    ASSERT_EQ(items.size(), 1u);
+    ASSERT_TRUE(items[0].__isset.error);
+    EXPECT_EQ(items[0].error.field, "card_token");
+  }
   EXPECT_TRUE(server_->audit_log().ReadLast(1).value().empty());  // nothing decided, nothing stored
   RestartWith("    thrift_clients:", "    card_token_clients: [txscore-client]\n    thrift_clients:");
   EXPECT_EQ(score_as(pki.client_dir).card_token, "caller-token-1");
@@ -490,6 +506,17 @@ TEST_F(TlsServerTest, AMonitoringIdentitySeesTheDashboardWithoutCardTokens) {
   const nlohmann::json operated = recent(pki.admin_dir);
   ASSERT_EQ(operated.size(), 1u) << operated;
   EXPECT_EQ(operated[0]["card_token"], result.card_token);
+  // A reload's detail names files: for operators only as well.
+  ASSERT_TRUE(server_->Reload("test").applied);
+  const auto reloads = [&](const std::string& dir) {
+    const std::string answer =
+        RawTlsClient{dir}.Exchange(server_->admin_port(), HttpRequestText("GET", "/api/dashboard"));
+    const nlohmann::json state = nlohmann::json::parse(HttpBody(answer), nullptr, false);
+    return state.is_object() ? state.value("reloads", nlohmann::json::array()) : nlohmann::json::array();
+  };
+  ASSERT_FALSE(reloads(pki.uri_dir).empty());
+  EXPECT_EQ(reloads(pki.uri_dir).back()["detail"], "(operators only)");
+  EXPECT_NE(reloads(pki.admin_dir).back()["detail"], "(operators only)");
 }
 
 TEST_F(TlsServerTest, AClaimsJobsStatusIsForOperators) {
@@ -666,6 +693,71 @@ TEST_F(TlsReloadTest, AReloadThatRemovesACaClosesItsOpenConnections) {
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kUntrustedCertificate, 1), 1u);
   ours->client().health(health);
   EXPECT_TRUE(health.ready);
+}
+
+// One HTTPS connection kept open across requests (keep-alive), presenting `cert_dir`.
+class KeptAdminConnection {
+ public:
+  KeptAdminConnection(int port, const std::string& cert_dir) {
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_NONE, nullptr);
+    SSL_CTX_use_certificate_chain_file(ctx_, (cert_dir + "/tls.crt").c_str());
+    SSL_CTX_use_PrivateKey_file(ctx_, (cert_dir + "/tls.key").c_str(), SSL_FILETYPE_PEM);
+    fd_ = testing::RawConnect(port);
+    ssl_ = SSL_new(ctx_);
+    SSL_set_fd(ssl_, fd_);
+    connected_ = SSL_connect(ssl_) == 1;
+  }
+  ~KeptAdminConnection() {
+    SSL_free(ssl_);
+    ::close(fd_);
+    SSL_CTX_free(ctx_);
+  }
+  // The status of GET `target` on this connection; 0 when the server closed it instead.
+  int Get(const std::string& target) {
+    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n";
+    if (!connected_ || SSL_write(ssl_, request.data(), static_cast<int>(request.size())) <= 0) return 0;
+    std::string answer;
+    char buffer[4096];
+    while (true) {
+      const size_t head_end = answer.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        const size_t at = answer.find("Content-Length: ");
+        const size_t length = at == std::string::npos ? 0 : std::stoul(answer.substr(at + 16));
+        if (answer.size() >= head_end + 4 + length) break;
+      }
+      const int n = SSL_read(ssl_, buffer, sizeof buffer);
+      if (n <= 0) return 0;
+      answer.append(buffer, static_cast<size_t>(n));
+    }
+    ERR_clear_error();
+    return HttpStatus(answer);
+  }
+
+ private:
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// The admin port verifies an open connection again after a reload, as the Thrift port does.
+TEST_F(TlsReloadTest, AReloadThatRemovesACaClosesItsOpenAdminConnections) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
+  settings.replace(settings.find(pki.ca_certificate), pki.ca_certificate.size(), pki.ca_bundle);
+  testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+  ASSERT_TRUE(server_->Reload("test").applied);
+  KeptAdminConnection ours(server_->admin_port(), pki.admin_dir);
+  KeptAdminConnection enterprise(server_->admin_port(), pki.enterprise_admin_dir);
+  EXPECT_EQ(ours.Get("/healthz"), 200);
+  EXPECT_EQ(enterprise.Get("/healthz"), 200);
+  EXPECT_EQ(enterprise.Get("/healthz"), 200);  // the connection is kept
+  settings.replace(settings.find(pki.ca_bundle), pki.ca_bundle.size(), pki.ca_certificate);
+  testing::WriteFile(testing::TestSettingsPath(dir_), settings);
+  ASSERT_TRUE(server_->Reload("test").applied);
+  EXPECT_EQ(enterprise.Get("/healthz"), 0);  // txscore-admin still, but its CA is gone: closed
+  EXPECT_EQ(ours.Get("/healthz"), 200);
 }
 
 TEST(TlsSettings, AServerWithoutTlsOrAnExplicitPlaintextDoesNotStart) {
