@@ -29,8 +29,7 @@ const char* ErrorCodeName(ErrorCode code) {
 }
 
 std::string RedactCardNumbersIn(std::string message) {
-  if (!ContainsPan(message)) return message;
-  return RedactPans(message);
+  return RedactPans(message);  // the message as it was when it holds no card number
 }
 
 std::string Error::ToString() const {

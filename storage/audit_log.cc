@@ -26,17 +26,19 @@ void RedactCardNumbers(Json* value, bool identifier = false) {
     const std::string& text = value->template get_ref<const std::string&>();
     if (identifier) {
       if (LooksLikeCardNumber(text)) *value = std::string(kRedactedPan);
-    } else if (ContainsPan(text)) {
-      *value = RedactPans(text);
+    } else {
+      int redactions = 0;  // one pass: RedactPans finds and replaces
+      std::string redacted = RedactPans(text, &redactions);
+      if (redactions > 0) *value = std::move(redacted);
     }
   } else if (value->is_array()) {
     for (Json& item : *value) RedactCardNumbers(&item);
   } else if (value->is_object()) {
     Json redacted = Json::object();
     for (auto it = value->begin(); it != value->end(); ++it) {
-      Json item = it.value();
+      Json item = std::move(it.value());
       RedactCardNumbers(&item);
-      redacted[ContainsPan(it.key()) ? RedactPans(it.key()) : it.key()] = std::move(item);
+      redacted[RedactPans(it.key())] = std::move(item);
     }
     *value = std::move(redacted);
   }
