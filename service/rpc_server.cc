@@ -306,12 +306,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Call once, right after construction, from the acceptor.
   void Start() {
+    // Idle (a candidate to make room) from the moment it counts against max_connections: the
+    // handler below runs later on an I/O thread, and a server whose slots were all taken by
+    // connections not yet started would otherwise refuse a good client.
+    idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(shared_->connections_mutex);
       shared_->connections.emplace(this, weak_from_this());
     }
     asio::post(socket_.get_executor(), [self = shared_from_this()] {
       std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->phase_ == Phase::kClosed) return;  // evicted (or the server stopped) before it started
       boost::system::error_code ec;
       self->socket_.set_option(tcp::no_delay(true), ec);  // replies are small: send at once
       // OpenSSL reads and writes the descriptor itself: it must never block an I/O thread (Asio
@@ -338,8 +343,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       }
       SSL_set_accept_state(self->ssl_);
-      self->phase_ = Phase::kHandshake;
-      self->idle_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      self->phase_ = Phase::kHandshake;  // still idle since Start (not overwritten: it may have been taken)
       self->SetDeadline(self->shared_->config.frame_timeout_ms);  // the whole handshake within this
       self->ContinueHandshake();
     });
