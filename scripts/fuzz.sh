@@ -4,17 +4,25 @@
 # its committed seed corpus (tests/fuzz/corpus/NAME) and keeps what it finds in
 # build-fuzz/corpus/NAME (not committed; later runs go on from there). A crash, a leak, undefined
 # behaviour, an input slower than 10 s or over 2 GiB of memory fails the run and leaves the input
-# in build-fuzz/crashes/. Run by scripts/test.sh; needs scripts/setup.sh.
+# in build-fuzz/crashes/. Run by scripts/test.sh; needs `scripts/setup.sh --tests`.
 #
 #   ./scripts/fuzz.sh                      # every target, 60 s each
+#   FUZZ_TOTAL_SECONDS=240 ./scripts/fuzz.sh   # 240 s shared by the targets (30 s each)
 #   FUZZ_SECONDS=600 ./scripts/fuzz.sh tokenizer_fuzz
 #   ./build-fuzz/tests/tokenizer_fuzz build-fuzz/crashes/tokenizer_fuzz-crash-...   # replay one input
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(thrift_request_fuzz pipeline_yaml_fuzz safetensors_header_fuzz tokenizer_fuzz
                                      claims_rows_fuzz ubjson_check_fuzz chat_template_fuzz openai_request_fuzz)
+# FUZZ_TOTAL_SECONDS, when set, is shared equally by the targets (at least 1 s each); otherwise
+# each runs FUZZ_SECONDS.
+if [ -n "${FUZZ_TOTAL_SECONDS:-}" ]; then
+  seconds=$((FUZZ_TOTAL_SECONDS / ${#targets[@]}))
+  [ "$seconds" -ge 1 ] || seconds=1
+else
+  seconds=${FUZZ_SECONDS:-60}
+fi
 jobs=$(nproc 2>/dev/null || echo 2)
 . scripts/ccache-env.sh
 # -fno-sanitize=enum: Thrift stores values off the wire in C++ enums before anything checks them

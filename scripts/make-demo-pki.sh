@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a demo PKI for txscore's two ports with the openssl command: a CA, the server's
-# certificate, and three client certificates. For the demo and tests only: a real deployment's
+# certificate, and four client certificates. For the demo and tests only: a real deployment's
 # certificates come from its own CA (and its keys from an HSM or a secrets store).
 #
 #   scripts/make-demo-pki.sh [DIR]      (default: var/pki; existing, still valid files are kept)
@@ -12,6 +12,8 @@
 # DIR/client/                 tls.crt, tls.key, ca.crt: identity txscore-client (may score)
 # DIR/admin/                  tls.crt, tls.key, ca.crt: identity txscore-admin (an operator: may
 #                             reload and control claims jobs)
+# DIR/monitor/                tls.crt, tls.key, ca.crt: identity txscore-monitor (read-only: probes,
+#                             metrics, the dashboard without card tokens; deploy/kubernetes' probes)
 # DIR/shard/                  tls.crt, tls.key, ca.crt: identity txscore-shard, which the replicas of
 #                             a shard set present to each other (sharding.client_tls_dir and
 #                             peer_identities: docs/scaling-out.md)
@@ -34,7 +36,7 @@ valid() {  # a certificate that exists and is valid for at least another day
 }
 
 if [[ $force == 0 ]] && valid "$dir/ca.crt" && valid "$dir/server/tls.crt" && valid "$dir/client/tls.crt" &&
-  valid "$dir/admin/tls.crt" && valid "$dir/shard/tls.crt"; then
+  valid "$dir/admin/tls.crt" && valid "$dir/monitor/tls.crt" && valid "$dir/shard/tls.crt"; then
   echo "demo PKI in $dir is already there and valid (--force to make it anew)"
   exit 0
 fi
@@ -67,5 +69,6 @@ done
 issue server txscore-server "DNS:localhost,DNS:$(hostname),IP:127.0.0.1,IP:::1$extra_names" serverAuth
 issue client txscore-client "DNS:txscore-client" clientAuth
 issue admin txscore-admin "DNS:txscore-admin" clientAuth
+issue monitor txscore-monitor "DNS:txscore-monitor" clientAuth
 issue shard txscore-shard "DNS:txscore-shard" clientAuth
-echo "demo PKI written to $dir: CA, server (localhost, 127.0.0.1${extra_names//DNS:/}), clients txscore-client, txscore-admin and txscore-shard"
+echo "demo PKI written to $dir: CA, server (localhost, 127.0.0.1${extra_names//DNS:/}), clients txscore-client, txscore-admin, txscore-monitor and txscore-shard"

@@ -2,11 +2,21 @@
 # Sets up everything txscore needs on a Debian 12 machine, as root: Debian packages, the
 # build (build/txscore), the demo keyset, certificates and models. Idempotent: a second run
 # installs nothing, rebuilds only what changed and keeps the existing key and model.
+#
+#   ./scripts/setup.sh            # what serving needs (scripts/demo.sh): the service, no tests
+#   ./scripts/setup.sh --tests    # and what the tests need (scripts/test.sh): the test binaries,
+#                                 # benchmarks, and the tools the tests drive
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) with_tests=1 ;;
+  *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+esac
 
-# Debian packages the project needs. Later components add theirs here.
-PACKAGES=(
+# Debian packages serving needs: the compiler and the libraries txscore is built with.
+SERVE_PACKAGES=(
   cmake g++ make pkg-config ccache git openssl curl
   thrift-compiler libthrift-dev libevent-dev
   libxgboost-dev
@@ -14,11 +24,18 @@ PACKAGES=(
   librocksdb-dev
   libboost-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libpcre2-dev libicu-dev iso-codes
+)
+# And what the tests need: GoogleTest and Google Benchmark, the format checker, RocksDB's ldb,
+# clang and LLVM for the fuzz targets, the Python references, a browser for the dashboard test,
+# and an s390x cross compiler with qemu for the big-endian kernels.
+TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format rocksdb-tools clang libclang-rt-14-dev llvm-14
   python3 python3-thrift python3-xgboost python3-torch python3-numpy python3-sentencepiece python3-jinja2 python3-yaml
   chromium
   g++-s390x-linux-gnu qemu-user-static
 )
+PACKAGES=("${SERVE_PACKAGES[@]}")
+[ "$with_tests" -eq 0 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -42,7 +59,7 @@ fi
 
 # promtool checks /metrics in a test. Debian ships it only inside the prometheus package, whose
 # server is not wanted here: the package is downloaded and its promtool alone extracted.
-if [ ! -x build/tools/promtool ]; then
+if [ "$with_tests" -eq 1 ] && [ ! -x build/tools/promtool ]; then
   echo "setup: extracting promtool from Debian's prometheus package into build/tools"
   tmp=$(mktemp -d)
   chmod 755 "$tmp"  # apt's download user writes there
@@ -65,8 +82,12 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 . scripts/ccache-env.sh
-echo "setup: building (build/, $jobs jobs)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The tests and benchmarks are built with --tests, and kept in a build that has them already
+# (so that the demo's set-up after a test run does not drop them).
+tests=OFF
+if [ "$with_tests" -eq 1 ] || grep -qx 'BUILD_TESTING:BOOL=ON' build/CMakeCache.txt 2>/dev/null; then tests=ON; fi
+echo "setup: building (build/, $jobs jobs; tests and benchmarks: $tests)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$tests -DTXSCORE_BUILD_BENCH=$tests >/dev/null
 cmake --build build -j "$jobs"
 
 mkdir -p var

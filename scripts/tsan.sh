@@ -6,7 +6,7 @@
 # dashboard's reads (tests/integration/sharding_test.cc, dashboard_test.cc), and the LLM decode
 # step's worker pool (llm/cpu_kernels/worker_pool.h). Builds only what those tests need (no
 # libtorch code) with -fsanitize=thread in build-tsan/, and fails on any race report. Run by
-# scripts/test.sh; needs scripts/setup.sh.
+# scripts/test.sh; needs `scripts/setup.sh --tests`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -31,7 +31,7 @@ def main():
     if not os.path.isdir(playwright):
         sys.exit(f"{playwright} is missing: scripts/test.sh installs it with npm")
     if not os.access("/usr/bin/chromium", os.X_OK):
-        sys.exit("/usr/bin/chromium is missing: scripts/setup.sh installs Debian's chromium")
+        sys.exit("/usr/bin/chromium is missing: scripts/setup.sh --tests installs Debian's chromium")
     work = tempfile.mkdtemp(prefix="txscore-dashboard-")
     server = None
     stop_load = threading.Event()

@@ -25,7 +25,7 @@ def run(txscore, *args, timeout=300):
 
 
 def ldb(db, *args):
-    assert shutil.which("ldb"), "RocksDB's ldb is missing: scripts/setup.sh installs rocksdb-tools"
+    assert shutil.which("ldb"), "RocksDB's ldb is missing: scripts/setup.sh --tests installs rocksdb-tools"
     r = subprocess.run(["ldb", f"--db={db}", "--column_family=audit", "--key_hex", "--value_hex", *args],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r
@@ -342,7 +342,7 @@ def main():
         status, metrics = get("/metrics")
         assert status == 200
         promtool = args.promtool
-        assert os.access(promtool, os.X_OK), f"{promtool} is missing: scripts/setup.sh extracts it"
+        assert os.access(promtool, os.X_OK), f"{promtool} is missing: scripts/setup.sh --tests extracts it"
         r = subprocess.run([promtool, "check", "metrics"], input=metrics, capture_output=True, text=True, timeout=60)
         # It parses (exit 1 is a format error), and its lint finds nothing but the colon in the
         # names vLLM gives its metrics (vLLM's own /metrics draws the same), kept so that

@@ -6,8 +6,10 @@ against the drain window; volumes against the settings' paths; the Indexed Job's
 argument against its completions; the llm-remote overlay against the base. Then the settings
 and pipelines of the ConfigMap, their absolute paths mapped into a scratch folder (the demo
 models of var/, a keyset, the demo PKI), are loaded by `txscore plan`, and `txscore serve`
-runs them as shard txscore-1: the probes' URLs answer 200 with the admin certificate, and it
-stops within the grace period. Needs scripts/setup.sh's var/ (models)."""
+runs them as shard txscore-1: the probes' URLs answer 200 with the monitoring certificate (which
+may not reload), and it stops within the grace period. Also: the keyset is wrapped under a KEK
+from a Secret of its own, no operator credential is in the Secret the pods mount (made as
+kustomization.yaml documents it), and NetworkPolicies open each port to named pods only. Needs scripts/setup.sh's var/ (models)."""
 import argparse
 import os
 import re
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import yaml
@@ -92,17 +95,31 @@ def check_manifests(base, overlay):
     assert under(settings["storage"]["path"], data_mount)
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
 
-    # Probes: the admin port's KServe v2 endpoints, with the admin certificate.
+    # The keyset is wrapped: its key-encryption key comes from a Secret of its own, mounted
+    # beside it, so the keyset's Secret alone gives no card key (for the claims workers too).
+    security = settings["security"]
+    assert security.get("kek_file") and not security.get("kek_env"), security
+    keys_secret = volumes["keys"]["secret"]["secretName"]
+    kek_volume = next(v for v in volumes.values() if "secret" in v and under(security["kek_file"],
+                                                                               mount_of(container, v["name"])))
+    assert kek_volume["secret"]["secretName"] != keys_secret, "the KEK must not sit in the keyset's Secret"
+
+    # Probes: the admin port's KServe v2 endpoints on loopback, with the monitoring certificate.
     expected = {"startupProbe": "/v2/health/live", "livenessProbe": "/v2/health/live",
                 "readinessProbe": "/v2/health/ready"}
+    secret_key_of = {os.path.join(tls_mount, item["path"]): item["key"] for item in volumes["tls"]["secret"]["items"]}
     urls = {}
+    probe_files = set()
     for probe, path in expected.items():
         command = container[probe]["exec"]["command"]
         url = command[-1]
         assert url == f"https://127.0.0.1:{ports['admin']}{path}", (probe, url)
         for flag in ("--cacert", "--cert", "--key"):
             assert command[command.index(flag) + 1] in tls_items, (probe, flag)
+        probe_files.add((command[command.index("--cert") + 1], command[command.index("--key") + 1]))
         urls[probe] = path
+    assert len(probe_files) == 1, probe_files
+    probe_cert, probe_key = probe_files.pop()
     # The grace period outlasts the stop: preStop, then stop_delay_ms, then drain_timeout_ms.
     pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
     stop_s = settings["server"]["stop_delay_ms"] / 1000 + settings["server"]["drain_timeout_ms"] / 1000
@@ -124,6 +141,12 @@ def check_manifests(base, overlay):
         "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     job_config = job_args[job_args.index("--config") + 1]
     assert os.path.basename(job_config) in generated["txscore-config"]
+    job_settings = yaml.safe_load(open(os.path.join(base, os.path.basename(job_config))))
+    job_volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    job_kek = next(v for v in job_volumes.values() if "secret" in v and under(
+        job_settings["security"]["kek_file"], mount_of(worker, v["name"])))
+    assert job_kek["secret"]["secretName"] == kek_volume["secret"]["secretName"], job_kek
+    assert job_volumes["keys"]["secret"]["secretName"] == keys_secret
     claim = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}["data"]["persistentVolumeClaim"]["claimName"]
     pvc = one(docs, "PersistentVolumeClaim", claim)
     assert "ReadWriteMany" in pvc["spec"]["accessModes"]
@@ -136,6 +159,33 @@ def check_manifests(base, overlay):
     assert "txscore-shard" in settings["security"]["tls"]["thrift_clients"]
     assert not set(settings["sharding"]["peer_identities"]) & {"txscore-client", "txscore-admin"}
 
+    # NetworkPolicies: each port of the shards is open to named pods only (callers and the
+    # replicas themselves on Thrift, monitoring on admin), and the claims workers to nothing.
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    opened = {}
+    for policy in policies:
+        selected = policy["spec"]["podSelector"]["matchLabels"]
+        assert policy["spec"]["policyTypes"] == ["Ingress"], policy["metadata"]["name"]
+        if not selected.items() <= labels.items():
+            continue
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("ports") and rule.get("from"), f"{policy['metadata']['name']}: a rule open to everyone"
+            for source in rule["from"]:
+                assert source.get("podSelector", {}).get("matchLabels"), \
+                    f"{policy['metadata']['name']}: a source that is every pod of a namespace"
+            for port in rule["ports"]:
+                opened.setdefault(port["port"], []).extend(
+                    frozenset(source["podSelector"]["matchLabels"].items()) for source in rule["from"])
+    assert set(opened) == set(ports), ("ports a policy opens", sorted(opened), sorted(ports))
+    replicas = frozenset(labels.items())
+    assert replicas in opened["thrift"], "the replicas must reach each other's Thrift port to forward"
+    assert replicas not in opened["admin"], "a replica has no business on another's admin port"
+    assert not set(opened["thrift"]) & set(opened["admin"]) - {replicas}, "callers and monitoring are told apart"
+    job_labels = job["spec"]["template"]["metadata"]["labels"] if "metadata" in job["spec"]["template"] else \
+        job["metadata"]["labels"]
+    job_policy = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= job_labels.items()]
+    assert job_policy and not any(p["spec"].get("ingress") for p in job_policy), "the claims workers listen on nothing"
+
     # The LLM overlay: the base, with the pipeline file replaced by one whose forensic stage is remote.
     overlay_kustomization = yaml.safe_load(open(os.path.join(overlay, "kustomization.yaml")))
     assert overlay_kustomization["resources"] == ["../base"]
@@ -147,7 +197,25 @@ def check_manifests(base, overlay):
     print(f"ok   manifests: {sts['spec']['replicas']} shards named and addressed as the settings list them, "
           f"ports, probes ({', '.join(sorted(set(urls.values())))}), certificates, volumes, grace "
           f"{grace} s > {pre_stop + stop_s:.0f} s, Indexed Job of {spec['completions']}, llm-remote overlay")
-    return settings, urls
+    print(f"ok   keyset wrapped under a KEK of its own Secret ({kek_volume['secret']['secretName']}); probes with "
+          f"{secret_key_of[probe_cert]}; NetworkPolicies open thrift to {len(opened['thrift'])} and admin to "
+          f"{len(opened['admin'])} pod label(s), the claims workers to none")
+    return settings, urls, secret_key_of, (probe_cert, probe_key)
+
+
+def documented_tls_secret(base):
+    """The txscore-tls Secret as kustomization.yaml says to make it: key -> file under PKI/."""
+    text = open(os.path.join(base, "kustomization.yaml")).read()
+    command = text[text.index("kubectl create secret generic txscore-tls"):]
+    command = command[:command.index("\n#   kubectl") if "\n#   kubectl" in command else len(command)]
+    command = command.split("\n# The server certificate")[0]
+    return dict(re.findall(r"--from-file=([\w.]+)=PKI/([\w./]+)", command))
+
+
+def identities(cert):
+    san = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", cert],
+                         capture_output=True, text=True, check=True).stdout
+    return set(re.findall(r"DNS:([^,\s]+)", san))
 
 
 def main():
@@ -157,7 +225,7 @@ def main():
     args = parser.parse_args()
     base = os.path.join(args.source, "deploy", "kubernetes", "base")
     overlay = os.path.join(args.source, "deploy", "kubernetes", "llm-remote")
-    settings, urls = check_manifests(base, overlay)
+    settings, urls, secret_key_of, (probe_cert, probe_key) = check_manifests(base, overlay)
     models = os.path.join(args.source, "var", "models")
     for needed in ("fraud.ubj", "claims.ubj", "llm-tiny/config.json"):
         if not os.path.exists(os.path.join(models, needed)):
@@ -168,24 +236,49 @@ def main():
     try:
         # The pod's absolute paths, mapped into the scratch folder.
         mapping = {"/etc/txscore/config": os.path.join(work, "config"), "/etc/txscore/keys": os.path.join(work, "keys"),
+                   "/etc/txscore/kek": os.path.join(work, "kek"),
                    "/etc/txscore/tls": os.path.join(work, "tls"), "/var/lib/txscore": os.path.join(work, "data"),
                    "/opt/txscore/models": models, "/data": os.path.join(work, "claims-data")}
         for path in mapping.values():
             os.makedirs(path, exist_ok=True)
         # The demo PKI as kustomization.yaml says to make it: the server certificate names the pods.
-        r = subprocess.run([os.path.join(args.source, "scripts", "make-demo-pki.sh"), mapping["/etc/txscore/tls"]],
+        pki = os.path.join(work, "pki")
+        r = subprocess.run([os.path.join(args.source, "scripts", "make-demo-pki.sh"), pki],
                            capture_output=True, text=True,
                            env=dict(os.environ, TXSCORE_PKI_SERVER_NAMES="txscore-0.txscore,txscore-1.txscore,"
                                                                           "txscore-2.txscore,txscore-scoring"))
         assert r.returncode == 0, r.stderr
-        san = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
-                              os.path.join(mapping["/etc/txscore/tls"], "server", "tls.crt")],
-                             capture_output=True, text=True).stdout
+        # The txscore-tls Secret made as documented, mounted as the StatefulSet mounts it.
+        secret = documented_tls_secret(base)
+        for path, key in secret_key_of.items():
+            assert key in secret, f"the StatefulSet mounts {key}, which the documented Secret lacks"
+            target = path.replace("/etc/txscore/tls", mapping["/etc/txscore/tls"], 1)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy(os.path.join(pki, secret[key]), target)
+            os.chmod(target, 0o600)
+        tls_dir = mapping["/etc/txscore/tls"]
+        server_names = identities(os.path.join(tls_dir, "server", "tls.crt"))
         for shard in settings["sharding"]["shards"]:
-            assert "DNS:" + shard["address"].rsplit(":", 1)[0] in san, (shard, san)
-        r = subprocess.run([args.txscore, "keys", "create", "--out",
-                            os.path.join(mapping["/etc/txscore/keys"], "keyset.json")], capture_output=True, text=True)
+            assert shard["address"].rsplit(":", 1)[0] in server_names, (shard, server_names)
+        # No operator's credential is in the Secret the pods mount, let alone in a pod.
+        operators = set(settings["security"]["tls"]["operators"])
+        for key, file in secret.items():
+            if key.endswith(".crt"):
+                assert not identities(os.path.join(pki, file)) & operators, f"{key} is an operator's certificate"
+        monitor = identities(probe_cert.replace("/etc/txscore/tls", tls_dir, 1))
+        tls_settings = settings["security"]["tls"]
+        assert monitor & set(tls_settings["admin_clients"]) and not monitor & operators and \
+            not monitor & set(tls_settings.get("llm_api_clients", [])), (monitor, tls_settings)
+        # The keyset wrapped under the KEK, as kustomization.yaml says to make them.
+        kek = os.path.join(mapping["/etc/txscore/kek"], "kek")
+        with open(kek, "w") as f:
+            f.write(subprocess.run(["openssl", "rand", "-hex", "32"], capture_output=True, text=True, check=True).stdout)
+        os.chmod(kek, 0o600)
+        keyset = os.path.join(mapping["/etc/txscore/keys"], "keyset.json")
+        r = subprocess.run([args.txscore, "keys", "create", "--kek-file", kek, "--out", keyset],
+                           capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+        assert "secret_hex" not in open(keyset).read(), "the keyset Secret would hold the card keys in clear"
 
         # One pass: a path begins after a space, colon or bracket, and a replaced path is not
         # looked at again.
@@ -223,13 +316,21 @@ def main():
         line = server.stdout.readline()
         assert line.startswith("listening "), (line, server.stderr.read() if server.poll() is not None else "")
         ports = dict(kv.split("=") for kv in line.split()[1:])
-        tls_dir = mapping["/etc/txscore/tls"]
-        admin = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.crt"))
-        admin.load_cert_chain(os.path.join(tls_dir, "admin", "tls.crt"), os.path.join(tls_dir, "admin", "tls.key"))
+        # The probes as the pod runs them: the monitoring certificate, on loopback. It may not
+        # operate (a reload is refused).
+        probe_context = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.crt"))
+        probe_context.load_cert_chain(probe_cert.replace("/etc/txscore/tls", tls_dir, 1),
+                                      probe_key.replace("/etc/txscore/tls", tls_dir, 1))
         for probe, path in sorted(urls.items()):
-            with urllib.request.urlopen(f"https://127.0.0.1:{ports['admin_port']}{path}", context=admin,
+            with urllib.request.urlopen(f"https://127.0.0.1:{ports['admin_port']}{path}", context=probe_context,
                                         timeout=30) as answer:
                 assert answer.status == 200, (probe, answer.status)
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"https://127.0.0.1:{ports['admin_port']}/admin/reload",
+                                                          method="POST", data=b""), context=probe_context, timeout=30)
+            raise AssertionError("the probes' certificate reloaded the server")
+        except urllib.error.HTTPError as refused:
+            assert refused.code == 403, refused.code
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=120) == 0, server.stderr.read()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The portable CPU kernels on a big-endian CPU: cross-built for s390x (IBM Z) and run under
-# qemu-user (scripts/setup.sh installs both), against the same plain loops as natively.
+# qemu-user (`scripts/setup.sh --tests` installs both), against the same plain loops as natively.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
