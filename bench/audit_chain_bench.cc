@@ -2,8 +2,9 @@
 // its card's new state) the way the request path did before the chain (encode, one batch, one
 // write) against AuditLog::Commit (encode, chain, sign a checkpoint every 1000, one write).
 //
-//   ./build/bench/audit_chain_bench --benchmark_repetitions=5 \
+//   ./build/bench/audit_chain_bench --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+//   (one command line)
 //
 // One thread, durability wal (sync would add a disk flush, 0.6-1 ms on the VM measured, to both
 // and hide the difference). The database lives in a temporary directory under /tmp.

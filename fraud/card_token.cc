@@ -1,7 +1,5 @@
 #include "fraud/card_token.h"
 
-#include <openssl/crypto.h>
-
 #include "common/pan_scan.h"
 
 namespace txscore::fraud {
@@ -34,8 +32,21 @@ Status ValidateCardToken(std::string_view token) {
     return InvalidArgument("must be 1 to 128 characters", "card_token");
   }
   // An HMAC's hex digits hold digit runs by chance (0.7 % of random 64-hex strings hold a
-  // Luhn-valid run of 12-19 digits): scanning txscore's own form would refuse real cards.
-  if (IsTxscoreTokenForm(token)) return Status::Ok();
+  // Luhn-valid run of 12-19 digits): scanning txscore's own form would refuse real cards. But
+  // 64 hex digits that are all decimal digits (a chance of (10/16)^64, about 1e-13, for an
+  // HMAC) are a number someone wrote: refused when they are a short number padded with zeros
+  // (at most 19 digits between the zeros: a card number's length) or hold a card number.
+  if (IsTxscoreTokenForm(token)) {
+    const std::string_view hex = token.substr(token.size() - 64);
+    if (hex.find_first_not_of("0123456789") != std::string_view::npos) return Status::Ok();
+    const size_t first = hex.find_first_not_of('0');
+    const size_t core = first == std::string_view::npos ? 0 : hex.find_last_not_of('0') - first + 1;
+    if (core > 19 && !ContainsPan(hex)) return Status::Ok();
+    return InvalidArgument(
+        "is 64 decimal digits holding a number of a card's length padded with zeros, or a card number; "
+        "send the card number in card_number so that it is tokenized",
+        "card_token");
+  }
   if (ContainsPan(token)) {
     return InvalidArgument(
         "holds a card number (12-19 digits passing the Luhn check, separators ignored); send "
@@ -97,15 +108,6 @@ Status CardTokenizer::CheckCallerToken(std::string_view token, const char* field
       "was made with a key this server's keyset does not hold (the id before the 64 hex digits "
       "names none of its keys)",
       field);
-}
-
-void WipeBytes(void* data, size_t size) {
-  if (size > 0) OPENSSL_cleanse(data, size);
-}
-
-void WipeString(std::string* secret) {
-  if (!secret->empty()) OPENSSL_cleanse(secret->data(), secret->size());
-  secret->clear();
 }
 
 }  // namespace txscore::fraud

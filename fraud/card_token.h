@@ -66,10 +66,4 @@ class CardTokenizer {
   Keyset keyset_;
 };
 
-// Overwrites a string's bytes (OPENSSL_cleanse, which the compiler may not optimise away)
-// and clears it; used on PANs and card verification codes once they are no longer needed.
-void WipeString(std::string* secret);
-// The same for a buffer that is not a string (e.g. a received Thrift frame).
-void WipeBytes(void* data, size_t size);
-
 }  // namespace txscore::fraud

@@ -20,7 +20,7 @@
 #include "common/durable_file.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
-#include "fraud/card_token.h"  // WipeString
+#include "common/wipe.h"
 
 namespace txscore::fraud {
 namespace {
@@ -131,13 +131,13 @@ Result<Keyset> Keyset::FromKeys(std::vector<KeysetKey> keys) {
 
 Keyset Keyset::Generate(int64_t now_ms) {
   Keyset keyset;
-  keyset.keys_.push_back({"k1", KeyState::kPrimary, now_ms, RandomBytes(kKeyBytes)});
+  keyset.keys_.push_back({"k1", KeyState::kPrimary, now_ms, 0, RandomBytes(kKeyBytes)});
   return keyset;
 }
 
 Keyset Keyset::Legacy(std::string key) {
   Keyset keyset;
-  keyset.keys_.push_back({kLegacyKeyId, KeyState::kPrimary, 0, std::move(key)});
+  keyset.keys_.push_back({kLegacyKeyId, KeyState::kPrimary, 0, 0, std::move(key)});
   return keyset;
 }
 
@@ -158,17 +158,18 @@ Keyset Keyset::Rotated(int64_t now_ms) const {
       highest = std::max(highest, std::atoi(key.id.c_str() + 1));
     }
   }
-  next.keys_.push_back({"k" + std::to_string(highest + 1), KeyState::kPrimary, now_ms, RandomBytes(kKeyBytes)});
+  next.keys_.push_back({"k" + std::to_string(highest + 1), KeyState::kPrimary, now_ms, 0, RandomBytes(kKeyBytes)});
   return next;
 }
 
-Result<Keyset> Keyset::WithRetired(const std::string& id) const {
+Result<Keyset> Keyset::WithRetired(const std::string& id, int64_t now_ms) const {
   Keyset next = *this;
   for (KeysetKey& key : next.keys_) {
     if (key.id != id) continue;
     if (key.state == KeyState::kPrimary) {
       return InvalidArgument("key " + id + " is the primary key: rotate first (txscore keys rotate), then retire it");
     }
+    if (key.state != KeyState::kRetired) key.retired_ms = now_ms;  // retiring twice keeps the first time
     key.state = KeyState::kRetired;
     return next;
   }
@@ -235,10 +236,10 @@ void WipeStrings(Json* doc) {
 std::string SerializeKeyset(const Keyset& keyset) {
   nlohmann::ordered_json keys = nlohmann::ordered_json::array();
   for (const KeysetKey& key : keyset.keys()) {
-    keys.push_back({{"id", key.id},
-                    {"state", KeyStateName(key.state)},
-                    {"created_ms", key.created_ms},
-                    {"secret_hex", HexOfBytes(key.secret)}});
+    nlohmann::ordered_json entry = {{"id", key.id}, {"state", KeyStateName(key.state)}, {"created_ms", key.created_ms}};
+    if (key.retired_ms != 0) entry["retired_ms"] = key.retired_ms;
+    entry["secret_hex"] = HexOfBytes(key.secret);
+    keys.push_back(std::move(entry));
   }
   nlohmann::ordered_json doc = {{"format", kFormat}, {"version", 1}, {"keys", std::move(keys)}};
   WipeStrings(&keys);  // whatever an initializer list copied rather than moved
@@ -275,6 +276,10 @@ Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where)
                                "\"; a state is primary, active or retired");
       }
       key.created_ms = entry.value("created_ms", int64_t{0});
+      key.retired_ms = entry.value("retired_ms", int64_t{0});
+      if (key.retired_ms != 0 && key.state != KeyState::kRetired) {
+        return InvalidArgument(where + ": key " + key.id + " has a retired_ms but its state is " + state);
+      }
       if (!FromHex(entry.at("secret_hex").get_ref<const std::string&>(), &key.secret)) {
         return InvalidArgument(where + ": key " + key.id + ": secret_hex is not hex");
       }

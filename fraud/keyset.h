@@ -38,7 +38,10 @@ struct KeysetKey {
   std::string id;  // [a-z0-9-], 1-32 characters
   KeyState state = KeyState::kActive;
   int64_t created_ms = 0;  // ms since the epoch
-  std::string secret;      // 32 bytes
+  // When `txscore keys retire` retired it, ms since the epoch: a checkpoint of the audit trail
+  // it signed later is refused. 0: not retired (or retired before keysets recorded when).
+  int64_t retired_ms = 0;
+  std::string secret;  // 32 bytes
 };
 
 inline constexpr char kLegacyKeyId[] = "legacy";
@@ -73,7 +76,7 @@ class Keyset {
   // A copy with a new primary key (id "k<n+1>", random secret); the old primary becomes active.
   Keyset Rotated(int64_t now_ms) const;
   // A copy with key `id` retired; refused for the primary and for an unknown id.
-  Result<Keyset> WithRetired(const std::string& id) const;
+  Result<Keyset> WithRetired(const std::string& id, int64_t now_ms) const;
 
   // The token of `value` under `key`.
   static std::string TokenUnder(const KeysetKey& key, std::string_view value);

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 
+#include "common/utc_time.h"
 #include "llm/model_config.h"
 
 namespace txscore::pipelines {
@@ -25,15 +25,6 @@ const char* EntryModeName(fraud::EntryMode mode) {
   return i >= 0 && i < 7 ? kNames[i] : "UNKNOWN";
 }
 
-std::string IsoTimeUtc(int64_t timestamp_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(timestamp_ms / 1000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
-
 std::string Amount(const fraud::Transaction& tx) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f %s", tx.currency_exponent, tx.amount_major(), tx.currency.c_str());
@@ -46,7 +37,7 @@ llm::TransactionCase ForensicStage::CaseFor(const fraud::Transaction& tx, double
                                             const std::vector<Reason>& reasons) {
   llm::TransactionCase c;
   c.request_id = tx.request_id;
-  c.time_utc = IsoTimeUtc(tx.timestamp_ms);
+  c.time_utc = FormatUtcTime(tx.timestamp_ms * 1000);
   c.amount = Amount(tx);
   c.merchant_id = tx.merchant_id;
   c.mcc = tx.mcc;
@@ -136,7 +127,7 @@ ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score
   }
   Result<std::vector<int32_t>> prompt = llm::TransactionReviewTask::PromptIds(*tokenizer_, CaseFor(tx, score, reasons));
   if (!prompt.ok()) return Failed("the prompt could not be built: " + prompt.error().message);
-  Item item{std::move(prompt).value(), deadline, std::make_shared<std::atomic<bool>>(false)};
+  Item item{std::move(prompt).value(), deadline, std::make_shared<std::atomic<bool>>(false), nullptr};
   std::shared_ptr<std::atomic<bool>> started = item.started;
   return Await(batcher_->Submit(std::move(item), deadline), *started, deadline);
 }
@@ -152,7 +143,7 @@ std::vector<ForensicResult> ForensicStage::AnalyzeClaims(const std::vector<llm::
       results[i] = Failed("the prompt could not be built: " + prompt.error().message);
       continue;
     }
-    items.push_back({std::move(prompt).value(), deadline, std::make_shared<std::atomic<bool>>(false)});
+    items.push_back({std::move(prompt).value(), deadline, std::make_shared<std::atomic<bool>>(false), nullptr});
     positions.push_back(i);
   }
   std::vector<std::shared_ptr<std::atomic<bool>>> started;

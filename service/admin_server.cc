@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -215,12 +217,45 @@ class SlowHandlers {
   std::vector<Worker> threads_;
 };
 
+// Connections still in their TLS handshake, oldest first (ids in the order they started), each
+// with what closes it: a full port closes the oldest for a newcomer. Shared with the sessions,
+// which may outlive AdminShared as the io_context is torn down.
+class Handshakes {
+ public:
+  // Registers a connection's closer; the id to pass to Over.
+  uint64_t Begin(std::function<void()> close) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closers_.emplace(++last_id_, std::move(close));
+    return last_id_;
+  }
+  void Over(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closers_.erase(id);
+  }
+  // Takes the closer of the connection shaking hands the longest out of the registry (so a
+  // connection is never picked twice); empty when none is.
+  std::function<void()> TakeOldest() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closers_.empty()) return {};
+    std::function<void()> close = std::move(closers_.begin()->second);
+    closers_.erase(closers_.begin());
+    return close;
+  }
+
+ private:
+  std::mutex mutex_;
+  uint64_t last_id_ = 0;
+  std::map<uint64_t, std::function<void()>> closers_;
+};
+
 // What admin sessions share: routes, slow-handler threads, the TLS in force and its refusals.
 struct AdminShared {
   Routes routes;
   AdminLimits limits;
   std::atomic<uint64_t> bad_requests{0};
   std::atomic<uint64_t> connections_refused{0};
+  std::shared_ptr<Handshakes> handshakes = std::make_shared<Handshakes>();
+  std::atomic<uint64_t> handshakes_evicted{0};
   // Sessions may outlive this struct as the io_context is torn down: they share the count.
   std::shared_ptr<std::atomic<int>> connections_open = std::make_shared<std::atomic<int>>(0);
   SlowHandlers slow;
@@ -236,6 +271,7 @@ struct AdminShared {
   RateLimitedWarning tls_warning{"admin", std::chrono::seconds(10)};
   RateLimitedWarning bad_request_warning{"admin", std::chrono::seconds(10)};
   RateLimitedWarning refused_warning{"admin", std::chrono::seconds(10)};
+  RateLimitedWarning evicted_warning{"admin", std::chrono::seconds(10)};
 
   void Refuse(const Admission& refusal, const std::string& address) {
     refusals.Add(refusal.refusal);
@@ -257,16 +293,32 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         // Bytes read but not yet parsed: the parser's limits do not cover a chunk extension or
         // a trailer line that never ends, so the buffer itself is bounded too.
         buffer_(shared->limits.max_header_bytes + shared->limits.max_body_bytes),
-        open_(shared->connections_open) {
+        open_(shared->connections_open),
+        handshakes_(shared->handshakes) {
     open_->fetch_add(1);
   }
-  ~Session() { open_->fetch_sub(1); }
+  ~Session() {
+    if (handshake_id_ != 0) handshakes_->Over(handshake_id_);
+    open_->fetch_sub(1);
+  }
 
   void Start() {
     beast::error_code ec;
     const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ec);
     caller_.address = ec ? "unknown" : peer.address().to_string() + ":" + std::to_string(peer.port());
     if constexpr (kTls) {
+      // The closer runs on the acceptor's thread, so it posts the close to this session's
+      // strand; a session already gone is left alone.
+      handshake_id_ = handshakes_->Begin([weak = this->weak_from_this()] {
+        if (std::shared_ptr<Session> self = weak.lock()) {
+          asio::post(self->stream_.get_executor(), [self] {
+            // It finished its handshake since it was picked: it has shown a certificate, it stays.
+            if (self->handshake_id_ == 0) return;
+            self->evicted_ = true;
+            beast::get_lowest_layer(self->stream_).close();
+          });
+        }
+      });
       beast::get_lowest_layer(stream_).expires_after(kHandshakeTimeout);
       stream_.async_handshake(asio::ssl::stream_base::server,
                               [self = this->shared_from_this()](beast::error_code error) { self->OnHandshake(error); });
@@ -282,7 +334,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void OnHandshake(beast::error_code ec) {
     if constexpr (kTls) {
+      handshakes_->Over(handshake_id_);
+      handshake_id_ = 0;
       SSL* ssl = stream_.native_handle();
+      if (evicted_) {
+        shared_->evicted_warning.Warn("closed a connection from {} still shaking hands to make room for a new one",
+                                      caller_.address);
+        return;
+      }
       if (ec) {
         // Asio has taken the failure off OpenSSL's error queue: its code is the error_code's value.
         const bool from_openssl = ec.category() == asio::error::get_ssl_category();
@@ -572,6 +631,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<http::response<http::string_body>> response_;
   std::shared_ptr<std::atomic<int>> open_;  // AdminShared::connections_open
+  std::shared_ptr<Handshakes> handshakes_;  // AdminShared::handshakes
+  uint64_t handshake_id_ = 0;               // registered in handshakes_ while not 0
+  bool evicted_ = false;                    // closed to make room (set on this session's strand)
   char discard_[4096];                      // what a refused request still sends
   size_t body_limit_ = 0;                   // of the request being read
   // A streamed answer (BeginStream): parts waiting to be written, in order.
@@ -591,10 +653,21 @@ struct AdminServer::Impl {
   void Accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
+      std::function<void()> close_oldest_handshake;
       if (!ec && shared.connections_open->load() >= shared.limits.max_connections) {
+        // Full: the connection shaking hands the longest makes room (it has shown no
+        // certificate); the newcomer counts until that one's close runs, at once, on its strand.
+        close_oldest_handshake = shared.handshakes->TakeOldest();
+        if (close_oldest_handshake) {
+          shared.handshakes_evicted.fetch_add(1);
+          close_oldest_handshake();
+        }
+      }
+      if (!ec && !close_oldest_handshake && shared.connections_open->load() >= shared.limits.max_connections) {
         shared.connections_refused.fetch_add(1);
-        shared.refused_warning.Warn("{} connections are open (the most allowed); closed a new one",
-                                    shared.limits.max_connections);
+        shared.refused_warning.Warn(
+            "{} connections are open (the most allowed), none still shaking hands; closed a new one",
+            shared.limits.max_connections);
         socket.close(ec);
       } else if (!ec && !shared.tls_enabled) {
         std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), &shared, nullptr)->Start();
@@ -682,6 +755,7 @@ bool AdminServer::uses_tls() const { return impl_->shared.tls_enabled; }
 uint64_t AdminServer::tls_refusals(TlsRefusal refusal) const { return impl_->shared.refusals.Get(refusal); }
 uint64_t AdminServer::bad_requests() const { return impl_->shared.bad_requests.load(); }
 uint64_t AdminServer::connections_refused() const { return impl_->shared.connections_refused.load(); }
+uint64_t AdminServer::handshakes_evicted() const { return impl_->shared.handshakes_evicted.load(); }
 int AdminServer::connections_open() const { return impl_->shared.connections_open->load(); }
 
 }  // namespace txscore::service

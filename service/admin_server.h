@@ -141,6 +141,10 @@ class AdminServer {
   // connections closed at once because max_connections were open.
   uint64_t bad_requests() const;
   uint64_t connections_refused() const;
+  // Connections still in their TLS handshake closed to make room for a new one when
+  // max_connections were open (the oldest first): strangers who show no certificate cannot
+  // hold the port, and a probe always gets in.
+  uint64_t handshakes_evicted() const;
   int connections_open() const;
 
  private:

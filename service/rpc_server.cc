@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "fraud/card_token.h"
+#include "common/wipe.h"
 #include "gen-cpp/TxScore.h"
 
 namespace txscore::service {
@@ -842,14 +842,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const size_t size = std::min(frame_size_, std::max(kFirstReadBytes, 2 * frame_.size()));
     std::vector<uint8_t> larger(size);
     std::copy(frame_.begin(), frame_.begin() + static_cast<std::ptrdiff_t>(frame_bytes_), larger.begin());
-    if (!frame_.empty()) fraud::WipeBytes(frame_.data(), frame_.size());
+    if (!frame_.empty()) WipeBytes(frame_.data(), frame_.size());
     frame_.swap(larger);
   }
 
   // Wipes the buffer (it may hold a card number), and frees it when it grew large, so an idle
   // connection keeps at most kKeptBufferBytes.
   void WipeFrame() {
-    if (!frame_.empty()) fraud::WipeBytes(frame_.data(), frame_.size());
+    if (!frame_.empty()) WipeBytes(frame_.data(), frame_.size());
     if (frame_.size() > kKeptBufferBytes) std::vector<uint8_t>().swap(frame_);
     frame_bytes_ = 0;
   }

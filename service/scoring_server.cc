@@ -311,6 +311,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
       "txscore_admin_connections_refused_total",
       "Admin connections closed as soon as accepted: the most allowed (256) were open.", {},
       [admin_server] { return admin_server->connections_refused(); });
+  server->registry_.AddGaugeFunction("txscore_admin_connections_open", "Admin connections open now (at most 256).", {},
+                                     [admin_server] { return admin_server->connections_open(); });
+  server->registry_.AddCounterFunction(
+      "txscore_admin_handshakes_evicted_total",
+      "Admin connections still in their TLS handshake closed to make room for a new one (the most allowed were "
+      "open).",
+      {}, [admin_server] { return admin_server->handshakes_evicted(); });
 
   return server;
 }

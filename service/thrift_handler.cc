@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/wipe.h"
 #include "service/transaction_json.h"
 
 namespace txscore::service {
@@ -32,8 +33,8 @@ fraud::RawTransaction TakeFromThrift(const rpc::Transaction& t) {
   // hands it over as const; its card fields are wiped here so that no copy of them outlives
   // the conversion (the pipeline wipes its own).
   auto& owned = const_cast<rpc::Transaction&>(t);
-  fraud::WipeString(&owned.card_number);
-  fraud::WipeString(&owned.card_verification_code);
+  WipeString(&owned.card_number);
+  WipeString(&owned.card_verification_code);
   return raw;
 }
 

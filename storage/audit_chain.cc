@@ -122,6 +122,8 @@ const char* ChainProblemKindName(ChainProblemKind kind) {
       return "bad signature";
     case ChainProblemKind::kUnknownKey:
       return "unknown key";
+    case ChainProblemKind::kRetiredKey:
+      return "retired key";
     case ChainProblemKind::kCheckpointMissing:
       return "checkpoint missing";
   }
@@ -325,6 +327,14 @@ class ChainWalker {
     if (HexOfBytes(HmacSha256Bytes(*secret, {key, split->second})) != split->first) {
       return Fail(ChainProblemKind::kBadSignature, parts, seq,
                   "the checkpoint's HMAC does not verify under key " + key_id);
+    }
+    if (const std::optional<int64_t> retired =
+            options_.key_retired_at_us ? options_.key_retired_at_us(key_id) : std::optional<int64_t>();
+        retired && parts.time_us > *retired) {
+      return Fail(ChainProblemKind::kRetiredKey, parts, seq,
+                  "the checkpoint is signed with key " + key_id + ", which was retired " +
+                      std::to_string((parts.time_us - *retired) / 1000) +
+                      " ms before: whoever still holds a retired key could have written it");
     }
     // Signed: what it says can be believed.
     facts->reason = doc.value("reason", "");

@@ -33,16 +33,19 @@
 #include <string_view>
 
 #include "common/result.h"
+#include "common/wipe.h"
 #include "storage/database.h"
 
 namespace txscore::storage {
 
 inline constexpr size_t kAuditHashBytes = 32;
 
-// The key a writer signs checkpoints with: the keyset key's id and the derived secret.
+// The key a writer signs checkpoints with: the keyset key's id and the derived secret, wiped
+// when the key is destroyed (every copy wipes its own).
 struct AuditCheckpointKey {
   std::string key_id;
   std::string secret;
+  ~AuditCheckpointKey() { WipeString(&secret); }
 };
 
 // SHA-256(key || value): what the next entry's "prev" names.
@@ -70,6 +73,7 @@ enum class ChainProblemKind {
   kUnchained,     // an entry without chain fields after the chain began
   kBadSignature,  // a checkpoint's HMAC does not verify
   kUnknownKey,    // a checkpoint names a key the keyset does not have
+  kRetiredKey,    // a checkpoint is signed with a key after that key was retired
   // A signed checkpoint is not where the writer puts one: a server start (a new epoch) without
   // its start checkpoint, more than checkpoint_every entries after a checkpoint, or a start that
   // says the run before shut down with no shutdown checkpoint before it. What a checkpoint
@@ -108,6 +112,10 @@ struct ChainVerifyOptions {
   int64_t from_time_us = 0;
   // The checkpoint secret for a key id, nullopt when the keyset has no such key.
   std::function<std::optional<std::string>(const std::string& key_id)> checkpoint_key;
+  // When a key was retired (us since the epoch), nullopt while it is not (or when is not known).
+  // A checkpoint it signed later is refused: whoever still holds a retired key cannot sign a
+  // rewritten trail past the first checkpoint of its successor. Default: none (no key retired).
+  std::function<std::optional<int64_t>(const std::string& key_id)> key_retired_at_us;
 };
 
 // Walks the trail in key order and reports the first problem. Errors only when the database

@@ -3,10 +3,10 @@
 // txscore audit verify [--from T]: walks the trail's hash chain and checkpoint signatures
 // (storage/audit_chain.h) and reports the first entry broken, missing, reordered or altered.
 #include <cstdio>
-#include <ctime>
 
 #include "common/core_dumps.h"
 #include "common/sha256.h"
+#include "common/utc_time.h"
 #include "fraud/claim.h"
 #include "fraud/keyset.h"
 #include "service/commands/commands.h"
@@ -74,17 +74,6 @@ Result<int64_t> ParseUtcTime(const std::string& text) {
   return seconds * 1000000;
 }
 
-std::string FormatUtc(int64_t time_us) {
-  const std::time_t seconds = static_cast<std::time_t>(time_us / 1000000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  char micros[16];
-  std::snprintf(micros, sizeof micros, ".%06lldZ", static_cast<long long>(time_us % 1000000));
-  return std::string(text) + micros;
-}
-
 int RunVerify(const VerifyOptions& options) {
   // It loads the keyset (the checkpoint keys come from it): no core dump may hold it.
   if (Status hardened = KeepSecretsOutOfCoreDumps(false); !hardened.ok()) {
@@ -132,18 +121,24 @@ int RunVerify(const VerifyOptions& options) {
     }
     return std::nullopt;
   };
+  verify.key_retired_at_us = [&keyset](const std::string& id) -> std::optional<int64_t> {
+    for (const fraud::KeysetKey& key : keyset->keys()) {
+      if (key.id == id && key.state == fraud::KeyState::kRetired && key.retired_ms != 0) return key.retired_ms * 1000;
+    }
+    return std::nullopt;
+  };
   Result<storage::ChainReport> report = storage::VerifyAuditChain(**db, verify);
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.error().ToString().c_str());
     return kVerifyUnchecked;
   }
-  const std::string scope = from_time_us > 0 ? "from " + FormatUtc(from_time_us) : "from the first entry";
+  const std::string scope = from_time_us > 0 ? "from " + FormatUtcTime(from_time_us, 6) : "from the first entry";
   if (report->problem) {
     const storage::ChainProblem& p = *report->problem;
     std::printf("audit trail BROKEN: %s at position %llu%s (seq %llu; key time %s, epoch %u, counter %llu): %s\n",
                 storage::ChainProblemKindName(p.kind), static_cast<unsigned long long>(p.position),
                 from_time_us > 0 ? " of this walk" : "", static_cast<unsigned long long>(p.seq),
-                FormatUtc(p.key_time_us).c_str(), p.epoch, static_cast<unsigned long long>(p.counter),
+                FormatUtcTime(p.key_time_us, 6).c_str(), p.epoch, static_cast<unsigned long long>(p.counter),
                 p.detail.c_str());
     std::printf("  %llu entries before it verified, %s, in %s\n", static_cast<unsigned long long>(report->entries),
                 scope.c_str(), path.c_str());

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/core_dumps.h"
+#include "common/utc_time.h"
 #include "fraud/keyset.h"
 #include "service/commands/commands.h"
 #include "service/settings.h"
@@ -44,8 +45,10 @@ Result<std::pair<std::string, fraud::KekSource>> Target(const KeysOptions& optio
 
 void PrintKeys(const fraud::Keyset& keyset) {
   for (const fraud::KeysetKey& key : keyset.keys()) {
-    std::printf("%s %s created_ms=%lld\n", key.id.c_str(), fraud::KeyStateName(key.state),
-                static_cast<long long>(key.created_ms));
+    std::string line = key.id + " " + fraud::KeyStateName(key.state);
+    if (key.created_ms != 0) line += " created " + FormatUtcTime(key.created_ms * 1000);
+    if (key.retired_ms != 0) line += " retired " + FormatUtcTime(key.retired_ms * 1000);
+    std::printf("%s\n", line.c_str());
   }
 }
 
@@ -77,7 +80,7 @@ Status Run(const KeysOptions& options) {
   if (options.action == "rotate") {
     keyset = keyset.Rotated(NowMs());
   } else if (options.action == "retire") {
-    TXSCORE_ASSIGN_OR_RETURN(keyset, keyset.WithRetired(options.id));
+    TXSCORE_ASSIGN_OR_RETURN(keyset, keyset.WithRetired(options.id, NowMs()));
   }
   if (options.action != "list") {
     TXSCORE_RETURN_IF_ERROR(fraud::SaveKeyset(keyset, path, source));
@@ -117,7 +120,7 @@ void AddKeysCommand(CLI::App& app, int* exit_code) {
   CLI::App* retire = keys->add_subcommand("retire", "Retire a key: its tokens are no longer resolved");
   retire->add_option("--id", options->id, "The key to retire")->required();
   common(retire, true);
-  CLI::App* list = keys->add_subcommand("list", "Key ids, states and creation times (never the secrets)");
+  CLI::App* list = keys->add_subcommand("list", "Key ids, states, creation and retirement times (never the secrets)");
   common(list, true);
   for (CLI::App* cmd : {create, import, rotate, retire, list}) {
     cmd->callback([options, exit_code, cmd] {

@@ -86,6 +86,23 @@ TEST(ValidateCardToken, TakesTxscoresOwnFormEvenWithADigitRunInside) {
   EXPECT_FALSE(ValidateCardToken("4000001234567899" + std::string(48, 'A')).ok());
 }
 
+TEST(ValidateCardToken, RefusesACardNumberPaddedWithZerosToTheTokensForm) {
+  const std::string pan = "4111111111111111";
+  const std::string leading = std::string(48, '0') + pan;
+  const std::string trailing = pan + std::string(48, '0');
+  const std::string both = std::string(24, '0') + pan + std::string(24, '0');
+  for (const std::string& padded : {leading, trailing, both, "k1_" + leading, std::string(64, '0')}) {
+    ASSERT_TRUE(IsTxscoreTokenForm(padded)) << padded;  // it would pass as an HMAC's hex digits
+    const Status refused = ValidateCardToken(padded);
+    ASSERT_FALSE(refused.ok()) << padded;
+    EXPECT_EQ(refused.error().field, "card_token");
+    EXPECT_EQ(refused.error().message.find(pan), std::string::npos);  // never echoed
+  }
+  // 64 decimal digits with no short number between zeros and no card number (no run of 12-19
+  // ones passes the Luhn check): taken.
+  EXPECT_TRUE(ValidateCardToken(std::string(64, '1')).ok());
+}
+
 TEST(ValidateCardToken, AcceptsOpaqueTokensAndRejectsBadCharacters) {
   EXPECT_TRUE(ValidateCardToken("tok_8f14e45fceea167a").ok());
   EXPECT_EQ(ValidateCardToken("tok 1").error().message, "may contain only letters, digits, '_' and '-'");
@@ -147,19 +164,6 @@ TEST(CardTokenizer, MissingKeyFileIsNotFound) {
   auto result = CardTokenizer::FromKeyFile("/nonexistent/card.key");
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error().code, ErrorCode::kNotFound);
-}
-
-// The bytes the string held are zeroed, not only its length (clear() would leave them): read
-// through the same buffer, which clear() keeps.
-TEST(WipeString, ZeroesTheBytesItHeldAndEmptiesTheString) {
-  for (std::string secret : {std::string("4111111111111111"), std::string("737")}) {  // heap and in-object
-    const size_t size = secret.size();
-    const char* buffer = secret.data();
-    WipeString(&secret);
-    EXPECT_TRUE(secret.empty());
-    ASSERT_EQ(secret.data(), buffer);
-    EXPECT_EQ(std::string(buffer, size), std::string(size, '\0'));
-  }
 }
 
 }  // namespace

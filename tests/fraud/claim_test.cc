@@ -109,7 +109,7 @@ TEST(ValidateClaim, AClaimantTokenMadeUnderARetiredKeyIsRefused) {
   raw.claimant_id.clear();
   raw.claimant_token = old_token;
   EXPECT_TRUE(ValidateClaim(raw, *CardTokenizer::FromKeyset(keys)).ok());  // k1 active: resolved
-  const auto retired = CardTokenizer::FromKeyset(keys.WithRetired("k1").value());
+  const auto retired = CardTokenizer::FromKeyset(keys.WithRetired("k1", 3).value());
   EXPECT_TRUE(
       testing::IsError(ValidateClaim(raw, *retired), ErrorCode::kInvalidArgument,
                        "claimant_token was made with key k1, which is retired: tokenize with the primary key k2"));

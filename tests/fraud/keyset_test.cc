@@ -46,15 +46,37 @@ TEST(Keyset, RotationMakesANewPrimaryAndKeepsTheOldOneForLookups) {
   EXPECT_EQ(candidates[1], Keyset::TokenUnder(first.primary(), kPan));
   EXPECT_EQ(candidates[2].substr(0, 3), "k2_");
   // A retired key is never a candidate, and its tokens from callers are refused.
-  const Keyset retired = second.Rotated(3).WithRetired("k1").value();
+  const Keyset retired = second.Rotated(3).WithRetired("k1", 4).value();
   const auto after = CardTokenizer::FromKeyset(retired);
   EXPECT_EQ(after->Candidates(kPan).size(), 2u);
   EXPECT_TRUE(testing::IsError(after->CheckCallerToken(candidates[1]), ErrorCode::kInvalidArgument,
                                "was made with key k1, which is retired: tokenize with the primary key k3"));
   EXPECT_TRUE(after->CheckCallerToken(candidates[2]).ok());
   EXPECT_TRUE(after->CheckCallerToken("my-own-token-17").ok());
-  EXPECT_TRUE(testing::IsError(second.WithRetired("k2"), ErrorCode::kInvalidArgument,
+  EXPECT_TRUE(testing::IsError(second.WithRetired("k2", 4), ErrorCode::kInvalidArgument,
                                "key k2 is the primary key: rotate first (txscore keys rotate), then retire it"));
+}
+
+// The retirement time is what lets `txscore audit verify` refuse checkpoints a retired key
+// signed afterwards: recorded once, kept through the file, refused on a key that is not retired.
+TEST(Keyset, RetiringAKeyRecordsWhenAndTheFileKeepsIt) {
+  testing::TempDir dir;
+  const Keyset rotated = Keyset::Generate(5).Rotated(6);
+  EXPECT_EQ(rotated.keys()[0].retired_ms, 0);
+  const Keyset retired = rotated.WithRetired("k1", 7).value().WithRetired("k1", 9).value();
+  EXPECT_EQ(retired.keys()[0].state, KeyState::kRetired);
+  EXPECT_EQ(retired.keys()[0].retired_ms, 7);  // retiring again keeps the first time
+  ASSERT_TRUE(SaveKeyset(retired, dir.file("keyset.json")).ok());
+  const Keyset loaded = LoadKeyset(dir.file("keyset.json")).value();
+  EXPECT_EQ(loaded.keys()[0].retired_ms, 7);
+  EXPECT_EQ(loaded.keys()[1].retired_ms, 0);
+  EXPECT_EQ(testing::ReadFile(dir.file("keyset.json")).find("\"retired_ms\""),
+            testing::ReadFile(dir.file("keyset.json")).rfind("\"retired_ms\""));  // once: k1's alone
+  const std::string forged = R"({"format": "txscore-keyset", "version": 1, "keys": [
+      {"id": "k1", "state": "primary", "created_ms": 1, "retired_ms": 2, "secret_hex": ")" +
+                             std::string(64, 'a') + R"("}]})";
+  EXPECT_TRUE(testing::IsError(ParseKeyset(forged, "k.json"), ErrorCode::kInvalidArgument,
+                               "k.json: key k1 has a retired_ms but its state is primary"));
 }
 
 TEST(Keyset, AFileRoundTripsAndIsRefusedWhenOthersMayReadIt) {

@@ -4,7 +4,8 @@ round-robin shards run side by side (one of them SIGKILLed and started again, re
 across two contiguous shards, merges into the output one unsharded run writes, line for line
 once the "timings" objects are set aside, with the summary's counts added up. Merge refuses,
 writing nothing, a missing shard, a shard given twice, shards of different splits or inputs,
-and a shard that is not done; --shard refuses a shard that does not exist.
+and a shard that is not done; --shard refuses a shard that does not exist. Everything it writes
+is for its owner alone, whatever the umask.
 
 Runs the real binary with a generated claims model and the tiny random LLM checkpoint."""
 import argparse
@@ -12,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,7 @@ def main():
     parser.add_argument("--txscore", required=True)
     args = parser.parse_args()
     txscore = args.txscore
+    os.umask(0o022)  # a usual umask: files 0644 unless txscore sets its own
     work = tempfile.mkdtemp(prefix="txscore-batch-shard-")
     try:
         config, claims = make_claims_workdir(txscore, work, seed=5, chunk=CHUNK)
@@ -95,6 +98,17 @@ def main():
                     "input_sha256"):
             assert merged_summary[key] == reference_summary[key], (key, merged_summary[key], reference_summary[key])
         assert [m["shard"] for m in merged_summary["merged_from"]] == ["0/3", "1/3", "2/3"], merged_summary
+        # Started with umask 022 (below), txscore still writes its outputs, summaries, merged file
+        # and state databases for its owner alone: they hold claimant tokens and findings.
+        written = [os.path.join(work, name) for name in os.listdir(work)
+                   if name.startswith(("reference.jsonl", "rr-", "merged.jsonl", "db-"))]
+        checked = 0
+        for top in written:
+            for path in [top] + [os.path.join(d, n) for d, ds, fs in os.walk(top) for n in ds + fs]:
+                mode = stat.S_IMODE(os.lstat(path).st_mode)
+                assert mode & 0o077 == 0, f"{path} has mode {mode:o}"
+                checked += 1
+        assert checked > 20, written  # outputs, summaries and each shard's RocksDB files
 
         # Two contiguous shards: the first and second half.
         halves = [os.path.join(work, f"half-{i}.jsonl") for i in range(2)]

@@ -4,6 +4,7 @@ claims.yaml, only the two ports set to 0 and the files placed in a scratch folde
 way README's commands drive it: `txscore serve`, `score`, `audit`, `plan`, `job
 submit|status|cancel`, `batch run`, then SIGTERM. Needs scripts/setup.sh to have made var/ (the demo key, models and LLM checkpoint)."""
 import argparse
+import calendar
 import json
 import os
 import re
@@ -95,6 +96,29 @@ def check_audit_trail(txscore, settings, db, server_log, run_started):
     assert r.returncode == 0, r
     assert r.stdout.startswith(f"audit trail intact: {int(head.group(1)) + 1} entries verified (seq 0 to "), r.stdout
     assert f"from {run_started[:-1]}.000000Z" in r.stdout, r.stdout
+    # The signing key retired: now (after every checkpoint) the trail still verifies; dated back
+    # to the test's start, every checkpoint was signed after its retirement, which whoever still
+    # held the key could have done: refused at the first.
+    retired = os.path.join(os.path.dirname(db), "retired-keyset.json")
+    shutil.copy(keyset, retired)
+    with open(retired) as f:
+        signer = next(key["id"] for key in json.load(f)["keys"] if key["state"] == "primary")
+    assert run(txscore, "keys", "rotate", "--keyset", retired).returncode == 0
+    r = run(txscore, "keys", "retire", "--keyset", retired, "--id", signer)
+    assert r.returncode == 0, r
+    assert re.search(rf"^{signer} retired( created \S+Z)? retired \S+Z$", r.stdout, re.M), r.stdout
+    r = run(txscore, "audit", "verify", "--keyset", retired, "--db", db)
+    assert r.returncode == 0 and r.stdout.startswith("audit trail intact: "), r
+    with open(retired) as f:
+        doc = json.load(f)
+    started_ms = int(calendar.timegm(time.strptime(run_started, "%Y-%m-%dT%H:%M:%SZ"))) * 1000
+    next(key for key in doc["keys"] if key["id"] == signer)["retired_ms"] = started_ms
+    with open(retired, "w") as f:
+        json.dump(doc, f)
+    r = run(txscore, "audit", "verify", "--keyset", retired, "--db", db)
+    assert r.returncode == 1, r
+    assert r.stdout.startswith("audit trail BROKEN: retired key at position 1 (seq 0;"), r.stdout
+    assert f"the checkpoint is signed with key {signer}, which was retired " in r.stdout, r.stdout
 
     entries = []  # (key hex, value bytes) of the trail's entries (16-byte keys), in key order
     for line in ldb(db, "scan").splitlines():

@@ -163,7 +163,7 @@ TEST_F(KeyRotationTest, AnActiveKeysCardIsFoundAndARetiredKeysIsNot) {
   EXPECT_EQ(Stored(Key(keys, "k1"), 1), "moved-to:" + fraud::Keyset::TokenUnder(keys.primary(), Pan(1)));
 
   // k1 retired: card 2, seen only under k1, starts over; its old state is not resolved.
-  ASSERT_TRUE(fraud::SaveKeyset(keys.WithRetired("k1").value(), keyset_path()).ok());
+  ASSERT_TRUE(fraud::SaveKeyset(keys.WithRetired("k1", 1).value(), keyset_path()).ok());
   ASSERT_TRUE(server_->Reload("test").applied);
   Score(*connection, 2, 5, "b-2");
   keys = Keys();

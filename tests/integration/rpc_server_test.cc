@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -22,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "common/wipe.h"
 #include "fraud/card_token.h"
 #include "fraud/feature_schema.h"
 #include "fraud/features.h"
@@ -35,6 +37,7 @@
 #include "storage/database.h"
 #include "tests/rpc_test_support.h"
 #include "tests/server_test_support.h"
+#include "tests/test_pki.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
@@ -504,44 +507,74 @@ size_t CopiesInWritableMemory(const std::string& shifted_digits) {
   return copies;
 }
 
-TEST_F(RpcServerTest, NoCopyOfThePanStaysInTheServersMemoryAfterScoring) {
-#if defined(__SANITIZE_ADDRESS__)
-  // The scan reads every writable mapping; AddressSanitizer's shadow memory maps terabytes.
-  GTEST_SKIP() << "not under AddressSanitizer (scripts/asan.sh): its shadow memory is too large to scan";
-#endif
-  // A PAN no other test uses, made at run time (no literal of it exists anywhere).
+// Overwrites the stack below the caller's frame, where a function that returned (Thrift's
+// serializer, ScoreFrameWithAFreshPan) left copies in its dead frames.
+[[gnu::noinline]] void WipeDeadStackFrames() {
+  unsigned char below[1 << 16];
+  WipeBytes(below, sizeof below);
+  asm volatile("" : : "r"(below) : "memory");
+}
+
+// A PAN no other test uses, made at run time (no literal of it exists anywhere), returned
+// shifted by 17 (CopiesInWritableMemory's form), and a framed Thrift score call carrying it,
+// built in place in `frame`: the test's own copies are wiped. With `padding`, unknown fields
+// of that many bytes in all (1000 each: the test server's max_string_bytes is 1024) come first
+// in the call's arguments (Thrift skips them), so the card number lies that far into the request.
+std::string ScoreFrameWithAFreshPan(std::string* frame, size_t padding = 0) {
   const std::string shifted = "EJDHBFJBHDGHBHG";  // '4','9','3','7','1','5','9','1','7','3','6','7','1','7','6' + 17
   std::string pan;
   for (char c : shifted) pan.push_back(static_cast<char>(c - 17));
   pan.push_back(fraud::LuhnCheckDigit(pan));
   std::string shifted_pan;
   for (char c : pan) shifted_pan.push_back(static_cast<char>(c + 17));
-  std::string frame;
-  {
-    rpc::Transaction tx = ToThriftTransaction(testing::ValidTransaction("memory"));
-    tx.card_number = pan;
-    fraud::WipeString(&pan);
-    auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
-    TBinaryProtocol out(buffer);
-    rpc::TxScore_score_pargs args;
-    args.transaction = &tx;
-    out.writeMessageBegin("score", apache::thrift::protocol::T_CALL, 1);
+  rpc::Transaction tx = ToThriftTransaction(testing::ValidTransaction("memory"));
+  tx.card_number = pan;
+  WipeString(&pan);
+  auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
+  TBinaryProtocol out(buffer);
+  rpc::TxScore_score_pargs args;
+  args.transaction = &tx;
+  out.writeMessageBegin("score", apache::thrift::protocol::T_CALL, 1);
+  if (padding == 0) {
     args.write(&out);
-    out.writeMessageEnd();
-    uint8_t* bytes = nullptr;
-    uint32_t length = 0;
-    buffer->getBuffer(&bytes, &length);
-    frame.reserve(4 + length);  // built in place: a temporary would leave a copy in freed memory
-    for (int shift = 24; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((length >> shift) & 0xff));
-    frame.append(reinterpret_cast<const char*>(bytes), length);
-    fraud::WipeBytes(bytes, length);
-    fraud::WipeString(&tx.card_number);
+  } else {
+    out.writeStructBegin("TxScore_score_pargs");
+    for (size_t field = 0; field * 1000 < padding; ++field) {
+      out.writeFieldBegin("padding", apache::thrift::protocol::T_STRING, static_cast<int16_t>(100 + field));
+      out.writeString(std::string(std::min<size_t>(1000, padding - field * 1000), 'p'));
+      out.writeFieldEnd();
+    }
+    out.writeFieldBegin("transaction", apache::thrift::protocol::T_STRUCT, 1);
+    tx.write(&out);
+    out.writeFieldEnd();
+    out.writeFieldStop();
+    out.writeStructEnd();
   }
+  out.writeMessageEnd();
+  uint8_t* bytes = nullptr;
+  uint32_t length = 0;
+  buffer->getBuffer(&bytes, &length);
+  frame->reserve(4 + length);  // built in place: a temporary would leave a copy in freed memory
+  for (int shift = 24; shift >= 0; shift -= 8) frame->push_back(static_cast<char>((length >> shift) & 0xff));
+  frame->append(reinterpret_cast<const char*>(bytes), length);
+  WipeBytes(bytes, length);
+  WipeString(&tx.card_number);
+  return shifted_pan;
+}
+
+TEST_F(RpcServerTest, NoCopyOfThePanStaysInTheServersMemoryAfterScoring) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The scan reads every writable mapping; AddressSanitizer's shadow memory maps terabytes.
+  GTEST_SKIP() << "not under AddressSanitizer (scripts/asan.sh): its shadow memory is too large to scan";
+#endif
+  std::string frame;
+  const std::string shifted_pan = ScoreFrameWithAFreshPan(&frame);
+  WipeDeadStackFrames();
   // The test's own copies are gone; the one left is the frame about to be sent.
   ASSERT_EQ(CopiesInWritableMemory(shifted_pan), 1u);
   int fd = RawConnect();
   ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
-  fraud::WipeString(&frame);
+  WipeString(&frame);
   char reply[2048];
   ASSERT_GT(::recv(fd, reply, sizeof reply, 0), 0);  // scored and answered
   ASSERT_EQ(server_->audit_log().ReadLast(1).value().at(0).request_id, "memory");
@@ -551,6 +584,54 @@ TEST_F(RpcServerTest, NoCopyOfThePanStaysInTheServersMemoryAfterScoring) {
   // and the pipeline's input are tested on their own.)
   EXPECT_EQ(CopiesInWritableMemory(shifted_pan), 0u);
   ::close(fd);
+}
+
+// The same over TLS: OpenSSL decrypts each record in its own read buffer before handing the
+// bytes on, and that buffer (given back when the connection goes idle) would keep the PAN in
+// clear unless told to cleanse it (SSL_OP_CLEANSE_PLAINTEXT, service/tls.cc). The card number
+// sits near the end of a 15 KB record: nearer its start, the answer's record and the scoring's
+// small allocations, carved out of the same freed memory next, overwrite it anyway and the test
+// would pass without the cleanse (it did at 4 KB). The client here is this process too, so it
+// cleanses its own buffers the same way.
+TEST(RpcServerTlsTest, NoCopyOfThePanStaysInTheServersMemoryAfterScoringOverTls) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "not under AddressSanitizer (scripts/asan.sh): its shadow memory is too large to scan";
+#endif
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir, "wal", testing::TestTransport::kTls);
+  auto created = testing::CreateTestServer(testing::TestSettingsPath(dir));
+  ASSERT_TRUE(created.ok()) << created.error().ToString();
+  auto server = std::move(created).value();
+  server->Start();
+
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_options(ctx, SSL_OP_CLEANSE_PLAINTEXT);
+  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  const std::string cert_dir = testing::SharedTestPki().client_dir;
+  ASSERT_EQ(SSL_CTX_use_certificate_chain_file(ctx, (cert_dir + "/tls.crt").c_str()), 1);
+  ASSERT_EQ(SSL_CTX_use_PrivateKey_file(ctx, (cert_dir + "/tls.key").c_str(), SSL_FILETYPE_PEM), 1);
+  const int fd = testing::RawConnect(server->rpc_port());
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  ASSERT_EQ(SSL_connect(ssl), 1);
+
+  std::string frame;
+  const std::string shifted_pan = ScoreFrameWithAFreshPan(&frame, 15000);
+  WipeDeadStackFrames();
+  ASSERT_EQ(CopiesInWritableMemory(shifted_pan), 1u);
+  ASSERT_EQ(SSL_write(ssl, frame.data(), static_cast<int>(frame.size())), static_cast<int>(frame.size()));
+  WipeString(&frame);
+  char reply[2048];
+  ASSERT_GT(SSL_read(ssl, reply, sizeof reply), 0);  // scored and answered
+  ASSERT_EQ(server->audit_log().ReadLast(1).value().at(0).request_id, "memory");
+  // The connection stays open (its TLS state alive, its read buffer given back or kept).
+  EXPECT_EQ(CopiesInWritableMemory(shifted_pan), 0u);
+  SSL_shutdown(ssl);
+  SSL_free(ssl);
+  ::close(fd);
+  SSL_CTX_free(ctx);
+  server->Stop();
 }
 
 TEST_F(RpcServerTest, HealthReportsReadyModel) {

@@ -128,6 +128,15 @@ class TlsServerTest : public ::testing::Test {
     server_ = std::move(server).value();
     server_->Start();
   }
+  // `tx` scored over a fresh connection presenting the certificate in `dir`; throws what the
+  // server answers.
+  rpc::ScoreResult ScoreAs(const std::string& dir, const rpc::Transaction& tx) {
+    std::unique_ptr<RpcConnection> connection =
+        RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(dir)}).value();
+    rpc::ScoreResult result;
+    connection->client().score(result, tx);
+    return result;
+  }
   std::string Metrics() {
     return RawTlsClient{testing::SharedTestPki().admin_dir}.Exchange(server_->admin_port(),
                                                                      HttpRequestText("GET", "/metrics"));
@@ -255,6 +264,30 @@ TEST_F(TlsServerTest, TheAdminPortAdmitsOnlyItsAllowlistAndReloadOnlyOperators) 
   // Decisions read back without the actions among them.
   EXPECT_TRUE(server_->audit_log().ReadLast(10).value().empty());
   EXPECT_EQ(server_->admin_port(), port);
+}
+
+TEST_F(TlsServerTest, StrangersShakingHandsOnTheAdminPortCannotKeepAProbeOut) {
+  const int port = server_->admin_port();
+  // Every one of the port's 256 connections taken by a client that never says hello (each
+  // would hold its slot for the 10 s handshake timeout, and reconnect).
+  std::vector<int> silent;
+  for (int i = 0; i < 256; ++i) silent.push_back(testing::RawConnect(port));
+  // Connected is not yet accepted: wait until the server holds all 256.
+  const auto open_now = [this] {
+    const std::string metrics = server_->metrics().RenderPrometheus();
+    const size_t at = metrics.find("\ntxscore_admin_connections_open ");
+    return at == std::string::npos ? -1 : std::stoi(metrics.substr(at + 32));
+  };
+  for (int i = 0; i < 6000 && open_now() < 256; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(open_now(), 256);
+  // A probe with a certificate is answered: the stranger shaking hands the longest made room.
+  EXPECT_EQ(
+      HttpStatus(RawTlsClient{testing::SharedTestPki().admin_dir}.Exchange(port, HttpRequestText("GET", "/healthz"))),
+      200);
+  const std::string metrics = server_->metrics().RenderPrometheus();
+  EXPECT_NE(metrics.find("txscore_admin_handshakes_evicted_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("txscore_admin_connections_refused_total 0\n"), std::string::npos) << metrics;
+  for (int fd : silent) ::close(fd);
 }
 
 TEST_F(TlsServerTest, JobControlIsForOperatorsAndEveryAttemptIsAudited) {
@@ -417,6 +450,29 @@ TEST_F(TlsServerTest, OnlyTheConfiguredKeyExchangeGroupsAreAccepted) {
   EXPECT_EQ(healthz_with("P-256"), 0);
 }
 
+// forwarded_by (and older_card_tokens) move a card's history between replicas: only an identity
+// on sharding.peer_identities may send them, however allowed it is otherwise.
+TEST_F(TlsServerTest, OnlyAShardPeersIdentityMayForwardATransaction) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  RestartWith("security:\n", "sharding:\n  self: s0\n  client_tls_dir: " + pki.admin_dir +
+                                 "\n  peer_identities: [txscore-admin]\n  shards:\n    - {name: s0, address: "
+                                 "'127.0.0.1:1'}\nsecurity:\n");
+  rpc::Transaction tx = ToThriftTransaction(testing::ValidTransaction("forwarded"));
+  tx.__set_forwarded_by("s0");
+  try {
+    ScoreAs(pki.client_dir, tx);  // on thrift_clients, not a peer
+    ADD_FAILURE() << "a forwarded transaction was taken from an identity that is not a shard peer";
+  } catch (const rpc::InvalidRequest& e) {
+    EXPECT_EQ(e.field, "forwarded_by");
+    EXPECT_EQ(e.reason.rfind("txscore-client (127.0.0.1:", 0), 0u) << e.reason;
+    EXPECT_NE(e.reason.find(" is not a shard peer (sharding.peer_identities): it may not forward transactions"),
+              std::string::npos)
+        << e.reason;
+  }
+  EXPECT_TRUE(server_->audit_log().ReadLast(1).value().empty());  // nothing decided, nothing stored
+  EXPECT_EQ(ScoreAs(pki.admin_dir, tx).request_id, "forwarded");  // the peer's is scored
+}
+
 // Scoring by card_token acts on a card's history without its number: a right of its own.
 TEST_F(TlsServerTest, ACardTokenIsTakenOnlyFromIdentitiesWithThatRight) {
   const testing::TestPki& pki = testing::SharedTestPki();
@@ -424,15 +480,8 @@ TEST_F(TlsServerTest, ACardTokenIsTakenOnlyFromIdentitiesWithThatRight) {
   tx.__isset.card_number = false;
   tx.card_number.clear();
   tx.__set_card_token("caller-token-1");
-  const auto score_as = [&](const std::string& dir) {
-    std::unique_ptr<RpcConnection> connection =
-        RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(dir)}).value();
-    rpc::ScoreResult result;
-    connection->client().score(result, tx);
-    return result;
-  };
   try {
-    score_as(pki.client_dir);
+    ScoreAs(pki.client_dir, tx);
     ADD_FAILURE() << "a card token was taken from an identity without the right";
   } catch (const rpc::InvalidRequest& e) {
     EXPECT_EQ(e.field, "card_token");
@@ -452,9 +501,9 @@ TEST_F(TlsServerTest, ACardTokenIsTakenOnlyFromIdentitiesWithThatRight) {
   }
   EXPECT_TRUE(server_->audit_log().ReadLast(1).value().empty());  // nothing decided, nothing stored
   RestartWith("    thrift_clients:", "    card_token_clients: [txscore-client]\n    thrift_clients:");
-  EXPECT_EQ(score_as(pki.client_dir).card_token, "caller-token-1");
+  EXPECT_EQ(ScoreAs(pki.client_dir, tx).card_token, "caller-token-1");
   EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token, "caller-token-1");
-  EXPECT_THROW(score_as(pki.admin_dir), rpc::InvalidRequest);  // an operator, but not given this right
+  EXPECT_THROW(ScoreAs(pki.admin_dir, tx), rpc::InvalidRequest);  // an operator, but not given this right
 }
 
 // The body of an HTTP answer (after the blank line that ends its headers).

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -21,6 +22,22 @@ namespace txscore::storage {
 namespace {
 
 AuditCheckpointKey TestKey(const std::string& id = "k1") { return {id, std::string(32, id.back())}; }
+
+// A destroyed checkpoint key leaves none of its secret behind. The secret here is short enough
+// to live inside the object (the small-string buffer), so the object's own storage can be read
+// after its destructor ran; clear() would zero only the first byte.
+TEST(AuditCheckpointKey, ItsSecretIsWipedWhenTheKeyIsDestroyed) {
+  const std::string secret = "checkpoint-key!";  // 15 bytes: in-object in libstdc++
+  alignas(AuditCheckpointKey) unsigned char storage[sizeof(AuditCheckpointKey)];
+  auto* key = new (storage) AuditCheckpointKey{"k1", secret};
+  ASSERT_GE(reinterpret_cast<const unsigned char*>(key->secret.data()), storage);
+  ASSERT_LT(reinterpret_cast<const unsigned char*>(key->secret.data()), storage + sizeof(storage));
+  const std::string_view before(reinterpret_cast<const char*>(storage), sizeof(storage));
+  ASSERT_NE(before.find(secret), std::string_view::npos);
+  key->~AuditCheckpointKey();
+  const std::string_view after(reinterpret_cast<const char*>(storage), sizeof(storage));
+  EXPECT_EQ(after.find(secret.substr(1)), std::string_view::npos);
+}
 
 ChainVerifyOptions VerifyWith(const std::vector<AuditCheckpointKey>& keys, int64_t from_time_us = 0) {
   ChainVerifyOptions options;
@@ -648,6 +665,37 @@ TEST_F(AuditTamperTest, AChainRestartedAtZeroAfterStrippedEntriesIsCaught) {
 TEST_F(AuditTamperTest, ACheckpointUnderAnotherKeyOrNoKnownKeyFails) {
   ExpectProblem(ChainProblemKind::kBadSignature, 1, 0, {{"k1", std::string(32, 'x')}});
   ExpectProblem(ChainProblemKind::kUnknownKey, 1, 0, {TestKey("k7")});
+}
+
+// A key retired after the first run: the second run's checkpoints, which it signed later, are
+// refused (the copy is untouched; what matters is who could have signed them). Retired after
+// the last entry, or with no retirement known, the same trail verifies.
+TEST_F(AuditTamperTest, ACheckpointSignedWithAKeyAfterItsRetirementFails) {
+  const int64_t first_run_ends = ParseAuditKey(entries_[7].first)->time_us;  // position 8: its shutdown
+  size_t first_later_checkpoint = 9;
+  while (first_later_checkpoint <= entries_.size() &&
+         !(IsAuditCheckpoint(ValueAt(first_later_checkpoint)) &&
+           ParseAuditKey(entries_[first_later_checkpoint - 1].first)->time_us > first_run_ends)) {
+    ++first_later_checkpoint;
+  }
+  ASSERT_LE(first_later_checkpoint, entries_.size()) << "no checkpoint after the first run's end";
+  const auto verify_retired_at = [&](std::optional<int64_t> retired_us) {
+    ChainVerifyOptions options = VerifyWith({TestKey()});
+    options.key_retired_at_us = [retired_us](const std::string& id) {
+      return id == "k1" ? retired_us : std::optional<int64_t>();
+    };
+    return VerifyAuditChain(*copy_, options).value();
+  };
+  const ChainReport refused = verify_retired_at(first_run_ends);
+  ASSERT_TRUE(refused.problem.has_value());
+  EXPECT_EQ(refused.problem->kind, ChainProblemKind::kRetiredKey) << refused.problem->detail;
+  EXPECT_EQ(refused.problem->position, first_later_checkpoint);
+  EXPECT_NE(refused.problem->detail.find("the checkpoint is signed with key k1, which was retired "), std::string::npos)
+      << refused.problem->detail;
+  const ChainReport later = verify_retired_at(ParseAuditKey(entries_.back().first)->time_us);
+  EXPECT_FALSE(later.problem.has_value()) << later.problem->detail;
+  const ChainReport unknown = verify_retired_at(std::nullopt);
+  EXPECT_FALSE(unknown.problem.has_value()) << unknown.problem->detail;
 }
 
 TEST_F(AuditTamperTest, ARecordStrippedOfItsChainFieldsIsReported) {
