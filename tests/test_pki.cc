@@ -177,6 +177,11 @@ TestPki Make(const std::string& dir) {
   Cert other_server = Issue(other_server_key.get(), "txscore-server", "DNS:localhost,IP:127.0.0.1", true,
                             rogue_ca.get(), rogue_ca_key.get(), -1, 30);
   pki.other_server_dir = WriteIdentity(dir, "other-server", rogue_ca.get(), other_server.get(), other_server_key.get());
+  Key localhost_key = NewKey();
+  Cert localhost_only =
+      Issue(localhost_key.get(), "txscore-server", "DNS:localhost", true, ca.get(), ca_key.get(), -1, 30);
+  pki.localhost_only_server_dir =
+      WriteIdentity(dir, "localhost-only-server", ca.get(), localhost_only.get(), localhost_key.get());
 
   const auto client = [&](const std::string& name, const std::string& cn, const std::string& san, X509* issuer,
                           EVP_PKEY* issuer_key, long from, long to) {

@@ -28,6 +28,9 @@ struct TestPki {
   // client's handshake: OpenSSL accepts it as a client; txscore's own check must refuse it.
   std::string client_ca_as_client_dir;
   std::string other_server_dir;  // the rogue CA's server certificate files (tls.crt, tls.key) and its ca.crt
+  // A server certificate of the test CA naming DNS:localhost alone (no IP): a client that dials
+  // 127.0.0.1 must refuse it, one that dials localhost takes it.
+  std::string localhost_only_server_dir;
 
   // A sub-CA of the test CA, name-constrained to DNS:.partner.example (a partner's CA under a
   // shared root). Its clients' tls.crt holds the leaf and then the sub-CA's certificate.

@@ -95,9 +95,9 @@ class TlsServerTest : public ::testing::Test {
     server_->Start();
   }
   // A score call over a fresh connection presenting `files`: true when it was answered.
-  bool Scores(const TlsClientFiles& files) {
+  bool Scores(const TlsClientFiles& files, const std::string& host = "127.0.0.1") {
     Result<std::unique_ptr<RpcConnection>> connection =
-        RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = files});
+        RpcConnection::Open({host, server_->rpc_port()}, {.tls = files});
     if (!connection.ok()) return false;
     try {
       rpc::HealthStatus health;
@@ -448,6 +448,17 @@ TEST_F(TlsServerTest, OnlyTheConfiguredKeyExchangeGroupsAreAccepted) {
   RestartWith("    thrift_clients:", "    groups: [X25519, ffdhe2048]\n    thrift_clients:");
   EXPECT_EQ(healthz_with("ffdhe2048"), 200);  // the settings may widen the list
   EXPECT_EQ(healthz_with("P-256"), 0);
+}
+
+// A client (the CLI, a shard forwarding to its owner) takes a server only when its certificate
+// names the address dialled: with one certificate per shard, a pod cannot answer for another.
+TEST_F(TlsServerTest, AClientRefusesAServerWhoseCertificateDoesNotNameTheAddressItDialled) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  RestartWith("    certificate: " + pki.server_certificate + "\n    private_key: " + pki.server_key,
+              "    certificate: " + pki.localhost_only_server_dir +
+                  "/tls.crt\n    private_key: " + pki.localhost_only_server_dir + "/tls.key");
+  EXPECT_FALSE(Scores(Files(pki.client_dir), "127.0.0.1"));  // not among its names
+  EXPECT_TRUE(Scores(Files(pki.client_dir), "localhost"));   // the same server, by the name it has
 }
 
 // forwarded_by (and older_card_tokens) move a card's history between replicas: only an identity
