@@ -48,4 +48,15 @@ Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, c
   return bytes;
 }
 
+bool IsKubernetesSecretOfOurGroup(const struct stat& file) {
+  if (file.st_uid != 0 || ::geteuid() == 0 || (file.st_mode & 0777) != 0440) return false;
+  if (file.st_gid == ::getegid()) return true;
+  gid_t groups[256];
+  const int count = ::getgroups(256, groups);
+  for (int i = 0; i < count; ++i) {
+    if (groups[i] == file.st_gid) return true;
+  }
+  return false;
+}
+
 }  // namespace txscore

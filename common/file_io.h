@@ -3,6 +3,8 @@
 // error reported (a file such as /proc/self/mem fails to read instead of throwing).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <string>
 
@@ -14,5 +16,12 @@ namespace txscore {
 // opened; kInvalidArgument when it is not a regular file; kResourceExhausted when it holds
 // more than `max_bytes`; kDataLoss when reading fails part-way. `what` names the file in messages ("model file").
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what = "file");
+
+// True when a secret file's group may read it only because it is a Kubernetes Secret mounted
+// with an fsGroup: owned by root, mode 0440 (group read, nothing for others, no write), its
+// group one of this process's groups, and this process not root (a root process shares group
+// 0 with whatever else runs as root). Kubelet gives such files 0440 whatever the volume's
+// defaultMode says, and without the group bit a non-root process could not read them at all.
+bool IsKubernetesSecretOfOurGroup(const struct stat& file);
 
 }  // namespace txscore

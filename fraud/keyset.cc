@@ -67,12 +67,13 @@ struct CipherDeleter {
 };
 
 // A key file must be its owner's alone, the owner this process's user (or root, who alone can
-// make a file root's: a Kubernetes Secret's files), in a directory no one else may write to
-// (who may write there may replace the file; a sticky directory lets them add files only).
+// make a file root's: a Kubernetes Secret's files, which an fsGroup makes 0440 for the pod's
+// group: IsKubernetesSecretOfOurGroup), in a directory no one else may write to (who may write
+// there may replace the file; a sticky directory lets them add files only).
 Status CheckPrivate(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return NotFound(what + " " + path + " does not exist");
-  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0 && !IsKubernetesSecretOfOurGroup(st)) {
     return FailedPrecondition(what + " " + path + " is readable by group or others; run: chmod 600 " + path);
   }
   if (st.st_uid != ::geteuid() && st.st_uid != 0) {

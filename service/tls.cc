@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "common/file_io.h"
+
 namespace txscore::service {
 namespace {
 
@@ -169,7 +171,7 @@ Status CheckPrivateFile(const std::string& path, const std::string& what) {
   if (::stat(path.c_str(), &info) != 0) {
     return NotFound(what + " " + path + " cannot be read: " + std::strerror(errno));
   }
-  if ((info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+  if ((info.st_mode & (S_IRWXG | S_IRWXO)) != 0 && !IsKubernetesSecretOfOurGroup(info)) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
     return InvalidArgument(what + " " + path + " has mode " + mode +

@@ -1,8 +1,10 @@
 #include "fraud/keyset.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -77,6 +79,37 @@ TEST(Keyset, RetiringAKeyRecordsWhenAndTheFileKeepsIt) {
                              std::string(64, 'a') + R"("}]})";
   EXPECT_TRUE(testing::IsError(ParseKeyset(forged, "k.json"), ErrorCode::kInvalidArgument,
                                "k.json: key k1 has a retired_ms but its state is primary"));
+}
+
+// Kubelet mounts a Secret's files root-owned, mode 0440, group the pod's fsGroup, whatever the
+// volume's defaultMode says: a non-root server in that group takes them; a file of a group it
+// is not in, or one others may read, it still refuses.
+TEST(Keyset, AKubernetesSecretOfThePodsGroupIsTakenByANonRootServer) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: it makes root-owned files and drops to another user";
+  testing::TempDir dir;
+  ::chmod(dir.path().c_str(), 0755);  // the pod's user must reach the file
+  const std::string path = dir.file("keyset.json");
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(1), path).ok());
+  const auto loads_as_pod_user = [&path](gid_t file_group, mode_t mode) {
+    ::chown(path.c_str(), 0, file_group);
+    ::chmod(path.c_str(), mode);
+    const pid_t child = ::fork();
+    if (child == 0) {  // fsGroup 4242 as a supplementary group, runAsUser/runAsGroup 10001
+      const gid_t fs_group = 4242;
+      if (::setgroups(1, &fs_group) != 0 || ::setgid(10001) != 0 || ::setuid(10001) != 0) ::_exit(2);
+      ::_exit(LoadKeyset(path).ok() ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(loads_as_pod_user(4242, 0440), 0);
+  EXPECT_EQ(loads_as_pod_user(4343, 0440), 1);  // a group it is not in
+  EXPECT_EQ(loads_as_pod_user(4242, 0444), 1);  // others may read it too
+  EXPECT_EQ(loads_as_pod_user(4242, 0460), 1);  // its group may write it
+  // Root itself never takes a group-readable file: it shares group 0 with everything else root runs.
+  ::chown(path.c_str(), 0, 0);
+  EXPECT_FALSE(LoadKeyset(path).ok());
 }
 
 TEST(Keyset, AFileRoundTripsAndIsRefusedWhenOthersMayReadIt) {

@@ -103,6 +103,15 @@ def check_manifests(base, overlay):
     kek_volume = next(v for v in volumes.values() if "secret" in v and under(security["kek_file"],
                                                                                mount_of(container, v["name"])))
     assert kek_volume["secret"]["secretName"] != keys_secret, "the KEK must not sit in the keyset's Secret"
+    # A non-root server in the fsGroup: kubelet then makes each Secret file root's, mode 0440,
+    # group fsGroup, which is the one group-readable form txscore takes
+    # (Keyset.AKubernetesSecretOfThePodsGroupIsTakenByANonRootServer runs a keyset so; this test
+    # runs the server as its own user, with the files 0600).
+    pod_security = pod["spec"]["securityContext"]
+    assert pod_security.get("runAsNonRoot") and pod_security.get("runAsUser") and pod_security.get("fsGroup"), pod_security
+    for volume in volumes.values():
+        if "secret" in volume:
+            assert volume["secret"].get("defaultMode") == 0o400, (volume["name"], "others or the group may not read")
 
     # Probes: the admin port's KServe v2 endpoints on loopback, with the monitoring certificate.
     expected = {"startupProbe": "/v2/health/live", "livenessProbe": "/v2/health/live",
@@ -173,6 +182,10 @@ def check_manifests(base, overlay):
             for source in rule["from"]:
                 assert source.get("podSelector", {}).get("matchLabels"), \
                     f"{policy['metadata']['name']}: a source that is every pod of a namespace"
+                # A pod label is anyone's to set: an empty namespaceSelector would admit a labelled
+                # pod of every namespace.
+                assert "namespaceSelector" not in source or source["namespaceSelector"].get("matchLabels"), \
+                    f"{policy['metadata']['name']}: a source in every namespace"
             for port in rule["ports"]:
                 opened.setdefault(port["port"], []).extend(
                     frozenset(source["podSelector"]["matchLabels"].items()) for source in rule["from"])
@@ -181,8 +194,7 @@ def check_manifests(base, overlay):
     assert replicas in opened["thrift"], "the replicas must reach each other's Thrift port to forward"
     assert replicas not in opened["admin"], "a replica has no business on another's admin port"
     assert not set(opened["thrift"]) & set(opened["admin"]) - {replicas}, "callers and monitoring are told apart"
-    job_labels = job["spec"]["template"]["metadata"]["labels"] if "metadata" in job["spec"]["template"] else \
-        job["metadata"]["labels"]
+    job_labels = job["spec"]["template"].get("metadata", {}).get("labels", {})  # the pods', not the Job's
     job_policy = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= job_labels.items()]
     assert job_policy and not any(p["spec"].get("ingress") for p in job_policy), "the claims workers listen on nothing"
 
