@@ -110,7 +110,7 @@ if ! cmake --build build-asan -j "$jobs" --target "${targets[@]}" >build-asan/bu
   echo "asan: the build failed (full log: build-asan/build.log)" >&2
   exit 1
 fi
-# The reference tokenizers the tests compare against (scripts/test.sh installs them in build/).
+# The reference tokenizers the tests compare against (scripts/setup.sh --tests installs them in build/npm).
 if [ -d build/npm ] && [ ! -e build-asan/npm ]; then ln -s ../build/npm build-asan/npm; fi
 # abort_on_error/halt_on_error: the first report ends the process with a failure.
 # detect_container_overflow=0: std::vector's annotations only hold when every library that

