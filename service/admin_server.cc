@@ -653,17 +653,15 @@ struct AdminServer::Impl {
   void Accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      std::function<void()> close_oldest_handshake;
-      if (!ec && shared.connections_open->load() >= shared.limits.max_connections) {
-        // Full: the connection shaking hands the longest makes room (it has shown no
-        // certificate); the newcomer counts until that one's close runs, at once, on its strand.
-        close_oldest_handshake = shared.handshakes->TakeOldest();
-        if (close_oldest_handshake) {
-          shared.handshakes_evicted.fetch_add(1);
-          close_oldest_handshake();
-        }
+      // Full: the connection shaking hands the longest makes room (it has shown no certificate);
+      // the newcomer counts until that one's close runs, at once, on its strand.
+      const bool full = !ec && shared.connections_open->load() >= shared.limits.max_connections;
+      const std::function<void()> close_oldest_handshake = full ? shared.handshakes->TakeOldest() : nullptr;
+      if (close_oldest_handshake) {
+        shared.handshakes_evicted.fetch_add(1);
+        close_oldest_handshake();
       }
-      if (!ec && !close_oldest_handshake && shared.connections_open->load() >= shared.limits.max_connections) {
+      if (full && !close_oldest_handshake) {
         shared.connections_refused.fetch_add(1);
         shared.refused_warning.Warn(
             "{} connections are open (the most allowed), none still shaking hands; closed a new one",
