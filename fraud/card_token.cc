@@ -1,6 +1,7 @@
 #include "fraud/card_token.h"
 
 #include "common/pan_scan.h"
+#include "common/wipe.h"
 
 namespace txscore::fraud {
 
@@ -80,14 +81,34 @@ std::unique_ptr<CardTokenizer> CardTokenizer::FromKeyset(Keyset keyset) {
   return std::unique_ptr<CardTokenizer>(new CardTokenizer(std::move(keyset)));
 }
 
-CardTokenizer::~CardTokenizer() = default;  // the keyset wipes its secrets
+CardTokenizer::CardTokenizer(Keyset keyset) : keyset_(std::move(keyset)) {
+  for (size_t i = 0; i < keyset_.keys().size(); ++i) {
+    const KeysetKey& key = keyset_.keys()[i];
+    card_keys_.push_back(PurposeKey(key, KeyPurpose::kCardToken));
+    claimant_keys_.push_back(PurposeKey(key, KeyPurpose::kClaimantToken));
+    if (key.state == KeyState::kPrimary) primary_ = i;
+  }
+}
 
-std::string CardTokenizer::Tokenize(std::string_view pan) const { return Keyset::TokenUnder(keyset_.primary(), pan); }
+CardTokenizer::~CardTokenizer() {  // the keyset wipes its own secrets
+  for (std::string& key : card_keys_) WipeString(&key);
+  for (std::string& key : claimant_keys_) WipeString(&key);
+}
+
+std::string CardTokenizer::Tokenize(std::string_view pan) const {
+  return MakeToken(keyset_.keys()[primary_].id, card_keys_[primary_], pan);
+}
+
+std::string CardTokenizer::TokenizeClaimant(std::string_view claimant_id) const {
+  const std::string value = "claimant:" + std::string(claimant_id);
+  return MakeToken(keyset_.keys()[primary_].id, claimant_keys_[primary_], value);
+}
 
 std::vector<std::string> CardTokenizer::Candidates(std::string_view pan) const {
   std::vector<std::string> tokens{Tokenize(pan)};
-  for (const KeysetKey& key : keyset_.keys()) {
-    if (key.state == KeyState::kActive) tokens.push_back(Keyset::TokenUnder(key, pan));
+  for (size_t i = 0; i < keyset_.keys().size(); ++i) {
+    const KeysetKey& key = keyset_.keys()[i];
+    if (key.state == KeyState::kActive) tokens.push_back(MakeToken(key.id, card_keys_[i], pan));
   }
   return tokens;
 }

@@ -1,8 +1,8 @@
 // Card number (PAN) validation and tokenization.
 //
 // A PAN is checked (12-19 digits, Luhn) and replaced at once by a token:
-// "<key id>_" + hex(HMAC-SHA256(key, PAN)) under the keyset's primary key (fraud/keyset.h; a
-// legacy key's tokens are the bare hex). The same PAN always maps to the same token under one
+// "<key id>_" + hex(HMAC-SHA256(card key, PAN)) under the keyset's primary key (fraud/keyset.h:
+// the card purpose's key; a legacy key's tokens are the bare hex). The same PAN always maps to the same token under one
 // key, so per-card state can be keyed by it; without the key the token reveals nothing.
 // Only the token travels further: the PAN never reaches storage, logs, metrics or audit.
 #pragma once
@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/pan_scan.h"  // LuhnValid
 #include "common/result.h"
@@ -53,6 +54,8 @@ class CardTokenizer {
 
   // The token under the primary key. Validate the PAN first.
   std::string Tokenize(std::string_view pan) const;
+  // A claimant id's token under the primary key's claimant key (of "claimant:<id>").
+  std::string TokenizeClaimant(std::string_view claimant_id) const;
   // The tokens a card's state may be stored under: the primary key's first, then each active
   // key's (never a retired key's).
   std::vector<std::string> Candidates(std::string_view pan) const;
@@ -62,8 +65,12 @@ class CardTokenizer {
   const Keyset& keyset() const { return keyset_; }
 
  private:
-  explicit CardTokenizer(Keyset keyset) : keyset_(std::move(keyset)) {}
+  explicit CardTokenizer(Keyset keyset);
   Keyset keyset_;
+  // Each key's card and claimant keys (PurposeKey), in keyset_'s order, derived once; wiped at
+  // destruction.
+  std::vector<std::string> card_keys_, claimant_keys_;
+  size_t primary_ = 0;
 };
 
 }  // namespace txscore::fraud

@@ -137,8 +137,7 @@ Result<Claim> ValidateClaim(const RawClaim& raw, const CardTokenizer& tokenizer,
   if (raw.narrative.empty()) return InvalidArgument("narrative must not be empty", "narrative");
   c.claim_id = raw.claim_id;
   c.policy_id = raw.policy_id;
-  c.claimant_token =
-      raw.claimant_token.empty() ? tokenizer.Tokenize("claimant:" + raw.claimant_id) : raw.claimant_token;
+  c.claimant_token = raw.claimant_token.empty() ? tokenizer.TokenizeClaimant(raw.claimant_id) : raw.claimant_token;
   c.incident_date = raw.incident_date;
   c.report_date = raw.report_date;
   c.claim_type = static_cast<int>(type - ClaimTypes().begin());
@@ -160,7 +159,7 @@ Result<RawClaim> ClaimForStorage(const RawClaim& raw, const CardTokenizer& token
   Result<Claim> valid = ValidateClaim(raw, tokenizer, limits);
   if (!valid.ok()) return valid.error();
   if (raw.claimant_token.empty()) {
-    stored.claimant_token = tokenizer.Tokenize("claimant:" + raw.claimant_id);
+    stored.claimant_token = tokenizer.TokenizeClaimant(raw.claimant_id);
     stored.claimant_id.clear();
   }
   stored.narrative = RedactPans(raw.narrative);

@@ -2,7 +2,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,12 +19,15 @@
 #include "common/durable_file.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
+#include "common/signing.h"
 #include "common/wipe.h"
 
 namespace txscore::fraud {
 namespace {
 
 constexpr char kFormat[] = "txscore-keyset";
+constexpr char kPublicKeysFormat[] = "txscore-audit-public-keys";
+constexpr char kDerivation[] = "hkdf-sha256";
 constexpr char kWrappedFormat[] = "txscore-keyset-wrapped";
 // Bound to the ciphertext (GCM's additional data): a wrapped keyset cannot pass for anything else.
 constexpr char kWrapAad[] = "txscore-keyset-wrapped/1";
@@ -132,7 +134,7 @@ Result<Keyset> Keyset::FromKeys(std::vector<KeysetKey> keys) {
 
 Keyset Keyset::Generate(int64_t now_ms) {
   Keyset keyset;
-  keyset.keys_.push_back({"k1", KeyState::kPrimary, now_ms, 0, RandomBytes(kKeyBytes)});
+  keyset.keys_.push_back({"k1", KeyState::kPrimary, now_ms, 0, RandomBytes(kKeyBytes), /*per_purpose=*/true});
   return keyset;
 }
 
@@ -159,7 +161,8 @@ Keyset Keyset::Rotated(int64_t now_ms) const {
       highest = std::max(highest, std::atoi(key.id.c_str() + 1));
     }
   }
-  next.keys_.push_back({"k" + std::to_string(highest + 1), KeyState::kPrimary, now_ms, 0, RandomBytes(kKeyBytes)});
+  next.keys_.push_back(
+      {"k" + std::to_string(highest + 1), KeyState::kPrimary, now_ms, 0, RandomBytes(kKeyBytes), /*per_purpose=*/true});
   return next;
 }
 
@@ -177,16 +180,43 @@ Result<Keyset> Keyset::WithRetired(const std::string& id, int64_t now_ms) const 
   return NotFound("the keyset has no key " + id);
 }
 
-std::string Keyset::TokenUnder(const KeysetKey& key, std::string_view value) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), key.secret.data(), static_cast<int>(key.secret.size()),
-       reinterpret_cast<const unsigned char*>(value.data()), value.size(), mac, &mac_len);
-  const std::string hex = HexOfBytes(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
-  return key.id == kLegacyKeyId ? hex : key.id + "_" + hex;
+std::string PurposeKey(const KeysetKey& key, KeyPurpose purpose) {
+  const char* label = "txscore audit signing key v1 (ed25519)";
+  switch (purpose) {
+    case KeyPurpose::kCardToken:
+      if (!key.per_purpose) return key.secret;
+      label = "txscore card token key v1";
+      break;
+    case KeyPurpose::kClaimantToken:
+      if (!key.per_purpose) return key.secret;
+      label = "txscore claimant token key v1";
+      break;
+    case KeyPurpose::kAuditSigning:
+      break;
+  }
+  return HkdfSha256(key.secret, "txscore keyset", label, kKeyBytes);
 }
 
-std::string DeriveAuditCheckpointKey(const KeysetKey& key) {
+Result<std::string> AuditSigningPublicKey(const KeysetKey& key) {
+  std::string seed = PurposeKey(key, KeyPurpose::kAuditSigning);
+  Result<std::string> public_key = Ed25519PublicKey(seed);
+  WipeString(&seed);
+  return public_key;
+}
+
+std::string MakeToken(std::string_view key_id, std::string_view purpose_key, std::string_view value) {
+  const std::string hex = HexOfBytes(HmacSha256Bytes(purpose_key, {value}));
+  return key_id == kLegacyKeyId ? hex : std::string(key_id) + "_" + hex;
+}
+
+std::string Keyset::TokenUnder(const KeysetKey& key, std::string_view value, KeyPurpose purpose) {
+  std::string purpose_key = PurposeKey(key, purpose);
+  std::string token = MakeToken(key.id, purpose_key, value);
+  WipeString(&purpose_key);
+  return token;
+}
+
+std::string DeriveLegacyAuditHmacKey(const KeysetKey& key) {
   return HmacSha256Bytes(key.secret, {"txscore audit checkpoint key v1"});
 }
 
@@ -210,6 +240,11 @@ Status CheckSuccessor(const Keyset& running, const Keyset& next) {
     if (kept == nullptr) {
       return FailedPrecondition("the new keyset drops key " + key.id +
                                 ", whose cards' history it would orphan: retire a key instead of removing it");
+    }
+    if (kept->per_purpose != key.per_purpose) {
+      return FailedPrecondition("the new keyset changes key " + key.id +
+                                "'s derivation, which would give every card under it a new token: keep the key's "
+                                "\"derivation\" as it is (rotate to get a key with purposes)");
     }
     if (kept->secret.size() != key.secret.size() ||
         CRYPTO_memcmp(kept->secret.data(), key.secret.data(), key.secret.size()) != 0) {
@@ -239,6 +274,7 @@ std::string SerializeKeyset(const Keyset& keyset) {
   for (const KeysetKey& key : keyset.keys()) {
     nlohmann::ordered_json entry = {{"id", key.id}, {"state", KeyStateName(key.state)}, {"created_ms", key.created_ms}};
     if (key.retired_ms != 0) entry["retired_ms"] = key.retired_ms;
+    if (key.per_purpose) entry["derivation"] = kDerivation;
     entry["secret_hex"] = HexOfBytes(key.secret);
     keys.push_back(std::move(entry));
   }
@@ -280,6 +316,14 @@ Result<Keyset> ParseKeyset(std::string_view json_text, const std::string& where)
       key.retired_ms = entry.value("retired_ms", int64_t{0});
       if (key.retired_ms != 0 && key.state != KeyState::kRetired) {
         return InvalidArgument(where + ": key " + key.id + " has a retired_ms but its state is " + state);
+      }
+      if (entry.contains("derivation")) {
+        const std::string derivation = entry.at("derivation").get<std::string>();
+        if (derivation != kDerivation) {
+          return InvalidArgument(where + ": key " + key.id + " has derivation \"" + derivation +
+                                 "\"; this version knows \"" + kDerivation + "\" (or none, for a key from before)");
+        }
+        key.per_purpose = true;
       }
       if (!FromHex(entry.at("secret_hex").get_ref<const std::string&>(), &key.secret)) {
         return InvalidArgument(where + ": key " + key.id + ": secret_hex is not hex");
@@ -488,6 +532,67 @@ Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource
   if (ec) return Internal("cannot replace keyset file " + path + ": " + ec.message());
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return SyncDirectory(dir.empty() ? "." : dir);
+}
+
+Result<std::string> SerializeAuditPublicKeys(const Keyset& keyset) {
+  nlohmann::ordered_json keys = nlohmann::ordered_json::array();
+  for (const KeysetKey& key : keyset.keys()) {
+    TXSCORE_ASSIGN_OR_RETURN(std::string public_key, AuditSigningPublicKey(key));
+    nlohmann::ordered_json entry = {{"id", key.id}, {"state", KeyStateName(key.state)}, {"created_ms", key.created_ms}};
+    if (key.retired_ms != 0) entry["retired_ms"] = key.retired_ms;
+    entry["ed25519_public_hex"] = HexOfBytes(public_key);
+    keys.push_back(std::move(entry));
+  }
+  const nlohmann::ordered_json doc = {{"format", kPublicKeysFormat}, {"version", 1}, {"keys", std::move(keys)}};
+  return doc.dump(2) + "\n";
+}
+
+Result<std::vector<AuditPublicKey>> ParseAuditPublicKeys(std::string_view json_text, const std::string& where) {
+  const nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return InvalidArgument(where + ": not a JSON object");
+  std::vector<AuditPublicKey> keys;
+  std::set<std::string> ids;
+  try {
+    if (doc.at("format").get<std::string>() != kPublicKeysFormat || doc.at("version").get<int>() != 1) {
+      return InvalidArgument(where + ": not txscore audit public keys of version 1 (format \"" +
+                             std::string(kPublicKeysFormat) + "\", version 1; txscore keys public writes them)");
+    }
+    for (const nlohmann::json& entry : doc.at("keys")) {
+      AuditPublicKey key;
+      key.id = entry.at("id").get<std::string>();
+      if (!ValidKeyId(key.id) || !ids.insert(key.id).second) {
+        return InvalidArgument(where + ": key id \"" + key.id + "\" is malformed or appears twice");
+      }
+      const std::string state = entry.at("state").get<std::string>();
+      if (state != "primary" && state != "active" && state != "retired") {
+        return InvalidArgument(where + ": key " + key.id + " has state \"" + state + "\"");
+      }
+      key.state = state == "primary" ? KeyState::kPrimary : state == "active" ? KeyState::kActive : KeyState::kRetired;
+      key.created_ms = entry.value("created_ms", int64_t{0});
+      key.retired_ms = entry.value("retired_ms", int64_t{0});
+      if (!FromHex(entry.at("ed25519_public_hex").get_ref<const std::string&>(), &key.public_key) ||
+          key.public_key.size() != kEd25519PublicKeyBytes) {
+        return InvalidArgument(where + ": key " + key.id + ": ed25519_public_hex is not 64 hex digits");
+      }
+      keys.push_back(std::move(key));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(where + ": malformed public keys: " + e.what());
+  }
+  return keys;
+}
+
+Result<std::vector<AuditPublicKey>> LoadAuditPublicKeys(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return NotFound("public key file " + path + " does not exist");
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return FailedPrecondition("public key file " + path +
+                              " may be written by group or others, who could put their own key in it; run: chmod "
+                              "go-w " +
+                              path);
+  }
+  TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "public key file"));
+  return ParseAuditPublicKeys(text, "public key file " + path);
 }
 
 }  // namespace txscore::fraud

@@ -1,19 +1,21 @@
 // The keys that tokenize card numbers and claimant ids: a keyset, so that keys can rotate
 // without losing any card's history (PCI DSS 3.6/3.7: cryptoperiods and key changes).
 //
-// Each key has an id, a state and 32 secret bytes:
+// Each key has an id, a state and 32 secret bytes, from which each use gets its own key
+// (KeyPurpose: card tokens, claimant tokens, the audit trail's Ed25519 signing key):
 //   primary  tokenizes new traffic (exactly one);
 //   active   still resolves: a card whose state was written under it is found, and re-keyed
 //            under the primary on its next transaction;
 //   retired  kept for the record only: its tokens are no longer resolved.
-// A token carries its key's id: "<id>_<64 hex digits of HMAC-SHA256(key, value)>". One id is
+// A token carries its key's id: "<id>_<64 hex digits of HMAC-SHA256(purpose key, value)>". One id is
 // special: "legacy", the key of a raw key file from before keysets, whose tokens are the bare
 // 64 hex digits, so a database written then is still read (txscore keys import puts such a key
 // into a keyset).
 //
 // The file (docs/security.md, "Keys") is JSON:
 //   {"format": "txscore-keyset", "version": 1,
-//    "keys": [{"id": "k1", "state": "primary", "created_ms": 1796180000000, "secret_hex": "<64 hex>"}]}
+//    "keys": [{"id": "k1", "state": "primary", "created_ms": 1796180000000, "derivation": "hkdf-sha256",
+//              "secret_hex": "<64 hex>"}]}
 // or, wrapped by a key-encryption key (KEK) with AES-256-GCM, so the data keys are never on disk
 // in clear:
 //   {"format": "txscore-keyset-wrapped", "version": 1, "algorithm": "AES-256-GCM",
@@ -42,7 +44,28 @@ struct KeysetKey {
   // it signed later is refused. 0: not retired (or retired before keysets recorded when).
   int64_t retired_ms = 0;
   std::string secret;  // 32 bytes
+  // Whether card and claimant tokens are made under keys of their own derived from `secret`
+  // (PurposeKey; "derivation": "hkdf-sha256" in the file). True for the keys `keys create` and
+  // `keys rotate` make; false for a legacy key and for keys written before purposes existed,
+  // which tokenize under `secret` itself, so that the history stored under them stays found
+  // (rotating moves new traffic to a key with purposes).
+  bool per_purpose = false;
 };
+
+// What a key is used for. Each gets its own key, so that holding one (the public key that
+// verifies the audit trail, above all) gives nothing of another.
+enum class KeyPurpose { kCardToken, kClaimantToken, kAuditSigning };
+
+// The 32-byte key `key` gives `purpose`: HKDF-SHA256 (common/signing.h) of the secret with the
+// purpose's label as info. A key without per_purpose gives its secret itself for card and
+// claimant tokens (as before purposes; the claimant's "claimant:" prefix still separates the
+// two). The audit signing key is derived for every key: an Ed25519 private key, whose public key
+// (AuditSigningPublicKey) is all that `txscore audit verify --public-keys` needs.
+std::string PurposeKey(const KeysetKey& key, KeyPurpose purpose);
+Result<std::string> AuditSigningPublicKey(const KeysetKey& key);
+// A token of `value` under a purpose key: "<key_id>_<hex HMAC-SHA256(purpose_key, value)>", or
+// the bare hex for the legacy key.
+std::string MakeToken(std::string_view key_id, std::string_view purpose_key, std::string_view value);
 
 inline constexpr char kLegacyKeyId[] = "legacy";
 inline constexpr size_t kKeyBytes = 32;
@@ -78,8 +101,10 @@ class Keyset {
   // A copy with key `id` retired; refused for the primary and for an unknown id.
   Result<Keyset> WithRetired(const std::string& id, int64_t now_ms) const;
 
-  // The token of `value` under `key`.
-  static std::string TokenUnder(const KeysetKey& key, std::string_view value);
+  // The token of `value` under `key`'s key for `purpose` (a claimant's value is
+  // "claimant:<id>"). Derives the purpose key on each call: CardTokenizer keeps them derived.
+  static std::string TokenUnder(const KeysetKey& key, std::string_view value,
+                                KeyPurpose purpose = KeyPurpose::kCardToken);
   // The id of the key a txscore token was made with ("legacy" for bare hex), or "" when the
   // token is not in txscore's form.
   static std::string KeyIdOf(std::string_view token);
@@ -88,14 +113,32 @@ class Keyset {
   std::vector<KeysetKey> keys_;
 };
 
-// The secret that signs the audit trail's checkpoints (storage/audit_chain.h) under `key`:
-// HMAC-SHA256(key.secret, "txscore audit checkpoint key v1"), so the tokenizing secret itself
-// signs nothing and the two uses cannot be confused. 32 bytes.
-std::string DeriveAuditCheckpointKey(const KeysetKey& key);
+// The HMAC secret of the audit checkpoints written before they were signed with Ed25519:
+// HMAC-SHA256(key.secret, "txscore audit checkpoint key v1"). Only `audit verify --keyset` uses
+// it, to verify a trail written then; nothing signs with it any more.
+std::string DeriveLegacyAuditHmacKey(const KeysetKey& key);
+
+// The audit trail's public keys (no secret): what `txscore keys public` writes for whoever
+// verifies the trail. JSON:
+//   {"format": "txscore-audit-public-keys", "version": 1,
+//    "keys": [{"id": "k1", "state": "primary", "created_ms": ..., "retired_ms": ...,
+//              "ed25519_public_hex": "<64 hex>"}]}
+struct AuditPublicKey {
+  std::string id;
+  KeyState state = KeyState::kActive;
+  int64_t created_ms = 0;
+  int64_t retired_ms = 0;  // 0: not retired (or not known when)
+  std::string public_key;  // 32 bytes
+};
+Result<std::string> SerializeAuditPublicKeys(const Keyset& keyset);
+Result<std::vector<AuditPublicKey>> ParseAuditPublicKeys(std::string_view json_text, const std::string& where);
+// Reads a public-key file, refusing one that group or others may write (whoever may write it
+// may swap in their own key and sign a rewritten trail).
+Result<std::vector<AuditPublicKey>> LoadAuditPublicKeys(const std::string& path);
 
 // OK when `next` may follow `running` (a reload): it keeps every key `running` has, each with
-// the same secret (states may change). A key dropped or a secret changed would orphan the
-// history stored under it, and make its id name two keys.
+// the same secret and derivation (states may change). A key dropped, or a secret or derivation
+// changed, would orphan the history stored under it, and make its id name two keys.
 Status CheckSuccessor(const Keyset& running, const Keyset& next);
 
 // The keyset as JSON (secrets in hex); WrapKeyset seals that text under a KEK.

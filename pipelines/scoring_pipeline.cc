@@ -39,7 +39,7 @@ int64_t NowMicros() {
 
 storage::AuditCheckpointKey CheckpointKeyOf(const fraud::CardTokenizer& tokenizer) {
   const fraud::KeysetKey& primary = tokenizer.keyset().primary();
-  return {primary.id, fraud::DeriveAuditCheckpointKey(primary)};
+  return {primary.id, fraud::PurposeKey(primary, fraud::KeyPurpose::kAuditSigning)};
 }
 
 }  // namespace

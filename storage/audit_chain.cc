@@ -1,9 +1,12 @@
 #include "storage/audit_chain.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
 #include "common/sha256.h"
+#include "common/signing.h"
 
 namespace txscore::storage {
 namespace {
@@ -11,10 +14,12 @@ namespace {
 constexpr size_t kKeyBytes = 16;
 constexpr int kCounterBits = 40;
 constexpr std::string_view kCheckpointPrefix = "{\"kind\":\"checkpoint\"";
-constexpr std::string_view kHmacField = ",\"hmac\":\"";
+constexpr std::string_view kSignatureField = ",\"sig\":\"";  // Ed25519, 128 hex digits
+constexpr std::string_view kHmacField = ",\"hmac\":\"";      // before Ed25519: HMAC-SHA256, 64
 constexpr std::string_view kPrevField = ",\"prev\":\"";
 constexpr std::string_view kSeqField = ",\"seq\":";
 constexpr size_t kHexDigits = 2 * kAuditHashBytes;
+constexpr size_t kSignatureHexDigits = 2 * kEd25519SignatureBytes;
 
 bool IsLowerHex(std::string_view text) {
   for (char c : text) {
@@ -32,20 +37,33 @@ std::string BytesOfHex(std::string_view hex) {
   return bytes;
 }
 
-// `value` ends with `<field><64 hex>"}`: the hex, and the value with that field cut out.
-std::optional<std::pair<std::string, std::string>> CutHexField(std::string_view value, std::string_view field) {
-  const size_t tail = field.size() + kHexDigits + 2;
+// `value` ends with `<field><`digits` hex>"}`: the hex, and the value with that field cut out.
+std::optional<std::pair<std::string, std::string>> CutHexField(std::string_view value, std::string_view field,
+                                                               size_t digits = kHexDigits) {
+  const size_t tail = field.size() + digits + 2;
   if (value.size() < tail + 1 || value.substr(value.size() - 2) != "\"}") return std::nullopt;
   const size_t at = value.size() - tail;
   if (value.substr(at, field.size()) != field) return std::nullopt;
-  const std::string_view hex = value.substr(at + field.size(), kHexDigits);
+  const std::string_view hex = value.substr(at + field.size(), digits);
   if (!IsLowerHex(hex)) return std::nullopt;
   return std::make_pair(std::string(hex), std::string(value.substr(0, at)) + "}");
 }
 
-// The checkpoint's value without its "hmac" field (what was signed) and the hmac's hex.
-std::optional<std::pair<std::string, std::string>> SplitCheckpoint(std::string_view value) {
-  return CutHexField(value, kHmacField);
+// A checkpoint's signature and what it signs (the value without the signature's field).
+struct SplitCheckpointValue {
+  bool hmac = false;  // signed before checkpoints were signed with Ed25519
+  std::string signature_hex;
+  std::string unsigned_value;
+};
+
+std::optional<SplitCheckpointValue> SplitCheckpoint(std::string_view value) {
+  if (auto signature = CutHexField(value, kSignatureField, kSignatureHexDigits)) {
+    return SplitCheckpointValue{false, std::move(signature->first), std::move(signature->second)};
+  }
+  if (auto mac = CutHexField(value, kHmacField)) {
+    return SplitCheckpointValue{true, std::move(mac->first), std::move(mac->second)};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -73,10 +91,16 @@ std::string ChainAuditEntry(std::string_view json, uint64_t seq, std::string_vie
   return out;
 }
 
-std::string SignAuditCheckpoint(std::string_view key, std::string_view chained_value, std::string_view secret) {
-  const std::string mac = HmacSha256Bytes(secret, {key, chained_value});
+std::string SignAuditCheckpoint(std::string_view key, std::string_view chained_value, std::string_view private_key) {
+  Result<std::string> signature = Ed25519Sign(private_key, {key, chained_value});
+  if (!signature.ok()) {
+    // Only a key of the wrong size (a programming error: keys come from fraud::PurposeKey) or
+    // an allocation failure in OpenSSL get here; an unsigned checkpoint is never written.
+    std::fprintf(stderr, "fatal: cannot sign an audit checkpoint: %s\n", signature.error().ToString().c_str());
+    std::abort();
+  }
   std::string out(chained_value.substr(0, chained_value.size() - 1));
-  out.append(kHmacField).append(HexOfBytes(mac)).append("\"}");
+  out.append(kSignatureField).append(HexOfBytes(*signature)).append("\"}");
   return out;
 }
 
@@ -93,7 +117,7 @@ std::optional<ChainFields> ReadChainFields(std::string_view value) {
   if (IsAuditCheckpoint(value)) {
     auto split = SplitCheckpoint(value);
     if (!split) return std::nullopt;
-    unsigned_value = std::move(split->second);
+    unsigned_value = std::move(split->unsigned_value);
     value = unsigned_value;
   }
   auto prev = CutHexField(value, kPrevField);
@@ -318,15 +342,34 @@ class ChainWalker {
     if (!split || key_id.empty()) {
       return Fail(ChainProblemKind::kBadSignature, parts, seq, "the checkpoint is not well-formed");
     }
-    const std::optional<std::string> secret =
-        options_.checkpoint_key ? options_.checkpoint_key(key_id) : std::optional<std::string>();
-    if (!secret) {
-      return Fail(ChainProblemKind::kUnknownKey, parts, seq,
-                  "the checkpoint is signed with key " + key_id + ", which the keyset does not have");
-    }
-    if (HexOfBytes(HmacSha256Bytes(*secret, {key, split->second})) != split->first) {
-      return Fail(ChainProblemKind::kBadSignature, parts, seq,
-                  "the checkpoint's HMAC does not verify under key " + key_id);
+    if (split->hmac) {
+      if (seen_ed25519_) {
+        return Fail(ChainProblemKind::kBadSignature, parts, seq,
+                    "an HMAC-signed checkpoint after Ed25519-signed ones: the writer signs with Ed25519 since it "
+                    "first did, so this one was written by someone else");
+      }
+      if (!options_.legacy_hmac_key) {
+        return Fail(ChainProblemKind::kBadSignature, parts, seq,
+                    "the checkpoint is HMAC-signed (written before checkpoints were signed with Ed25519): only the "
+                    "keyset verifies it (txscore audit verify --keyset, not --public-keys)");
+      }
+      std::optional<std::string> secret = options_.legacy_hmac_key(key_id);
+      if (!secret) return Fail(ChainProblemKind::kUnknownKey, parts, seq, UnknownKey(key_id));
+      const bool valid = HexOfBytes(HmacSha256Bytes(*secret, {key, split->unsigned_value})) == split->signature_hex;
+      WipeString(&*secret);
+      if (!valid) {
+        return Fail(ChainProblemKind::kBadSignature, parts, seq,
+                    "the checkpoint's HMAC does not verify under key " + key_id);
+      }
+    } else {
+      const std::optional<std::string> public_key =
+          options_.checkpoint_public_key ? options_.checkpoint_public_key(key_id) : std::optional<std::string>();
+      if (!public_key) return Fail(ChainProblemKind::kUnknownKey, parts, seq, UnknownKey(key_id));
+      if (!Ed25519Verify(*public_key, {key, split->unsigned_value}, BytesOfHex(split->signature_hex))) {
+        return Fail(ChainProblemKind::kBadSignature, parts, seq,
+                    "the checkpoint's Ed25519 signature does not verify under key " + key_id + "'s public key");
+      }
+      seen_ed25519_ = true;
     }
     if (const std::optional<int64_t> retired =
             options_.key_retired_at_us ? options_.key_retired_at_us(key_id) : std::optional<int64_t>();
@@ -349,6 +392,10 @@ class ChainWalker {
     return true;
   }
 
+  static std::string UnknownKey(const std::string& key_id) {
+    return "the checkpoint is signed with key " + key_id + ", which is not among the keys given";
+  }
+
   bool Fail(ChainProblemKind kind, const AuditKeyParts& key, uint64_t seq, std::string detail) {
     report_.problem = ChainProblem{kind, position_, seq, key.time_us, key.epoch, key.counter, std::move(detail)};
     return false;
@@ -368,6 +415,7 @@ class ChainWalker {
   uint64_t since_checkpoint_ = 0;
   uint64_t checkpoint_every_ = 0;  // from the last checkpoint that said; 0: not known yet
   bool legacy_before_ = false;     // the entry before the walk (--from) has no chain fields
+  bool seen_ed25519_ = false;      // an Ed25519-signed checkpoint was verified
   std::optional<Pending> pending_;
 };
 

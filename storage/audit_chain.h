@@ -10,12 +10,15 @@
 //
 // Checkpoints are entries of kind "checkpoint", written when a writer starts (linking the
 // previous process's last entry, whether it shut down or crashed), every N entries, and at
-// shutdown. Each carries an HMAC-SHA256 ("hmac", last field) over key || the value without
-// that field, under a key derived from the keyset key named by "key_id" (fraud::
-// DeriveAuditCheckpointKey), and says its epoch and checkpoint_every. The chain detects any
-// change, deletion or reordering of an entry that has a successor; the signatures stop someone
-// without the keyset who rewrites every later link, since they would have to sign the next
-// checkpoint; and the checkpoints' places are checked (kCheckpointMissing), so one cannot be
+// shutdown. Each carries an Ed25519 signature ("sig", last field) over key || the value without
+// that field, under the audit signing key of the keyset key named by "key_id" (fraud::
+// PurposeKey), and says its epoch and checkpoint_every. Verifying needs only the public keys
+// (`txscore keys public`): whoever checks the trail holds nothing that makes a card token.
+// Checkpoints written before Ed25519 carry an HMAC-SHA256 ("hmac") instead, which only the
+// keyset verifies; once an Ed25519 checkpoint has been seen, an HMAC one is refused. The chain
+// detects any change, deletion or reordering of an entry that has a successor; the signatures
+// stop someone without the keyset who rewrites every later link, since they would have to sign
+// the next checkpoint; and the checkpoints' places are checked (kCheckpointMissing), so one cannot be
 // removed or rewritten as an ordinary entry either. What none of this can catch, and is
 // documented (docs/security.md): the entries after the newest checkpoint (at most
 // checkpoint_every; the newest run's shutdown checkpoint too, if removed), changed offline; and
@@ -40,20 +43,20 @@ namespace txscore::storage {
 
 inline constexpr size_t kAuditHashBytes = 32;
 
-// The key a writer signs checkpoints with: the keyset key's id and the derived secret, wiped
-// when the key is destroyed (every copy wipes its own).
+// The key a writer signs checkpoints with: the keyset key's id and its audit signing key (an
+// Ed25519 private key, 32 bytes), wiped when the key is destroyed (every copy wipes its own).
 struct AuditCheckpointKey {
   std::string key_id;
-  std::string secret;
-  ~AuditCheckpointKey() { WipeString(&secret); }
+  std::string private_key;
+  ~AuditCheckpointKey() { WipeString(&private_key); }
 };
 
 // SHA-256(key || value): what the next entry's "prev" names.
 std::string AuditEntryHash(std::string_view key, std::string_view value);
 // `json` (an object) with "seq" and "prev" added as its last fields.
 std::string ChainAuditEntry(std::string_view json, uint64_t seq, std::string_view prev_hash);
-// A chained checkpoint value with its "hmac" field added (signed over key || value).
-std::string SignAuditCheckpoint(std::string_view key, std::string_view chained_value, std::string_view secret);
+// A chained checkpoint value with its "sig" field added (Ed25519 over key || value).
+std::string SignAuditCheckpoint(std::string_view key, std::string_view chained_value, std::string_view private_key);
 
 // What an entry's chain fields say; nullopt for an entry without them (legacy, or altered
 // beyond recognition).
@@ -71,8 +74,8 @@ enum class ChainProblemKind {
   kMissing,       // entries are absent: "seq" jumps, and the skipped ones are nowhere later
   kReordered,     // an entry is out of its place: the expected "seq" comes later
   kUnchained,     // an entry without chain fields after the chain began
-  kBadSignature,  // a checkpoint's HMAC does not verify
-  kUnknownKey,    // a checkpoint names a key the keyset does not have
+  kBadSignature,  // a checkpoint's signature does not verify (or cannot: an HMAC one, public keys only)
+  kUnknownKey,    // a checkpoint names a key not among those given
   kRetiredKey,    // a checkpoint is signed with a key after that key was retired
   // A signed checkpoint is not where the writer puts one: a server start (a new epoch) without
   // its start checkpoint, more than checkpoint_every entries after a checkpoint, or a start that
@@ -110,8 +113,12 @@ struct ChainVerifyOptions {
   // there. The rule "at most checkpoint_every entries between checkpoints" applies from the
   // first checkpoint walked.
   int64_t from_time_us = 0;
-  // The checkpoint secret for a key id, nullopt when the keyset has no such key.
-  std::function<std::optional<std::string>(const std::string& key_id)> checkpoint_key;
+  // The Ed25519 public key (32 bytes) of a key id, nullopt when there is no such key.
+  std::function<std::optional<std::string>(const std::string& key_id)> checkpoint_public_key;
+  // For a trail written before checkpoints were signed with Ed25519: the HMAC secret of a key id
+  // (fraud::DeriveLegacyAuditHmacKey), nullopt when there is no such key. Unset (verifying with
+  // public keys only), an HMAC-signed checkpoint is refused as unverifiable.
+  std::function<std::optional<std::string>(const std::string& key_id)> legacy_hmac_key;
   // When a key was retired (us since the epoch), nullopt while it is not (or when is not known).
   // A checkpoint it signed with a later entry time is refused. The entry time is the writer's:
   // this does not stop a holder of the key rewriting what is dated before and cutting the tail

@@ -337,7 +337,8 @@ void AuditLog::AddEntry(int64_t time_us, const std::string& json, const std::str
                                   {"checkpoint_every", options_.checkpoint_every},
                                   {"key_id", key_copy.key_id}};
     if (checkpoint_reason == "start") doc["previous"] = json;
-    value = SignAuditCheckpoint(key, ChainAuditEntry(doc.dump(), chain.next_seq, chain.head_hash), key_copy.secret);
+    value =
+        SignAuditCheckpoint(key, ChainAuditEntry(doc.dump(), chain.next_seq, chain.head_hash), key_copy.private_key);
     chain.since_checkpoint = 0;
   }
   chain.head_hash = AuditEntryHash(key, value);

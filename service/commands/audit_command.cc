@@ -1,12 +1,16 @@
 // txscore audit --last N [--actions]: recent decisions (or operator actions: reloads, claims
 // jobs submitted or cancelled, with who did them), newest first, one JSON object per line.
-// txscore audit verify [--from T]: walks the trail's hash chain and checkpoint signatures
-// (storage/audit_chain.h) and reports the first entry broken, missing, reordered or altered.
+// txscore audit verify [--from T] [--public-keys F]: walks the trail's hash chain and checkpoint
+// signatures (storage/audit_chain.h) and reports the first entry broken, missing, reordered or
+// altered. With --public-keys (`txscore keys public`'s file) it holds no secret at all.
 #include <cstdio>
+#include <map>
+#include <optional>
 
 #include "common/core_dumps.h"
 #include "common/sha256.h"
 #include "common/utc_time.h"
+#include "common/wipe.h"
 #include "fraud/claim.h"
 #include "fraud/keyset.h"
 #include "service/commands/commands.h"
@@ -29,9 +33,42 @@ struct VerifyOptions {
   std::string config_path = "config/txscore.yaml";
   std::string db_path;
   std::string keyset_path;
+  std::string public_keys_path;
   std::string kek_file, kek_env;
   std::string from;
 };
+
+// The keys checkpoints are verified with, by id: public keys, retirement times, and (from a
+// keyset only) the HMAC secrets of checkpoints written before Ed25519.
+struct VerifyingKeys {
+  std::map<std::string, std::string> public_key;
+  std::map<std::string, int64_t> retired_ms;
+  std::map<std::string, std::string> legacy_hmac_key;
+  bool from_keyset = false;
+  ~VerifyingKeys() {
+    for (auto& [id, secret] : legacy_hmac_key) WipeString(&secret);
+  }
+};
+
+Result<VerifyingKeys> KeysFromKeyset(const fraud::Keyset& keyset) {
+  VerifyingKeys keys;
+  keys.from_keyset = true;
+  for (const fraud::KeysetKey& key : keyset.keys()) {
+    TXSCORE_ASSIGN_OR_RETURN(keys.public_key[key.id], fraud::AuditSigningPublicKey(key));
+    if (key.state == fraud::KeyState::kRetired && key.retired_ms != 0) keys.retired_ms[key.id] = key.retired_ms;
+    keys.legacy_hmac_key[key.id] = fraud::DeriveLegacyAuditHmacKey(key);
+  }
+  return keys;
+}
+
+VerifyingKeys KeysFromPublicKeys(const std::vector<fraud::AuditPublicKey>& public_keys) {
+  VerifyingKeys keys;
+  for (const fraud::AuditPublicKey& key : public_keys) {
+    keys.public_key[key.id] = key.public_key;
+    if (key.state == fraud::KeyState::kRetired && key.retired_ms != 0) keys.retired_ms[key.id] = key.retired_ms;
+  }
+  return keys;
+}
 
 // Exit codes of `audit verify`: the trail is intact; it is not (tampering or loss); it could not
 // be checked (no database, no keys, a bad option).
@@ -89,23 +126,40 @@ int RunVerify(const VerifyOptions& options) {
     }
     from_time_us = *parsed;
   }
-  // The keyset signs the checkpoints: --keyset, or the one the settings name.
-  std::string keyset_path = options.keyset_path;
-  fraud::KekSource kek{options.kek_file, options.kek_env};
-  if (keyset_path.empty()) {
-    Result<ServiceSettings> settings = LoadServiceSettings(options.config_path);
-    if (!settings.ok()) {
-      std::fprintf(stderr, "%s\n(or name the keyset with --keyset)\n", settings.error().ToString().c_str());
+  VerifyingKeys keys;
+  if (!options.public_keys_path.empty()) {
+    if (!options.keyset_path.empty() || !options.kek_file.empty() || !options.kek_env.empty()) {
+      std::fprintf(stderr, "--public-keys verifies without the keyset: give it alone, not with --keyset or a KEK\n");
       return kVerifyUnchecked;
     }
-    keyset_path = settings->security.key_file();
-    if (kek.empty()) kek = settings->security.kek();
-  }
-  Result<fraud::Keyset> keyset = fraud::LoadKeyset(keyset_path, kek);
-  if (!keyset.ok()) {
-    std::fprintf(stderr, "cannot read the keyset that signs the audit checkpoints: %s\n",
-                 keyset.error().ToString().c_str());
-    return kVerifyUnchecked;
+    Result<std::vector<fraud::AuditPublicKey>> public_keys = fraud::LoadAuditPublicKeys(options.public_keys_path);
+    if (!public_keys.ok()) {
+      std::fprintf(stderr, "%s\n", public_keys.error().ToString().c_str());
+      return kVerifyUnchecked;
+    }
+    keys = KeysFromPublicKeys(*public_keys);
+  } else {
+    // The keyset whose keys signed the checkpoints: --keyset, or the one the settings name.
+    std::string keyset_path = options.keyset_path;
+    fraud::KekSource kek{options.kek_file, options.kek_env};
+    if (keyset_path.empty()) {
+      Result<ServiceSettings> settings = LoadServiceSettings(options.config_path);
+      if (!settings.ok()) {
+        std::fprintf(stderr, "%s\n(or name the keyset with --keyset, or the public keys with --public-keys)\n",
+                     settings.error().ToString().c_str());
+        return kVerifyUnchecked;
+      }
+      keyset_path = settings->security.key_file();
+      if (kek.empty()) kek = settings->security.kek();
+    }
+    Result<fraud::Keyset> keyset = fraud::LoadKeyset(keyset_path, kek);
+    Result<VerifyingKeys> from_keyset = keyset.ok() ? KeysFromKeyset(*keyset) : Result<VerifyingKeys>(keyset.error());
+    if (!from_keyset.ok()) {
+      std::fprintf(stderr, "cannot read the keyset that signs the audit checkpoints: %s\n",
+                   from_keyset.error().ToString().c_str());
+      return kVerifyUnchecked;
+    }
+    keys = std::move(*from_keyset);
   }
   std::string path;
   Result<std::unique_ptr<storage::Database>> db = OpenTrail(options.db_path, options.config_path, &path);
@@ -115,18 +169,16 @@ int RunVerify(const VerifyOptions& options) {
   }
   storage::ChainVerifyOptions verify;
   verify.from_time_us = from_time_us;
-  verify.checkpoint_key = [&keyset](const std::string& id) -> std::optional<std::string> {
-    for (const fraud::KeysetKey& key : keyset->keys()) {
-      if (key.id == id) return fraud::DeriveAuditCheckpointKey(key);
-    }
-    return std::nullopt;
+  const auto find = [](const auto& map, const std::string& id) {
+    const auto found = map.find(id);
+    return found == map.end() ? std::nullopt : std::optional(found->second);
   };
-  verify.key_retired_at_us = [&keyset](const std::string& id) -> std::optional<int64_t> {
-    for (const fraud::KeysetKey& key : keyset->keys()) {
-      if (key.id == id && key.state == fraud::KeyState::kRetired && key.retired_ms != 0) return key.retired_ms * 1000;
-    }
-    return std::nullopt;
+  verify.checkpoint_public_key = [&](const std::string& id) { return find(keys.public_key, id); };
+  verify.key_retired_at_us = [&](const std::string& id) -> std::optional<int64_t> {
+    const std::optional<int64_t> retired_ms = find(keys.retired_ms, id);
+    return retired_ms ? std::optional<int64_t>(*retired_ms * 1000) : std::nullopt;
   };
+  if (keys.from_keyset) verify.legacy_hmac_key = [&](const std::string& id) { return find(keys.legacy_hmac_key, id); };
   Result<storage::ChainReport> report = storage::VerifyAuditChain(**db, verify);
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.error().ToString().c_str());
@@ -226,6 +278,9 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   verify->add_option("--db", verify_options->db_path, "Database directory (overrides --config)");
   verify->add_option("--keyset", verify_options->keyset_path,
                      "Keyset whose keys signed the checkpoints (overrides --config)");
+  verify->add_option("--public-keys", verify_options->public_keys_path,
+                     "Verify with the public keys `txscore keys public` wrote, holding no secret (instead of the "
+                     "keyset; a trail's HMAC checkpoints from before Ed25519 need the keyset)");
   verify->add_option("--kek-file", verify_options->kek_file, "Key-encryption key file of a wrapped --keyset");
   verify->add_option("--kek-env", verify_options->kek_env, "... or the environment variable holding it");
   verify->callback([verify_options, exit_code] { *exit_code = RunVerify(*verify_options); });

@@ -1,11 +1,15 @@
-// txscore keys create|import|rotate|retire|list: the keyset that tokenizes card numbers and
-// claimant ids (fraud/keyset.h). A running server picks a changed keyset up at its next reload
-// (SIGHUP or POST /admin/reload); secrets are never printed.
+// txscore keys create|import|rotate|retire|list|public: the keyset that tokenizes card numbers
+// and claimant ids and signs the audit trail (fraud/keyset.h). A running server picks a changed
+// keyset up at its next reload (SIGHUP or POST /admin/reload); secrets are never printed.
+// `keys public` writes the audit trail's public keys, all an auditor needs to verify it.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 
 #include "common/core_dumps.h"
+#include "common/durable_file.h"
 #include "common/utc_time.h"
 #include "fraud/keyset.h"
 #include "service/commands/commands.h"
@@ -21,6 +25,7 @@ struct KeysOptions {
   std::string kek_file, kek_env;
   std::string card_key;  // import: a raw key file
   std::string id;        // retire
+  std::string out;       // public: the public-key file
 };
 
 int64_t NowMs() {
@@ -77,6 +82,23 @@ Status Run(const KeysOptions& options) {
   TXSCORE_ASSIGN_OR_RETURN(auto target, Target(options));
   const auto& [path, source] = target;
   TXSCORE_ASSIGN_OR_RETURN(fraud::Keyset keyset, fraud::LoadKeyset(path, source));
+  if (options.action == "public") {
+    if (std::filesystem::exists(options.out)) {
+      return FailedPrecondition(options.out + " exists: remove it first, or name another file");
+    }
+    TXSCORE_ASSIGN_OR_RETURN(std::string text, fraud::SerializeAuditPublicKeys(keyset));
+    // Anyone may read a public key; only its owner may change it (LoadAuditPublicKeys checks).
+    // The mode is set after the write because txscore's umask (077, service/main.cc) would take
+    // the readers away.
+    TXSCORE_RETURN_IF_ERROR(WriteNewFileDurably(options.out, text, 0644));
+    if (::chmod(options.out.c_str(), 0644) != 0) return Internal("cannot make " + options.out + " readable (0644)");
+    std::printf(
+        "wrote %s: the audit trail's public keys (no secret); verify with: txscore audit verify "
+        "--public-keys %s\n",
+        options.out.c_str(), options.out.c_str());
+    PrintKeys(keyset);
+    return Status::Ok();
+  }
   if (options.action == "rotate") {
     keyset = keyset.Rotated(NowMs());
   } else if (options.action == "retire") {
@@ -95,8 +117,9 @@ Status Run(const KeysOptions& options) {
 
 void AddKeysCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<KeysOptions>();
-  CLI::App* keys =
-      app.add_subcommand("keys", "The keyset that tokenizes card numbers and claimant ids: create, rotate, retire");
+  CLI::App* keys = app.add_subcommand("keys",
+                                      "The keyset that tokenizes card numbers and claimant ids and signs the audit "
+                                      "trail: create, rotate, retire, public");
   keys->require_subcommand(1);
   const auto common = [options](CLI::App* cmd, bool from_settings) {
     if (from_settings) {
@@ -122,7 +145,12 @@ void AddKeysCommand(CLI::App& app, int* exit_code) {
   common(retire, true);
   CLI::App* list = keys->add_subcommand("list", "Key ids, states, creation and retirement times (never the secrets)");
   common(list, true);
-  for (CLI::App* cmd : {create, import, rotate, retire, list}) {
+  CLI::App* public_keys = keys->add_subcommand(
+      "public", "Write the audit trail's public keys (no secret): what `txscore audit verify --public-keys` needs");
+  public_keys->add_option("--out", options->out, "The public-key file to write (mode 0644; never overwritten)")
+      ->required();
+  common(public_keys, true);
+  for (CLI::App* cmd : {create, import, rotate, retire, list, public_keys}) {
     cmd->callback([options, exit_code, cmd] {
       options->action = cmd->get_name();
       const Status done = Run(*options);

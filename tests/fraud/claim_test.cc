@@ -44,7 +44,7 @@ TEST(ParseIsoDate, AcceptsRealCalendarDatesOnly) {
 TEST(ValidateClaim, TokenizesTheClaimantAndCountsDays) {
   auto claim = ValidateClaim(ValidRawClaim(), *Tokenizer());
   ASSERT_TRUE(claim.ok()) << claim.error().ToString();
-  EXPECT_EQ(claim->claimant_token, Tokenizer()->Tokenize("claimant:C-1"));
+  EXPECT_EQ(claim->claimant_token, Tokenizer()->TokenizeClaimant("C-1"));
   EXPECT_EQ(claim->report_day - claim->incident_day, 3);
   EXPECT_EQ(ClaimTypes()[static_cast<size_t>(claim->claim_type)], "burglary");
 }
@@ -65,7 +65,7 @@ TEST(ClaimForStorage, KeepsTheClaimantTokenNotTheIdAndValidatesTheSame) {
   auto stored = ClaimForStorage(raw, *Tokenizer());
   ASSERT_TRUE(stored.ok()) << stored.error().ToString();
   EXPECT_EQ(stored->claimant_id, "");
-  EXPECT_EQ(stored->claimant_token, Tokenizer()->Tokenize("claimant:C-1"));
+  EXPECT_EQ(stored->claimant_token, Tokenizer()->TokenizeClaimant("C-1"));
   EXPECT_EQ(stored->narrative, "Paid with [card number redacted].");
   const std::string line = ClaimToJson(*stored);
   EXPECT_EQ(line.find("claimant_id"), std::string::npos);
@@ -104,7 +104,7 @@ TEST(ClaimForStorage, StoresOnlyAClaimThatPassesEveryCheck) {
 
 TEST(ValidateClaim, AClaimantTokenMadeUnderARetiredKeyIsRefused) {
   const Keyset keys = Keyset::Generate(1).Rotated(2);
-  const std::string old_token = Keyset::TokenUnder(keys.keys()[0], "claimant:C-1");
+  const std::string old_token = Keyset::TokenUnder(keys.keys()[0], "claimant:C-1", KeyPurpose::kClaimantToken);
   RawClaim raw = ValidRawClaim();
   raw.claimant_id.clear();
   raw.claimant_token = old_token;

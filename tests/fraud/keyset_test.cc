@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "common/durable_file.h"
+#include "common/sha256.h"
+#include "common/signing.h"
 #include "fraud/card_token.h"
 #include "tests/test_support.h"
 
@@ -334,6 +336,106 @@ TEST(Keyset, AKekMustBe64HexDigits) {
   ::unsetenv("TXSCORE_TEST_SHORT_KEK");
   EXPECT_TRUE(testing::IsError(LoadKek({"", "TXSCORE_TEST_SHORT_KEK"}), ErrorCode::kNotFound,
                                "the environment variable TXSCORE_TEST_SHORT_KEK (the key-encryption key) is not set"));
+}
+
+// Card tokens, claimant tokens and the audit signing key of a new key are three unrelated keys
+// (HKDF with three labels), so a public key or a claimant key says nothing of the card key. A key
+// from before purposes (no "derivation" in its file) tokenizes as it always did.
+TEST(Keyset, EachPurposeOfANewKeyHasItsOwnKeyAndAKeyFromBeforeTokenizesAsItDid) {
+  const Keyset keyset = Keyset::Generate(1);
+  const KeysetKey& key = keyset.primary();
+  ASSERT_TRUE(key.per_purpose);
+  const auto hkdf = [&key](const char* label) { return HkdfSha256(key.secret, "txscore keyset", label, 32); };
+  const auto token = [](const std::string& secret, std::string_view value) {
+    return "k1_" + HexOfBytes(HmacSha256Bytes(secret, {value}));
+  };
+  const auto tokenizer = CardTokenizer::FromKeyset(keyset);
+  EXPECT_EQ(tokenizer->Tokenize(kPan), token(hkdf("txscore card token key v1"), kPan));
+  EXPECT_EQ(Keyset::TokenUnder(key, kPan), tokenizer->Tokenize(kPan));
+  EXPECT_NE(tokenizer->Tokenize(kPan), token(key.secret, kPan));  // not under the secret itself
+  EXPECT_EQ(tokenizer->TokenizeClaimant("C-1"), token(hkdf("txscore claimant token key v1"), "claimant:C-1"));
+  EXPECT_EQ(Keyset::TokenUnder(key, "claimant:C-1", KeyPurpose::kClaimantToken), tokenizer->TokenizeClaimant("C-1"));
+  EXPECT_NE(tokenizer->TokenizeClaimant("C-1"), token(hkdf("txscore card token key v1"), "claimant:C-1"));
+  EXPECT_EQ(PurposeKey(key, KeyPurpose::kAuditSigning), hkdf("txscore audit signing key v1 (ed25519)"));
+  EXPECT_EQ(AuditSigningPublicKey(key).value(),
+            Ed25519PublicKey(hkdf("txscore audit signing key v1 (ed25519)")).value());
+
+  // The same secret in a file written before purposes: tokens under the secret, as then.
+  const std::string old_file = R"({"format": "txscore-keyset", "version": 1, "keys": [
+      {"id": "k1", "state": "primary", "created_ms": 1, "secret_hex": ")" +
+                               HexOfBytes(key.secret) + R"("}]})";
+  const Keyset old_keys = ParseKeyset(old_file, "k.json").value();
+  EXPECT_FALSE(old_keys.primary().per_purpose);
+  const auto old_tokenizer = CardTokenizer::FromKeyset(old_keys);
+  EXPECT_EQ(old_tokenizer->Tokenize(kPan), token(key.secret, kPan));
+  EXPECT_EQ(old_tokenizer->TokenizeClaimant("C-1"), token(key.secret, "claimant:C-1"));
+  // Its audit signing key is derived all the same: nothing signed with it before.
+  EXPECT_EQ(PurposeKey(old_keys.primary(), KeyPurpose::kAuditSigning), hkdf("txscore audit signing key v1 (ed25519)"));
+  // Rotating such a keyset gives a primary with purposes; the old key still resolves as before.
+  const auto rotated = CardTokenizer::FromKeyset(old_keys.Rotated(2));
+  EXPECT_TRUE(rotated->keyset().primary().per_purpose);
+  EXPECT_EQ(rotated->Candidates(kPan)[1], token(key.secret, kPan));
+}
+
+TEST(Keyset, TheDerivationIsKeptByTheFileAndAReloadCannotChangeIt) {
+  testing::TempDir dir;
+  const Keyset keyset = Keyset::Generate(1);
+  ASSERT_TRUE(SaveKeyset(keyset, dir.file("keyset.json")).ok());
+  EXPECT_NE(testing::ReadFile(dir.file("keyset.json")).find("\"derivation\": \"hkdf-sha256\""), std::string::npos);
+  const Keyset loaded = LoadKeyset(dir.file("keyset.json")).value();
+  EXPECT_TRUE(loaded.primary().per_purpose);
+  EXPECT_TRUE(CheckSuccessor(keyset, loaded).ok());
+  // The same secret without its derivation would tokenize every card anew: refused at reload.
+  KeysetKey stripped = keyset.primary();
+  stripped.per_purpose = false;
+  const Keyset without = Keyset::FromKeys({stripped}).value();
+  EXPECT_TRUE(testing::IsError(CheckSuccessor(keyset, without), ErrorCode::kFailedPrecondition,
+                               "the new keyset changes key k1's derivation, which would give every card under it a "
+                               "new token: keep the key's \"derivation\" as it is (rotate to get a key with "
+                               "purposes)"));
+  const std::string unknown = R"({"format": "txscore-keyset", "version": 1, "keys": [
+      {"id": "k1", "state": "primary", "derivation": "hkdf-sha512", "secret_hex": ")" +
+                              std::string(64, 'a') + R"("}]})";
+  EXPECT_TRUE(testing::IsError(ParseKeyset(unknown, "k.json"), ErrorCode::kInvalidArgument,
+                               "k.json: key k1 has derivation \"hkdf-sha512\"; this version knows \"hkdf-sha256\" "
+                               "(or none, for a key from before)"));
+}
+
+// What `txscore keys public` writes for an auditor: each key's Ed25519 public key and when it
+// was retired, and nothing from which a token could be made.
+TEST(Keyset, ThePublicKeyFileHoldsNoSecretAndRoundTrips) {
+  testing::TempDir dir;
+  const Keyset keyset = Keyset::Generate(1).Rotated(2).WithRetired("k1", 3).value();
+  const std::string text = SerializeAuditPublicKeys(keyset).value();
+  for (const KeysetKey& key : keyset.keys()) {
+    for (const KeyPurpose purpose : {KeyPurpose::kCardToken, KeyPurpose::kClaimantToken, KeyPurpose::kAuditSigning}) {
+      EXPECT_EQ(text.find(HexOfBytes(PurposeKey(key, purpose))), std::string::npos);
+    }
+    EXPECT_EQ(text.find(HexOfBytes(key.secret)), std::string::npos);
+  }
+  EXPECT_EQ(text.find("secret"), std::string::npos);
+  testing::WriteFile(dir.file("public.json"), text);
+  ::chmod(dir.file("public.json").c_str(), 0644);  // anyone may read a public key
+  const std::vector<AuditPublicKey> keys = LoadAuditPublicKeys(dir.file("public.json")).value();
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0].id, "k1");
+  EXPECT_EQ(keys[0].state, KeyState::kRetired);
+  EXPECT_EQ(keys[0].retired_ms, 3);
+  EXPECT_EQ(keys[0].public_key, AuditSigningPublicKey(keyset.keys()[0]).value());
+  EXPECT_EQ(keys[1].state, KeyState::kPrimary);
+  EXPECT_EQ(keys[1].public_key, AuditSigningPublicKey(keyset.keys()[1]).value());
+  // Whoever may write it could put their own key in: refused, for group and for others.
+  for (const mode_t mode : {0664, 0646}) {
+    ::chmod(dir.file("public.json").c_str(), mode);
+    EXPECT_TRUE(testing::IsError(LoadAuditPublicKeys(dir.file("public.json")), ErrorCode::kFailedPrecondition,
+                                 "public key file " + dir.file("public.json") +
+                                     " may be written by group or others, who could put their own key in it; run: "
+                                     "chmod go-w " +
+                                     dir.file("public.json")));
+  }
+  EXPECT_TRUE(testing::IsError(ParseAuditPublicKeys(SerializeKeyset(keyset), "p.json"), ErrorCode::kInvalidArgument,
+                               "p.json: not txscore audit public keys of version 1 (format "
+                               "\"txscore-audit-public-keys\", version 1; txscore keys public writes them)"));
 }
 
 }  // namespace

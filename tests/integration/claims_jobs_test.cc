@@ -267,7 +267,7 @@ TEST_F(ClaimsJobsTest, InlineClaimsLeaveNoClaimantIdOrCardNumberOnDisk) {
   ASSERT_EQ(inputs.size(), 1u);
   const std::string stored = testing::ReadFile(inputs[0]);
   EXPECT_NE(stored.find("\"claimant_token\":\"" +
-                        fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize("claimant:CLAIMANT-SECRET-4711")),
+                        fraud::CardTokenizer::FromKey(std::string(32, 'k'))->TokenizeClaimant("CLAIMANT-SECRET-4711")),
             std::string::npos);
   EXPECT_EQ(stored.find("claimant_id"), std::string::npos);
   EXPECT_NE(stored.find("They charged my card [card number redacted]."), std::string::npos);

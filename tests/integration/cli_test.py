@@ -310,7 +310,7 @@ def check_audit_last_zero_is_refused(txscore):
 
 def check_audit_verify_says_what_it_could_not_check(txscore):
     """Exit 2, with the reason, when the trail cannot be checked: a bad --from, a keyset that
-    cannot be read, no database."""
+    cannot be read, a public-key file given with a keyset or writable by others, no database."""
     import os
     import tempfile
     with tempfile.TemporaryDirectory() as work:
@@ -341,6 +341,18 @@ def check_audit_verify_says_what_it_could_not_check(txscore):
         r = run(txscore, "audit", "verify", "--keyset", wrapped, "--db", os.path.join(work, "no-db"))
         assert r.returncode == 2, r
         assert r.stderr.startswith("cannot read the keyset that signs the audit checkpoints: "), r.stderr
+        # --public-keys alone: with a keyset or a KEK beside it, or a file others may write, refused.
+        public = os.path.join(work, "public.json")
+        assert run(txscore, "keys", "public", "--keyset", keyset, "--out", public).returncode == 0
+        r = run(txscore, "audit", "verify", "--public-keys", public, "--keyset", keyset, "--db", work)
+        assert r.returncode == 2, r
+        assert r.stderr == "--public-keys verifies without the keyset: give it alone, not with --keyset or a KEK\n", r
+        os.chmod(public, 0o666)
+        r = run(txscore, "audit", "verify", "--public-keys", public, "--db", work)
+        assert r.returncode == 2 and "may be written by group or others" in r.stderr, r
+        os.chmod(public, 0o644)
+        r = run(txscore, "audit", "verify", "--public-keys", public, "--db", os.path.join(work, "no-db"))
+        assert r.returncode == 2 and "no-db" in r.stderr, r  # got as far as the database
         # A trail whose records carry no chain fields (as written before the chain, or stripped):
         # not "intact", exit 3. Made with RocksDB's own ldb.
         db = os.path.join(work, "legacy-db")

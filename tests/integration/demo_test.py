@@ -96,6 +96,22 @@ def check_audit_trail(txscore, settings, db, server_log, run_started):
     assert r.returncode == 0, r
     assert r.stdout.startswith(f"audit trail intact: {int(head.group(1)) + 1} entries verified (seq 0 to "), r.stdout
     assert f"from {run_started[:-1]}.000000Z" in r.stdout, r.stdout
+    # As an auditor holding only the public keys (`keys public`): the same trail, the same head,
+    # and nothing in the file that makes a token (no secret; not a key's hex either).
+    public = os.path.join(os.path.dirname(db), "audit-public-keys.json")
+    r = run(txscore, "keys", "public", "--keyset", keyset, "--out", public)
+    assert r.returncode == 0 and r.stdout.startswith(f"wrote {public}: the audit trail's public keys"), r
+    with open(public) as f:
+        public_text = f.read()
+    with open(keyset) as f:
+        secrets = [key["secret_hex"] for key in json.load(f)["keys"]]
+    assert "secret" not in public_text and not any(secret in public_text for secret in secrets), public_text
+    assert oct(os.stat(public).st_mode & 0o777) == "0o644", oct(os.stat(public).st_mode)
+    r = run(txscore, "audit", "verify", "--public-keys", public, "--db", db)
+    assert r.returncode == 0, r
+    assert f"head: seq {head.group(1)}, hash {head.group(2)}" in r.stdout, r.stdout
+    r = run(txscore, "keys", "public", "--keyset", keyset, "--out", public)
+    assert r.returncode == 1 and f"{public} exists" in r.stderr, r  # never overwritten
     # The signing key retired: now (after every checkpoint) the trail still verifies; dated back
     # to the test's start, every checkpoint was signed after its retirement, which whoever still
     # held the key could have done: refused at the first.
@@ -119,6 +135,12 @@ def check_audit_trail(txscore, settings, db, server_log, run_started):
     assert r.returncode == 1, r
     assert r.stdout.startswith("audit trail BROKEN: retired key at position 1 (seq 0;"), r.stdout
     assert f"the checkpoint is signed with key {signer}, which was retired " in r.stdout, r.stdout
+    # The public-key file carries the retirement too.
+    retired_public = os.path.join(os.path.dirname(db), "retired-public-keys.json")
+    assert run(txscore, "keys", "public", "--keyset", retired, "--out", retired_public).returncode == 0
+    r = run(txscore, "audit", "verify", "--public-keys", retired_public, "--db", db)
+    assert r.returncode == 1, r
+    assert r.stdout.startswith("audit trail BROKEN: retired key at position 1 (seq 0;"), r.stdout
 
     entries = []  # (key hex, value bytes) of the trail's entries (16-byte keys), in key order
     for line in ldb(db, "scan").splitlines():
@@ -138,7 +160,9 @@ def check_audit_trail(txscore, settings, db, server_log, run_started):
             ldb(copy, "put", key, "0x" + edited.hex().upper())
         else:
             ldb(copy, "delete", key)
-        r = run(txscore, "audit", "verify", "--config", settings, "--db", copy)
+        # The edit with the keyset the settings name, the deletion with the public keys alone.
+        how = ["--config", settings] if tamper == "edit" else ["--public-keys", public]
+        r = run(txscore, "audit", "verify", *how, "--db", copy)
         assert r.returncode == 1, r
         assert r.stdout.startswith(f"audit trail BROKEN: {kind} at position {position} (seq {position - 1};"), \
             (tamper, position, r.stdout)

@@ -133,7 +133,7 @@ class CrashTest : public ::testing::TestWithParam<std::string> {
     settings.replace(settings.find(durability), durability.size(), durability + "  audit_checkpoint_every: 50\n");
     testing::WriteFile(settings_, settings);
     const fraud::Keyset keyset = fraud::LoadKeyset(testing::TestCardKeyPath(dir_)).value();
-    checkpoint_secret_ = fraud::DeriveAuditCheckpointKey(keyset.primary());
+    checkpoint_public_key_ = fraud::AuditSigningPublicKey(keyset.primary()).value();
     checkpoint_key_id_ = keyset.primary().id;
   }
 
@@ -201,8 +201,8 @@ class CrashTest : public ::testing::TestWithParam<std::string> {
       EXPECT_GE(state.transaction_count, acknowledged_per_card[card]) << "round " << round << ": " << card;
     }
     storage::ChainVerifyOptions verify;
-    verify.checkpoint_key = [this](const std::string& id) -> std::optional<std::string> {
-      if (id == checkpoint_key_id_) return checkpoint_secret_;
+    verify.checkpoint_public_key = [this](const std::string& id) -> std::optional<std::string> {
+      if (id == checkpoint_key_id_) return checkpoint_public_key_;
       return std::nullopt;
     };
     const storage::ChainReport report = storage::VerifyAuditChain(**db, verify).value();
@@ -215,7 +215,7 @@ class CrashTest : public ::testing::TestWithParam<std::string> {
 
   testing::TempDir dir_;
   std::string settings_;
-  std::string checkpoint_key_id_, checkpoint_secret_;
+  std::string checkpoint_key_id_, checkpoint_public_key_;
 };
 
 TEST_P(CrashTest, EveryAcknowledgedDecisionSurvivesSigkill) {

@@ -140,9 +140,9 @@ TEST_F(KeyRotationTest, TwoRotationsUnderTrafficKeepEveryCardsHistory) {
             std::string::npos)
       << newest[0].second;
   storage::ChainVerifyOptions verify;
-  verify.checkpoint_key = [&keys](const std::string& id) -> std::optional<std::string> {
+  verify.checkpoint_public_key = [&keys](const std::string& id) -> std::optional<std::string> {
     for (const fraud::KeysetKey& key : keys.keys()) {
-      if (key.id == id) return fraud::DeriveAuditCheckpointKey(key);
+      if (key.id == id) return fraud::AuditSigningPublicKey(key).value();
     }
     return std::nullopt;
   };

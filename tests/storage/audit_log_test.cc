@@ -14,6 +14,7 @@
 
 #include "common/pan_scan.h"
 #include "common/sha256.h"
+#include "common/signing.h"
 #include "storage/audit_chain.h"
 #include "storage/database.h"
 #include "tests/test_support.h"
@@ -27,24 +28,26 @@ AuditCheckpointKey TestKey(const std::string& id = "k1") { return {id, std::stri
 // to live inside the object (the small-string buffer), so the object's own storage can be read
 // after its destructor ran; clear() would zero only the first byte.
 TEST(AuditCheckpointKey, ItsSecretIsWipedWhenTheKeyIsDestroyed) {
-  const std::string secret = "checkpoint-key!";  // 15 bytes: in-object in libstdc++
+  const std::string private_key = "checkpoint-key!";  // 15 bytes: in-object in libstdc++
   alignas(AuditCheckpointKey) unsigned char storage[sizeof(AuditCheckpointKey)];
-  auto* key = new (storage) AuditCheckpointKey{"k1", secret};
-  ASSERT_GE(reinterpret_cast<const unsigned char*>(key->secret.data()), storage);
-  ASSERT_LT(reinterpret_cast<const unsigned char*>(key->secret.data()), storage + sizeof(storage));
+  auto* key = new (storage) AuditCheckpointKey{"k1", private_key};
+  ASSERT_GE(reinterpret_cast<const unsigned char*>(key->private_key.data()), storage);
+  ASSERT_LT(reinterpret_cast<const unsigned char*>(key->private_key.data()), storage + sizeof(storage));
   const std::string_view before(reinterpret_cast<const char*>(storage), sizeof(storage));
-  ASSERT_NE(before.find(secret), std::string_view::npos);
+  ASSERT_NE(before.find(private_key), std::string_view::npos);
   key->~AuditCheckpointKey();
   const std::string_view after(reinterpret_cast<const char*>(storage), sizeof(storage));
-  EXPECT_EQ(after.find(secret.substr(1)), std::string_view::npos);
+  EXPECT_EQ(after.find(private_key.substr(1)), std::string_view::npos);
 }
 
+// Verifies with the keys' public halves alone, as an auditor holding `txscore keys public`'s
+// file does.
 ChainVerifyOptions VerifyWith(const std::vector<AuditCheckpointKey>& keys, int64_t from_time_us = 0) {
   ChainVerifyOptions options;
   options.from_time_us = from_time_us;
-  options.checkpoint_key = [keys](const std::string& id) -> std::optional<std::string> {
+  options.checkpoint_public_key = [keys](const std::string& id) -> std::optional<std::string> {
     for (const AuditCheckpointKey& key : keys) {
-      if (key.key_id == id) return key.secret;
+      if (key.key_id == id) return Ed25519PublicKey(key.private_key).value();
     }
     return std::nullopt;
   };
@@ -483,11 +486,15 @@ class AuditTamperTest : public ::testing::Test {
     ASSERT_TRUE(copy_->Write(batch).ok());
   }
   const std::string& ValueAt(size_t position) { return entries_[position - 1].second; }
+  // A checkpoint without its signature (the value it signs).
+  static std::string Unsigned(const std::string& checkpoint) {
+    const size_t at = checkpoint.rfind(",\"sig\":\"");
+    EXPECT_EQ(checkpoint.size() - at, 8 + 128 + 2u) << checkpoint;
+    return checkpoint.substr(0, at) + "}";
+  }
   // A checkpoint made an ordinary entry: another kind, and no signature to check.
   static std::string AsAction(const std::string& checkpoint) {
-    const std::string unsigned_value = checkpoint.substr(0, checkpoint.size() - (9 + 64 + 2)) + "}";
-    EXPECT_EQ(checkpoint.substr(unsigned_value.size() - 1, 9), ",\"hmac\":\"") << checkpoint;
-    return Replaced(unsigned_value, "{\"kind\":\"checkpoint\"", "{\"kind\":\"action\"");
+    return Replaced(Unsigned(checkpoint), "{\"kind\":\"checkpoint\"", "{\"kind\":\"action\"");
   }
   static std::string Replaced(std::string text, const std::string& from, const std::string& to) {
     const size_t at = text.find(from);
@@ -667,6 +674,81 @@ TEST_F(AuditTamperTest, ACheckpointUnderAnotherKeyOrNoKnownKeyFails) {
   ExpectProblem(ChainProblemKind::kUnknownKey, 1, 0, {TestKey("k7")});
 }
 
+// Rewrites the trail from `from` on as a writer from before Ed25519 did: checkpoints signed with
+// HMAC-SHA256 under `hmac_key` ("hmac", 64 hex digits), every later link recomputed.
+void SignWithHmacFrom(AuditTamperTest* test, size_t from, const std::string& hmac_key) {
+  std::string previous_hash;
+  for (size_t position = from; position <= test->entries_.size(); ++position) {
+    std::string value = test->ValueAt(position);
+    if (position > from) value.replace(value.find(",\"prev\":\"") + 9, 64, HexOfBytes(previous_hash));
+    if (IsAuditCheckpoint(value)) {
+      const std::string& key = test->entries_[position - 1].first;
+      // The signature is over the re-linked value, so strip it only after "prev" is set.
+      const size_t at = value.rfind(",\"sig\":\"");
+      const std::string unsigned_value = value.substr(0, at) + "}";
+      value = unsigned_value.substr(0, unsigned_value.size() - 1) + ",\"hmac\":\"" +
+              HexOfBytes(HmacSha256Bytes(hmac_key, {key, unsigned_value})) + "\"}";
+    }
+    test->Put(position, value);
+    previous_hash = Sha256Bytes({test->entries_[position - 1].first, value});
+  }
+}
+
+// A trail written before checkpoints were signed with Ed25519 still verifies, with the keyset
+// (the HMAC secret); with public keys alone its checkpoints cannot be verified, and it says so
+// rather than passing them.
+TEST_F(AuditTamperTest, ATrailSignedWithHmacBeforeEd25519VerifiesWithTheKeysetOnly) {
+  const std::string hmac_key(32, 'h');
+  SignWithHmacFrom(this, 1, hmac_key);
+  ChainVerifyOptions with_keyset = VerifyWith({TestKey()});
+  with_keyset.legacy_hmac_key = [&hmac_key](const std::string& id) -> std::optional<std::string> {
+    return id == "k1" ? std::optional<std::string>(hmac_key) : std::nullopt;
+  };
+  const ChainReport verified = VerifyAuditChain(*copy_, with_keyset).value();
+  EXPECT_FALSE(verified.problem.has_value()) << verified.problem->detail;
+  EXPECT_EQ(verified.checkpoints, 9u);
+  // A wrong secret fails it: the HMAC is checked, not only its presence.
+  with_keyset.legacy_hmac_key = [](const std::string&) -> std::optional<std::string> { return std::string(32, 'x'); };
+  const ChainReport wrong = VerifyAuditChain(*copy_, with_keyset).value();
+  ASSERT_TRUE(wrong.problem.has_value());
+  EXPECT_EQ(wrong.problem->kind, ChainProblemKind::kBadSignature);
+  EXPECT_EQ(wrong.problem->detail, "the checkpoint's HMAC does not verify under key k1");
+  // Public keys alone: refused at the first checkpoint, saying what would verify it.
+  ExpectProblem(ChainProblemKind::kBadSignature, 1, 0);
+  EXPECT_EQ(Verify(*copy_).problem->detail,
+            "the checkpoint is HMAC-signed (written before checkpoints were signed with Ed25519): only the keyset "
+            "verifies it (txscore audit verify --keyset, not --public-keys)");
+}
+
+// Once the writer signs with Ed25519 it never goes back: an HMAC checkpoint after that is
+// refused even by a verifier holding the HMAC secret.
+TEST_F(AuditTamperTest, AnHmacCheckpointAfterAnEd25519OneIsRefused) {
+  const std::string hmac_key(32, 'h');
+  SignWithHmacFrom(this, 9, hmac_key);
+  ChainVerifyOptions options = VerifyWith({TestKey()});
+  options.legacy_hmac_key = [&hmac_key](const std::string&) -> std::optional<std::string> { return hmac_key; };
+  const ChainReport report = VerifyAuditChain(*copy_, options).value();
+  ASSERT_TRUE(report.problem.has_value());
+  EXPECT_EQ(report.problem->kind, ChainProblemKind::kBadSignature);
+  EXPECT_EQ(report.problem->position, 9u);
+  EXPECT_EQ(report.problem->detail,
+            "an HMAC-signed checkpoint after Ed25519-signed ones: the writer signs with Ed25519 since it first did, so "
+            "this one was written by someone else");
+}
+
+// The signature is Ed25519 under the public key of the writer's private key: a bit flipped in it
+// fails, and so does the right signature under another key's public half.
+TEST_F(AuditTamperTest, AnEd25519SignatureIsCheckedAgainstThePublicKey) {
+  std::string value = ValueAt(9);
+  ASSERT_TRUE(IsAuditCheckpoint(value));
+  const size_t digit = value.rfind(",\"sig\":\"") + 8 + 5;
+  value[digit] = value[digit] == '0' ? '1' : '0';
+  Put(9, value);
+  ExpectProblem(ChainProblemKind::kBadSignature, 9, 8);
+  EXPECT_EQ(Verify(*copy_).problem->detail,
+            "the checkpoint's Ed25519 signature does not verify under key k1's public key");
+}
+
 // A key retired after the first run: the second run's checkpoints, which it signed later, are
 // refused (the copy is untouched; what matters is who could have signed them). Retired after
 // the last entry, or with no retirement known, the same trail verifies.
@@ -741,7 +823,7 @@ TEST(AuditLog, VerifyingFromATimeKeepsTheCheckpointSpacingOfTheEntriesBeforeIt) 
     std::string value = entries[i].second;
     if (i == 6) value.replace(value.find("\"request_id\":\"r5\""), 17, "\"request_id\":\"r9\"");
     if (i == 8) {
-      value = value.substr(0, value.size() - (9 + 64 + 2)) + "}";
+      value = value.substr(0, value.rfind(",\"sig\":\"")) + "}";
       value.replace(0, 20, "{\"kind\":\"action\"");
     }
     const size_t at = value.find(",\"prev\":\"") + 9;
