@@ -25,6 +25,12 @@ namespace {
 Status WriteDurably(const std::string& path, std::string_view text, mode_t mode, int create_flags) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | create_flags, mode);
   if (fd < 0) return Internal("cannot write " + path + ": " + std::strerror(errno));
+  // A file this call created gets `mode` itself; the umask only narrows what open() gave it.
+  if ((create_flags & O_EXCL) != 0 && ::fchmod(fd, mode) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return Internal("cannot set the mode of " + path + ": " + why);
+  }
   Status written = WriteAll(fd, text, path);
   const bool synced = written.ok() && ::fsync(fd) == 0;
   const std::string why = synced ? "" : std::strerror(errno);

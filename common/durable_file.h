@@ -20,7 +20,9 @@ Status WriteAll(int fd, std::string_view text, const std::string& path);
 // Creates (or truncates) `path` with `mode`, writes `text` and fsyncs it.
 Status WriteFileDurably(const std::string& path, std::string_view text, mode_t mode = 0600);
 // The same for a file that must not exist yet (O_EXCL | O_NOFOLLOW): an error rather than
-// writing through a file or symbolic link someone else put at `path` (secrets: a keyset).
+// writing through a file or symbolic link someone else put at `path` (secrets: a keyset). The
+// new file gets exactly `mode` (fchmod on the open file), whatever the umask: 0644 stays 0644
+// under txscore's umask of 077.
 Status WriteNewFileDurably(const std::string& path, std::string_view text, mode_t mode = 0600);
 
 // Makes a new or renamed entry of `dir` durable (fsync of the directory).

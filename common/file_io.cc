@@ -9,9 +9,15 @@
 
 namespace txscore {
 
-Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+Result<std::string> ReadBounded(const std::string& path, size_t max_bytes, const std::string& what, int open_flags,
+                                const OpenFileCheck& check) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | open_flags);
   if (fd < 0) {
+    if (errno == ELOOP && (open_flags & O_NOFOLLOW) != 0) {
+      return InvalidArgument(what + " " + path + " is a symbolic link; name the file itself");
+    }
     const std::string why = errno == ENOENT ? "" : std::string(": ") + std::strerror(errno);
     return NotFound(what + " " + path + " does not exist or cannot be read" + why);
   }
@@ -19,6 +25,13 @@ Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, c
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return InvalidArgument(what + " " + path + " is not a regular file");
+  }
+  if (check) {
+    Status checked = check(st);
+    if (!checked.ok()) {
+      ::close(fd);
+      return checked.error();
+    }
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
@@ -46,6 +59,17 @@ Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, c
   }
   ::close(fd);
   return bytes;
+}
+
+}  // namespace
+
+Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what) {
+  return ReadBounded(path, max_bytes, what, 0, nullptr);
+}
+
+Result<std::string> ReadCheckedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,
+                                           const OpenFileCheck& check) {
+  return ReadBounded(path, max_bytes, what, O_NOFOLLOW, check);
 }
 
 bool IsKubernetesSecretOfOurGroup(const struct stat& file) {

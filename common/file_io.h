@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "common/result.h"
@@ -16,6 +17,13 @@ namespace txscore {
 // opened; kInvalidArgument when it is not a regular file; kResourceExhausted when it holds
 // more than `max_bytes`; kDataLoss when reading fails part-way. `what` names the file in messages ("model file").
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what = "file");
+
+// The same, refusing a symbolic link at `path` (kInvalidArgument) and first passing the open
+// file's own fstat to `check`: what is checked is what is read, whatever replaces the name in
+// between. `check`'s error is returned as it is.
+using OpenFileCheck = std::function<Status(const struct stat& file)>;
+Result<std::string> ReadCheckedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,
+                                           const OpenFileCheck& check);
 
 // True when a secret file's group may read it only because it is a Kubernetes Secret mounted
 // with an fsGroup: owned by root, mode 0440 (group read, nothing for others, no write), its

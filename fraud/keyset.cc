@@ -68,18 +68,12 @@ struct CipherDeleter {
   void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
 };
 
-// A key file must be its owner's alone, the owner this process's user (or root, who alone can
-// make a file root's: a Kubernetes Secret's files, which an fsGroup makes 0440 for the pod's
-// group: IsKubernetesSecretOfOurGroup), in a directory no one else may write to (who may write
-// there may replace the file; a sticky directory lets them add files only).
-Status CheckPrivate(const std::string& path, const std::string& what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return NotFound(what + " " + path + " does not exist");
-  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0 && !IsKubernetesSecretOfOurGroup(st)) {
-    return FailedPrecondition(what + " " + path + " is readable by group or others; run: chmod 600 " + path);
-  }
-  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
-    return FailedPrecondition(what + " " + path + " belongs to user " + std::to_string(st.st_uid) +
+// Who may replace a file of keys: its owner, who must be this process's user or root (root
+// alone can make a file root's), and whoever may write to its directory, which must therefore be
+// no one else unless the directory is sticky (a sticky directory lets others add files only).
+Status CheckOnlyOwnerMayReplace(const struct stat& file, const std::string& path, const std::string& what) {
+  if (file.st_uid != ::geteuid() && file.st_uid != 0) {
+    return FailedPrecondition(what + " " + path + " belongs to user " + std::to_string(file.st_uid) +
                               ", not to this process's user " + std::to_string(::geteuid()) + " (or root)");
   }
   const std::string dir = std::filesystem::path(path).parent_path().string();
@@ -90,6 +84,17 @@ Status CheckPrivate(const std::string& path, const std::string& what) {
                               "replace it; run: chmod go-w " + (dir.empty() ? "." : dir));
   }
   return Status::Ok();
+}
+
+// A key file must be its owner's alone (or a Kubernetes Secret's file, which an fsGroup makes
+// 0440 for the pod's group: IsKubernetesSecretOfOurGroup), and only its owner may replace it.
+Status CheckPrivate(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return NotFound(what + " " + path + " does not exist");
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0 && !IsKubernetesSecretOfOurGroup(st)) {
+    return FailedPrecondition(what + " " + path + " is readable by group or others; run: chmod 600 " + path);
+  }
+  return CheckOnlyOwnerMayReplace(st, path, what);
 }
 
 }  // namespace
@@ -583,16 +588,19 @@ Result<std::vector<AuditPublicKey>> ParseAuditPublicKeys(std::string_view json_t
 }
 
 Result<std::vector<AuditPublicKey>> LoadAuditPublicKeys(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return NotFound("public key file " + path + " does not exist");
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return FailedPrecondition("public key file " + path +
-                              " may be written by group or others, who could put their own key in it; run: chmod "
-                              "go-w " +
-                              path);
-  }
-  TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "public key file"));
-  return ParseAuditPublicKeys(text, "public key file " + path);
+  // Anyone may read it; whoever may change it could put their own key in and sign a forged trail.
+  const std::string what = "public key file";
+  TXSCORE_ASSIGN_OR_RETURN(
+      std::string text, ReadCheckedFileBounded(path, 1 << 20, what, [&](const struct stat& file) -> Status {
+        if ((file.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+          return FailedPrecondition(what + " " + path +
+                                    " may be written by group or others, who could put their own key in it; run: "
+                                    "chmod go-w " +
+                                    path);
+        }
+        return CheckOnlyOwnerMayReplace(file, path, what);
+      }));
+  return ParseAuditPublicKeys(text, what + " " + path);
 }
 
 }  // namespace txscore::fraud

@@ -132,8 +132,10 @@ struct AuditPublicKey {
 };
 Result<std::string> SerializeAuditPublicKeys(const Keyset& keyset);
 Result<std::vector<AuditPublicKey>> ParseAuditPublicKeys(std::string_view json_text, const std::string& where);
-// Reads a public-key file, refusing one that group or others may write (whoever may write it
-// may swap in their own key and sign a rewritten trail).
+// Reads a public-key file, refusing one that someone other than this user (or root) could change
+// (whoever may change it may swap in their own key and sign a rewritten trail): one group or
+// others may write, one owned by another user, one in a directory others may write to (unless
+// sticky), and a symbolic link (kInvalidArgument; name the file itself).
 Result<std::vector<AuditPublicKey>> LoadAuditPublicKeys(const std::string& path);
 
 // OK when `next` may follow `running` (a reload): it keeps every key `running` has, each with

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "pipelines/bundle_digest.h"
+
 namespace txscore::pipelines {
 namespace {
 
@@ -24,6 +26,10 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
   pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
   TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(key_file, kek));
+  if (!config.pinned_digest.empty()) {  // `txscore batch run` with a settings file that pins it
+    TXSCORE_ASSIGN_OR_RETURN(BundleDigest bundle, DigestPipelineBundle(config));
+    TXSCORE_RETURN_IF_ERROR(CheckPinnedDigest(config.pinned_digest, bundle, config.pinned_in));
+  }
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
   return pipeline;

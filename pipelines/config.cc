@@ -167,7 +167,9 @@ Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const s
   try {
     const YAML::Node root = YAML::Load(yaml_text);
     if (!root.IsDefined() || root.IsNull()) return InvalidArgument(source_path + ": the file is empty");
-    return Parse(root, reader, source_path, kinds);
+    TXSCORE_ASSIGN_OR_RETURN(PipelineConfig config, Parse(root, reader, source_path, kinds));
+    config.source_text = yaml_text;
+    return config;
   } catch (const YAML::Exception& e) {
     return reader.ErrorAtMark(e.mark.line, e.mark.column, e.msg);
   }

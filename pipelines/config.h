@@ -22,6 +22,12 @@ namespace txscore::pipelines {
 
 struct PipelineConfig {
   std::string source_path;  // the YAML file this came from
+  std::string source_text;  // its bytes, as parsed (the bundle digest covers them)
+  // Not from the file: the bundle digest the service settings pin (`pipeline_digest`), set by
+  // whoever loaded the settings; the pipeline is refused before its stages are prepared when its
+  // files have another (bundle_digest.h). Default: none.
+  std::string pinned_digest;
+  std::string pinned_in;  // the settings file that pins it, for the message
   // What the pipeline scores, fixed by its source stage: transactions (features; served by
   // `txscore serve`) or claims (claim_features; `txscore batch run` and the job RPCs).
   ItemKind items = ItemKind::kTransaction;

@@ -93,8 +93,19 @@ Result<std::unique_ptr<ScoringPipeline>> ScoringPipeline::Create(const PipelineC
   }
   std::unique_ptr<ScoringPipeline> pipeline(new ScoringPipeline(config, std::move(ledger)));
   pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->bundle_, DigestPipelineBundle(config));
+  // Nothing of a bundle that is not the pinned one is loaded (a model file is parsed only after).
+  TXSCORE_RETURN_IF_ERROR(CheckPinnedDigest(config.pinned_digest, pipeline->bundle_, config.pinned_in));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
+  // A file replaced while the stages read it (a deployment copying a new model mid-reload)
+  // would leave a digest that does not name what was loaded: refused.
+  TXSCORE_ASSIGN_OR_RETURN(BundleDigest after, DigestPipelineBundle(config));
+  if (after.digest != pipeline->bundle_.digest) {
+    return FailedPrecondition("a file of pipeline " + config.source_path + " changed while it was loaded (digest " +
+                              pipeline->bundle_.digest + ", then " + after.digest +
+                              "); load it again once the files are in place");
+  }
   for (size_t i = 0; i < pipeline->stages_.size(); ++i) {
     const std::optional<ModelVersion> model = pipeline->stages_[i]->model();
     if (!model || !config.graph.stage(static_cast<int>(i)).required) continue;
@@ -382,6 +393,7 @@ Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, s
   record.model_id = outcome.model_id;
   record.model_version = outcome.model_version;
   record.pipeline_version = outcome.pipeline_version;
+  record.pipeline_digest = bundle_.digest;
   record.score = outcome.score;
   record.decision = DecisionName(outcome.decision);
   for (const Reason& r : outcome.reasons) record.reasons.push_back({r.feature, r.contribution, r.value});

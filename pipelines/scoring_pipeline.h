@@ -39,6 +39,7 @@
 #include "fraud/card_token.h"
 #include "fraud/entity_state.h"
 #include "fraud/transaction.h"
+#include "pipelines/bundle_digest.h"
 #include "pipelines/config.h"
 #include "pipelines/placement.h"
 #include "pipelines/stage_kind.h"
@@ -211,6 +212,10 @@ class ScoringPipeline {
   // every result and audit record names them.
   const std::string& model_id() const { return model_id_; }
   const std::string& model_version() const { return model_version_; }
+  // The bundle digest of the pipeline file and every file its stages read (bundle_digest.h),
+  // "sha256:...": taken before the stages were prepared and again after, the same both times.
+  // Every audit record names it.
+  const BundleDigest& bundle() const { return bundle_; }
   storage::AuditLog& audit_log() { return ledger_->audit_log(); }
 
  private:
@@ -240,6 +245,7 @@ class ScoringPipeline {
   std::shared_ptr<ScoringLedger> ledger_;
   std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph
   std::string model_id_, model_version_;
+  BundleDigest bundle_;
   DeadlineClock clock_;  // PipelineRuntime::clock
   PipelinePlan plan_;
 };

@@ -50,6 +50,8 @@ Result<std::optional<accelerator::StageWorkload>> StageKind::Workload(const Stag
   return std::optional<accelerator::StageWorkload>();
 }
 
+std::vector<StageFile> StageKind::Files(const StageSettings&) const { return {}; }
+
 Status ReadPlacement(const YamlReader& reader, const YAML::Node& stage, std::string* out) {
   TXSCORE_RETURN_IF_ERROR(reader.ReadString(stage, "placement", false, out));
   // Only the name's form is checked here: which kinds exist is known once devices are

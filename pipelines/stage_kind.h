@@ -203,6 +203,14 @@ struct PrepareContext {
   const PipelineRuntime* runtime = nullptr;
 };
 
+// A file (or a directory: every regular file under it) whose bytes decide what a stage does:
+// a model, a feature schema, a rule list, a checkpoint. `role` names it within its stage
+// ("model", "list deny_merchants"); the pipeline's bundle digest covers it (bundle_digest.h).
+struct StageFile {
+  std::string role;
+  std::string path;
+};
+
 class StageKind {
  public:
   virtual ~StageKind() = default;
@@ -216,6 +224,10 @@ class StageKind {
   virtual Result<std::optional<accelerator::StageWorkload>> Workload(const StageSettings& settings) const;
   virtual Result<std::unique_ptr<PreparedStage>> Prepare(const StageSettings& settings,
                                                          const PrepareContext& context) const = 0;
+  // The files Prepare reads that decide what the stage does, including any it finds by
+  // convention (a schema beside its model). Default: none (a kind configured by YAML alone).
+  // Credentials (TLS keys of a remote model) are not listed: they do not decide.
+  virtual std::vector<StageFile> Files(const StageSettings& settings) const;
 };
 
 // Reads a stage's `placement:` (auto or a device kind) into `*out`. Whether that device exists

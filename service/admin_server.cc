@@ -273,7 +273,10 @@ struct AdminShared {
   RateLimitedWarning refused_warning{"admin", std::chrono::seconds(10)};
   RateLimitedWarning evicted_warning{"admin", std::chrono::seconds(10)};
 
+  TlsRefusalObserver on_refused;  // set before the first accept, then only read
+
   void Refuse(const Admission& refusal, const std::string& address) {
+    if (on_refused) on_refused(TlsPort::kAdmin, address, refusal.refusal, refusal.detail);
     refusals.Add(refusal.refusal);
     tls_warning.Warn("refused a TLS client from {}: {} ({})", address, TlsRefusalName(refusal.refusal), refusal.detail);
   }
@@ -701,8 +704,9 @@ AdminServer::AdminServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Result<std::unique_ptr<AdminServer>> AdminServer::Create(const AdminConfig& config,
                                                          std::map<std::string, AdminRoute> routes,
                                                          std::shared_ptr<const TlsServerContext> tls,
-                                                         const AdminLimits& limits) {
+                                                         const AdminLimits& limits, TlsRefusalObserver on_refused) {
   auto impl = std::make_unique<Impl>();
+  impl->shared.on_refused = std::move(on_refused);
   impl->shared.routes = std::move(routes);
   impl->shared.limits = limits;
   impl->shared.largest_body_bytes = limits.max_body_bytes;

@@ -123,7 +123,8 @@ class AdminServer {
   static Result<std::unique_ptr<AdminServer>> Create(const AdminConfig& config,
                                                      std::map<std::string, AdminRoute> routes,
                                                      std::shared_ptr<const TlsServerContext> tls = nullptr,
-                                                     const AdminLimits& limits = {});
+                                                     const AdminLimits& limits = {},
+                                                     TlsRefusalObserver on_refused = nullptr);
   ~AdminServer();  // stops if still running
 
   int port() const;

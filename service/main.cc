@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   txscore::service::AddLlmCommand(app, &exit_code);
   txscore::service::AddGenerateCommand(app, &exit_code);
   txscore::service::AddPlanCommand(app, &exit_code);
+  txscore::service::AddPipelineCommand(app, &exit_code);
   txscore::service::AddConformanceCommand(app, &exit_code);
   txscore::service::AddBatchCommand(app, &exit_code);
   txscore::service::AddJobCommand(app, &exit_code);

@@ -229,6 +229,7 @@ struct RpcServer::Shared {
   // Counts SetTls calls: a connection admitted under an older one is admitted again.
   std::atomic<uint64_t> tls_generation{0};
   TlsRefusalCounters tls_refusals;
+  TlsRefusalObserver on_refused;  // set before the first accept, then only read
 
   asio::io_context io;
   tcp::acceptor acceptor;
@@ -575,6 +576,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void RefuseTls(const Admission& refusal) {
+    // Told before it is counted: whoever saw the count sees the record queued.
+    if (shared_->on_refused) shared_->on_refused(TlsPort::kThrift, address_, refusal.refusal, refusal.detail);
     shared_->tls_refusals.Add(refusal.refusal);
     shared_->tls_warning.Warn("refused a TLS client from {}: {} ({})", address_, TlsRefusalName(refusal.refusal),
                               refusal.detail);
@@ -611,6 +614,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const std::shared_ptr<const TlsServerContext> current = shared_->CurrentTls();
     const Admission admission = current->Readmit(ssl_, TlsPort::kThrift, address_);
     if (!admission.admitted) {
+      if (shared_->on_refused) {
+        shared_->on_refused(TlsPort::kThrift, address_, admission.refusal,
+                            "an open connection closed after a reload: " + admission.detail);
+      }
       shared_->tls_refusals.Add(admission.refusal);
       shared_->tls_warning.Warn("closed a connection from {} after a reload: {} ({})", address_,
                                 TlsRefusalName(admission.refusal), admission.detail);
@@ -1015,10 +1022,12 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& conf
 }
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
-                                                     std::shared_ptr<const TlsServerContext> tls) {
+                                                     std::shared_ptr<const TlsServerContext> tls,
+                                                     TlsRefusalObserver on_refused) {
   // Thrift reports trouble through GlobalOutput (stderr by default); send it to our log.
   apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { Log("thrift").warn("{}", message); });
   auto shared = std::make_shared<Shared>(config, std::move(handlers), std::move(tls));
+  shared->on_refused = std::move(on_refused);
   shared->max_connections = FitConnectionsToDescriptorLimit(config.max_connections);
   shared->max_frame_bytes = std::min(config.limits.max_frame_bytes, config.limits.max_message_bytes);
   // A deadline is enforced within a quarter of the shorter timeout (10 ms to 1 s) of passing.

@@ -96,8 +96,10 @@ class RpcServer {
  public:
   // Binds and listens before returning, so port() is known and connections queue at once.
   // `tls`: null serves plaintext (every caller is an operator: see Caller).
+  // `on_refused`: told of each client the TLS checks refuse (null: none).
   static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
-                                                   std::shared_ptr<const TlsServerContext> tls);
+                                                   std::shared_ptr<const TlsServerContext> tls,
+                                                   TlsRefusalObserver on_refused = nullptr);
   // Plaintext, one handler for every connection (tests of the transport).
   static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config,
                                                    std::shared_ptr<rpc::TxScoreIf> handler);

@@ -154,8 +154,17 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
                       }},
                      &routes);
   server->settings_path_ = settings.source_path;
-  Result<std::unique_ptr<AdminServer>> admin =
-      AdminServer::Create(settings.admin, std::move(routes), settings.admin.plaintext ? nullptr : tls);
+  // Refused authentications on either port are recorded in the audit trail once it is open
+  // (Start); until then they wait in the recorder's queue.
+  server->refusals_ = std::make_unique<RefusalRecorder>(
+      [self](const storage::AuditAction& action) { return self->audit_log().CommitAction(action); });
+  const TlsRefusalObserver on_refused = [recorder = server->refusals_.get()](TlsPort port, const std::string& address,
+                                                                             TlsRefusal refusal,
+                                                                             const std::string& detail) {
+    recorder->Refused(port, address, refusal, detail);
+  };
+  Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(
+      settings.admin, std::move(routes), settings.admin.plaintext ? nullptr : tls, AdminLimits{}, on_refused);
   if (!admin.ok()) return admin.error();
   server->admin_ = std::move(admin).value();
   server->admin_->Start();
@@ -164,6 +173,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
 
   storage::DatabaseOptions db_options;
   db_options.durability = settings.storage.durability;
+  db_options.write_faults = runtime_hooks.write_faults;
+  if (runtime_hooks.resume_every_ms) db_options.resume_every_ms = *runtime_hooks.resume_every_ms;
   Result<std::unique_ptr<storage::Database>> db = storage::Database::Open(settings.storage.path, db_options);
   if (!db.ok()) return db.error();
   server->db_ = std::move(db).value();
@@ -178,8 +189,11 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
       server->ledger_, pipelines::ScoringLedger::Create(
                            server->db_.get(), settings.security.key_file(), settings.security.kek(),
                            storage::AuditLog::Options{static_cast<uint64_t>(settings.storage.audit_checkpoint_every)}));
+  pipelines::PipelineConfig pinned = config;  // the settings' pin, as each reload applies it
+  pinned.pinned_digest = settings.pipeline_digest;
+  pinned.pinned_in = settings.source_path;
   TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipelines::ScoringPipeline> pipeline,
-                           pipelines::ScoringPipeline::Create(config, server->ledger_, runtime));
+                           pipelines::ScoringPipeline::Create(pinned, server->ledger_, runtime));
   server->settings_ = std::make_shared<const ServiceSettings>(settings);
   server->stop_delay_ms_ = settings.server.stop_delay_ms;
   server->runtime_ = runtime;
@@ -244,11 +258,11 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   // One handler per connection, knowing its caller (job control is for operators).
   RpcHandlerFactory handlers = [self](const Caller& caller) {
     return std::make_shared<TxScoreHandler>(
-        &self->active_, &self->ready_, self->jobs_.get(), caller,
-        [self](const storage::AuditAction& action) { self->RecordAction(action); }, self->router_.get());
+        &self->active_, [self] { return self->ready_.load() && !self->db_->write_health().stopped; }, self->jobs_.get(),
+        caller, [self](const storage::AuditAction& action) { self->RecordAction(action); }, self->router_.get());
   };
   Result<std::unique_ptr<RpcServer>> rpc =
-      RpcServer::Create(settings.server, std::move(handlers), settings.server.plaintext ? nullptr : tls);
+      RpcServer::Create(settings.server, std::move(handlers), settings.server.plaintext ? nullptr : tls, on_refused);
   if (!rpc.ok()) return rpc.error();
   server->rpc_ = std::move(rpc).value();
   RpcServer* const rpc_server = server->rpc_.get();
@@ -373,6 +387,16 @@ void ScoringServer::AddOperatorMetrics() {
   registry_.AddCounterFunction("txscore_rocksdb_background_errors_total",
                                "RocksDB flushes and compactions that failed (writes stop after one).", {},
                                [self] { return self->db_->BackgroundErrors(); });
+  // A write that failed for the disk (full, or an I/O error) stops writes until they resume.
+  registry_.AddGaugeFunction("txscore_database_writes_stopped",
+                             "1 while the database takes no writes (a full disk or an I/O error); /readyz says why.",
+                             {}, [self] { return self->db_->write_health().stopped ? 1.0 : 0.0; });
+  registry_.AddCounterFunction("txscore_database_write_stops_total",
+                               "Times the database stopped taking writes (a full disk or an I/O error).", {},
+                               [self] { return self->db_->write_health().stops; });
+  registry_.AddCounterFunction("txscore_database_write_recoveries_total",
+                               "Times the database took writes again after they stopped.", {},
+                               [self] { return self->db_->write_health().recoveries; });
   if (jobs_ == nullptr) return;
   // Claims jobs: how many are in each state, and the running one's progress.
   for (JobState state : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kCancelled,
@@ -446,6 +470,7 @@ void ScoringServer::Start(std::function<void()> on_unexpected_stop) {
   while (!rpc_->serving()) std::this_thread::yield();  // ready means the listener is being served
   phase_ = Phase::kServing;
   ready_ = true;
+  refusals_->Open();
 }
 
 PrepareSnapshot ScoringServer::RequestPathWork() const {
@@ -475,7 +500,8 @@ void ScoringServer::Stop() {
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - drain_start).count());
   }
   if (admin_) admin_->Stop();
-  jobs_.reset();  // a running job stops after its chunk in flight, resumable
+  if (refusals_) refusals_->Close();  // the ports are closed: write what they refused, before the trail's end
+  jobs_.reset();                      // a running job stops after its chunk in flight, resumable
   claims_pipeline_.reset();
   active_.Set(nullptr);
   if (db_) {
@@ -690,6 +716,8 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     outcome.detail = loaded.error().ToString();
     return outcome;
   }
+  loaded->pinned_digest = settings->pipeline_digest;
+  loaded->pinned_in = settings->source_path;
   // The new pipeline loads its own engines (a checkpoint may have changed in place); claims
   // jobs keep sharing the ones they started with.
   pipelines::PipelineRuntime runtime = runtime_;
@@ -720,7 +748,7 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
   outcome.applied = true;
   outcome.detail = "pipeline " + config.name + " version " + config.version + " (" + config.source_path + "), model " +
                    pipeline->model_id() + "@" + pipeline->model_version() + ", " + std::to_string(config.graph.size()) +
-                   " stages";
+                   " stages, files " + pipeline->bundle().digest;
   return outcome;
 }
 

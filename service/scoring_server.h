@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "service/metrics.h"
 #include "service/openai_api.h"
 #include "service/recent_decisions.h"
+#include "service/refusal_records.h"
 #include "service/rpc_server.h"
 #include "service/settings.h"
 #include "service/shard_router.h"
@@ -51,6 +53,10 @@ class ScoringServer {
     std::function<void(int admin_port)> on_starting;
     // Called by Stop() once readiness is off ("draining"), before requests are drained.
     std::function<void()> on_draining;
+    // Faults injected into the database's file writes (a full disk), and how often (ms) recovery
+    // is tried while writes are stopped (default: storage::DatabaseOptions'). Tests.
+    std::shared_ptr<storage::WriteFaults> write_faults;
+    std::optional<int> resume_every_ms;
   };
   // `pipeline`: the transactions pipeline the settings name (loaded by the caller, who sized
   // the devices for it).
@@ -103,6 +109,8 @@ class ScoringServer {
   nlohmann::json ReloadHistoryJson() const;  // the same, as the dashboard shows it
   static constexpr size_t kReloadHistory = 20;
   storage::Database& database() { return *db_; }
+  // The record of refused authentications (its Flush: tests).
+  RefusalRecorder& refusal_records() { return *refusals_; }
   MetricsRegistry& metrics() { return registry_; }
   // Start-up work (model and constraint builds, weight moves) done since Start(); stays zero
   // on a healthy request path (common/prepare_counters.h).
@@ -144,6 +152,8 @@ class ScoringServer {
   std::unique_ptr<ShardRouter> router_;  // with a sharding section
   RecentDecisions recent_decisions_;     // for the dashboard, across reloads
   std::unique_ptr<OpenAiApi> openai_;    // its routes on admin_
+  // Both ports' refused authentications, into the audit trail; outlives the ports that tell it.
+  std::unique_ptr<RefusalRecorder> refusals_;
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;
   std::thread rpc_thread_;

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "common/file_io.h"
+#include "pipelines/bundle_digest.h"
 #include "pipelines/yaml_reader.h"
 
 namespace txscore::service {
@@ -318,12 +319,18 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
                      "this is a pipeline file, not the service's settings: pass the settings file (e.g. "
                      "config/txscore.yaml), whose `pipeline:` names the pipeline file");
   }
-  TXSCORE_RETURN_IF_ERROR(
-      r.ExpectMap(root, "the settings file",
-                  {"pipeline", "server", "admin", "storage", "security", "devices", "jobs", "sharding"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+      root, "the settings file",
+      {"pipeline", "pipeline_digest", "server", "admin", "storage", "security", "devices", "jobs", "sharding"}));
   ServiceSettings settings;
   settings.source_path = source_path;
   TXSCORE_RETURN_IF_ERROR(r.ReadPath(root, "pipeline", true, YamlReader::PathMustBe::kRegularFile, &settings.pipeline));
+  TXSCORE_RETURN_IF_ERROR(r.ReadString(root, "pipeline_digest", false, &settings.pipeline_digest));
+  if (root["pipeline_digest"] && !pipelines::IsBundleDigest(settings.pipeline_digest)) {
+    return r.ErrorAt(root["pipeline_digest"],
+                     "pipeline_digest must be \"sha256:\" and 64 lowercase hex digits, as `txscore pipeline digest` "
+                     "prints it");
+  }
   if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &settings.server));
   if (const YAML::Node a = root["admin"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port", "plaintext"}));

@@ -168,6 +168,11 @@ struct ServiceSettings {
   // Required: the pipeline file this process runs (`txscore serve`: a transactions pipeline;
   // `txscore batch run`: a claims pipeline). A reload may point it at another file.
   std::string pipeline;
+  // Default: none (not pinned). "sha256:<64 hex>": the pipeline's bundle digest (the pipeline
+  // file and every file its stages read; pipelines/bundle_digest.h), as `txscore pipeline
+  // digest` prints it. A start or reload whose files have another digest is refused. A reload
+  // may change it (with the files it pins).
+  std::string pipeline_digest;
   RpcServerConfig server;
   AdminConfig admin;
   StorageConfig storage;

@@ -181,11 +181,11 @@ Caller InProcessCaller() {
   return caller;
 }
 
-TxScoreHandler::TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs,
+TxScoreHandler::TxScoreHandler(const ActivePipeline* active, std::function<bool()> ready, ClaimsJobManager* jobs,
                                Caller caller, ActionRecorder record_action, ShardRouter* router)
     : active_(active),
       jobs_(jobs),
-      ready_(ready),
+      ready_(std::move(ready)),
       caller_(std::move(caller)),
       record_action_(std::move(record_action)),
       router_(router) {}
@@ -301,7 +301,7 @@ void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
 
 void TxScoreHandler::health(rpc::HealthStatus& status) {
   status.live = true;
-  status.ready = ready_->load();
+  status.ready = ready_();
   const std::shared_ptr<const ActivePipeline::Version> version = active_->Get();
   status.model_id = version->pipeline->model_id();
   status.model_version = version->pipeline->model_version();

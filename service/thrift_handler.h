@@ -96,7 +96,8 @@ class TxScoreHandler : public rpc::TxScoreIf {
   // `router`: on a sharded server (sharding: in the settings), a transaction for another shard's
   // card is tokenized here and forwarded to its owner (service/shard_router.h); null: this
   // server owns every card.
-  TxScoreHandler(const ActivePipeline* active, const std::atomic<bool>* ready, ClaimsJobManager* jobs = nullptr,
+  // `ready`: what health() answers as `ready` (serving, and the database taking writes).
+  TxScoreHandler(const ActivePipeline* active, std::function<bool()> ready, ClaimsJobManager* jobs = nullptr,
                  Caller caller = InProcessCaller(), ActionRecorder record_action = nullptr,
                  ShardRouter* router = nullptr);
 
@@ -125,7 +126,7 @@ class TxScoreHandler : public rpc::TxScoreIf {
 
   const ActivePipeline* active_;
   ClaimsJobManager* jobs_;
-  const std::atomic<bool>* ready_;
+  const std::function<bool()> ready_;
   const Caller caller_;
   const ActionRecorder record_action_;
   ShardRouter* const router_;

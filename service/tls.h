@@ -22,6 +22,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -104,6 +105,10 @@ enum class TlsRefusal {
 };
 constexpr size_t kTlsRefusalCount = 10;
 const char* TlsRefusalName(TlsRefusal refusal);
+// Told of each refused client by the port that refused it, on its IO thread (it must not
+// block): the audit trail's record of refusals (service/refusal_records.h). `address`: IP:PORT.
+using TlsRefusalObserver =
+    std::function<void(TlsPort port, const std::string& address, TlsRefusal refusal, const std::string& detail)>;
 
 // Counts of refusals by reason, for one port. Thread-safe.
 class TlsRefusalCounters {

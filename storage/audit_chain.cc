@@ -258,7 +258,11 @@ class ChainWalker {
     return true;
   }
 
+  // The epoch record's bytes (kAuditEpochKey), checked against the newest entry by Finish.
+  void ExpectNewestEpoch(std::string record) { epoch_record_ = std::move(record); }
+
   ChainReport Finish() {
+    if (!pending_ && !report_.problem && epoch_record_) CheckNewestEpoch();
     if (pending_ && !report_.problem) {
       position_ = pending_->position;
       Fail(ChainProblemKind::kMissing, pending_->key, expected_seq_,
@@ -392,6 +396,34 @@ class ChainWalker {
     return true;
   }
 
+  // Each server start writes the epoch record in one batch with its start checkpoint, so the
+  // newest entry is of the epoch the record names. An older newest entry (or none) means whole
+  // runs were cut from the end; a newer one, that the record was rewritten.
+  void CheckNewestEpoch() {
+    if (epoch_record_->size() != 8) {
+      position_ += 1;
+      Fail(ChainProblemKind::kAltered, previous_, expected_seq_,
+           "the epoch record (the trail's first key) is " + std::to_string(epoch_record_->size()) +
+               " bytes, not 8: it was altered");
+      return;
+    }
+    const uint64_t recorded = GetU64BE(*epoch_record_);
+    const uint64_t newest = have_previous_entry_ ? previous_.epoch : 0;
+    if (recorded == newest) return;
+    const std::string newest_entry =
+        have_previous_entry_ ? "the newest entry is of epoch " + std::to_string(newest) : "the trail holds no entry";
+    position_ += 1;  // where the absent entries would follow
+    if (recorded > newest) {
+      Fail(ChainProblemKind::kMissing, previous_, expected_seq_,
+           "the epoch record says a server start of epoch " + std::to_string(recorded) + " wrote to the trail, and " +
+               newest_entry + ": entries were deleted from the end");
+    } else {
+      Fail(ChainProblemKind::kAltered, previous_, expected_seq_,
+           "the epoch record says epoch " + std::to_string(recorded) + ", and " + newest_entry +
+               ": the record was rewritten");
+    }
+  }
+
   static std::string UnknownKey(const std::string& key_id) {
     return "the checkpoint is signed with key " + key_id + ", which is not among the keys given";
   }
@@ -417,12 +449,15 @@ class ChainWalker {
   bool legacy_before_ = false;     // the entry before the walk (--from) has no chain fields
   bool seen_ed25519_ = false;      // an Ed25519-signed checkpoint was verified
   std::optional<Pending> pending_;
+  std::optional<std::string> epoch_record_;  // absent: a trail from before epochs, or none
 };
 
 }  // namespace
 
 Result<ChainReport> VerifyAuditChain(const Database& db, const ChainVerifyOptions& options) {
   ChainWalker walker(options);
+  TXSCORE_ASSIGN_OR_RETURN(std::optional<std::string> epoch_record, db.Get(ColumnFamily::kAudit, kAuditEpochKey));
+  if (epoch_record) walker.ExpectNewestEpoch(std::move(*epoch_record));
   std::string from;
   if (options.from_time_us > 0) {
     from = MakeAuditKey({options.from_time_us, 0, 0});

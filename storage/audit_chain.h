@@ -23,7 +23,10 @@
 // documented (docs/security.md): the entries after the newest checkpoint (at most
 // checkpoint_every; the newest run's shutdown checkpoint too, if removed), changed offline; and
 // a trail cut off behind its newest checkpoint (compare `txscore audit verify`'s head with the
-// one the service logged at shutdown).
+// one the service logged at shutdown). A trail cut back by whole server runs, or emptied, is
+// caught while the epoch record (below) still names the newest run: each start writes it in the
+// same batch as its start checkpoint, so the newest entry must be of that epoch. The record is
+// not signed: who also rewrites it to an older epoch is caught only by the logged head.
 //
 // Records written before the chain existed (no "seq") are "legacy": counted, not verified; the
 // first chained entry links the newest of them.
@@ -71,7 +74,8 @@ bool IsShutdownCheckpoint(std::string_view value);
 
 enum class ChainProblemKind {
   kAltered,       // an entry's bytes are not what its successor recorded
-  kMissing,       // entries are absent: "seq" jumps, and the skipped ones are nowhere later
+  kMissing,       // entries are absent: "seq" jumps, and the skipped ones are nowhere later; or the
+                  // newest server start the epoch record names left no entry (the tail was cut)
   kReordered,     // an entry is out of its place: the expected "seq" comes later
   kUnchained,     // an entry without chain fields after the chain began
   kBadSignature,  // a checkpoint's signature does not verify (or cannot: an HMAC one, public keys only)
@@ -129,6 +133,11 @@ struct ChainVerifyOptions {
 // Walks the trail in key order and reports the first problem. Errors only when the database
 // cannot be read.
 Result<ChainReport> VerifyAuditChain(const Database& db, const ChainVerifyOptions& options);
+
+// The key of the epoch record: 8 bytes, big-endian, the epoch of the newest server start that
+// wrote to the trail. It sorts before every record key (all of which start with a zero byte
+// until the year 4253).
+inline constexpr std::string_view kAuditEpochKey{"\0", 1};
 
 // A record key's parts (16 bytes: time_us, then epoch << 40 | counter, big-endian).
 struct AuditKeyParts {

@@ -72,6 +72,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"model_id", r.model_id},
       {"model_version", r.model_version},
       {"pipeline_version", r.pipeline_version},
+      {"pipeline_digest", r.pipeline_digest},
       {"score", r.score},
       {"decision", r.decision},
       {"reasons", ReasonsToJson<nlohmann::json>(r.reasons)},
@@ -85,8 +86,8 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
       {"caller", r.caller},
   };
   if (r.findings) doc["findings"] = FindingsToJson<nlohmann::json>(*r.findings);
-  return DumpRedacted(std::move(doc),
-                      {"request_id", "card_token", "model_id", "model_version", "pipeline_version", "traceparent"});
+  return DumpRedacted(std::move(doc), {"request_id", "card_token", "model_id", "model_version", "pipeline_version",
+                                       "pipeline_digest", "traceparent"});
 }
 
 Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
@@ -101,6 +102,7 @@ Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
     r.model_id = doc.at("model_id").get<std::string>();
     r.model_version = doc.at("model_version").get<std::string>();
     r.pipeline_version = doc.at("pipeline_version").get<std::string>();
+    r.pipeline_digest = doc.value("pipeline_digest", "");
     r.score = doc.at("score").get<double>();
     r.decision = doc.at("decision").get<std::string>();
     for (const auto& reason : doc.at("reasons")) {
@@ -167,8 +169,7 @@ namespace {
 constexpr size_t kRecordKeyBytes = 16;
 constexpr uint64_t kMaxEpoch = (uint64_t{1} << 24) - 1;
 constexpr uint64_t kMaxCounter = uint64_t{1} << 40;
-// Sorts before every record key (all of which start with a zero byte until the year 4253).
-const std::string kEpochKey(1, '\0');
+const std::string kEpochKey(kAuditEpochKey);
 
 int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())

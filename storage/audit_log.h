@@ -55,6 +55,9 @@ struct AuditRecord {
   std::string model_id;
   std::string model_version;
   std::string pipeline_version;
+  // The bundle digest of the pipeline that decided (pipelines/bundle_digest.h), "sha256:...";
+  // empty in records written before it was recorded.
+  std::string pipeline_digest;
   double score = 0;
   std::string decision;  // APPROVE, REVIEW or DECLINE
   std::vector<AuditReason> reasons;

@@ -1,9 +1,19 @@
 #include "storage/database.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/statistics.h>
 #include <rocksdb/write_batch.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/logging.h"
+#include "common/utc_time.h"
 
 namespace txscore::storage {
 namespace {
@@ -19,6 +29,77 @@ Error FromRocks(const rocksdb::Status& s, const std::string& what) {
     return FailedPrecondition(message + " (is another txscore using this database? read-only tools may run beside it)");
   }
   return Internal(message);
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A file the database writes, failing as on a full disk while the test's switch is on.
+class FaultyWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FaultyWritableFile(std::unique_ptr<rocksdb::FSWritableFile> file, std::shared_ptr<WriteFaults> faults)
+      : FSWritableFileOwnerWrapper(std::move(file)), faults_(std::move(faults)) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+    if (faults_->no_space) return NoSpace();
+    return FSWritableFileOwnerWrapper::Append(data, options, dbg);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                           const rocksdb::DataVerificationInfo& info, rocksdb::IODebugContext* dbg) override {
+    if (faults_->no_space) return NoSpace();
+    return FSWritableFileOwnerWrapper::Append(data, options, info, dbg);
+  }
+  rocksdb::IOStatus Flush(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+    if (faults_->no_space) return NoSpace();
+    return FSWritableFileOwnerWrapper::Flush(options, dbg);
+  }
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+    if (faults_->no_space) return NoSpace();
+    return FSWritableFileOwnerWrapper::Sync(options, dbg);
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options, rocksdb::IODebugContext* dbg) override {
+    if (faults_->no_space) return NoSpace();
+    return FSWritableFileOwnerWrapper::Fsync(options, dbg);
+  }
+
+ private:
+  static rocksdb::IOStatus NoSpace() { return rocksdb::IOStatus::NoSpace("injected", "No space left on device"); }
+  std::shared_ptr<WriteFaults> faults_;
+};
+
+class FaultyFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FaultyFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base, std::shared_ptr<WriteFaults> faults)
+      : FileSystemWrapper(base), faults_(std::move(faults)) {}
+  const char* Name() const override { return "TxscoreFaultyFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    if (faults_->no_space) return rocksdb::IOStatus::NoSpace("injected", "No space left on device");
+    rocksdb::IOStatus s = FileSystemWrapper::NewWritableFile(f, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<FaultyWritableFile>(std::move(*result), faults_);
+    return s;
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& options,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                       rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = FileSystemWrapper::ReopenWritableFile(f, options, result, dbg);
+    if (s.ok()) *result = std::make_unique<FaultyWritableFile>(std::move(*result), faults_);
+    return s;
+  }
+
+ private:
+  std::shared_ptr<WriteFaults> faults_;
+};
+
+// What a failed write tells the caller: why, never where (the path is the operator's, in the log).
+std::string WriteStopReason(const rocksdb::Status& s) {
+  if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
+    return "no space left on the database's disk";
+  }
+  return "an I/O error on the database's disk";
 }
 
 }  // namespace
@@ -42,6 +123,7 @@ Result<Durability> ParseDurability(std::string_view name) {
 }
 
 struct Database::Impl {
+  std::unique_ptr<rocksdb::Env> env;  // with write_faults: the faulty file system's (outlives db)
   std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;  // indexed by ColumnFamily, then default last
   rocksdb::WriteOptions write_options;
@@ -50,7 +132,65 @@ struct Database::Impl {
 
   std::shared_ptr<rocksdb::Statistics> statistics;
 
+  // Writes stopped by a failed write, and the thread that tries to resume them.
+  mutable std::mutex health_mutex;
+  std::condition_variable health_changed;
+  std::atomic<bool> writes_stopped{false};
+  std::string stop_reason;
+  int64_t stopped_since_ms = 0;
+  uint64_t stops = 0;
+  uint64_t recoveries = 0;
+  bool closing = false;
+  std::chrono::milliseconds resume_every{1000};
+  std::thread resumer;
+
+  // After a write failed with `s`: stops writes (once) and starts trying to resume them.
+  void WritesFailed(const rocksdb::Status& s, const std::string& path) {
+    static RateLimitedWarning failed_writes("storage", std::chrono::seconds(10));
+    failed_writes.Warn("a write to database {} failed: {}", path, s.ToString());
+    std::lock_guard<std::mutex> lock(health_mutex);
+    if (writes_stopped || closing) return;
+    writes_stopped = true;
+    stop_reason = WriteStopReason(s);
+    stopped_since_ms = NowMs();
+    ++stops;
+    Log("storage").error("database {} takes no writes: {} ({}); retrying every {} ms", path, stop_reason, s.ToString(),
+                         resume_every.count());
+    if (resumer.joinable()) resumer.join();  // the previous episode's, finished
+    resumer = std::thread([this, path] { ResumeLoop(path); });
+  }
+
+  // Every resume_every: RocksDB's Resume (which flushes what it holds), then a probe write
+  // with the writes' own options; writes are taken again once both succeed.
+  void ResumeLoop(const std::string& path) {
+    std::unique_lock<std::mutex> lock(health_mutex);
+    while (!closing) {
+      health_changed.wait_for(lock, resume_every, [this] { return closing; });
+      if (closing) return;
+      lock.unlock();
+      rocksdb::Status s = db->Resume();
+      if (s.ok()) {
+        rocksdb::WriteBatch probe;
+        s = probe.Put(handle(ColumnFamily::kJobs), "write-probe", "");
+        if (s.ok()) s = db->Write(write_options, &probe);
+      }
+      lock.lock();
+      if (s.ok()) {
+        writes_stopped = false;
+        ++recoveries;
+        Log("storage").warn("database {} takes writes again (stopped {} ms)", path, NowMs() - stopped_since_ms);
+        return;
+      }
+    }
+  }
+
   rocksdb::Status Close() {
+    {
+      std::lock_guard<std::mutex> lock(health_mutex);
+      closing = true;
+      health_changed.notify_all();
+    }
+    if (resumer.joinable()) resumer.join();
     if (!db) return rocksdb::Status::OK();
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
     handles.clear();
@@ -77,6 +217,12 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const 
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
 
   auto impl = std::make_unique<Impl>();
+  impl->resume_every = std::chrono::milliseconds(options.resume_every_ms);
+  if (options.write_faults) {
+    impl->env = rocksdb::NewCompositeEnv(
+        std::make_shared<FaultyFileSystem>(rocksdb::FileSystem::Default(), options.write_faults));
+    db_options.env = impl->env.get();
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = options.read_only
                           ? rocksdb::DB::OpenForReadOnly(db_options, path, descriptors, &impl->handles, &raw)
@@ -96,16 +242,29 @@ Status Database::Close() {
 
 Status Database::CheckHealth() const {
   if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
-  uint64_t background_errors = 0;
-  if (impl_->db->GetIntProperty("rocksdb.background-errors", &background_errors) && background_errors > 0) {
-    return Internal("RocksDB reported " + std::to_string(background_errors) + " background error(s) on " + path_ +
-                    "; writes may be refused until it is reopened");
+  const WriteHealth health = write_health();
+  if (health.stopped) {
+    return Error{ErrorCode::kUnavailable,
+                 "takes no writes since " + FormatUtcTime(health.stopped_since_ms * 1000) + ": " + health.reason +
+                     "; retrying every " + std::to_string(impl_->resume_every.count()) + " ms",
+                 {}};
   }
   std::string ignored;
   rocksdb::Status s =
       impl_->db->Get(rocksdb::ReadOptions(), impl_->handle(ColumnFamily::kJobs), "readyz-probe", &ignored);
   if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "probe read of " + path_);
   return Status::Ok();
+}
+
+Database::WriteHealth Database::write_health() const {
+  std::lock_guard<std::mutex> lock(impl_->health_mutex);
+  WriteHealth health;
+  health.stopped = impl_->writes_stopped;
+  health.reason = impl_->writes_stopped ? impl_->stop_reason : "";
+  health.stopped_since_ms = impl_->writes_stopped ? impl_->stopped_since_ms : 0;
+  health.stops = impl_->stops;
+  health.recoveries = impl_->recoveries;
+  return health;
 }
 
 uint64_t Database::WalSyncs() const {
@@ -144,6 +303,13 @@ Result<std::optional<std::string>> Database::Get(ColumnFamily cf, std::string_vi
 
 Status Database::Write(const WriteBatch& batch) {
   if (!impl_->db) return FailedPrecondition("database " + path_ + " is closed");
+  if (impl_->writes_stopped) {
+    // Fails fast while stopped; the resumer brings writes back.
+    std::lock_guard<std::mutex> lock(impl_->health_mutex);
+    if (impl_->writes_stopped) {
+      return Error{ErrorCode::kUnavailable, "the database takes no writes now: " + impl_->stop_reason, {}};
+    }
+  }
   rocksdb::WriteBatch rocks_batch;
   for (const WriteBatch::Op& op : batch.ops_) {
     rocksdb::Status s = op.erase ? rocks_batch.Delete(impl_->handle(op.cf), op.key)
@@ -151,6 +317,10 @@ Status Database::Write(const WriteBatch& batch) {
     if (!s.ok()) return FromRocks(s, "prepare write batch");
   }
   rocksdb::Status s = impl_->db->Write(impl_->write_options, &rocks_batch);
+  if (s.IsIOError()) {
+    impl_->WritesFailed(s, path_);
+    return Error{ErrorCode::kUnavailable, "the database takes no writes now: " + WriteStopReason(s), {}};
+  }
   if (!s.ok()) return FromRocks(s, "write batch");
   return Status::Ok();
 }

@@ -10,8 +10,15 @@
 //   kWal:  the write is in the write-ahead log (in the OS page cache) when Write returns.
 //          Survives a process crash (kill -9); a power loss or kernel crash can lose the
 //          writes of the last moments (until the OS flushes, typically up to ~30 s).
+//
+// A write that fails for its file system (a full disk, an I/O error) stops RocksDB taking
+// writes. Then every write fails fast with kUnavailable and a reason that names no path, and a
+// thread tries every second to resume (RocksDB's Resume, then a probe write): when space
+// returns, writes do too (write_health(), CheckHealth()).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -34,6 +41,12 @@ const char* ColumnFamilyName(ColumnFamily cf);
 enum class Durability { kSync, kWal };
 Result<Durability> ParseDurability(std::string_view name);  // "sync" or "wal"
 
+// For tests: while `no_space` is set, every write to the database's files fails as on a full
+// disk (ENOSPC), through a file system wrapped around the real one.
+struct WriteFaults {
+  std::atomic<bool> no_space{false};
+};
+
 struct DatabaseOptions {
   Durability durability = Durability::kSync;  // Default: sync, the WAL fsynced before each write returns
   bool read_only = false;                     // Default: false. Read-only opens may run beside a server.
@@ -41,6 +54,10 @@ struct DatabaseOptions {
   // server sets aside 256 file descriptors beside its connections (service/rpc_server.cc), and
   // a growing database must not take the connections' share.
   int max_open_files = 128;
+  // Default: none. Tests: faults injected into the database's file writes.
+  std::shared_ptr<WriteFaults> write_faults;
+  // Default: 1000. How often, while writes are stopped, recovery is tried.
+  int resume_every_ms = 1000;
 };
 
 // A set of writes applied atomically by Database::Write.
@@ -96,9 +113,18 @@ class Database {
   // Closes RocksDB (flushing nothing: every write is already in the WAL) and reports how
   // that went. Idempotent; reads and writes fail with kFailedPrecondition afterwards.
   Status Close();
-  // OK while the database is open and RocksDB reports no background error (after one, it
-  // refuses writes until resumed). kFailedPrecondition once closed.
+  // OK while the database is open and takes writes. kUnavailable while writes are stopped
+  // (with the reason and since when); kFailedPrecondition once closed.
   Status CheckHealth() const;
+  // Whether writes are taken, and how often they stopped and came back since Open.
+  struct WriteHealth {
+    bool stopped = false;
+    std::string reason;  // while stopped: e.g. "no space left on the database's disk"; no path
+    int64_t stopped_since_ms = 0;
+    uint64_t stops = 0;       // times writes stopped
+    uint64_t recoveries = 0;  // times they came back
+  };
+  WriteHealth write_health() const;
   // Write-ahead-log syncs (fsync/fdatasync) since Open: one per write under kSync, none under
   // kWal (RocksDB's own statistics).
   uint64_t WalSyncs() const;

@@ -204,6 +204,14 @@ class LlmFindingsStageKind : public StageKind {
   }
   const StageKindSpec& spec() const override { return spec_; }
 
+  // The checkpoint (weights, config, tokenizer, chat template), when the stage has one of its
+  // own; a remote model's files are the remote server's.
+  std::vector<StageFile> Files(const StageSettings& settings) const override {
+    const auto& f = static_cast<const LlmFindingsStageSettings&>(settings);
+    if (f.model_dir.empty()) return {};
+    return {{"model", f.model_dir}};
+  }
+
   Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader& r, const YAML::Node& stage,
                                                      const StageDeclaration&) const override {
     auto f = std::make_shared<LlmFindingsStageSettings>();

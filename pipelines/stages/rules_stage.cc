@@ -419,6 +419,15 @@ class RulesStageKind : public StageKind {
   }
   const StageKindSpec& spec() const override { return spec_; }
 
+  // The rules themselves are in the pipeline file; the lists are files of their own.
+  std::vector<StageFile> Files(const StageSettings& settings) const override {
+    std::vector<StageFile> files;
+    for (const auto& [name, path] : static_cast<const RulesStageSettings&>(settings).lists) {
+      files.push_back({"list " + name, path});
+    }
+    return files;
+  }
+
   Result<std::shared_ptr<const StageSettings>> Parse(const YamlReader& r, const YAML::Node& stage,
                                                      const StageDeclaration& d) const override {
     auto s = std::make_shared<RulesStageSettings>();

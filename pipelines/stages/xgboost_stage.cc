@@ -95,6 +95,12 @@ class XGBoostStageKind : public StageKind {
         static_cast<int>(model->schema().size())));
   }
 
+  std::vector<StageFile> Files(const StageSettings& settings) const override {
+    const auto& m = static_cast<const XGBoostStageSettings&>(settings);
+    return {{"model", m.model_path},
+            {"schema", m.schema_path.empty() ? fraud::SchemaPathForModel(m.model_path) : m.schema_path}};
+  }
+
   Result<std::unique_ptr<PreparedStage>> Prepare(const StageSettings& settings,
                                                  const PrepareContext& context) const override {
     const auto& m = static_cast<const XGBoostStageSettings&>(settings);

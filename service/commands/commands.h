@@ -25,5 +25,6 @@ void AddBatchCommand(CLI::App& app, int* exit_code);
 void AddJobCommand(CLI::App& app, int* exit_code);
 void AddKeysCommand(CLI::App& app, int* exit_code);
 void AddShardCommand(CLI::App& app, int* exit_code);
+void AddPipelineCommand(CLI::App& app, int* exit_code);
 
 }  // namespace txscore::service

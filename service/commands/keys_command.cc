@@ -2,7 +2,6 @@
 // and claimant ids and signs the audit trail (fraud/keyset.h). A running server picks a changed
 // keyset up at its next reload (SIGHUP or POST /admin/reload); secrets are never printed.
 // `keys public` writes the audit trail's public keys, all an auditor needs to verify it.
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -53,6 +52,8 @@ void PrintKeys(const fraud::Keyset& keyset) {
     std::string line = key.id + " " + fraud::KeyStateName(key.state);
     if (key.created_ms != 0) line += " created " + FormatUtcTime(key.created_ms * 1000);
     if (key.retired_ms != 0) line += " retired " + FormatUtcTime(key.retired_ms * 1000);
+    // Whether the key gives each purpose its own key (keys made since) or is its own card key.
+    line += key.per_purpose ? " keys: hkdf-sha256 per purpose" : " keys: the secret itself (from before)";
     std::printf("%s\n", line.c_str());
   }
 }
@@ -83,15 +84,13 @@ Status Run(const KeysOptions& options) {
   const auto& [path, source] = target;
   TXSCORE_ASSIGN_OR_RETURN(fraud::Keyset keyset, fraud::LoadKeyset(path, source));
   if (options.action == "public") {
-    if (std::filesystem::exists(options.out)) {
+    std::error_code ignored;
+    if (std::filesystem::symlink_status(options.out, ignored).type() != std::filesystem::file_type::not_found) {
       return FailedPrecondition(options.out + " exists: remove it first, or name another file");
     }
     TXSCORE_ASSIGN_OR_RETURN(std::string text, fraud::SerializeAuditPublicKeys(keyset));
     // Anyone may read a public key; only its owner may change it (LoadAuditPublicKeys checks).
-    // The mode is set after the write because txscore's umask (077, service/main.cc) would take
-    // the readers away.
     TXSCORE_RETURN_IF_ERROR(WriteNewFileDurably(options.out, text, 0644));
-    if (::chmod(options.out.c_str(), 0644) != 0) return Internal("cannot make " + options.out + " readable (0644)");
     std::printf(
         "wrote %s: the audit trail's public keys (no secret); verify with: txscore audit verify "
         "--public-keys %s\n",

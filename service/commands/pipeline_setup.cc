@@ -27,6 +27,8 @@ Result<LoadedPipeline> LoadPipelineAndDevices(const std::string& settings_path) 
     e.message = "invalid pipeline file: " + e.message;
     return e;
   }
+  config->pinned_digest = settings->pipeline_digest;
+  config->pinned_in = settings->source_path;
   accelerator::DiscoveryOptions discovery;
   discovery.backend = settings->devices.backend;
   discovery.calibration_cache = settings->devices.calibration_cache;

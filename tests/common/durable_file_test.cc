@@ -57,5 +57,24 @@ TEST(WriteFileDurably, ReplacesTheContentWithTheModeAsked) {
   EXPECT_FALSE(SyncDirectory(dir.file("f")).ok());  // not a directory
 }
 
+// A public file (the audit trail's public keys) must be readable by others although txscore runs
+// with umask 077: the new file gets the mode asked for, and a secret's 0600 stays 0600 under 0.
+TEST(WriteNewFileDurably, GivesTheNewFileExactlyTheModeAskedWhateverTheUmask) {
+  testing::TempDir dir;
+  const mode_t before = ::umask(077);
+  const Status public_written = WriteNewFileDurably(dir.file("public"), "no secret", 0644);
+  ::umask(0);
+  const Status secret_written = WriteNewFileDurably(dir.file("secret"), "secret", 0600);
+  ::umask(before);
+  ASSERT_TRUE(public_written.ok());
+  ASSERT_TRUE(secret_written.ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("public").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  ASSERT_EQ(::stat(dir.file("secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(testing::ReadFile(dir.file("public")), "no secret");
+}
+
 }  // namespace
 }  // namespace txscore

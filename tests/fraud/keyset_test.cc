@@ -436,6 +436,47 @@ TEST(Keyset, ThePublicKeyFileHoldsNoSecretAndRoundTrips) {
   EXPECT_TRUE(testing::IsError(ParseAuditPublicKeys(SerializeKeyset(keyset), "p.json"), ErrorCode::kInvalidArgument,
                                "p.json: not txscore audit public keys of version 1 (format "
                                "\"txscore-audit-public-keys\", version 1; txscore keys public writes them)"));
+  // One id twice would let a second public key vouch for the checkpoints the first one signs.
+  std::string twice = text;
+  const std::string second_id = "\"id\": \"k2\"";
+  const size_t k2 = twice.find(second_id);
+  ASSERT_NE(k2, std::string::npos) << twice;
+  twice.replace(k2, second_id.size(), "\"id\": \"k1\"");
+  EXPECT_TRUE(testing::IsError(ParseAuditPublicKeys(twice, "p.json"), ErrorCode::kInvalidArgument,
+                               "p.json: key id \"k1\" is malformed or appears twice"));
+}
+
+// Whoever could change the public-key file could put their own key in it and sign a forged
+// trail: like a keyset, it is refused when another user owns it, when others may write to its
+// directory (unless sticky), and when its name is a symbolic link (whose target was not checked).
+TEST(Keyset, APublicKeyFileSomeoneElseCouldChangeIsRefused) {
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir.file("keys"));
+  const std::string path = dir.file("keys/public.json");
+  testing::WriteFile(path, SerializeAuditPublicKeys(Keyset::Generate(1)).value());
+  ::chmod(path.c_str(), 0644);
+  ASSERT_TRUE(LoadAuditPublicKeys(path).ok());
+  for (const mode_t mode : {0775, 0757}) {
+    ::chmod(dir.file("keys").c_str(), mode);
+    EXPECT_TRUE(testing::IsError(LoadAuditPublicKeys(path), ErrorCode::kFailedPrecondition,
+                                 "public key file " + path +
+                                     " lies in a directory group or others may write to, so they could replace it; "
+                                     "run: chmod go-w " +
+                                     dir.file("keys")))
+        << std::oct << mode;
+  }
+  ::chmod(dir.file("keys").c_str(), 01777);  // sticky: others may add files, not replace this one
+  EXPECT_TRUE(LoadAuditPublicKeys(path).ok());
+  ::chmod(dir.file("keys").c_str(), 0755);
+  std::filesystem::create_symlink(path, dir.file("keys/link.json"));
+  EXPECT_TRUE(
+      testing::IsError(LoadAuditPublicKeys(dir.file("keys/link.json")), ErrorCode::kInvalidArgument,
+                       "public key file " + dir.file("keys/link.json") + " is a symbolic link; name the file itself"));
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can give the file to another user";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+  EXPECT_TRUE(
+      testing::IsError(LoadAuditPublicKeys(path), ErrorCode::kFailedPrecondition,
+                       "public key file " + path + " belongs to user 65534, not to this process's user 0 (or root)"));
 }
 
 }  // namespace

@@ -52,8 +52,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   version->pipeline = std::move(pipeline).value();
   version->metrics = std::make_shared<txscore::service::ScoringMetrics>(&service->registry, *version->pipeline);
   service->active.Set(version);
-  service->processor = std::make_shared<txscore::rpc::TxScoreProcessor>(
-      std::make_shared<txscore::service::TxScoreHandler>(&service->active, &service->ready));
+  service->processor =
+      std::make_shared<txscore::rpc::TxScoreProcessor>(std::make_shared<txscore::service::TxScoreHandler>(
+          &service->active, [service] { return service->ready.load(); }));
   g_service = service;
   return 0;
 }

@@ -267,6 +267,82 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         assert not os.path.exists(os.path.join(work, "never.jsonl"))
 
 
+def check_pipeline_digest_prints_each_file_and_the_pin_refuses_other_files(txscore):
+    """`txscore pipeline digest`: each file's SHA-256 and the bundle digest, which is SHA-256 of
+    the documented manifest (computed here with hashlib); a settings file that pins it runs the
+    pipeline (`batch run`), and one whose files changed is refused by both, exit 1."""
+    import hashlib
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        r = run(txscore, "train", "--kind", "claims", "--claims", "400", "--rounds", "5", "--threads", "1",
+                "--out", os.path.join(work, "models"))
+        assert r.returncode == 0, r.stderr
+        with open(os.path.join(work, "card.key"), "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(os.path.join(work, "card.key"), 0o600)
+        pipeline = os.path.join(work, "claims.yaml")
+        with open(pipeline, "w") as f:
+            f.write("stages:\n"
+                    "  - {name: features, kind: claim_features}\n"
+                    "  - {name: claims_model, kind: xgboost, after: features, model: models/claims.ubj}\n"
+                    "  - {name: decision, kind: decision, after: claims_model}\n")
+        config = os.path.join(work, "batch.yaml")
+        settings = "pipeline: claims.yaml\nstorage: {path: db}\nsecurity: {card_key_file: card.key}\n"
+        with open(config, "w") as f:
+            f.write(settings)
+
+        def line(name, path):
+            with open(path, "rb") as f:
+                data = f.read()
+            return f"{name} {hashlib.sha256(data).hexdigest()} {len(data)}\n"
+        model = os.path.join(work, "models", "claims.ubj")
+        schema = os.path.join(work, "models", "claims.features.json")
+        manifest = ("txscore pipeline bundle v1\n" + line("pipeline", pipeline) + line("claims_model model", model) +
+                    line("claims_model schema", schema))
+        digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
+        r = run(txscore, "pipeline", "digest", "--config", config)
+        assert r.returncode == 0, r
+        lines = r.stdout.splitlines()
+        def listed(name, path):  # as the command prints a file: SHA-256, name, bytes, path
+            sha, size = line(name, path).split()[-2:]
+            return f"{sha} {name} {size} {path}"
+        assert lines[:3] == [listed("pipeline", pipeline), listed("claims_model model", model),
+                             listed("claims_model schema", schema)], lines
+        assert lines[3] == digest, (lines, digest)
+        assert lines[4] == f'not pinned: to pin it, add to {config}: pipeline_digest: "{digest}"', lines
+        r = run(txscore, "pipeline", "digest", "--pipeline", pipeline)
+        assert r.returncode == 0 and r.stdout.splitlines()[3] == digest and len(r.stdout.splitlines()) == 4, r
+        r = run(txscore, "pipeline", "digest", "--pipeline", pipeline, "--config", config)
+        assert r.returncode == 2 and "excludes" in r.stderr, r
+
+        with open(config, "w") as f:
+            f.write(settings + f'pipeline_digest: "{digest}"\n')
+        r = run(txscore, "pipeline", "digest", "--config", config)
+        assert r.returncode == 0 and r.stdout.splitlines()[-1] == f"matches pipeline_digest in {config}", r
+        assert run(txscore, "data", "generate", "--kind", "claims", "--claims", "5", "--format", "jsonl",
+                   "--out", os.path.join(work, "claims.jsonl")).returncode == 0
+        batch = [txscore, "batch", "run", "--config", config, "--input", os.path.join(work, "claims.jsonl"), "--quiet"]
+        r = subprocess.run(batch + ["--output", os.path.join(work, "a.jsonl")], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r
+
+        with open(os.path.join(work, "models", "claims.features.json"), "a") as f:
+            f.write(" ")  # the same schema to a JSON reader; other bytes
+        changed = ("txscore pipeline bundle v1\n" + line("pipeline", pipeline) + line("claims_model model", model) +
+                   line("claims_model schema", schema))
+        other = "sha256:" + hashlib.sha256(changed.encode()).hexdigest()
+        refusal = (f"the pipeline's files have digest {other}, not the {digest} that pipeline_digest in {config} "
+                   f"pins: a file of the pipeline changed; see each file's digest with: txscore pipeline digest "
+                   f"--config {config}")
+        r = run(txscore, "pipeline", "digest", "--config", config)
+        assert r.returncode == 1 and r.stderr == refusal + "\n", r
+        r = subprocess.run(batch + ["--output", os.path.join(work, "b.jsonl")], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode != 0 and refusal in r.stderr, r
+        assert not os.path.exists(os.path.join(work, "b.jsonl")), "a refused run wrote its output"
+
+
 def check_make_checkpoint_shows_its_progress(txscore):
     import os
     import tempfile
@@ -312,6 +388,7 @@ def check_audit_verify_says_what_it_could_not_check(txscore):
     """Exit 2, with the reason, when the trail cannot be checked: a bad --from, a keyset that
     cannot be read, a public-key file given with a keyset or writable by others, no database."""
     import os
+    import stat
     import tempfile
     with tempfile.TemporaryDirectory() as work:
         keyset = os.path.join(work, "keyset.json")
@@ -344,9 +421,20 @@ def check_audit_verify_says_what_it_could_not_check(txscore):
         # --public-keys alone: with a keyset or a KEK beside it, or a file others may write, refused.
         public = os.path.join(work, "public.json")
         assert run(txscore, "keys", "public", "--keyset", keyset, "--out", public).returncode == 0
-        r = run(txscore, "audit", "verify", "--public-keys", public, "--keyset", keyset, "--db", work)
-        assert r.returncode == 2, r
-        assert r.stderr == "--public-keys verifies without the keyset: give it alone, not with --keyset or a KEK\n", r
+        for beside in (["--keyset", keyset], ["--kek-file", kek], ["--kek-env", "TXSCORE_TEST_AUDIT_KEK"]):
+            r = run(txscore, "audit", "verify", "--public-keys", public, *beside, "--db", work)
+            assert r.returncode == 2, (beside, r)
+            assert r.stderr == "--public-keys verifies without the keyset: give it alone, not with --keyset or a KEK\n", r
+        # keys public never writes through what lies at --out: a file, or a link even to nowhere.
+        os.symlink(os.path.join(work, "nowhere.json"), os.path.join(work, "dangling.json"))
+        for taken in (public, os.path.join(work, "dangling.json")):
+            r = run(txscore, "keys", "public", "--keyset", keyset, "--out", taken)
+            assert r.returncode == 1 and f"{taken} exists: remove it first, or name another file" in r.stderr, r
+        assert not os.path.exists(os.path.join(work, "nowhere.json"))
+        assert stat.S_IMODE(os.stat(public).st_mode) == 0o644  # anyone may read it, only its owner write
+        os.symlink(public, os.path.join(work, "link.json"))
+        r = run(txscore, "audit", "verify", "--public-keys", os.path.join(work, "link.json"), "--db", work)
+        assert r.returncode == 2 and "is a symbolic link; name the file itself" in r.stderr, r
         os.chmod(public, 0o666)
         r = run(txscore, "audit", "verify", "--public-keys", public, "--db", work)
         assert r.returncode == 2 and "may be written by group or others" in r.stderr, r
@@ -410,8 +498,10 @@ def check_keys_create_rotate_retire_and_list_a_wrapped_keyset(txscore):
         r = keys("retire", "--keyset", keyset, "--kek-env", "TXSCORE_TEST_KEK", "--id", "k2")
         assert r.returncode == 1 and "k2 is the primary key" in r.stderr, r
         r = keys("list", "--keyset", keyset, "--kek-env", "TXSCORE_TEST_KEK")
-        assert r.returncode == 0 and r.stdout.split("\n")[0].startswith("k1 retired"), r
-        assert "secret" not in r.stdout, r.stdout
+        lines = r.stdout.split("\n")
+        assert r.returncode == 0 and lines[0].startswith("k1 retired"), r
+        assert lines[0].endswith(" keys: hkdf-sha256 per purpose") and lines[1].endswith(" keys: hkdf-sha256 per purpose"), r
+        assert "secret\"" not in r.stdout and "secret_hex" not in r.stdout, r.stdout
         r = keys("list", "--keyset", keyset)  # without its KEK
         assert r.returncode == 1 and "is wrapped" in r.stderr, r
         raw = os.path.join(work, "card.key")
@@ -420,6 +510,10 @@ def check_keys_create_rotate_retire_and_list_a_wrapped_keyset(txscore):
         os.chmod(raw, 0o600)
         r = keys("import", "--card-key", raw, "--out", os.path.join(work, "imported.json"))
         assert r.returncode == 0 and "legacy primary" in r.stdout, r
+        assert r.stdout.rstrip("\n").endswith("legacy primary keys: the secret itself (from before)"), r.stdout
+        # The keyset file holds the secret; the listing never does.
+        with open(raw, "rb") as f:
+            assert f.read().hex() not in r.stdout
 
 
 def check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_none(txscore):
@@ -527,6 +621,7 @@ CHECKS = [
     check_generate_reports_a_dump_logits_file_it_could_not_write,
     check_llm_help_describes_what_is_there,
     check_keys_create_rotate_retire_and_list_a_wrapped_keyset,
+    check_pipeline_digest_prints_each_file_and_the_pin_refuses_other_files,
     check_conformance_reports_what_int8_weights_cost_per_family,
     check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absent_device,
     check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_none,

@@ -22,6 +22,7 @@
 
 #include "fraud/xgboost_model.h"
 #include "gen-cpp/TxScore.h"
+#include "pipelines/bundle_digest.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
 #include "tests/pipelines/exploding_kind.h"
@@ -404,6 +405,55 @@ TEST_F(HotReloadTest, AReloadPicksUpAChangedRulesList) {
   EXPECT_EQ(result.decision, rpc::Decision::DECLINE);
   ASSERT_EQ(result.rule_hits.size(), 1u);
   EXPECT_EQ(result.rule_hits[0].rule, "R20");
+}
+
+// With pipeline_digest in the settings, a model swapped on disk is refused (the old one keeps
+// serving) until the pin names the new files; a server does not even start on files that do
+// not match. The pin itself changes with a reload, like the pipeline file.
+TEST_F(HotReloadTest, APinnedDigestRefusesChangedFilesUntilThePinNamesThem) {
+  const auto digest_now = [&] {
+    return pipelines::DigestPipelineBundle(pipelines::LoadPipelineConfig(dir_.file("pipeline.yaml")).value())
+        .value()
+        .digest;
+  };
+  const auto pin = [&](const std::string& digest) {
+    WriteSettings("pipeline.yaml");
+    testing::WriteFile(dir_.file("settings.yaml"),
+                       testing::ReadFile(dir_.file("settings.yaml")) + "pipeline_digest: \"" + digest + "\"\n");
+  };
+  const std::string first = digest_now();
+  pin(first);
+  const ScoringServer::ReloadOutcome pinned = server_->Reload("test");
+  ASSERT_TRUE(pinned.applied) << pinned.detail;
+  EXPECT_EQ(server_->pipeline()->bundle().digest, first);
+  EXPECT_EQ(pinned.detail.substr(pinned.detail.size() - first.size() - 8), ", files " + first);
+
+  InstallModel(testing::ChallengerModelDir());
+  const std::string second = digest_now();
+  ASSERT_NE(second, first);
+  const ScoringServer::ReloadOutcome refused = server_->Reload("test");
+  EXPECT_FALSE(refused.applied);
+  EXPECT_EQ(refused.detail, "failed precondition: the pipeline's files have digest " + second + ", not the " + first +
+                                " that pipeline_digest in " + dir_.file("settings.yaml") +
+                                " pins: a file of the pipeline changed; see each file's digest with: txscore pipeline "
+                                "digest --config " +
+                                dir_.file("settings.yaml"));
+  EXPECT_EQ(server_->pipeline()->model_version(), ModelVersionOf(testing::SmallModelDir()));
+
+  server_->Stop();
+  server_.reset();
+  auto settings = LoadServiceSettings(dir_.file("settings.yaml"));
+  ASSERT_TRUE(settings.ok());
+  auto config = pipelines::LoadPipelineConfig(settings->pipeline);
+  ASSERT_TRUE(config.ok());
+  auto not_started = ScoringServer::Create(*settings, *config);
+  ASSERT_FALSE(not_started.ok());
+  EXPECT_EQ(not_started.error().code, ErrorCode::kFailedPrecondition) << not_started.error().ToString();
+
+  pin(second);
+  StartServer();
+  EXPECT_EQ(server_->pipeline()->model_version(), ModelVersionOf(testing::ChallengerModelDir()));
+  EXPECT_EQ(server_->pipeline()->bundle().digest, second);
 }
 
 TEST_F(HotReloadTest, TheLastTwentyReloadsAreKept) {

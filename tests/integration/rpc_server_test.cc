@@ -870,6 +870,70 @@ TEST(ScoringServerReadiness, IsStartingWhileLoadingAndDrainingWhileStopping) {
   EXPECT_EQ(seen[2].body, "{\"phase\":\"draining\",\"ready\":false}\n");
 }
 
+// A full disk: scoring fails with a reason that names no path, Thrift health(), /readyz and
+// /v2/health/ready say not ready (with why), /metrics counts it; when space returns the server
+// resumes writing on its own, without a request or a restart, and every decision acknowledged
+// is in the trail.
+TEST(ScoringServerDiskFull, NotReadyWhileTheDiskIsFullAndServingAgainWhenSpaceReturns) {
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir);
+  ScoringServer::Hooks hooks;
+  hooks.write_faults = std::make_shared<storage::WriteFaults>();
+  hooks.resume_every_ms = 10;
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir), {}, hooks);
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  (*server)->Start();
+  Client c((*server)->rpc_port());
+  rpc::ScoreResult result;
+  c.client->score(result, ToThriftTransaction(testing::ValidTransaction("before")));
+  const auto metric = [&](const std::string& name) {
+    return MetricValue(HttpRequest((*server)->admin_port(), "/metrics").body, name);
+  };
+  EXPECT_EQ(metric("txscore_database_writes_stopped"), 0);
+
+  hooks.write_faults->no_space = true;
+  for (int i = 0; i < 3; ++i) {
+    fraud::RawTransaction tx = testing::ValidTransaction("during-" + std::to_string(i));
+    tx.timestamp_ms += 1000 * (i + 1);
+    try {
+      c.client->score(result, ToThriftTransaction(tx));
+      ADD_FAILURE() << "scored with the disk full";
+    } catch (const rpc::ServiceError& e) {
+      EXPECT_NE(e.reason.find("no space left on the database's disk"), std::string::npos) << e.reason;
+      EXPECT_EQ(e.reason.find(dir.path()), std::string::npos) << e.reason;
+    }
+  }
+  rpc::HealthStatus health;
+  c.client->health(health);
+  EXPECT_FALSE(health.ready);
+  const HttpAnswer ready = HttpRequest((*server)->admin_port(), "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  const std::string database = nlohmann::json::parse(ready.body)["database"];
+  EXPECT_NE(database.find("takes no writes since "), std::string::npos) << database;
+  EXPECT_NE(database.find(": no space left on the database's disk; retrying every 10 ms"), std::string::npos)
+      << database;
+  EXPECT_EQ(HttpRequest((*server)->admin_port(), "/v2/health/ready").status, 400);
+  EXPECT_EQ(metric("txscore_database_writes_stopped"), 1);
+  EXPECT_EQ(metric("txscore_database_write_stops_total"), 1);
+
+  hooks.write_faults->no_space = false;  // space freed: no request, no restart
+  while ((*server)->database().write_health().stopped) std::this_thread::yield();
+  c.client->health(health);
+  EXPECT_TRUE(health.ready);
+  EXPECT_EQ(HttpRequest((*server)->admin_port(), "/readyz").status, 200);
+  fraud::RawTransaction after = testing::ValidTransaction("after");
+  after.timestamp_ms += 10000;
+  c.client->score(result, ToThriftTransaction(after));
+  EXPECT_EQ(result.request_id, "after");
+  EXPECT_EQ(metric("txscore_database_writes_stopped"), 0);
+  EXPECT_EQ(metric("txscore_database_write_recoveries_total"), 1);
+  std::vector<std::string> audited;
+  for (const storage::AuditRecord& r : (*server)->audit_log().ReadLast(10).value()) audited.push_back(r.request_id);
+  EXPECT_EQ(audited, (std::vector<std::string>{"after", "before"}));
+  (*server)->Stop();
+  EXPECT_TRUE((*server)->stop_status().ok()) << (*server)->stop_status().error().ToString();
+}
+
 TEST_F(RpcServerTest, TheRequestPathBuildsNoModelAndMovesNoWeightsUnderLoad) {
   std::vector<std::thread> clients;
   for (int c = 0; c < 3; ++c) {

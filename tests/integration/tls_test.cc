@@ -202,6 +202,20 @@ TEST_F(TlsServerTest, EachBadClientIsRefusedCountedByReasonAndTheServerGoesOn) {
   EXPECT_NE(metrics.find("txscore_tls_refusals_total{port=\"thrift\",reason=\"expired_certificate\"} 1\n"),
             std::string::npos)
       << metrics;
+  // Each refused authentication is in the audit trail (PCI DSS 10.2.1.4), one entry each, in
+  // order; what offered no credentials (an old protocol, plaintext) is not.
+  server_->refusal_records().Flush();
+  std::vector<std::string> recorded;
+  for (const storage::AuditAction& action : server_->audit_log().ReadLastActions(50).value()) {
+    if (action.action != "authentication_refused") continue;
+    EXPECT_EQ(action.caller.rfind("unauthenticated 127.0.0.1:", 0), 0u) << action.caller;
+    EXPECT_EQ(action.target, "thrift");
+    EXPECT_EQ(action.outcome, "denied");
+    recorded.push_back(action.detail.substr(0, action.detail.find(':')));
+  }
+  EXPECT_EQ(recorded, (std::vector<std::string>{"untrusted_certificate", "identity_not_allowed", "no_certificate",
+                                                "untrusted_certificate", "expired_certificate",
+                                                "identity_not_allowed"}));  // newest first
 }
 
 // The CA case above is refused by OpenSSL (its key usage signs no handshake); this one passes
@@ -241,6 +255,7 @@ TEST_F(TlsServerTest, TheAdminPortAdmitsOnlyItsAllowlistAndReloadOnlyOperators) 
   const int port = server_->admin_port();
   // txscore-client may score but is not on the admin port's allowlist.
   EXPECT_EQ(RawTlsClient{pki.client_dir}.Exchange(port, HttpRequestText("GET", "/readyz")), "");
+  server_->refusal_records().Flush();  // the refusal is recorded before the attempts below
   EXPECT_EQ(HttpStatus(RawTlsClient{pki.admin_dir}.Exchange(port, HttpRequestText("GET", "/readyz"))), 200);
   // The URI identity is on the admin port's allowlist but is no operator: it may read, not reload.
   EXPECT_EQ(HttpStatus(RawTlsClient{pki.uri_dir}.Exchange(port, HttpRequestText("GET", "/healthz"))), 200);
@@ -251,9 +266,13 @@ TEST_F(TlsServerTest, TheAdminPortAdmitsOnlyItsAllowlistAndReloadOnlyOperators) 
 
   EXPECT_NE(Metrics().find("txscore_tls_refusals_total{port=\"admin\",reason=\"identity_not_allowed\"} 1\n"),
             std::string::npos);
-  // Both attempts are in the audit trail, newest first, with who made them.
+  // Both attempts are in the audit trail, newest first, with who made them, after the refused
+  // authentication.
   const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
-  ASSERT_EQ(actions.size(), 2u);
+  ASSERT_EQ(actions.size(), 3u);
+  EXPECT_EQ(actions[2].action, "authentication_refused");
+  EXPECT_EQ(actions[2].target, "admin");
+  EXPECT_EQ(actions[2].detail.rfind("identity_not_allowed: ", 0), 0u) << actions[2].detail;
   EXPECT_EQ(actions[0].action, "reload");
   EXPECT_EQ(actions[0].outcome, "applied");
   EXPECT_EQ(actions[0].caller.rfind("txscore-admin (127.0.0.1:", 0), 0u) << actions[0].caller;

@@ -125,6 +125,25 @@ TEST_F(SettingsTest, RestartOnlyChangesNameEverySettingButThePipeline) {
                                       "server.workers: 4 -> (default)"}));
 }
 
+// pipeline_digest pins the pipeline's files (pipelines/bundle_digest.h): only its exact form is
+// accepted, and a reload may change it with the files it pins.
+TEST_F(SettingsTest, PipelineDigestIsReadInItsExactFormAndAReloadMayChangeIt) {
+  EXPECT_EQ(Parse(kValid)->pipeline_digest, "");
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  auto pinned = Parse("pipeline_digest: \"" + digest + "\"\n" + kValid);
+  ASSERT_TRUE(pinned.ok()) << pinned.error().ToString();
+  EXPECT_EQ(pinned->pipeline_digest, digest);
+  EXPECT_TRUE(RestartOnlyChanges(*Parse(kValid), *pinned).empty());
+  for (const std::string& bad :
+       std::vector<std::string>{"sha256:" + std::string(64, 'A'), std::string(64, 'a'), "sha256:abc", ""}) {
+    EXPECT_TRUE(testing::IsError(Parse("pipeline_digest: \"" + bad + "\"\n" + kValid), ErrorCode::kInvalidArgument,
+                                 Where(1, 18) +
+                                     "pipeline_digest must be \"sha256:\" and 64 lowercase hex digits, as `txscore "
+                                     "pipeline digest` prints it"))
+        << bad;
+  }
+}
+
 TEST_F(SettingsTest, ASettingWrittenDifferentlyWithTheSameValueIsNoRestartOnlyChange) {
   auto running = Parse(std::string(kValid) +
                        "server: {workers: 4}\n"

@@ -8,10 +8,12 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <new>
 #include <set>
 #include <thread>
 
+#include "common/bytes.h"
 #include "common/pan_scan.h"
 #include "common/sha256.h"
 #include "common/signing.h"
@@ -624,6 +626,37 @@ TEST_F(AuditTamperTest, TheNewestRunsEndRewrittenIsOnlyReportedAsNotEndingCleanl
   EXPECT_NE(report.head_hash_hex, HexOfBytes(Sha256Bytes({entries_.back().first, entries_.back().second})));
 }
 
+// Whole runs cut from the end leave a trail whose every link holds; the epoch record, written with
+// each start's checkpoint, still names the newest run. Emptied: the same. Rewritten to name an
+// older run than the newest entry's: the record was altered. (Cut and rewritten to match: only
+// the logged head shows it, as documented.)
+TEST_F(AuditTamperTest, RunsCutFromTheEndOrEveryEntryDeletedAreCaughtByTheEpochRecord) {
+  for (size_t position = 17; position <= 24; ++position) Erase(position);  // the third run
+  ExpectProblem(ChainProblemKind::kMissing, 17, 16);
+  EXPECT_EQ(Verify(*copy_).problem->detail,
+            "the epoch record says a server start of epoch 3 wrote to the trail, and the newest entry is of epoch 2: "
+            "entries were deleted from the end");
+  for (size_t position = 1; position <= 16; ++position) Erase(position);
+  ExpectProblem(ChainProblemKind::kMissing, 1, 0);
+  EXPECT_EQ(Verify(*copy_).problem->detail,
+            "the epoch record says a server start of epoch 3 wrote to the trail, and the trail holds no entry: "
+            "entries were deleted from the end");
+}
+
+TEST_F(AuditTamperTest, AnEpochRecordOlderThanTheNewestEntryIsReportedAltered) {
+  std::string record;
+  PutU64BE(&record, 2);
+  WriteBatch batch;
+  batch.Put(ColumnFamily::kAudit, kAuditEpochKey, record);
+  ASSERT_TRUE(copy_->Write(batch).ok());
+  ExpectProblem(ChainProblemKind::kAltered, 25, 24);
+  EXPECT_EQ(Verify(*copy_).problem->detail,
+            "the epoch record says epoch 2, and the newest entry is of epoch 3: the record was rewritten");
+  // Cut to the second run as well, it matches: what only the logged head can show.
+  for (size_t position = 17; position <= 24; ++position) Erase(position);
+  EXPECT_FALSE(Verify(*copy_).problem.has_value());
+}
+
 TEST_F(AuditTamperTest, VerifyingFromATimeBeforeTheTrailStillNeedsItsFirstEntries) {
   Erase(1);
   Erase(2);
@@ -676,7 +709,10 @@ TEST_F(AuditTamperTest, ACheckpointUnderAnotherKeyOrNoKnownKeyFails) {
 
 // Rewrites the trail from `from` on as a writer from before Ed25519 did: checkpoints signed with
 // HMAC-SHA256 under `hmac_key` ("hmac", 64 hex digits), every later link recomputed.
-void SignWithHmacFrom(AuditTamperTest* test, size_t from, const std::string& hmac_key) {
+// Rewrites the trail from `from` on as an earlier version would have signed it up to `hmac_until`
+// (HMAC checkpoints) and as today's writer does after it (Ed25519 under TestKey()), re-linked.
+void SignWithHmacFrom(AuditTamperTest* test, size_t from, const std::string& hmac_key,
+                      size_t hmac_until = std::numeric_limits<size_t>::max()) {
   std::string previous_hash;
   for (size_t position = from; position <= test->entries_.size(); ++position) {
     std::string value = test->ValueAt(position);
@@ -686,8 +722,9 @@ void SignWithHmacFrom(AuditTamperTest* test, size_t from, const std::string& hma
       // The signature is over the re-linked value, so strip it only after "prev" is set.
       const size_t at = value.rfind(",\"sig\":\"");
       const std::string unsigned_value = value.substr(0, at) + "}";
-      value = unsigned_value.substr(0, unsigned_value.size() - 1) + ",\"hmac\":\"" +
-              HexOfBytes(HmacSha256Bytes(hmac_key, {key, unsigned_value})) + "\"}";
+      value = position > hmac_until ? SignAuditCheckpoint(key, unsigned_value, TestKey().private_key)
+                                    : unsigned_value.substr(0, unsigned_value.size() - 1) + ",\"hmac\":\"" +
+                                          HexOfBytes(HmacSha256Bytes(hmac_key, {key, unsigned_value})) + "\"}";
     }
     test->Put(position, value);
     previous_hash = Sha256Bytes({test->entries_[position - 1].first, value});
@@ -720,6 +757,32 @@ TEST_F(AuditTamperTest, ATrailSignedWithHmacBeforeEd25519VerifiesWithTheKeysetOn
             "verifies it (txscore audit verify --keyset, not --public-keys)");
 }
 
+// The trail of a deployment that upgraded: its first run's checkpoints are HMAC-signed, every
+// later one Ed25519-signed. With the keyset it verifies whole; a wrong HMAC secret fails it at
+// the first run's first checkpoint, a wrong public key at the second run's first.
+TEST_F(AuditTamperTest, ATrailSignedWithHmacThenEd25519VerifiesWholeWithTheKeyset) {
+  const std::string hmac_key(32, 'h');
+  SignWithHmacFrom(this, 1, hmac_key, /*hmac_until=*/8);
+  ASSERT_NE(ValueAt(1).find(",\"hmac\":\""), std::string::npos);
+  ASSERT_NE(ValueAt(9).find(",\"sig\":\""), std::string::npos);
+  ChainVerifyOptions with_keyset = VerifyWith({TestKey()});
+  with_keyset.legacy_hmac_key = [&hmac_key](const std::string& id) -> std::optional<std::string> {
+    return id == "k1" ? std::optional<std::string>(hmac_key) : std::nullopt;
+  };
+  const ChainReport verified = VerifyAuditChain(*copy_, with_keyset).value();
+  EXPECT_FALSE(verified.problem.has_value()) << verified.problem->detail;
+  EXPECT_EQ(verified.entries, 24u);
+  EXPECT_EQ(verified.checkpoints, 9u);
+  ChainVerifyOptions wrong_public_key = with_keyset;
+  wrong_public_key.checkpoint_public_key = [](const std::string&) -> std::optional<std::string> {
+    return Ed25519PublicKey(std::string(32, 'z')).value();
+  };
+  const ChainReport refused = VerifyAuditChain(*copy_, wrong_public_key).value();
+  ASSERT_TRUE(refused.problem.has_value());
+  EXPECT_EQ(refused.problem->kind, ChainProblemKind::kBadSignature);
+  EXPECT_EQ(refused.problem->position, 9u);
+}
+
 // Once the writer signs with Ed25519 it never goes back: an HMAC checkpoint after that is
 // refused even by a verifier holding the HMAC secret.
 TEST_F(AuditTamperTest, AnHmacCheckpointAfterAnEd25519OneIsRefused) {
@@ -736,8 +799,9 @@ TEST_F(AuditTamperTest, AnHmacCheckpointAfterAnEd25519OneIsRefused) {
             "this one was written by someone else");
 }
 
-// The signature is Ed25519 under the public key of the writer's private key: a bit flipped in it
-// fails, and so does the right signature under another key's public half.
+// The signature is Ed25519 under the public key of the writer's private key: one bit flipped in
+// it fails. (A trail checked against another key's public half fails too:
+// ATrailSignedWithHmacThenEd25519VerifiesWholeWithTheKeyset.)
 TEST_F(AuditTamperTest, AnEd25519SignatureIsCheckedAgainstThePublicKey) {
   std::string value = ValueAt(9);
   ASSERT_TRUE(IsAuditCheckpoint(value));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "storage/audit_log.h"
 #include "tests/test_support.h"
@@ -111,6 +112,59 @@ TEST(Database, CloseReportsSuccessAndReleasesTheDirectory) {
   EXPECT_EQ((*db)->Get(ColumnFamily::kAudit, "k").error().code, ErrorCode::kFailedPrecondition);
   EXPECT_EQ((*db)->ReadLast(ColumnFamily::kAudit, 1).error().code, ErrorCode::kFailedPrecondition);
   EXPECT_TRUE(Database::Open(dir.file("db")).ok());  // the lock is released: another writer may open it
+}
+
+// A full disk stops writes: each fails fast, says why without naming the path, and the
+// database reports it; once space returns, a resume brings writes back with nothing written
+// before lost; a second episode is counted again. Under both durabilities.
+TEST(Database, AFullDiskStopsWritesAndTheyComeBackWhenSpaceReturns) {
+  for (const Durability durability : {Durability::kWal, Durability::kSync}) {
+    testing::TempDir dir;
+    auto faults = std::make_shared<WriteFaults>();
+    auto db = Database::Open(dir.file("db"), {.durability = durability, .write_faults = faults, .resume_every_ms = 5});
+    ASSERT_TRUE(db.ok()) << db.error().ToString();
+    const auto put = [&](const std::string& key) {
+      WriteBatch batch;
+      batch.Put(ColumnFamily::kEntityState, key, "v");
+      return (*db)->Write(batch);
+    };
+    ASSERT_TRUE(put("before").ok());
+    EXPECT_TRUE((*db)->CheckHealth().ok());
+
+    faults->no_space = true;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(testing::IsError(put("during"), ErrorCode::kUnavailable,
+                                   "the database takes no writes now: no space left on the database's disk"));
+    }
+    const Database::WriteHealth stopped = (*db)->write_health();
+    EXPECT_TRUE(stopped.stopped);
+    EXPECT_EQ(stopped.reason, "no space left on the database's disk");
+    EXPECT_EQ(stopped.stops, 1u);
+    EXPECT_EQ(stopped.recoveries, 0u);
+    const Status health = (*db)->CheckHealth();
+    ASSERT_FALSE(health.ok());
+    EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+    EXPECT_NE(health.error().message.find("no space left on the database's disk; retrying every 5 ms"),
+              std::string::npos)
+        << health.error().message;
+    EXPECT_EQ(health.error().message.find(dir.path()), std::string::npos) << health.error().message;
+
+    faults->no_space = false;  // space is back: the resumer notices
+    while ((*db)->write_health().stopped) std::this_thread::yield();
+    EXPECT_EQ((*db)->write_health().recoveries, 1u);
+    EXPECT_TRUE((*db)->CheckHealth().ok());
+    ASSERT_TRUE(put("after").ok());
+    EXPECT_EQ((*db)->Get(ColumnFamily::kEntityState, "before").value(), std::optional<std::string>("v"));
+    EXPECT_EQ((*db)->Get(ColumnFamily::kEntityState, "during").value(), std::nullopt);
+
+    faults->no_space = true;
+    EXPECT_FALSE(put("again").ok());
+    EXPECT_EQ((*db)->write_health().stops, 2u);
+    faults->no_space = false;
+    while ((*db)->write_health().stopped) std::this_thread::yield();
+    EXPECT_TRUE(put("again").ok());
+    EXPECT_TRUE((*db)->Close().ok());
+  }
 }
 
 TEST(AuditRecordCodec, RoundTripsIncludingMissingFeatureValues) {
