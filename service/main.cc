@@ -84,7 +84,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help) and gives each kind of mistake its own code; every
+    // usage error exits 2, as the unknown-command check above does and as shell tools do.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     // A command let an exception escape: say so plainly instead of abort()ing with a core.
     std::cerr << "txscore: internal error: " << e.what()

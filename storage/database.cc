@@ -124,6 +124,7 @@ Result<Durability> ParseDurability(std::string_view name) {
 
 struct Database::Impl {
   std::unique_ptr<rocksdb::Env> env;  // with write_faults: the faulty file system's (outlives db)
+  std::shared_ptr<rocksdb::FileSystem> file_system = rocksdb::FileSystem::Default();  // the database's
   std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;  // indexed by ColumnFamily, then default last
   rocksdb::WriteOptions write_options;
@@ -160,15 +161,20 @@ struct Database::Impl {
     resumer = std::thread([this, path] { ResumeLoop(path); });
   }
 
-  // Every resume_every: RocksDB's Resume (which flushes what it holds), then a probe write
-  // with the writes' own options; writes are taken again once both succeed.
+  // Every resume_every: a probe file written and synced beside the database, then RocksDB's
+  // Resume (which flushes what it holds and writes its MANIFEST), then a probe write with the
+  // writes' own options; writes are taken again once all three succeed. The probe file comes
+  // first because a Resume that fails on a disk still full may leave RocksDB with a fatal error
+  // that no later Resume clears; if that happens anyway (space ran out again mid-Resume), the
+  // reason says a restart is needed, and the thread stops trying.
   void ResumeLoop(const std::string& path) {
     std::unique_lock<std::mutex> lock(health_mutex);
     while (!closing) {
       health_changed.wait_for(lock, resume_every, [this] { return closing; });
       if (closing) return;
       lock.unlock();
-      rocksdb::Status s = db->Resume();
+      rocksdb::Status s = ProbeDisk(path);
+      if (s.ok()) s = db->Resume();
       if (s.ok()) {
         rocksdb::WriteBatch probe;
         s = probe.Put(handle(ColumnFamily::kJobs), "write-probe", "");
@@ -181,7 +187,35 @@ struct Database::Impl {
         Log("storage").warn("database {} takes writes again (stopped {} ms)", path, NowMs() - stopped_since_ms);
         return;
       }
+      if (s.severity() >= rocksdb::Status::Severity::kFatalError) {
+        stop_reason += "; txscore must be restarted to write to it again";
+        Log("storage").error("database {} cannot resume writes while running ({}): restart txscore once there is space",
+                             path, s.ToString());
+        return;
+      }
     }
+  }
+
+  // Writes and syncs kProbeBytes to a file in the database's directory, through the database's
+  // own file system, then removes it. Space for the probe does not promise space for the
+  // flush, but a disk that cannot take it certainly cannot take the flush.
+  rocksdb::Status ProbeDisk(const std::string& path) const {
+    constexpr size_t kProbeBytes = 1 << 20;
+    const std::string probe_path = path + "/txscore-space-probe";
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    rocksdb::IOStatus s = file_system->NewWritableFile(probe_path, rocksdb::FileOptions(), &file, nullptr);
+    if (s.ok()) {
+      const std::string block(64 << 10, '\0');
+      for (size_t written = 0; s.ok() && written < kProbeBytes; written += block.size()) {
+        s = file->Append(block, rocksdb::IOOptions(), nullptr);
+      }
+      if (s.ok()) s = file->Sync(rocksdb::IOOptions(), nullptr);
+      rocksdb::IOStatus closed = file->Close(rocksdb::IOOptions(), nullptr);
+      if (s.ok()) s = closed;
+      file.reset();
+      file_system->DeleteFile(probe_path, rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+    }
+    return s;
   }
 
   rocksdb::Status Close() {
@@ -219,8 +253,8 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, const 
   auto impl = std::make_unique<Impl>();
   impl->resume_every = std::chrono::milliseconds(options.resume_every_ms);
   if (options.write_faults) {
-    impl->env = rocksdb::NewCompositeEnv(
-        std::make_shared<FaultyFileSystem>(rocksdb::FileSystem::Default(), options.write_faults));
+    impl->file_system = std::make_shared<FaultyFileSystem>(rocksdb::FileSystem::Default(), options.write_faults);
+    impl->env = rocksdb::NewCompositeEnv(impl->file_system);
     db_options.env = impl->env.get();
   }
   rocksdb::DB* raw = nullptr;

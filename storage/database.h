@@ -13,8 +13,10 @@
 //
 // A write that fails for its file system (a full disk, an I/O error) stops RocksDB taking
 // writes. Then every write fails fast with kUnavailable and a reason that names no path, and a
-// thread tries every second to resume (RocksDB's Resume, then a probe write): when space
-// returns, writes do too (write_health(), CheckHealth()).
+// thread tries every second to resume (a 1 MiB probe file, RocksDB's Resume, then a probe
+// write): when space returns, writes do too (write_health(), CheckHealth()). When RocksDB
+// reports the failure as fatal (seen when a later full disk hits a synced write or its MANIFEST),
+// no Resume clears it: the reason then says txscore must be restarted, and it stays stopped.
 #pragma once
 
 #include <atomic>

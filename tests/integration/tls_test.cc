@@ -206,7 +206,9 @@ TEST_F(TlsServerTest, EachBadClientIsRefusedCountedByReasonAndTheServerGoesOn) {
   // order; what offered no credentials (an old protocol, plaintext) is not.
   server_->refusal_records().Flush();
   std::vector<std::string> recorded;
-  for (const storage::AuditAction& action : server_->audit_log().ReadLastActions(50).value()) {
+  const Result<std::vector<storage::AuditAction>> actions = server_->audit_log().ReadLastActions(50);
+  ASSERT_TRUE(actions.ok()) << actions.error().ToString();
+  for (const storage::AuditAction& action : *actions) {
     if (action.action != "authentication_refused") continue;
     EXPECT_EQ(action.caller.rfind("unauthenticated 127.0.0.1:", 0), 0u) << action.caller;
     EXPECT_EQ(action.target, "thrift");

@@ -150,9 +150,9 @@ TEST_F(RefusalRecorderTest, AddressesAndTheQueueAreBounded) {
     callers.push_back(action.caller + " | " + action.detail.substr(0, 16));
   EXPECT_EQ(callers,
             (std::vector<std::string>{
-                "unauthenticated 10.0.0.0:1 | no_certificate: w", "unauthenticated 10.0.0.1:1 | no_certificate: w",
-                "unauthenticated 10.0.0.0:2 | no_certificate: w", "unauthenticated 10.0.0.1 | 1 more refusals f",
-                "unauthenticated other addresses | 2 more refusals f"}));
+                "unauthenticated 10.0.0.0:1 | no_certificate: ", "unauthenticated 10.0.0.1:1 | no_certificate: ",
+                "unauthenticated 10.0.0.0:2 | no_certificate: ", "unauthenticated 10.0.0.1 | 1 more refusals ",
+                "unauthenticated other addresses | 2 more refusals "}));
 }
 
 }  // namespace

@@ -135,13 +135,15 @@ TEST_F(SettingsTest, PipelineDigestIsReadInItsExactFormAndAReloadMayChangeIt) {
   EXPECT_EQ(pinned->pipeline_digest, digest);
   EXPECT_TRUE(RestartOnlyChanges(*Parse(kValid), *pinned).empty());
   for (const std::string& bad :
-       std::vector<std::string>{"sha256:" + std::string(64, 'A'), std::string(64, 'a'), "sha256:abc", ""}) {
+       std::vector<std::string>{"sha256:" + std::string(64, 'A'), std::string(64, 'a'), "sha256:abc"}) {
     EXPECT_TRUE(testing::IsError(Parse("pipeline_digest: \"" + bad + "\"\n" + kValid), ErrorCode::kInvalidArgument,
                                  Where(1, 18) +
                                      "pipeline_digest must be \"sha256:\" and 64 lowercase hex digits, as `txscore "
                                      "pipeline digest` prints it"))
         << bad;
   }
+  EXPECT_TRUE(testing::IsError(Parse("pipeline_digest: \"\"\n" + std::string(kValid)), ErrorCode::kInvalidArgument,
+                               Where(1, 18) + "\"pipeline_digest\" must be a non-empty string"));
 }
 
 TEST_F(SettingsTest, ASettingWrittenDifferentlyWithTheSameValueIsNoRestartOnlyChange) {
