@@ -183,16 +183,22 @@ def check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file(txscore):
         assert r.returncode == 2 and "--claim: no file" in r.stderr, r
 
 
+def train_claims_model_and_card_key(txscore, work):
+    """A small claims model in WORK/models and a private WORK/card.key, for batch pipelines."""
+    import os
+    r = run(txscore, "train", "--kind", "claims", "--claims", "400", "--rounds", "5", "--threads", "1",
+            "--out", os.path.join(work, "models"))
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(work, "card.key"), "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(os.path.join(work, "card.key"), 0o600)
+
+
 def check_batch_run_exits_3_when_no_row_was_scored(txscore):
     import os
     import tempfile
     with tempfile.TemporaryDirectory() as work:
-        r = run(txscore, "train", "--kind", "claims", "--claims", "400", "--rounds", "5", "--threads", "1",
-                "--out", os.path.join(work, "models"))
-        assert r.returncode == 0, r.stderr
-        with open(os.path.join(work, "card.key"), "wb") as f:
-            f.write(os.urandom(32))
-        os.chmod(os.path.join(work, "card.key"), 0o600)
+        train_claims_model_and_card_key(txscore, work)
         with open(os.path.join(work, "batch.yaml"), "w") as f:
             f.write("pipeline: claims.yaml\nstorage: {path: db}\nsecurity: {card_key_file: card.key}\n")
         with open(os.path.join(work, "claims.yaml"), "w") as f:
@@ -275,12 +281,7 @@ def check_pipeline_digest_prints_each_file_and_the_pin_refuses_other_files(txsco
     import os
     import tempfile
     with tempfile.TemporaryDirectory() as work:
-        r = run(txscore, "train", "--kind", "claims", "--claims", "400", "--rounds", "5", "--threads", "1",
-                "--out", os.path.join(work, "models"))
-        assert r.returncode == 0, r.stderr
-        with open(os.path.join(work, "card.key"), "wb") as f:
-            f.write(os.urandom(32))
-        os.chmod(os.path.join(work, "card.key"), 0o600)
+        train_claims_model_and_card_key(txscore, work)
         pipeline = os.path.join(work, "claims.yaml")
         with open(pipeline, "w") as f:
             f.write("stages:\n"
