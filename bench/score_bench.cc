@@ -120,7 +120,7 @@ BENCHMARK_CAPTURE(BM_ContributionsOneRow, xgboost_c_api, false);
 void BM_PipelineScore(benchmark::State& state, const char* durability, bool fast) {
   testing::TempDir dir;
   const std::string key = dir.file("card.key");
-  testing::WriteFile(key, std::string(32, 'k'));
+  testing::WriteFile(key, testing::TestCardKey());
   ::chmod(key.c_str(), 0600);
   const std::string yaml = dir.file("p.yaml");
   testing::WriteFile(yaml, std::string("stages:\n"

@@ -11,8 +11,14 @@ namespace txscore {
 
 namespace {
 
+bool SameVersion(const struct stat& a, const struct stat& b) {
+  return a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+}
+
+// `after_read`: when set, the file must be unchanged after the read (ReadUnchangedFileBounded).
 Result<std::string> ReadBounded(const std::string& path, size_t max_bytes, const std::string& what, int open_flags,
-                                const OpenFileCheck& check) {
+                                const OpenFileCheck& check, const std::function<void()>* after_read = nullptr) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | open_flags);
   if (fd < 0) {
     if (errno == ELOOP && (open_flags & O_NOFOLLOW) != 0) {
@@ -57,6 +63,16 @@ Result<std::string> ReadBounded(const std::string& path, size_t max_bytes, const
     }
     bytes.append(buffer, static_cast<size_t>(n));
   }
+  if (after_read != nullptr) {
+    if (*after_read) (*after_read)();
+    struct stat now {};
+    if (::fstat(fd, &now) != 0 || !SameVersion(st, now) || bytes.size() != static_cast<size_t>(now.st_size)) {
+      ::close(fd);
+      return Unavailable(what + " " + path +
+                         " changed while it was read (rewritten in place?); nothing read from it is used. Update it "
+                         "by writing a new file and renaming it over this one");
+    }
+  }
   ::close(fd);
   return bytes;
 }
@@ -65,6 +81,11 @@ Result<std::string> ReadBounded(const std::string& path, size_t max_bytes, const
 
 Result<std::string> ReadFileBounded(const std::string& path, size_t max_bytes, const std::string& what) {
   return ReadBounded(path, max_bytes, what, 0, nullptr);
+}
+
+Result<std::string> ReadUnchangedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,
+                                             const std::function<void()>& after_read) {
+  return ReadBounded(path, max_bytes, what, 0, nullptr, &after_read);
 }
 
 Result<std::string> ReadCheckedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,

@@ -25,6 +25,16 @@ using OpenFileCheck = std::function<Status(const struct stat& file)>;
 Result<std::string> ReadCheckedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,
                                            const OpenFileCheck& check);
 
+// The same, refused (kUnavailable) when the file changed while it was read: its size,
+// modification or change time differ after the read from before it, or the bytes read are not
+// its size. Best effort: the times are as fine as the kernel's clock tick, so a rewrite of the
+// same size that starts and ends within one tick of the read is not seen. A file rewritten in place
+// while it is read gives a mix of old and new bytes that may still parse (a model that never
+// existed on disk); the way to update such a file is to write a new one and rename it over.
+// `after_read` (tests): called once the bytes are read, before the file is looked at again.
+Result<std::string> ReadUnchangedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,
+                                             const std::function<void()>& after_read = {});
+
 // True when a secret file's group may read it only because it is a Kubernetes Secret mounted
 // with an fsGroup: owned by root, mode 0440 (group read, nothing for others, no write), its
 // group one of this process's groups, and this process not root (a root process shares group

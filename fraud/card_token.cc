@@ -68,8 +68,9 @@ Status ValidateCardVerificationCode(std::string_view code) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::string& path, const KekSource& kek) {
-  TXSCORE_ASSIGN_OR_RETURN(Keyset keyset, LoadKeyset(path, kek));
+Result<std::unique_ptr<CardTokenizer>> CardTokenizer::FromKeyFile(const std::string& path, const KekSource& kek,
+                                                                  KeyFileForm form) {
+  TXSCORE_ASSIGN_OR_RETURN(Keyset keyset, LoadKeyset(path, kek, form));
   return FromKeyset(std::move(keyset));
 }
 

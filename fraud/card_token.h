@@ -44,10 +44,11 @@ class CardTokenizer {
  public:
   static constexpr size_t kMinKeyBytes = 32;
 
-  // Reads a keyset file (LoadKeyset: JSON, wrapped when `kek` names a source), or a raw key
-  // file of at least kMinKeyBytes bytes (one legacy key). Either must not be readable by group
-  // or others (mode 0600 or stricter).
-  static Result<std::unique_ptr<CardTokenizer>> FromKeyFile(const std::string& path, const KekSource& kek = {});
+  // Reads a keyset file (LoadKeyset: JSON, wrapped when `kek` names a source), or, where `form`
+  // allows, a raw key file of at least kMinKeyBytes random bytes (one legacy key). Either must
+  // not be readable by group or others (mode 0600 or stricter).
+  static Result<std::unique_ptr<CardTokenizer>> FromKeyFile(const std::string& path, const KekSource& kek = {},
+                                                            KeyFileForm form = KeyFileForm::kKeysetOrRawKey);
   static std::unique_ptr<CardTokenizer> FromKey(std::string key);  // one legacy key
   static std::unique_ptr<CardTokenizer> FromKeyset(Keyset keyset);
   ~CardTokenizer();

@@ -474,7 +474,34 @@ Result<std::string> LoadKek(const KekSource& source) {
   return kek;
 }
 
-Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
+namespace {
+
+// Why a raw key is too weak to tokenize card numbers under (anyone could guess it), or "".
+// 32 random bytes have about 30 distinct values; fewer than 16 happens by chance with
+// probability far below 2^-100.
+std::string WeakRawKeyReason(const std::string& key) {
+  bool seen[256] = {};  // which byte values the key holds: wiped below, as the key is
+  size_t distinct = 0;
+  for (const char c : key) {
+    bool& value_seen = seen[static_cast<unsigned char>(c)];
+    distinct += value_seen ? 0 : 1;
+    value_seen = true;
+  }
+  OPENSSL_cleanse(seen, sizeof seen);
+  // 32 random bytes hold about 30 values, and 64 random hex digits all 16 but rarely fewer
+  // than 12: fewer than 8 happens by chance with probability below 2^-60 either way.
+  if (distinct < 8) return "has only " + std::to_string(distinct) + " distinct byte values (a random key has more)";
+  for (size_t period = 1; period <= key.size() / 2; ++period) {
+    bool repeats = true;
+    for (size_t i = period; i < key.size() && repeats; ++i) repeats = key[i] == key[i - period];
+    if (repeats) return "repeats a pattern of " + std::to_string(period) + " bytes";
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek, KeyFileForm form) {
   TXSCORE_RETURN_IF_ERROR(CheckPrivate(path, "keyset file"));
   TXSCORE_ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, 1 << 20, "keyset file"));
   struct WipeOnReturn {  // the file's text (the keyset in clear, or unwrapped) however this returns
@@ -487,10 +514,28 @@ Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek) {
   const bool text_only = std::all_of(
       text.begin(), text.end(), [](char c) { return (c >= 0x20 && c < 0x7f) || c == '\n' || c == '\r' || c == '\t'; });
   if ((first == std::string::npos || text[first] != '{' || !text_only) && kek.empty()) {
+    // Not a keyset's text, yet it names the keyset format: a keyset torn, padded with NULs, or
+    // with bytes added around it (a BOM, junk), not a raw key (taken as one, it would give every
+    // card a new token). Random bytes hold this 14-byte marker with probability below 2^-100.
+    if (text.find("txscore-keyset") != std::string::npos) {
+      return DataLoss("keyset file " + path +
+                      " names the keyset format but is not a keyset's text (torn, padded with NUL bytes, or bytes "
+                      "added around it?): restore it from a backup");
+    }
+    if (form == KeyFileForm::kKeysetOnly) {
+      return InvalidArgument("keyset file " + path +
+                             " is not a keyset (JSON text, from txscore keys create); a raw key file is read only "
+                             "when the settings name it as security.card_key_file");
+    }
     // A raw key file from before keysets: one legacy key.
     if (text.size() < kKeyBytes) {
       return InvalidArgument("card key file " + path + " holds " + std::to_string(text.size()) +
                              " bytes; at least 32 random bytes are needed (openssl rand -out " + path + " 32)");
+    }
+    if (const std::string weak = WeakRawKeyReason(text); !weak.empty()) {
+      return InvalidArgument("card key file " + path + " " + weak +
+                             ": not a random key; make one with txscore keys create (or openssl rand -out " + path +
+                             " 32)");
     }
     return Keyset::Legacy(std::move(text));
   }

@@ -152,9 +152,21 @@ bool IsWrappedKeyset(std::string_view file_text);
 // The 32-byte KEK from its source; errors name the file or variable.
 Result<std::string> LoadKek(const KekSource& source);
 
+// What a key file named in the settings may hold: `security.keyset` names a keyset and nothing
+// else; `security.card_key_file` a raw key from before keysets (or a keyset).
+enum class KeyFileForm {
+  kKeysetOrRawKey,  // `card_key_file`, `keys import --card-key`
+  kKeysetOnly,      // `keyset`: a file that is not a keyset is refused, never read as a raw key
+};
+
 // Reads a keyset file (plain, or wrapped when `kek` names a source), refusing a file that
-// group or others may read. A raw key file (not JSON) is read as Keyset::Legacy.
-Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek = {});
+// group or others may read. With kKeysetOrRawKey a raw key file (not JSON) is read as
+// Keyset::Legacy, and refused when its key is weak: fewer than 8 distinct byte values (32 zero
+// bytes, one byte repeated) or a repeating pattern. Either way a file that names the keyset
+// format but does not parse as one (torn, padded with NULs, a BOM or junk added) is refused as
+// damaged, never taken for a raw key, which would give every card a new token.
+Result<Keyset> LoadKeyset(const std::string& path, const KekSource& kek = {},
+                          KeyFileForm form = KeyFileForm::kKeysetOrRawKey);
 // Writes it (wrapped when `kek` names a source) durably with mode 0600, replacing the file.
 Status SaveKeyset(const Keyset& keyset, const std::string& path, const KekSource& kek = {});
 

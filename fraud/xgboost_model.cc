@@ -72,7 +72,8 @@ Status LoadCheckedBytes(BoosterHandle booster, const std::string& bytes, const s
 
 Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& model_path,
                                                          const XGBoostModelOptions& options) {
-  Result<std::string> read = ReadFileBounded(model_path, kMaxModelBytes, "model file");
+  // A model rewritten in place while it is read is refused, not loaded as a mix of two models.
+  Result<std::string> read = ReadUnchangedFileBounded(model_path, kMaxModelBytes, "model file", options.after_read);
   if (!read.ok()) return read.error();
   const std::string bytes = std::move(read).value();
   if (bytes.empty()) return DataLoss("model file " + model_path + " is empty");

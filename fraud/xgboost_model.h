@@ -29,6 +29,9 @@ struct XGBoostModelOptions {
   // Tests: called once the model file's bytes are read and checked, before XGBoost loads them
   // (to change the file in between). Default: none.
   std::function<void()> after_check;
+  // Tests: called once the model file's bytes are read, before the file is looked at again to
+  // see that it did not change meanwhile (to change it in between). Default: none.
+  std::function<void()> after_read;
 };
 
 class XGBoostModel {

@@ -28,6 +28,7 @@ Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
   record.llm_selected = state.summary.llm_selected;
   record.llm_shortfalls = state.summary.llm_shortfalls;
   record.elapsed_s = state.summary.elapsed_s;
+  record.input_sha256 = state.input_sha256;
   return record;
 }
 

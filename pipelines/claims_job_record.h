@@ -55,6 +55,7 @@ struct ClaimsJobRecord {
   int64_t llm_selected = 0;
   std::map<std::string, int64_t> llm_shortfalls;
   double elapsed_s = 0;
+  std::string input_sha256;  // of the input when the job began ("" before)
 };
 // nullopt for a job the database has no record of.
 Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id);

@@ -72,10 +72,18 @@ void AddCounts(const json& from, json* into) {
 
 }  // namespace
 
-Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& shard_outputs, const std::string& output) {
+Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& shard_outputs, const std::string& output,
+                                             bool replace_existing) {
   if (shard_outputs.empty()) return Refuse("no shard outputs to merge");
   std::vector<ShardOutput> shards(shard_outputs.size());
   std::error_code ec;
+  // A link counts as there even when it points nowhere.
+  for (const std::string& existing : {output, output + ".summary.json"}) {
+    if (!replace_existing &&
+        std::filesystem::symlink_status(existing, ec).type() != std::filesystem::file_type::not_found) {
+      return FailedPrecondition(existing + " exists: merge into a new file, or give --force to replace it");
+    }
+  }
   const std::string output_path = std::filesystem::absolute(output, ec).lexically_normal().string();
   for (size_t i = 0; i < shard_outputs.size(); ++i) {
     ShardOutput& s = shards[i];

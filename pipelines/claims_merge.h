@@ -24,8 +24,10 @@ struct ClaimsMergeSummary {
   int64_t errors = 0;  // of those, error lines
 };
 
-// kInvalidArgument naming the shard output at fault (field "shards"); kInternal when OUTPUT
-// cannot be written.
-Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& shard_outputs, const std::string& output);
+// kInvalidArgument naming the shard output at fault (field "shards"); kFailedPrecondition when
+// OUTPUT (or its summary) exists and `replace_existing` is false (Default: refused, so a merge
+// never overwrites a file without being told to); kInternal when OUTPUT cannot be written.
+Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& shard_outputs, const std::string& output,
+                                             bool replace_existing = false);
 
 }  // namespace txscore::pipelines

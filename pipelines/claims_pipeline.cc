@@ -17,7 +17,7 @@ constexpr std::chrono::hours kBatchStageLimit{1};
 Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineConfig& config,
                                                                const std::string& key_file,
                                                                const PipelineRuntime& runtime,
-                                                               const fraud::KekSource& kek) {
+                                                               const fraud::KekSource& kek, fraud::KeyFileForm form) {
   if (config.items != ItemKind::kClaim) {
     return FailedPrecondition(config.source_path +
                               " is a transactions pipeline; claims jobs need one whose first stage is of kind "
@@ -25,7 +25,7 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
   }
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
   pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
-  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(key_file, kek));
+  TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(key_file, kek, form));
   if (!config.pinned_digest.empty()) {  // `txscore batch run` with a settings file that pins it
     TXSCORE_ASSIGN_OR_RETURN(BundleDigest bundle, DigestPipelineBundle(config));
     TXSCORE_RETURN_IF_ERROR(CheckPinnedDigest(config.pinned_digest, bundle, config.pinned_in));

@@ -61,7 +61,8 @@ class ClaimsPipeline {
   // in a claims pipeline file. `runtime.devices` must outlive the pipeline.
   static Result<std::unique_ptr<ClaimsPipeline>> Create(const PipelineConfig& config, const std::string& key_file,
                                                         const PipelineRuntime& runtime = {},
-                                                        const fraud::KekSource& kek = {});
+                                                        const fraud::KekSource& kek = {},
+                                                        fraud::KeyFileForm form = fraud::KeyFileForm::kKeysetOrRawKey);
 
   // `provider_claims[i]`: claims of the batch naming claims[i]'s provider (fraud/features.h).
   // Errors: a model failing (kInternal); the LLM stage's failures are per claim (degraded).

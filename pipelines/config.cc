@@ -171,7 +171,7 @@ Result<PipelineConfig> ParsePipelineConfig(const std::string& yaml_text, const s
     config.source_text = yaml_text;
     return config;
   } catch (const YAML::Exception& e) {
-    return reader.ErrorAtMark(e.mark.line, e.mark.column, e.msg);
+    return reader.ParseFailure(yaml_text, e);
   }
 }
 

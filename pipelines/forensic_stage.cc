@@ -79,6 +79,15 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
   Result<std::unique_ptr<llm::Tokenizer>> tokenizer = llm::Tokenizer::FromDirectory(config.model_dir);
   if (!tokenizer.ok()) return tokenizer.error();
   stage->tokenizer_ = std::move(tokenizer).value();
+  // A token id past the model's embedding rows would fail every generation (each answered 503
+  // by the OpenAI API, each review degraded): refuse the checkpoint when it loads instead.
+  TXSCORE_ASSIGN_OR_RETURN(const llm::ModelConfig model_config, llm::LoadModelConfig(config.model_dir));
+  if (stage->tokenizer_->vocab_size() > model_config.vocab_size) {
+    return InvalidArgument(
+        "stage " + config.stage + ": the tokenizer has " + std::to_string(stage->tokenizer_->vocab_size()) +
+        " token ids, more than the model's vocab_size of " + std::to_string(model_config.vocab_size) +
+        " (config.json): the tokenizer is not this model's");
+  }
   // A chat template that refuses the tasks' conversation (system turn, user turn) is found
   // now, not on the first request.
   for (const Result<std::vector<int32_t>>& probe :

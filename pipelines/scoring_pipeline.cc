@@ -46,10 +46,11 @@ storage::AuditCheckpointKey CheckpointKeyOf(const fraud::CardTokenizer& tokenize
 
 Result<std::shared_ptr<ScoringLedger>> ScoringLedger::Create(storage::Database* db, const std::string& key_file,
                                                              const fraud::KekSource& kek,
-                                                             storage::AuditLog::Options audit) {
+                                                             storage::AuditLog::Options audit,
+                                                             fraud::KeyFileForm form) {
   std::shared_ptr<ScoringLedger> ledger(new ScoringLedger(db, audit));
   TXSCORE_ASSIGN_OR_RETURN(std::unique_ptr<fraud::CardTokenizer> tokenizer,
-                           fraud::CardTokenizer::FromKeyFile(key_file, kek));
+                           fraud::CardTokenizer::FromKeyFile(key_file, kek, form));
   ledger->tokenizer_ = std::move(tokenizer);
   TXSCORE_RETURN_IF_ERROR(ledger->audit_log_.BeginWriting(CheckpointKeyOf(*ledger->tokenizer_)));
   return ledger;

@@ -100,7 +100,8 @@ class ScoringLedger {
   // primary key); `db` must outlive the ledger.
   static Result<std::shared_ptr<ScoringLedger>> Create(storage::Database* db, const std::string& key_file,
                                                        const fraud::KekSource& kek = {},
-                                                       storage::AuditLog::Options audit = {});
+                                                       storage::AuditLog::Options audit = {},
+                                                       fraud::KeyFileForm form = fraud::KeyFileForm::kKeysetOrRawKey);
 
   storage::Database& database() const { return *db_; }
   storage::AuditLog& audit_log() { return audit_log_; }

@@ -26,6 +26,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "accelerator/device.h"
@@ -125,6 +126,30 @@ struct ModelSignature {
 
 // A stage as prepared for requests. Immutable once prepared and shared by every request of
 // its pipeline: Run is called from many threads at once.
+class ForensicStage;
+class PreparedStage;
+
+// A value a stage publishes for the server's /metrics. The server reads it at each scrape
+// from the stage serving under this stage's name then (after a reload, the new pipeline's), so
+// `read` is given that stage and keeps no pointer to the one that published it; a stage of
+// another kind under the name reads as the kind's zero.
+struct StageMetric {
+  enum class Type { kGauge, kCounter };
+  Type type = Type::kGauge;
+  std::string name;
+  std::string help;
+  std::vector<std::pair<std::string, std::string>> labels;
+  std::function<double(const PreparedStage&)> read;  // a counter's value is whole (exact below 2^53)
+};
+
+// What a prepared stage serves beyond its items: the one hook through which the server
+// (service/) exposes a kind's metrics and engines without including the kind's header.
+struct StageServices {
+  std::vector<StageMetric> metrics;
+  // The engine behind the OpenAI-compatible API (service/openai_api.h); null: none.
+  ForensicStage* text_generation = nullptr;
+};
+
 class PreparedStage {
  public:
   virtual ~PreparedStage() = default;
@@ -155,6 +180,8 @@ class PreparedStage {
   virtual std::optional<uint64_t> device_fallbacks() const { return std::nullopt; }
   // Items this stage would like per chunk to run efficiently (a batch size); 0: no preference.
   virtual int preferred_chunk() const { return 0; }
+  // What it serves to the server (StageServices). Default: nothing.
+  virtual StageServices Serves() const { return {}; }
   // One line for the start-up log, e.g. "review at >= 0.5, decline at >= 0.9".
   virtual std::string Describe() const = 0;
 };

@@ -39,6 +39,28 @@ Error YamlReader::ErrorAtMark(int line, int column, const std::string& message) 
   return InvalidArgument(source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message);
 }
 
+Error YamlReader::ParseFailure(const std::string& text, const YAML::Exception& e) const {
+  size_t line_start = 0;
+  for (int line = 0; line_start < text.size(); ++line) {
+    size_t indent_end = line_start;
+    while (indent_end < text.size() && (text[indent_end] == ' ' || text[indent_end] == '\t')) ++indent_end;
+    const size_t tab = text.find('\t', line_start);
+    const bool comment = indent_end < text.size() && text[indent_end] == '#';
+    if (tab < indent_end && !comment) {
+      // Named with yaml-cpp's own place and words: a tab inside a block scalar is legal, so
+      // the tab may not be what failed.
+      return ErrorAtMark(line, static_cast<int>(tab - line_start),
+                         "a tab in the indentation (YAML indents with spaces only; yaml-cpp said at " +
+                             std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + e.msg +
+                             ")");
+    }
+    const size_t end = text.find('\n', line_start);
+    if (end == std::string::npos) break;
+    line_start = end + 1;
+  }
+  return ErrorAtMark(e.mark.line, e.mark.column, e.msg);
+}
+
 Status YamlReader::ExpectMap(const YAML::Node& node, const std::string& what,
                              const std::set<std::string>& allowed) const {
   if (!node.IsMap()) return ErrorAt(node, what + " must be a mapping");

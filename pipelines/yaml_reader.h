@@ -31,6 +31,11 @@ class YamlReader {
   Error ErrorAt(SourceLocation at, const std::string& message) const;
   // yaml-cpp's marks are 0-based.
   Error ErrorAtMark(int line, int column, const std::string& message) const;
+  // A file `text` that yaml-cpp could not parse (`e`): its message at its mark, or, when a line
+  // (not a comment) is indented with a tab, that line and column named first, with yaml-cpp's
+  // own place and message after it (its message for a tab, such as "end of map not found",
+  // points elsewhere and does not say why).
+  Error ParseFailure(const std::string& text, const YAML::Exception& e) const;
 
   // The map at `node`, whose keys must all be in `allowed` and appear once.
   Status ExpectMap(const YAML::Node& node, const std::string& what, const std::set<std::string>& allowed) const;

@@ -50,10 +50,11 @@ slice_label_regex() {
   esac
   echo "^(${labels// /|})\$"
 }
-# Tests no slice runs, on purpose (see above); the grep for log calls, this check of the slices
-# and the configure-only check of the serving build run no txscore code.
+# Tests no slice runs, on purpose (see above); the grep for log calls, the check of the source
+# tree's shape, this check of the slices and the configure-only check of the serving build run
+# no txscore code.
 unsliced_on_purpose="cpu_kernels_s390x_test cpu_kernels_x86_levels_test every_log_call_names_its_component
-  every_test_is_in_a_sanitizer_slice serving_builds_without_test_packages"
+  source_shape_test every_test_is_in_a_sanitizer_slice serving_builds_without_test_packages"
 
 slice=${1:-}
 case "$slice" in

@@ -3,6 +3,7 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -10,6 +11,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -96,6 +98,37 @@ bool IsLoopbackName(std::string_view host) {
   const std::string text(host);
   return std::sscanf(text.c_str(), "%u.%u.%u.%u%c", &a, &b, &c, &d, &rest) == 4 && a == 127 && b < 256 && c < 256 &&
          d < 256;
+}
+
+// Why a request's framing is refused, as RFC 9112 says a server should ("" when it is not):
+// Beast takes what these lines name, and a proxy in front of the port may read the same
+// bytes another way (request smuggling). Only the headers are looked at. (A header folded over
+// lines, obs-fold, is unfolded by Beast's parser into one value, as RFC 9112 5.2 allows.)
+std::string FramingProblem(const http::request<http::string_body>& request) {
+  const auto count = [&request](http::field name) {
+    const auto [first, last] = request.equal_range(name);
+    return std::distance(first, last);
+  };
+  if (request.version() >= 11 && count(http::field::host) != 1) {
+    return "an HTTP/1.1 request needs exactly one Host header";
+  }
+  const auto transfer_encoding = request.find(http::field::transfer_encoding);
+  if (transfer_encoding != request.end()) {
+    std::string coding(transfer_encoding->value());
+    std::transform(coding.begin(), coding.end(), coding.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (count(http::field::transfer_encoding) != 1 || coding != "chunked") {
+      return "Transfer-Encoding must be chunked alone (no other coding is accepted in a request)";
+    }
+    if (count(http::field::content_length) != 0)
+      return "a request may not give both Transfer-Encoding and Content-Length";
+  }
+  if (count(http::field::content_length) > 1) return "Content-Length is given more than once";
+  const auto content_length = request.find(http::field::content_length);
+  if (content_length != request.end() &&
+      content_length->value().find_first_not_of("0123456789") != beast::string_view::npos) {
+    return "Content-Length must be one decimal number";
+  }
+  return "";
 }
 
 // Why a request a browser may have been made to send is refused ("" when it is not):
@@ -382,6 +415,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // The headers name the route, and with it how much body it takes.
   void OnHeader(beast::error_code ec) {
     if (ec) return OnRead(ec);
+    if (const std::string problem = FramingProblem(parser_->get()); !problem.empty()) {
+      return Refuse(400, "malformed HTTP request: " + problem);
+    }
     const std::string target(parser_->get().target());
     body_limit_ = shared_->limits.max_body_bytes;
     if (auto route = shared_->routes.find(target.substr(0, target.find('?')));

@@ -1,11 +1,13 @@
 #include "service/claims_jobs.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "common/durable_file.h"
 #include "common/logging.h"
 #include "common/pan_scan.h"
+#include "common/sha256.h"
 #include "common/thread_priority.h"
 #include "pipelines/claims_job.h"
 
@@ -132,6 +134,18 @@ std::string ClaimsJobManager::JobIdOf(const std::string& input) const {
 Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool inline_input, bool restart) {
   const std::string output = OutputOf(input);
   const std::string id = JobIdOf(input);
+  // A finished job submitted again over the same input answers with its result and scores
+  // nothing. Its input is hashed here, outside the lock (it may be large): one that changed is
+  // queued, and the job then fails saying so, as it would have without this shortcut.
+  std::optional<pipelines::ClaimsJobRecord> finished;
+  if (!restart) {
+    Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, id);
+    if (!record.ok()) return record.error();
+    if (record->has_value() && (*record)->state == pipelines::ClaimsJobState::kDone) {
+      Result<std::string> digest = Sha256HexOfFile(input);
+      if (digest.ok() && *digest == (*record)->input_sha256) finished = std::move(*record);
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return FailedPrecondition("the server is stopping");
   auto known = jobs_.find(id);
@@ -151,28 +165,50 @@ Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool i
     }
     return known->second->view;  // already on its way
   }
-  // The record says "queued" (a finished job's stays done: it only reports its result), so
-  // that a server stop before the job starts does not lose it.
+  // The record says "queued", so that a server stop before the job starts does not lose it (a
+  // finished job's stays done).
   std::error_code ec;
   const std::string absolute_output = fs::absolute(output, ec).lexically_normal().string();
   Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, id);
   if (!record.ok()) return record.error();
-  if (restart || !record->has_value() || (*record)->state != pipelines::ClaimsJobState::kDone) {
-    TXSCORE_RETURN_IF_ERROR(
-        pipelines::SetClaimsJobState(*db_, input, absolute_output, pipelines::ClaimsJobState::kQueued, "", restart));
-  }
   auto job = std::make_shared<Job>();
   job->input = input;
   job->inline_input = inline_input;
   job->restart = restart;
   job->view.job_id = id;
   job->view.output_path = output;
-  job->view.state = JobState::kQueued;
+  if (finished.has_value()) {
+    job->view = ViewOfRecord(id, *finished);
+    job->view.output_path = output;
+  } else {
+    TXSCORE_RETURN_IF_ERROR(
+        pipelines::SetClaimsJobState(*db_, input, absolute_output, pipelines::ClaimsJobState::kQueued, "", restart));
+    job->view.state = JobState::kQueued;
+    // A job that resumes shows how far it got; one that starts over starts from nothing.
+    if (!restart && record->has_value()) {
+      job->view.done = (*record)->done;
+      job->view.total = (*record)->total;
+      job->view.errors = (*record)->errors;
+    }
+  }
   if (jobs_.count(id) == 0) submitted_.push_back(id);
   jobs_[id] = job;
+  if (finished.has_value()) {
+    // Inline claims submitted again were written again: personal data kept only for a job,
+    // so gone at once.
+    if (inline_input) RemoveInlineInput(id, input);
+    return job->view;
+  }
   queue_.push_back(job);
   wake_.notify_all();
   return job->view;
+}
+
+void ClaimsJobManager::RemoveInlineInput(const std::string& job_id, const std::string& input) const {
+  std::error_code removed;
+  if (!fs::remove(input, removed) && removed) {
+    Log("claims").warn("claims job {}: cannot remove its inline input {}: {}", job_id, input, removed.message());
+  }
 }
 
 const char* JobStateName(JobState state) {
@@ -213,7 +249,10 @@ Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {
   Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, job_id);
   if (!record.ok()) return record.error();
   if (!record->has_value()) return NotFound("no claims job " + job_id);
-  const pipelines::ClaimsJobRecord& r = **record;
+  return ViewOfRecord(job_id, **record);
+}
+
+ClaimsJobView ClaimsJobManager::ViewOfRecord(const std::string& job_id, const pipelines::ClaimsJobRecord& r) const {
   ClaimsJobView view;
   view.job_id = job_id;
   view.done = r.done;
@@ -315,24 +354,27 @@ void ClaimsJobManager::Work() {
     run.restart = job->restart;
     run.cancel = &job->cancel;
     run.interrupt = &interrupt_;
-    run.progress = [this, &job](const pipelines::ClaimsJobProgress& p) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      job->view.done = p.done;
-      job->view.total = p.total;
-      job->view.errors = p.errors;
-      job->view.llm_selected = p.llm_selected;
-      job->view.llm_shortfalls = p.llm_shortfalls;
+    // The running job's rate is this run's: rows it finished over the time since it started.
+    const auto run_started = std::chrono::steady_clock::now();
+    run.progress = [this, &job, run_started](const pipelines::ClaimsJobProgress& p) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        job->view.done = p.done;
+        job->view.total = p.total;
+        job->view.errors = p.errors;
+        job->view.llm_selected = p.llm_selected;
+        job->view.llm_shortfalls = p.llm_shortfalls;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_started).count();
+        if (seconds > 0) job->view.claims_per_s = static_cast<double>(p.done - p.resumed_at) / seconds;
+      }
+      if (options_.after_progress) options_.after_progress(job->view.job_id, p.done);
     };
     Log("claims").info("claims job {} started: {} -> {}", job->view.job_id, RedactPans(job->input),
                        RedactPans(job->view.output_path));
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
     // Inline claims are personal data kept only for the job: gone once it is done or failed.
     if (job->inline_input && (!summary.ok() || summary->state == pipelines::ClaimsJobState::kDone)) {
-      std::error_code removed;
-      if (!fs::remove(job->input, removed) && removed) {
-        Log("claims").warn("claims job {}: cannot remove its inline input {}: {}", job->view.job_id, job->input,
-                           removed.message());
-      }
+      RemoveInlineInput(job->view.job_id, job->input);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     job->restart = false;

@@ -28,6 +28,7 @@
 
 #include "common/result.h"
 #include "fraud/claim.h"
+#include "pipelines/claims_job_record.h"
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/config.h"
 #include "service/settings.h"
@@ -70,6 +71,9 @@ struct ClaimsJobManagerOptions {
   std::function<void(const std::string& job_id)> before_job;
   // Tests: called when the manager is stopping, after the running job was told to stop.
   std::function<void()> on_stopping;
+  // Tests: called on the worker thread after each progress update (rows done so far), once
+  // the job's view shows it (to hold a job in the middle).
+  std::function<void(const std::string& job_id, int64_t done)> after_progress;
 };
 
 class ClaimsJobManager {
@@ -114,6 +118,11 @@ class ClaimsJobManager {
   Result<ClaimsJobView> Enqueue(const std::string& input, bool inline_input, bool restart);
   // DONE, or DEGRADED when the LLM stage fell short on too many claims (with why in `detail`).
   void SetFinished(ClaimsJobView* view) const;
+  // What a job's record says, as a view (a job of an earlier run of the server, or a finished
+  // one submitted again).
+  ClaimsJobView ViewOfRecord(const std::string& job_id, const pipelines::ClaimsJobRecord& record) const;
+  // Deletes a job's inline input file (claims sent in the request), logging a failure.
+  void RemoveInlineInput(const std::string& job_id, const std::string& input) const;
   // Queues the jobs the database says are queued, running (a crash) or interrupted.
   txscore::Status ResumeInterruptedJobs();
   void Work();

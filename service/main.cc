@@ -1,5 +1,6 @@
 // txscore: transaction- and claims-scoring service. See README.md.
 #include <sys/stat.h>
+#include <thrift/Thrift.h>  // GlobalOutput
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "service/build_info.h"
 #include "service/commands/commands.h"
@@ -29,21 +31,69 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return d[a.size()][b.size()];
 }
 
-// An error naming an unknown first word and the nearest command, or "" when it is known.
-std::string UnknownCommandMessage(CLI::App& app, const std::string& word) {
+// The name among `names` nearest to `word`, when it is at most two edits away; "" otherwise.
+std::string NearestWithinTwoEdits(const std::string& word, const std::vector<std::string>& names) {
   std::string nearest;
-  size_t best = SIZE_MAX;
-  for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
-    if (command->get_name() == word) return "";
-    const size_t distance = EditDistance(word, command->get_name());
+  size_t best = 3;
+  for (const std::string& name : names) {
+    const size_t distance = EditDistance(word, name);
     if (distance < best) {
       best = distance;
-      nearest = command->get_name();
+      nearest = name;
     }
   }
-  std::string message = "txscore: unknown command \"" + word + "\"";
-  if (best <= 2) message += "; did you mean \"" + nearest + "\"?";
-  return message + " (txscore --help lists the commands)";
+  return nearest;
+}
+
+// An error naming the first word that is not a command where one is expected (after
+// "txscore", or after a command that has commands of its own, such as "job"), with the nearest
+// command; "" when the words name known commands. An option ends the check: what follows it
+// may be its value, and CLI11 reports mistakes from there on.
+std::string UnknownCommandMessage(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  std::string path = "txscore";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return "";
+    std::vector<std::string> names;
+    CLI::App* next = nullptr;
+    for (CLI::App* command : at->get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(command->get_name());
+      if (command->get_name() == word) next = command;
+    }
+    if (names.empty()) return "";  // a command without commands: the rest are its arguments
+    if (next == nullptr) {
+      std::string message = path + ": unknown command \"" + word + "\"";
+      if (const std::string nearest = NearestWithinTwoEdits(word, names); !nearest.empty()) {
+        message += "; did you mean \"" + nearest + "\"?";
+      }
+      return message + " (" + path + " --help lists the commands)";
+    }
+    at = next;
+    path += " " + word;
+  }
+  return "";
+}
+
+// After a failed parse: for each --option the command that was being parsed does not know,
+// the nearest one it does ("--sever": "--server"), as lines to print; "" when none is near.
+std::string UnknownOptionHints(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
+  std::vector<std::string> known;
+  for (const CLI::Option* option : at->get_options()) {
+    for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+  }
+  std::string hints;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = std::string(argv[i]).substr(0, std::string(argv[i]).find('='));
+    if (word.size() < 3 || word.compare(0, 2, "--") != 0) continue;
+    if (std::find(known.begin(), known.end(), word) != known.end()) continue;
+    if (const std::string nearest = NearestWithinTwoEdits(word, known); !nearest.empty()) {
+      hints += "txscore: unknown option " + word + "; did you mean " + nearest + "?\n";
+    }
+  }
+  return hints;
 }
 
 }  // namespace
@@ -53,6 +103,11 @@ int main(int argc, char** argv) {
   // What txscore writes holds card tokens, claimant data, the audit trail or keys: its files are
   // its owner's alone (0600, directories 0700), RocksDB's included, whatever umask it inherited.
   ::umask(077);
+  // Thrift's library prints its own lines on stderr ("TSocket::open() connect() ...") before a
+  // command prints what failed and what to do: logged at debug level instead, which client
+  // commands do not show. `serve` sends them to its log as warnings (service/rpc_server.cc).
+  apache::thrift::GlobalOutput.setOutputFunction(
+      [](const char* message) { txscore::Log("thrift").debug("{}", message); });
   CLI::App app{"txscore: fraud scoring over Thrift, with an audit trail in RocksDB"};
   app.require_subcommand(1);
   const txscore::service::BuildInfo& build = txscore::service::ThisBuild();
@@ -74,12 +129,9 @@ int main(int argc, char** argv) {
   txscore::service::AddJobCommand(app, &exit_code);
   txscore::service::AddKeysCommand(app, &exit_code);
   txscore::service::AddShardCommand(app, &exit_code);
-  if (argc > 1 && argv[1][0] != '-') {
-    const std::string unknown = UnknownCommandMessage(app, argv[1]);
-    if (!unknown.empty()) {
-      std::cerr << unknown << "\n";
-      return 2;
-    }
+  if (const std::string unknown = UnknownCommandMessage(app, argc, argv); !unknown.empty()) {
+    std::cerr << unknown << "\n";
+    return 2;
   }
   try {
     app.parse(argc, argv);
@@ -87,7 +139,9 @@ int main(int argc, char** argv) {
     // CLI11 prints the message (or the help) and gives each kind of mistake its own code; every
     // usage error exits 2, as the unknown-command check above does and as shell tools do.
     const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (code == 0) return 0;
+    std::cerr << UnknownOptionHints(app, argc, argv);
+    return 2;
   } catch (const std::exception& e) {
     // A command let an exception escape: say so plainly instead of abort()ing with a core.
     std::cerr << "txscore: internal error: " << e.what()

@@ -42,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+constexpr size_t kMaxMethodNameBytes = 64;
 constexpr size_t kFirstReadBytes = 4 << 10;    // a frame's buffer starts at this and doubles
 constexpr size_t kKeptBufferBytes = 64 << 10;  // an idle connection keeps at most this much buffer
 
@@ -94,6 +95,24 @@ class FrameBoundedProtocol : public apache::thrift::protocol::TVirtualProtocol<F
     setStringSizeLimit(static_cast<int32_t>(limits.max_string_bytes));
     setContainerSizeLimit(static_cast<int32_t>(limits.max_container_items));
     setStrict(/*strict_read=*/true, /*strict_write=*/true);
+  }
+  // A message's name is one of the service's methods (the longest is a few dozen bytes): a
+  // longer one is refused before Thrift's "invalid method name" reply echoes it back twice. A
+  // oneway call is refused too: the service has no oneway method, and the generated code would
+  // answer it as a call.
+  uint32_t readMessageBegin(std::string& name, apache::thrift::protocol::TMessageType& type, int32_t& sequence_id) {
+    const uint32_t read = TBinaryProtocol::readMessageBegin(name, type, sequence_id);
+    if (name.size() > kMaxMethodNameBytes) {
+      throw apache::thrift::protocol::TProtocolException(apache::thrift::protocol::TProtocolException::INVALID_DATA,
+                                                         "a method name of " + std::to_string(name.size()) +
+                                                             " bytes (no method is longer than " +
+                                                             std::to_string(kMaxMethodNameBytes) + ")");
+    }
+    if (type == apache::thrift::protocol::T_ONEWAY) {
+      throw apache::thrift::protocol::TProtocolException(apache::thrift::protocol::TProtocolException::INVALID_DATA,
+                                                         "a oneway message (the service has no oneway method)");
+    }
+    return read;
   }
   uint32_t readListBegin(TType& item, uint32_t& size) {
     const uint32_t read = TBinaryProtocol::readListBegin(item, size);

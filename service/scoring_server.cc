@@ -7,7 +7,6 @@
 #include "common/logging.h"
 #include "common/sha256.h"
 #include "pipelines/forensic_stage.h"
-#include "pipelines/stages/llm_findings_stage.h"
 #include "service/build_info.h"
 #include "service/dashboard.h"
 #include "service/inference_protocol.h"
@@ -188,7 +187,8 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   TXSCORE_ASSIGN_OR_RETURN(
       server->ledger_, pipelines::ScoringLedger::Create(
                            server->db_.get(), settings.security.key_file(), settings.security.kek(),
-                           storage::AuditLog::Options{static_cast<uint64_t>(settings.storage.audit_checkpoint_every)}));
+                           storage::AuditLog::Options{static_cast<uint64_t>(settings.storage.audit_checkpoint_every)},
+                           settings.security.key_form()));
   pipelines::PipelineConfig pinned = config;  // the settings' pin, as each reload applies it
   pinned.pinned_digest = settings.pipeline_digest;
   pinned.pinned_in = settings.source_path;
@@ -241,14 +241,15 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     pipelines::PipelineRuntime background = runtime;
     background.background =
         settings.jobs.priority == JobsConfig::Priority::kIdle;  // the jobs' threads leave the cores to requests
-    Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline =
-        pipelines::ClaimsPipeline::Create(*claims, settings.security.key_file(), background, settings.security.kek());
+    Result<std::unique_ptr<pipelines::ClaimsPipeline>> claims_pipeline = pipelines::ClaimsPipeline::Create(
+        *claims, settings.security.key_file(), background, settings.security.kek(), settings.security.key_form());
     if (!claims_pipeline.ok()) return claims_pipeline.error();
     server->claims_pipeline_ = std::move(claims_pipeline).value();
     ClaimsJobManagerOptions job_options;
     job_options.config = settings.jobs;
     job_options.before_job = runtime_hooks.before_job;
     job_options.on_stopping = runtime_hooks.on_jobs_stopping;
+    job_options.after_progress = runtime_hooks.after_job_progress;
     Result<std::unique_ptr<ClaimsJobManager>> jobs =
         ClaimsJobManager::Create(server->claims_pipeline_.get(), server->db_.get(), std::move(job_options));
     if (!jobs.ok()) return jobs.error();
@@ -535,79 +536,22 @@ std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
           return stage != nullptr && stage->device_fallbacks() ? *stage->device_fallbacks() : uint64_t{0};
         });
   }
-  // The LLM stages' serving state, under vLLM's names, by model (service/openai_api.h).
+  // What each stage publishes (pipelines/stage_kind.h, StageServices), read at each scrape
+  // from the stage serving under its name then.
   for (size_t i = 0; i < graph.size(); ++i) {
-    const pipelines::ForensicStage* llm = pipelines::ForensicStageOf(pipeline->stage(static_cast<int>(i)));
-    if (llm == nullptr) continue;
     const std::string& name = graph.stage(static_cast<int>(i)).name;
-    const auto read = [this, name](double (*value)(const pipelines::ForensicStage&)) {
-      return [this, name, value] {
+    for (pipelines::StageMetric& metric : pipeline->stage(static_cast<int>(i)).Serves().metrics) {
+      auto read = [this, name, read_stage = std::move(metric.read)] {
         const std::shared_ptr<const ActivePipeline::Version> serving = active_.Get();
         const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
-        const pipelines::ForensicStage* engine = stage ? pipelines::ForensicStageOf(*stage) : nullptr;
-        return engine ? value(*engine) : 0.0;
+        return stage != nullptr ? read_stage(*stage) : 0.0;
       };
-    };
-    const Labels model = {{"model_name", llm->model_id()}};
-    registry_.AddGaugeFunction("vllm:num_requests_running", "Sequences generating now.", model,
-                               read([](const pipelines::ForensicStage& s) { return double(s.running()); }));
-    registry_.AddGaugeFunction("vllm:num_requests_waiting", "Requests waiting for a batch place.", model,
-                               read([](const pipelines::ForensicStage& s) { return double(s.queued()); }));
-    const auto count = [this, name](uint64_t (pipelines::ForensicStage::*field)() const) {
-      return [this, name, field] {
-        const std::shared_ptr<const ActivePipeline::Version> serving = active_.Get();
-        const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
-        const pipelines::ForensicStage* engine = stage ? pipelines::ForensicStageOf(*stage) : nullptr;
-        return engine ? (engine->*field)() : uint64_t{0};
-      };
-    };
-    registry_.AddCounterFunction("vllm:prompt_tokens_total",
-                                 "Prompt tokens read by the LLM stage (all its work; since the pipeline was loaded).",
-                                 model, count(&pipelines::ForensicStage::prompt_tokens));
-    registry_.AddCounterFunction("vllm:generation_tokens_total",
-                                 "Tokens generated by the LLM stage (all its work; since the pipeline was loaded).",
-                                 model, count(&pipelines::ForensicStage::generated_tokens));
-    registry_.AddGaugeFunction("vllm:kv_cache_usage_perc",
-                               "KV cache held by the running batch, as a fraction of the stage's most (0 to 1).", model,
-                               read([](const pipelines::ForensicStage& s) { return s.kv_cache_usage(); }));
-  }
-  // Stages placed remote: their calls and circuit (pipelines/remote_llm.h).
-  for (size_t i = 0; i < graph.size(); ++i) {
-    if (pipelines::RemoteLlmOf(pipeline->stage(static_cast<int>(i))) == nullptr) continue;
-    const std::string& name = graph.stage(static_cast<int>(i)).name;
-    const auto remote = [this, name]() -> const pipelines::RemoteLlm* {
-      const std::shared_ptr<const ActivePipeline::Version> serving = active_.Get();
-      const pipelines::PreparedStage* stage = serving ? serving->pipeline->FindStage(name) : nullptr;
-      return stage ? pipelines::RemoteLlmOf(*stage) : nullptr;
-    };
-    registry_.AddGaugeFunction(
-        "txscore_remote_llm_circuit_open",
-        "1 while the circuit to a stage's remote LLM is open or half-open (no calls, or one trial), 0 when closed.",
-        {{"stage", name}}, [remote] {
-          const pipelines::RemoteLlm* r = remote();
-          return r != nullptr && r->breaker_state() != pipelines::CircuitBreaker::State::kClosed ? 1.0 : 0.0;
-        });
-    registry_.AddCounterFunction("txscore_remote_llm_circuit_opened_total",
-                                 "Times the circuit to a stage's remote LLM opened (since the pipeline was loaded).",
-                                 {{"stage", name}}, [remote] {
-                                   const pipelines::RemoteLlm* r = remote();
-                                   return r != nullptr ? r->breaker_opened() : uint64_t{0};
-                                 });
-    const struct {
-      const char* outcome;
-      uint64_t (pipelines::RemoteLlm::*read)() const;
-    } kOutcomes[] = {{"ok", &pipelines::RemoteLlm::calls_ok},
-                     {"failed", &pipelines::RemoteLlm::calls_failed},
-                     {"invalid", &pipelines::RemoteLlm::calls_invalid}};
-    for (const auto& o : kOutcomes) {
-      registry_.AddCounterFunction(
-          "txscore_remote_llm_calls_total",
-          "Calls to a stage's remote LLM, by outcome: ok (valid findings), failed (connection, status, timeout), "
-          "invalid (an answer that is not valid findings).",
-          {{"stage", name}, {"outcome", o.outcome}}, [remote, read = o.read] {
-            const pipelines::RemoteLlm* r = remote();
-            return r != nullptr ? (r->*read)() : uint64_t{0};
-          });
+      if (metric.type == pipelines::StageMetric::Type::kCounter) {
+        registry_.AddCounterFunction(metric.name, metric.help, metric.labels,
+                                     [read = std::move(read)] { return static_cast<uint64_t>(read()); });
+      } else {
+        registry_.AddGaugeFunction(metric.name, metric.help, metric.labels, std::move(read));
+      }
     }
   }
   version->pipeline = std::move(pipeline);
@@ -700,8 +644,8 @@ ScoringServer::ReloadOutcome ScoringServer::TryReload(const std::string& trigger
     return outcome;
   }
   // The card keys too: a rotated keyset (txscore keys rotate) tokenizes new traffic from now on.
-  Result<std::unique_ptr<fraud::CardTokenizer>> keys =
-      fraud::CardTokenizer::FromKeyFile(settings->security.key_file(), settings->security.kek());
+  Result<std::unique_ptr<fraud::CardTokenizer>> keys = fraud::CardTokenizer::FromKeyFile(
+      settings->security.key_file(), settings->security.kek(), settings->security.key_form());
   if (!keys.ok()) {
     outcome.detail = keys.error().ToString();
     return outcome;

@@ -48,6 +48,7 @@ class ScoringServer {
   struct Hooks {
     std::function<void(const std::string& job_id)> before_job;
     std::function<void()> on_jobs_stopping;
+    std::function<void(const std::string& job_id, int64_t done)> after_job_progress;
     // Called during Create once the admin port answers (/readyz: 503 "starting"), before the
     // database and models are opened.
     std::function<void(int admin_port)> on_starting;

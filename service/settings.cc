@@ -495,7 +495,7 @@ Result<ServiceSettings> ParseServiceSettings(const std::string& yaml_text, const
     if (!root.IsDefined() || root.IsNull()) return InvalidArgument(source_path + ": the file is empty");
     return Parse(root, reader, source_path);
   } catch (const YAML::Exception& e) {
-    return reader.ErrorAtMark(e.mark.line, e.mark.column, e.msg);
+    return reader.ParseFailure(yaml_text, e);
   }
 }
 

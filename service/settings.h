@@ -93,8 +93,9 @@ struct StorageConfig {
 // not restart-only. `card_key_file` is.
 struct SecurityConfig {
   // Exactly one of the two (required). A keyset (fraud/keyset.h; `txscore keys create`): keys
-  // with ids and states that rotate without losing history, read again by each reload. Or a
-  // raw key file from before keysets: >= 32 random bytes, one key, no rotation. Mode 0600 either way.
+  // with ids and states that rotate without losing history, read again by each reload; any
+  // other file there is refused. Or a raw key file from before keysets: >= 32 random bytes
+  // (a weak key is refused), one key, no rotation. Mode 0600 either way.
   std::string keyset;
   std::string card_key_file;
   // At most one, with a wrapped keyset: its key-encryption key (64 hex digits) from a file
@@ -108,6 +109,10 @@ struct SecurityConfig {
   // The file the card keys come from, and the KEK source, as the tokenizers take them.
   const std::string& key_file() const { return keyset.empty() ? card_key_file : keyset; }
   fraud::KekSource kek() const { return {kek_file, kek_env}; }
+  // What key_file() may hold: `keyset` a keyset only; `card_key_file` a raw key too.
+  fraud::KeyFileForm key_form() const {
+    return keyset.empty() ? fraud::KeyFileForm::kKeysetOrRawKey : fraud::KeyFileForm::kKeysetOnly;
+  }
   bool operator==(const SecurityConfig&) const = default;
 };
 

@@ -124,7 +124,7 @@ std::string WriteClaimsPipelineWithLlmStage(const TempDir& dir, const std::strin
 
 std::string WriteTestPipeline(const TempDir& dir, const std::string& durability, TestTransport transport) {
   const std::string key = dir.file("card.key");
-  WriteFile(key, std::string(32, 'k'));
+  WriteFile(key, TestCardKey());
   ::chmod(key.c_str(), 0600);
   const bool tls = transport == TestTransport::kTls;
   const std::string plaintext = tls ? "" : "  plaintext: true\n";

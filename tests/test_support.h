@@ -96,5 +96,12 @@ std::string WriteClaimsPipelineWithLlmStage(const TempDir& dir, const std::strin
 // A valid transaction with a Luhn-valid test PAN (4000001234567899).
 fraud::RawTransaction ValidTransaction(const std::string& request_id = "req-1");
 inline constexpr char kTestPan[] = "4000001234567899";
+// The tests' card key: 32 distinct bytes, fixed so that a test can compute the tokens a server
+// under test writes. A raw key file of one byte repeated is refused as weak (fraud/keyset.h).
+inline std::string TestCardKey() {
+  std::string key;
+  for (int i = 0; i < 32; ++i) key.push_back(static_cast<char>((i * 73 + 41) & 0xff));  // 73 is odd: all distinct
+  return key;
+}
 
 }  // namespace txscore::testing

@@ -77,7 +77,4 @@ ForensicStage* ForensicStageOf(const PreparedStage& stage);
 // The remote client of an llm_findings stage placed remote; null for any other.
 const RemoteLlm* RemoteLlmOf(const PreparedStage& stage);
 
-// The LLM's view of a claim.
-llm::ClaimFields ClaimFieldsFor(const fraud::Claim& claim);
-
 }  // namespace txscore::pipelines

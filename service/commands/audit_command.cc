@@ -142,6 +142,7 @@ int RunVerify(const VerifyOptions& options) {
     // The keyset whose keys signed the checkpoints: --keyset, or the one the settings name.
     std::string keyset_path = options.keyset_path;
     fraud::KekSource kek{options.kek_file, options.kek_env};
+    fraud::KeyFileForm form = fraud::KeyFileForm::kKeysetOrRawKey;
     if (keyset_path.empty()) {
       Result<ServiceSettings> settings = LoadServiceSettings(options.config_path);
       if (!settings.ok()) {
@@ -151,8 +152,9 @@ int RunVerify(const VerifyOptions& options) {
       }
       keyset_path = settings->security.key_file();
       if (kek.empty()) kek = settings->security.kek();
+      form = settings->security.key_form();
     }
-    Result<fraud::Keyset> keyset = fraud::LoadKeyset(keyset_path, kek);
+    Result<fraud::Keyset> keyset = fraud::LoadKeyset(keyset_path, kek, form);
     Result<VerifyingKeys> from_keyset = keyset.ok() ? KeysFromKeyset(*keyset) : Result<VerifyingKeys>(keyset.error());
     if (!from_keyset.ok()) {
       std::fprintf(stderr, "cannot read the keyset that signs the audit checkpoints: %s\n",

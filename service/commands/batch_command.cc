@@ -48,10 +48,12 @@ struct BatchRunOptions {
 struct BatchMergeOptions {
   std::vector<std::string> shard_outputs;
   std::string output;
+  bool force = false;  // Default: an existing OUTPUT (or OUTPUT.summary.json) is refused
 };
 
 int RunMerge(const BatchMergeOptions& options) {
-  Result<pipelines::ClaimsMergeSummary> merged = pipelines::MergeShardOutputs(options.shard_outputs, options.output);
+  Result<pipelines::ClaimsMergeSummary> merged =
+      pipelines::MergeShardOutputs(options.shard_outputs, options.output, options.force);
   if (!merged.ok()) {
     std::fprintf(stderr, "txscore batch merge: %s; nothing was written\n", merged.error().message.c_str());
     return merged.error().code == ErrorCode::kInvalidArgument ? 2 : 1;
@@ -130,8 +132,8 @@ int RunBatch(BatchRunOptions& options) {
     return 1;
   }
   const pipelines::PipelineRuntime runtime = loaded->Runtime();
-  Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline =
-      pipelines::ClaimsPipeline::Create(loaded->config, settings.security.key_file(), runtime, settings.security.kek());
+  Result<std::unique_ptr<pipelines::ClaimsPipeline>> pipeline = pipelines::ClaimsPipeline::Create(
+      loaded->config, settings.security.key_file(), runtime, settings.security.kek(), settings.security.key_form());
   if (!pipeline.ok()) {
     Log("batch").error("cannot start: {}", pipeline.error().ToString());
     if (pipeline.error().code == ErrorCode::kNotFound)
@@ -277,6 +279,8 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   CLI::App* merge = batch->add_subcommand(
       "merge", "Join the outputs of a job's shards (batch run --shard I/N) into one output in input order");
   merge->add_option("--output", merge_options->output, "The merged output; OUTPUT.summary.json beside it")->required();
+  merge->add_flag("--force", merge_options->force,
+                  "Replace OUTPUT and its summary when they exist (refused otherwise)");
   merge->add_option("shard_outputs", merge_options->shard_outputs, "The outputs of shards 0..N-1, in any order")
       ->required();
   merge->callback([merge_options, exit_code] { *exit_code = RunMerge(*merge_options); });

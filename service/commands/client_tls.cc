@@ -1,5 +1,7 @@
 #include "service/commands/client_tls.h"
 
+#include <thrift/transport/TTransportException.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -12,6 +14,20 @@ void AddClientTlsFlags(CLI::App* cmd, ClientTlsFlags* flags, const std::string& 
                   "Client certificate directory: ca.crt, tls.crt, tls.key (default: $TXSCORE_TLS_DIR, else this)")
       ->capture_default_str();
   cmd->add_flag("--plaintext", flags->plaintext, "Connect without TLS (a server whose settings say server.plaintext)");
+}
+
+std::string ConnectionFailureHint(const ClientTlsFlags& flags, const std::exception& failure) {
+  const auto* transport = dynamic_cast<const apache::thrift::transport::TTransportException*>(&failure);
+  if (transport == nullptr) return "";  // an answer from the server (an error it reported), not the connection
+  if (flags.plaintext) {
+    // A TLS port reads a plaintext request as a broken handshake and closes: the client sees
+    // the end of the stream where the answer should be.
+    if (transport->getType() != apache::thrift::transport::TTransportException::END_OF_FILE) return "";
+    return "The server closed the connection: its Thrift port uses TLS unless its settings say server.plaintext: "
+           "true. Drop --plaintext (the client certificate comes from --tls-dir).\n";
+  }
+  return "If the server refused the TLS client: its log says why (its security.tls.thrift_clients must name this "
+         "certificate's identity).\n";
 }
 
 Result<TlsClientFiles> ResolveClientTls(const ClientTlsFlags& flags) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <string>
 
 #include "common/result.h"
@@ -21,5 +22,11 @@ void AddClientTlsFlags(CLI::App* cmd, ClientTlsFlags* flags, const std::string& 
 
 // The files to present (none with --plaintext), or an error saying what to give.
 Result<TlsClientFiles> ResolveClientTls(const ClientTlsFlags& flags);
+
+// What to print (a line, or several) after a connection failed while calling the server: a
+// TLS server closes a plaintext connection without a word ("No more data to read"), and refuses
+// a certificate it does not know, saying why only in its own log.
+// `failure` is what the call threw.
+std::string ConnectionFailureHint(const ClientTlsFlags& flags, const std::exception& failure);
 
 }  // namespace txscore::service

@@ -15,6 +15,7 @@
 #include "llm/model_family.h"
 #include "llm/tokenizer.h"
 #include "service/commands/commands.h"
+#include "service/settings.h"
 
 namespace txscore::service {
 namespace {
@@ -25,6 +26,7 @@ struct ConformanceOptions {
   std::vector<std::string> models;   // empty: generate a tiny checkpoint of each family
   std::vector<std::string> devices;  // empty: every device found
   std::string backend_library;       // Default: none. The out-of-tree backend to load (and check)
+  std::string config_path;           // Default: none. Service settings: their devices section, as `plan` reads it
   int steps = 32;
   std::string out_dir = "var/conformance";
 };
@@ -109,7 +111,18 @@ int RunConformance(ConformanceOptions options) {
     }
   }
   accelerator::DiscoveryOptions discovery;
-  discovery.backend.library = options.backend_library;
+  if (!options.config_path.empty()) {
+    // The devices the server would find: its settings' backend and calibration cache.
+    Result<ServiceSettings> settings = LoadServiceSettings(options.config_path);
+    if (!settings.ok()) {
+      std::cerr << "--config: " << settings.error().message << "\n";
+      return 2;
+    }
+    discovery.backend = settings->devices.backend;
+    discovery.calibration_cache = settings->devices.calibration_cache;
+  } else {
+    discovery.backend.library = options.backend_library;
+  }
   Result<accelerator::DeviceRegistry> devices = accelerator::DiscoverDevices(discovery);
   if (!devices.ok()) {
     std::cerr << "device discovery failed: " << devices.error().ToString() << "\n";
@@ -247,9 +260,14 @@ void AddConformanceCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--models", options->models, "Checkpoint directories (default: a generated tiny one per family)");
   cmd->add_option("--devices", options->devices, "Device kinds to check, e.g. cpu emulated cuda (default: all found)")
       ->delimiter(',');
-  cmd->add_option("--backend-library", options->backend_library,
-                  "An out-of-tree PyTorch backend (.so) that describes itself (accelerator/backend_abi.h), e.g. "
-                  "build/libtxscore_emulated_device.so (default: none)");
+  CLI::Option* library =
+      cmd->add_option("--backend-library", options->backend_library,
+                      "An out-of-tree PyTorch backend (.so) that describes itself (accelerator/backend_abi.h), e.g. "
+                      "build/libtxscore_emulated_device.so (default: none)");
+  cmd->add_option("--config", options->config_path,
+                  "Service settings whose devices section (backend library and its overrides) to use, as `txscore "
+                  "plan` does (default: none)")
+      ->excludes(library);
   cmd->add_option("--steps", options->steps, "Greedy steps after the prompt")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

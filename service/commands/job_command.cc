@@ -137,7 +137,8 @@ int RunJob(const JobOptions& options) {
                    request_bytes);
       return 1;
     }
-    std::fprintf(stderr, "the connection to %s failed: %s\n", options.server.c_str(), e.what());
+    std::fprintf(stderr, "the connection to %s failed: %s\n%s", options.server.c_str(), e.what(),
+                 ConnectionFailureHint(options.tls, e).c_str());
     return 1;
   }
   return 0;

@@ -82,7 +82,8 @@ Status Run(const KeysOptions& options) {
   }
   TXSCORE_ASSIGN_OR_RETURN(auto target, Target(options));
   const auto& [path, source] = target;
-  TXSCORE_ASSIGN_OR_RETURN(fraud::Keyset keyset, fraud::LoadKeyset(path, source));
+  // These commands change or list a keyset: a raw key file is refused (keys import makes a keyset of it).
+  TXSCORE_ASSIGN_OR_RETURN(fraud::Keyset keyset, fraud::LoadKeyset(path, source, fraud::KeyFileForm::kKeysetOnly));
   if (options.action == "public") {
     std::error_code ignored;
     if (std::filesystem::symlink_status(options.out, ignored).type() != std::filesystem::file_type::not_found) {

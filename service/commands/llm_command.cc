@@ -19,7 +19,7 @@
 #include "llm/generator.h"
 #include "llm/model_family.h"
 #include "llm/tokenizer.h"
-#include "pipelines/stages/llm_findings_stage.h"
+#include "pipelines/claim_fields.h"
 #include "service/commands/commands.h"
 #include "service/commands/progress.h"
 

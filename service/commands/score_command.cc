@@ -92,6 +92,11 @@ int RunScore(const ScoreOptions& options) {
       }
       transactions.push_back(std::move(t).value());
     }
+    if (transactions.empty()) {
+      std::fprintf(stderr, "txscore score: no line of %s is a transaction%s; nothing was sent\n", options.file.c_str(),
+                   line_number == 0 ? " (the file is empty)" : " (each line above says why)");
+      return 3;
+    }
   } else {
     // A few cards over the three days before today (UTC), half of them attacked so the demo
     // shows fraud. Each run gets cards of its own (card_number rewritten for the run),
@@ -204,19 +209,23 @@ int RunScore(const ScoreOptions& options) {
       }
     }
   } catch (const apache::thrift::TException& e) {
-    std::fprintf(stderr, "request failed: %s\n%s", e.what(),
-                 options.tls.plaintext ? ""
-                                       : "If the server refused the TLS client: its log says why (its "
-                                         "security.tls.thrift_clients must name this certificate's identity).\n");
+    std::fprintf(stderr, "request failed: %s\n%s", e.what(), ConnectionFailureHint(options.tls, e).c_str());
     return 1;
   }
   (*connection)->Close();
   std::fflush(stdout);
-  std::fprintf(stderr, "scored %zu transactions:", transactions.size() - invalid - unavailable);
+  const size_t scored = transactions.size() - invalid - unavailable;
+  std::fprintf(stderr, "scored %zu transactions%s", scored, by_decision.empty() ? "" : ":");
   for (const auto& [decision, n] : by_decision) std::fprintf(stderr, " %s %d", decision.c_str(), n);
   std::fprintf(stderr, "; invalid %d", invalid);
   if (unavailable > 0) std::fprintf(stderr, "; unavailable (shard down) %d", unavailable);
   std::fprintf(stderr, "\n");
+  if (scored == 0) {
+    // Nothing the caller asked for was done: a script must not read that as success (exit 3,
+    // as `batch run` exits when no row was scored).
+    std::fprintf(stderr, "txscore score: no transaction was scored (each line above says why)\n");
+    return 3;
+  }
   return 0;
 }
 

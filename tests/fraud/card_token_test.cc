@@ -81,7 +81,7 @@ TEST(ValidateCardToken, TakesTxscoresOwnFormEvenWithADigitRunInside) {
   const std::string hmac_like = "4000001234567899" + std::string(48, 'a');
   ASSERT_TRUE(IsTxscoreTokenForm(hmac_like));
   EXPECT_TRUE(ValidateCardToken(hmac_like).ok());
-  EXPECT_TRUE(IsTxscoreTokenForm(CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize("4000001234567899")));
+  EXPECT_TRUE(IsTxscoreTokenForm(CardTokenizer::FromKey(testing::TestCardKey())->Tokenize("4000001234567899")));
   EXPECT_FALSE(IsTxscoreTokenForm("4000001234567899" + std::string(48, 'A')));  // uppercase: caller form, scanned
   EXPECT_FALSE(ValidateCardToken("4000001234567899" + std::string(48, 'A')).ok());
 }
@@ -137,7 +137,7 @@ TEST(CardTokenizer, SamePanSameTokenDifferentKeyDifferentToken) {
 TEST(CardTokenizer, RefusesKeyFileReadableByOthers) {
   testing::TempDir dir;
   const std::string path = dir.file("key");
-  testing::WriteFile(path, std::string(32, 'k'));
+  testing::WriteFile(path, testing::TestCardKey());
   for (const mode_t mode : {0644, 0640, 0604}) {  // others, group alone, others alone
     ::chmod(path.c_str(), mode);
     auto result = CardTokenizer::FromKeyFile(path);

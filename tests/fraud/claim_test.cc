@@ -27,7 +27,7 @@ RawClaim ValidRawClaim() {
   return c;
 }
 
-std::unique_ptr<CardTokenizer> Tokenizer() { return CardTokenizer::FromKey(std::string(32, 'k')); }
+std::unique_ptr<CardTokenizer> Tokenizer() { return CardTokenizer::FromKey(testing::TestCardKey()); }
 
 TEST(ParseIsoDate, AcceptsRealCalendarDatesOnly) {
   EXPECT_EQ(ParseIsoDate("1970-01-01").value(), 0);

@@ -28,12 +28,12 @@ TEST(Keyset, ATokenCarriesItsKeyIdAndALegacyKeysTokenIsBareHex) {
   ASSERT_EQ(token.size(), 3u + 64u);
   EXPECT_EQ(token.substr(0, 3), "k1_");
   EXPECT_EQ(Keyset::KeyIdOf(token), "k1");
-  const Keyset legacy = Keyset::Legacy(std::string(32, 'k'));
+  const Keyset legacy = Keyset::Legacy(testing::TestCardKey());
   const std::string bare = Keyset::TokenUnder(legacy.primary(), kPan);
   EXPECT_EQ(bare.size(), 64u);
   EXPECT_EQ(Keyset::KeyIdOf(bare), kLegacyKeyId);
   // The legacy key tokenizes as the raw key file did before keysets.
-  EXPECT_EQ(bare, CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(kPan));
+  EXPECT_EQ(bare, CardTokenizer::FromKey(testing::TestCardKey())->Tokenize(kPan));
   EXPECT_EQ(Keyset::KeyIdOf("not-a-token"), "");
 }
 
@@ -193,6 +193,90 @@ TEST(Keyset, ARawKeyFileThatBeginsWithABraceIsARawKeyAndABrokenKeysetIsStillRefu
   ::chmod(dir.file("keyset.json").c_str(), 0600);
   EXPECT_TRUE(testing::IsError(LoadKeyset(dir.file("keyset.json")), ErrorCode::kInvalidArgument,
                                "keyset file " + dir.file("keyset.json") + ": not a JSON object"));
+}
+
+TEST(Keyset, ARawKeyOfLowEntropyIsRefusedAndARandomOneIsTaken) {
+  testing::TempDir dir;
+  const std::string path = dir.file("card.key");
+  std::string sixteen;  // 16 distinct values, twice: enough values, but a pattern
+  for (int i = 0; i < 16; ++i) sixteen.push_back(static_cast<char>(0x90 + i * 5));
+  const struct {
+    std::string key;
+    std::string why;
+  } kWeak[] = {
+      {std::string(32, '\0'), "has only 1 distinct byte values (a random key has more)"},
+      {std::string(32, 'k'), "has only 1 distinct byte values (a random key has more)"},
+      {"012345" + std::string(26, '\xee'), "has only 7 distinct byte values (a random key has more)"},
+      {sixteen + sixteen, "repeats a pattern of 16 bytes"},
+      {sixteen + sixteen + sixteen.substr(0, 5), "repeats a pattern of 16 bytes"},
+  };
+  for (const auto& weak : kWeak) {
+    testing::WriteFile(path, weak.key);
+    ::chmod(path.c_str(), 0600);
+    EXPECT_TRUE(testing::IsError(LoadKeyset(path), ErrorCode::kInvalidArgument,
+                                 "card key file " + path + " " + weak.why +
+                                     ": not a random key; make one with txscore keys create (or openssl rand -out " +
+                                     path + " 32)"))
+        << weak.why;
+  }
+  // 7 distinct values plus one more is enough, and so are 64 hex digits (16 values) and the
+  // tests' key.
+  testing::WriteFile(path, "0123456" + std::string(25, '\xee'));
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(LoadKeyset(path).ok());
+  testing::WriteFile(path, "3f9a0c27b14e8d65f0a2c9e71b3d5846a7e2f09c1d4b6385e9f0a1c2d3b4e5f6\n");
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(LoadKeyset(path).ok());
+  testing::WriteFile(path, testing::TestCardKey());
+  ::chmod(path.c_str(), 0600);
+  Result<Keyset> taken = LoadKeyset(path);
+  ASSERT_TRUE(taken.ok()) << taken.error().ToString();
+  EXPECT_EQ(taken->primary().secret, testing::TestCardKey());
+}
+
+TEST(Keyset, ADamagedKeysetIsRefusedAsDamagedNeverTakenForARawKey) {
+  testing::TempDir dir;
+  const std::string path = dir.file("keyset.json");
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(1), path).ok());
+  const std::string keyset = testing::ReadFile(path);
+  const std::string kDamaged[] = {
+      keyset + std::string(4096, '\0'),       // a torn write on a filesystem that pads
+      "\xef\xbb\xbf" + keyset,                // a byte-order mark added by an editor
+      keyset + std::string("\xff\0garbage"),  // bytes appended
+  };
+  for (const std::string& damaged : kDamaged) {
+    for (const KeyFileForm form : {KeyFileForm::kKeysetOrRawKey, KeyFileForm::kKeysetOnly}) {
+      testing::WriteFile(path, damaged);
+      ::chmod(path.c_str(), 0600);
+      EXPECT_TRUE(testing::IsError(LoadKeyset(path, {}, form), ErrorCode::kDataLoss,
+                                   "keyset file " + path +
+                                       " names the keyset format but is not a keyset's text (torn, padded with NUL "
+                                       "bytes, or bytes added around it?): restore it from a backup"))
+          << damaged.size() << " bytes";
+    }
+  }
+  testing::WriteFile(path, keyset);
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(LoadKeyset(path).ok());
+}
+
+TEST(Keyset, WhereTheSettingsNameAKeysetARawKeyFileIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.file("card.key");
+  testing::WriteFile(path, testing::TestCardKey());
+  ::chmod(path.c_str(), 0600);
+  EXPECT_TRUE(testing::IsError(LoadKeyset(path, {}, KeyFileForm::kKeysetOnly), ErrorCode::kInvalidArgument,
+                               "keyset file " + path +
+                                   " is not a keyset (JSON text, from txscore keys create); a raw key file is read "
+                                   "only when the settings name it as security.card_key_file"));
+  EXPECT_TRUE(testing::IsError(CardTokenizer::FromKeyFile(path, {}, KeyFileForm::kKeysetOnly),
+                               ErrorCode::kInvalidArgument,
+                               "keyset file " + path +
+                                   " is not a keyset (JSON text, from txscore keys create); a raw key file is read "
+                                   "only when the settings name it as security.card_key_file"));
+  EXPECT_TRUE(LoadKeyset(path, {}, KeyFileForm::kKeysetOrRawKey).ok());
+  ASSERT_TRUE(SaveKeyset(Keyset::Generate(1), path).ok());
+  EXPECT_TRUE(LoadKeyset(path, {}, KeyFileForm::kKeysetOnly).ok());
 }
 
 TEST(Keyset, MalformedKeysetsAreRefusedSayingWhy) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 
@@ -54,6 +55,27 @@ TEST(XGBoostModel, XGBoostLoadsTheBytesThatWereCheckedNotWhatThePathHoldsLater) 
   auto b = (*model)->Predict(table->values.data(), table->rows());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
+}
+
+TEST(XGBoostModel, AModelFileRewrittenWhileItIsReadIsRefused) {
+  testing::TempDir dir;
+  std::filesystem::copy_file(SmallModelDir() + "/fraud.ubj", dir.file("fraud.ubj"));
+  std::filesystem::copy_file(SmallModelDir() + "/fraud.features.json", dir.file("fraud.features.json"));
+  // An hour old, so that the rewrite below gets another modification time on any clock.
+  std::filesystem::last_write_time(dir.file("fraud.ubj"),
+                                   std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  const std::string bytes = testing::ReadFile(dir.file("fraud.ubj"));
+  XGBoostModelOptions options;
+  // The same bytes written again in place while the file is read: the size is the same, and
+  // the read is refused all the same (what a reader cannot know is which bytes it got).
+  options.after_read = [&] { testing::WriteFile(dir.file("fraud.ubj"), bytes); };
+  EXPECT_TRUE(testing::IsError(XGBoostModel::Load(dir.file("fraud.ubj"), options), ErrorCode::kUnavailable,
+                               "model file " + dir.file("fraud.ubj") +
+                                   " changed while it was read (rewritten in place?); nothing read from it is used. "
+                                   "Update it by writing a new file and renaming it over this one"));
+  // Left alone while it is read, the same file loads.
+  options.after_read = [] {};
+  EXPECT_TRUE(XGBoostModel::Load(dir.file("fraud.ubj"), options).ok());
 }
 
 TEST(XGBoostModel, BatchPredictionEqualsRowByRow) {

@@ -202,7 +202,7 @@ TEST_F(BackendPlanTest, ABatchJobRunsItsLlmStageOnTheEmulatedDeviceLoadedFromIts
       txscore + " data generate --kind claims --claims 6 --seed 3 --format jsonl --out " + dir_.file("claims.jsonl"),
       dir_);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+  testing::WriteFile(dir_.file("card.key"), testing::TestCardKey());
   testing::WriteFile(dir_.file("batch.yaml"),
                      "pipeline: claims.yaml\n"
                      "storage: {path: db}\n"

@@ -122,6 +122,21 @@ def main():
         assert r.returncode == 0, r.stderr
         assert lines_without_timings(merged_halves) == expected
 
+        # An existing output is replaced only with --force: without it, nothing is touched.
+        before = (open(merged, "rb").read(), open(merged + ".summary.json", "rb").read())
+        r = merge(merged, *halves)
+        assert r.returncode == 1 and f"{merged} exists: merge into a new file, or give --force" in r.stderr, r.stderr
+        assert (open(merged, "rb").read(), open(merged + ".summary.json", "rb").read()) == before
+        os.remove(merged)  # the summary alone left behind is refused too
+        r = merge(merged, *halves)
+        assert r.returncode == 1 and f"{merged}.summary.json exists" in r.stderr, r.stderr
+        assert not os.path.exists(merged)
+        r = merge(merged, *halves, "--force")
+        assert r.returncode == 0, r.stderr
+        assert lines_without_timings(merged) == expected
+        with open(merged + ".summary.json") as f:
+            assert [m["shard"] for m in json.load(f)["merged_from"]] == ["0/2:contiguous", "1/2:contiguous"]
+
         # Refusals, each writing nothing.
         refused = os.path.join(work, "refused.jsonl")
         for outputs, message in (([shard_out[0], shard_out[1]], "shard 2/3 is missing"),

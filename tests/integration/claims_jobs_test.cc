@@ -79,6 +79,12 @@ class ClaimsJobsTest : public ::testing::Test {
         released.wait();
       }
     };
+    hooks.after_job_progress = [this, released = released_future_](const std::string& job_id, int64_t done) {
+      if (hold_after_rows_ > 0 && done >= hold_after_rows_ && !held_.exchange(true)) {
+        job_held_.set_value(job_id);
+        released.wait();
+      }
+    };
     hooks.on_jobs_stopping = [this] {
       if (release_held_job_on_stop_ && held_ && !released_) {
         released_ = true;
@@ -165,6 +171,7 @@ class ClaimsJobsTest : public ::testing::Test {
   std::unique_ptr<RpcConnection> connection_;
   rpc::TxScoreClient* client_ = nullptr;
   bool hold_first_job_ = false;
+  int64_t hold_after_rows_ = 0;            // > 0: the first job to report this many rows done is held there
   bool release_held_job_on_stop_ = false;  // once the server has told the job to stop
   std::atomic<bool> held_{false};
   std::atomic<int> jobs_started_{0};  // by every server of the test
@@ -188,10 +195,19 @@ TEST_F(ClaimsJobsTest, InlineClaimsRunToDoneAndTheSameClaimsAreTheSameJob) {
   int lines = 0;
   for (std::string line; std::getline(output, line);) ++lines;
   EXPECT_EQ(lines, 20);
+  // Submitted again, the finished job answers with its result at once and scores nothing.
   rpc::ClaimsJobStatus again;
   client_->submitClaimsJob(again, Inline(20, 3));
   EXPECT_EQ(again.job_id, submitted.job_id);
+  EXPECT_EQ(again.state, rpc::JobState::DONE);
+  EXPECT_EQ(again.done, 20);
+  EXPECT_EQ(again.total, 20);
+  EXPECT_GT(again.claims_per_s, 0);
   EXPECT_EQ(WaitForEnd(again.job_id).done, 20);
+  // The claims it was sent again were written to disk to be compared; none is kept.
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.file("out"))) {
+    EXPECT_EQ(entry.path().filename().string().rfind("inline-", 0), std::string::npos) << entry.path();
+  }
   std::ifstream rescored(done.output_path);
   lines = 0;
   for (std::string line; std::getline(rescored, line);) ++lines;
@@ -240,6 +256,39 @@ TEST_F(ClaimsJobsTest, JobMetricsCountJobsByStateAndFollowTheRunningOne) {
   EXPECT_EQ(JobMetric(*server_, "txscore_claims_jobs{state=\"done\"}"), 2);
 }
 
+TEST_F(ClaimsJobsTest, ARunningJobShowsItsRateAndOneSubmittedAgainShowsHowFarItGot) {
+  hold_after_rows_ = 4;  // one chunk
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, Inline(12, 7));
+  ASSERT_EQ(job_held_.get_future().get(), submitted.job_id);  // held after its first chunk
+  rpc::ClaimsJobStatus running;
+  client_->claimsJobStatus(running, submitted.job_id);
+  EXPECT_EQ(running.state, rpc::JobState::RUNNING);
+  EXPECT_EQ(running.done, 4);
+  EXPECT_EQ(running.total, 12);
+  EXPECT_GT(running.claims_per_s, 0);
+  EXPECT_GT(JobMetric(*server_, "txscore_claims_job_running_claims_per_second"), 0);
+  const nlohmann::json jobs =
+      nlohmann::json::parse(testing::AdminGet(server_->admin_port(), "/api/dashboard").body)["jobs"];
+  ASSERT_EQ(jobs.size(), 1u) << jobs;
+  EXPECT_GT(jobs[0]["claims_per_s"].get<double>(), 0) << jobs;
+  // Cancelled, then submitted again: it answers with the rows it had done, not 0 of 0.
+  rpc::ClaimsJobStatus cancelling;
+  client_->cancelClaimsJob(cancelling, submitted.job_id);
+  release_.set_value();
+  released_ = true;
+  const rpc::ClaimsJobStatus cancelled = WaitForEnd(submitted.job_id);
+  ASSERT_EQ(cancelled.state, rpc::JobState::CANCELLED);
+  ASSERT_GE(cancelled.done, 4);
+  ASSERT_LT(cancelled.done, 12);
+  rpc::ClaimsJobStatus again;
+  client_->submitClaimsJob(again, Inline(12, 7));
+  EXPECT_EQ(again.state, rpc::JobState::QUEUED);
+  EXPECT_EQ(again.done, cancelled.done);
+  EXPECT_EQ(again.total, 12);
+  EXPECT_EQ(WaitForEnd(again.job_id).done, 12);
+}
+
 // Every regular file under `dir` whose bytes contain `needle`.
 std::vector<std::string> FilesHolding(const std::string& dir, const std::string& needle) {
   std::vector<std::string> found;
@@ -266,9 +315,10 @@ TEST_F(ClaimsJobsTest, InlineClaimsLeaveNoClaimantIdOrCardNumberOnDisk) {
   }
   ASSERT_EQ(inputs.size(), 1u);
   const std::string stored = testing::ReadFile(inputs[0]);
-  EXPECT_NE(stored.find("\"claimant_token\":\"" +
-                        fraud::CardTokenizer::FromKey(std::string(32, 'k'))->TokenizeClaimant("CLAIMANT-SECRET-4711")),
-            std::string::npos);
+  EXPECT_NE(
+      stored.find("\"claimant_token\":\"" +
+                  fraud::CardTokenizer::FromKey(testing::TestCardKey())->TokenizeClaimant("CLAIMANT-SECRET-4711")),
+      std::string::npos);
   EXPECT_EQ(stored.find("claimant_id"), std::string::npos);
   EXPECT_NE(stored.find("They charged my card [card number redacted]."), std::string::npos);
   release_.set_value();
@@ -457,11 +507,16 @@ TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOver
   rpc::ClaimsJobStatus first;
   client_->submitClaimsJob(first, request);
   ASSERT_EQ(WaitForEnd(first.job_id).state, rpc::JobState::DONE);
-  // The input changes: the job, submitted again, cannot go on over it.
-  WriteInputFile("claims.jsonl", 12, 33);
   rpc::ClaimsJobStatus again, status;
+  client_->submitClaimsJob(again, request);  // unchanged: its result, at once
+  EXPECT_EQ(again.state, rpc::JobState::DONE);
+  EXPECT_EQ(again.done, 8);
+  // The input changes: the job, submitted again, cannot go on over it (and is not answered
+  // with the old file's result).
+  WriteInputFile("claims.jsonl", 12, 33);
   client_->submitClaimsJob(again, request);
   EXPECT_EQ(again.job_id, first.job_id);
+  EXPECT_EQ(again.state, rpc::JobState::QUEUED);
   const rpc::ClaimsJobStatus failed = WaitForEnd(first.job_id);
   EXPECT_EQ(failed.state, rpc::JobState::FAILED);
   EXPECT_EQ(failed.done, 8);  // the progress kept from the run over the old file

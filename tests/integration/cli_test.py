@@ -22,6 +22,28 @@ def check_unknown_command_names_it_and_suggests_the_nearest(txscore):
     assert r.stderr == 'txscore: unknown command "frobnicate" (txscore --help lists the commands)\n', r.stderr
 
 
+def check_a_mistyped_command_or_option_gets_the_nearest_one(txscore):
+    r = run(txscore, "job", "sumbit")
+    assert r.returncode == 2, r
+    assert r.stderr == 'txscore job: unknown command "sumbit"; did you mean "submit"? ' \
+                       '(txscore job --help lists the commands)\n', r.stderr
+    r = run(txscore, "keys", "frobnicate")
+    assert r.returncode == 2, r
+    assert r.stderr == 'txscore keys: unknown command "frobnicate" (txscore keys --help lists the commands)\n', r.stderr
+    r = run(txscore, "score", "--sever", "127.0.0.1:1")
+    assert r.returncode == 2, r
+    assert r.stderr.endswith("txscore: unknown option --sever; did you mean --server?\n"), r.stderr
+    r = run(txscore, "batch", "merge", "--outptu=x", "y")
+    assert r.returncode == 2 and r.stderr.endswith("txscore: unknown option --outptu; did you mean --output?\n"), r
+
+
+def check_a_failed_connection_says_so_without_thrifts_own_lines(txscore):
+    r = run(txscore, "score", "--server", "127.0.0.1:1", "--count", "1", "--plaintext")
+    assert r.returncode == 1, r
+    assert r.stderr.startswith("cannot connect to 127.0.0.1:1: "), r.stderr
+    assert "TSocket" not in r.stderr, r.stderr
+
+
 def check_version_names_the_version_commit_and_compiler(txscore):
     source = SOURCE
     r = run(txscore, "--version")
@@ -82,6 +104,13 @@ def check_score_prints_input_errors_as_valid_json(txscore):
             parsed = json.loads(line)  # hand-built JSON broke on the quotes in these messages
             assert set(parsed) == {"line", "error"}, parsed
         assert [json.loads(line)["line"] for line in lines] == [1, 2]
+        # Nothing to send: exit 3 before connecting, as `batch run` exits when no row scored.
+        assert r.returncode == 3, r
+        assert r.stderr == f"txscore score: no line of {path} is a transaction (each line above says why); " \
+                           "nothing was sent\n", r.stderr
+        open(path, "w").close()
+        r = run(txscore, "score", "--server", "127.0.0.1:1", "--file", path)
+        assert r.returncode == 3 and "is a transaction (the file is empty)" in r.stderr, r
 
 
 def check_data_generate_takes_the_format_from_the_extension_or_refuses_a_clash(txscore):
@@ -515,6 +544,14 @@ def check_keys_create_rotate_retire_and_list_a_wrapped_keyset(txscore):
         # The keyset file holds the secret; the listing never does.
         with open(raw, "rb") as f:
             assert f.read().hex() not in r.stdout
+        # keys list|rotate|retire|public read keysets only; import refuses a weak raw key.
+        r = keys("list", "--keyset", raw)
+        assert r.returncode == 1 and f"keyset file {raw} is not a keyset" in r.stderr, r
+        with open(raw, "wb") as f:
+            f.write(b"\0" * 32)
+        r = keys("import", "--card-key", raw, "--out", os.path.join(work, "weak.json"))
+        assert r.returncode == 1 and "has only 1 distinct byte values" in r.stderr, r
+        assert not os.path.exists(os.path.join(work, "weak.json"))
 
 
 def check_apply_chat_template_renders_the_checkpoints_template_or_says_it_has_none(txscore):
@@ -592,6 +629,25 @@ def check_conformance_lists_what_it_did_not_check_and_fails_on_a_requested_absen
         assert "Not checked: cuda (" in r.stdout, r.stdout
         r = run(txscore, "conformance", "--devices", "cuda", "--steps", "2", "--out", work)
         assert r.returncode == 1 and "device cuda is not available" in r.stderr, r
+        # The devices a settings file names, as `plan --config` reads them.
+        settings = os.path.join(work, "settings.yaml")
+        with open(os.path.join(work, "card.key"), "wb") as f:
+            f.write(bytes(range(32)))
+        os.chmod(os.path.join(work, "card.key"), 0o600)
+        with open(os.path.join(work, "p.yaml"), "w") as f:
+            f.write("stages: []\n")
+        with open(settings, "w") as f:
+            f.write(f"pipeline: p.yaml\nstorage: {{path: db}}\nsecurity: {{card_key_file: card.key}}\n"
+                    f"devices: {{backend_library: {EMULATED_DEVICE}}}\n")
+        os.remove(os.path.join(work, "conformance.json"))
+        r = run(txscore, "conformance", "--devices", "emulated", "--config", settings, "--steps", "2", "--out", work)
+        assert r.returncode == 0, r
+        with open(os.path.join(work, "conformance.json")) as f:
+            assert all(row["device"].startswith("emulated") for row in json.load(f)["results"])
+        r = run(txscore, "conformance", "--config", settings, "--backend-library", EMULATED_DEVICE, "--out", work)
+        assert r.returncode == 2 and "excludes" in r.stderr, r
+        r = run(txscore, "conformance", "--config", os.path.join(work, "missing.yaml"), "--out", work)
+        assert r.returncode == 2 and r.stderr.startswith("--config: "), r
         r = run(txscore, "conformance", "--devices", "emulated", "--steps", "2", "--out", work)
         assert r.returncode == 1 and "device emulated is not available: no device of that kind was found" in r.stderr, r
         r = run(txscore, "conformance", "--devices", "emulated", "--backend-library", EMULATED_DEVICE, "--steps", "2",
@@ -604,6 +660,8 @@ SOURCE = None  # the repository (--source)
 
 CHECKS = [
     check_unknown_command_names_it_and_suggests_the_nearest,
+    check_a_mistyped_command_or_option_gets_the_nearest_one,
+    check_a_failed_connection_says_so_without_thrifts_own_lines,
     check_known_commands_are_not_called_unknown,
     check_version_names_the_version_commit_and_compiler,
     check_an_unknown_log_level_is_refused_not_silenced,

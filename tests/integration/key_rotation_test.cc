@@ -247,6 +247,25 @@ TEST_F(KeyRotationTest, AReloadWithAnUnreadableKeysetIsRefusedAndTheKeysInForceS
   EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token.substr(0, 3), "k1_");
 }
 
+TEST_F(KeyRotationTest, ARawKeyWhereTheSettingsNameAKeysetIsRefusedAtReloadAndAtStart) {
+  testing::WriteFile(keyset_path(), testing::TestCardKey());
+  ::chmod(keyset_path().c_str(), 0600);
+  const ScoringServer::ReloadOutcome outcome = server_->Reload("test");
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_NE(outcome.detail.find("keyset file " + keyset_path() + " is not a keyset"), std::string::npos)
+      << outcome.detail;
+  auto connection = RpcConnection::Open({"127.0.0.1", server_->rpc_port()}).value();
+  Score(*connection, 3, 0, "c-1");  // still served with k1
+  EXPECT_EQ(server_->audit_log().ReadLast(1).value().at(0).card_token.substr(0, 3), "k1_");
+  connection.reset();
+  server_->Stop();
+  server_.reset();
+  auto started = testing::CreateTestServer(testing::TestSettingsPath(dir_));
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.error().message.find("keyset file " + keyset_path() + " is not a keyset"), std::string::npos)
+      << started.error().ToString();
+}
+
 TEST_F(KeyRotationTest, AReloadWithAKeysetOthersMayReadIsRefusedAndTheKeysInForceStay) {
   const std::string keyset = testing::ReadFile(keyset_path());
   for (const mode_t mode : {0644, 0640, 0604}) {  // others, group alone, others alone

@@ -173,6 +173,23 @@ stages:
         assert out[0] == {"line": 2, "error": "invalid argument: request_id: must be a string"}, out[0]
         assert [o["request_id"] for o in out[1:]] == [json.loads(l)["request_id"] for l in lines], out
         assert all(o["decision"] in ("APPROVE", "REVIEW", "DECLINE") for o in out[1:]), out
+        # Every transaction refused by the server (a Luhn-invalid card number): exit 3, said.
+        refused = json.loads(lines[0])
+        refused["card_number"] = "4111111111111112"
+        with open(jsonl, "w") as f:
+            f.write(json.dumps(refused) + "\n")
+        r = subprocess.run([args.txscore, "score", "--server", f"127.0.0.1:{thrift_port}", "--file", jsonl,
+                            "--json", "--tls-dir", client_dir], capture_output=True, text=True)
+        assert r.returncode == 3, (r.returncode, r.stderr)
+        assert json.loads(r.stdout)["invalid"]["field"] == "card_number", r.stdout
+        assert r.stderr.endswith("scored 0 transactions; invalid 1\n"
+                                 "txscore score: no transaction was scored (each line above says why)\n"), r.stderr
+        # --plaintext against the TLS port: the server closes the connection; the client says why.
+        r = subprocess.run([args.txscore, "score", "--server", f"127.0.0.1:{thrift_port}", "--count", "1",
+                            "--plaintext"], capture_output=True, text=True)
+        assert r.returncode == 1, (r.returncode, r.stderr)
+        assert "its Thrift port uses TLS unless its settings say server.plaintext: true. Drop --plaintext" \
+            in r.stderr, r.stderr
 
         server.send_signal(signal.SIGTERM)
         _, stderr = server.communicate(timeout=30)

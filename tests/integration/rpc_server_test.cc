@@ -276,6 +276,41 @@ TEST_F(RpcServerTest, HostileValuesAreRefusedNamingTheFieldAndNeverEchoed) {
   for (const auto& record : audit.value()) EXPECT_EQ(record.request_id.rfind("valid-", 0), 0u) << record.request_id;
 }
 
+// What the server sends first on a fresh connection after `frame` (a reply, or "" when it
+// closes the connection instead).
+std::string FirstAnswer(int fd, const std::string& frame) {
+  ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+  char buf[4096];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  ::close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// A health() message with this name and type, framed.
+std::string HealthFrame(const std::string& name, apache::thrift::protocol::TMessageType type) {
+  auto buffer = std::make_shared<apache::thrift::transport::TMemoryBuffer>();
+  TBinaryProtocol out(buffer);
+  out.writeMessageBegin(name, type, 7);
+  rpc::TxScore_health_pargs args;
+  args.write(&out);
+  out.writeMessageEnd();
+  return testing::Framed(buffer->getBufferAsString());
+}
+
+TEST_F(RpcServerTest, ALongMethodNameOrAOnewayMessageIsClosedWithoutAnAnswer) {
+  // An unknown name of ordinary length gets Thrift's exception, naming it.
+  const std::string unknown = FirstAnswer(RawConnect(), HealthFrame("nosuchmethod", apache::thrift::protocol::T_CALL));
+  EXPECT_NE(unknown.find("nosuchmethod"), std::string::npos);
+  // 60 KB of name: no answer at all (it came back twice, 120 KB, before).
+  EXPECT_EQ(FirstAnswer(RawConnect(), HealthFrame(std::string(60 << 10, 'm'), apache::thrift::protocol::T_CALL)), "");
+  // health() sent as oneway: not run as a call and answered.
+  EXPECT_EQ(FirstAnswer(RawConnect(), HealthFrame("health", apache::thrift::protocol::T_ONEWAY)), "");
+  EXPECT_NE(server_->metrics().RenderPrometheus().find("\ntxscore_rpc_protocol_errors_total 2\n"), std::string::npos);
+  // The same health() as a call is answered.
+  EXPECT_NE(FirstAnswer(RawConnect(), HealthFrame("health", apache::thrift::protocol::T_CALL)), "");
+  ExpectStillServing();
+}
+
 TEST_F(RpcServerTest, IdleAndTricklingConnectionsNeverDelayAWellBehavedClient) {
   // What locked everyone out of the thread-per-connection server: idle connections by the
   // thousand, then slow clients sending a frame a byte at a time. A client on a fresh connection must be

@@ -381,7 +381,9 @@ sharding:
         r = subprocess.run([args.txscore, "score", "--tls-dir", client_dir, "--server", f"127.0.0.1:{ports3['s0']}",
                             "--shards", ",".join(f"{n}=127.0.0.1:{p}" for n, p in ports3.items()),
                             "--file", token_file, "--json"], capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 3, r.stderr  # its only transaction was not scored
+        assert r.stderr.endswith("unavailable (shard down) 1\ntxscore score: no transaction was scored (each line "
+                                 "above says why)\n"), r.stderr
         line = json.loads(r.stdout.splitlines()[0])
         assert line["request_id"] == "down-1" and line["unavailable"]["shard"] == "s2", r.stdout
         print("ok   a card whose shard is down gets ShardUnavailable naming it; the circuit opens after 3 failures "

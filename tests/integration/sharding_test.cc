@@ -82,7 +82,7 @@ class ShardingTest : public ::testing::Test {
 
   int Owner(const std::string& token) const { return static_cast<int>(ShardOwnerIndex(token, names_)); }
   std::string TokenOf(const std::string& pan) const {
-    return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(pan);
+    return fraud::CardTokenizer::FromKey(testing::TestCardKey())->Tokenize(pan);
   }
   fraud::RawTransaction Transaction(int card, int n) const {
     fraud::RawTransaction tx = testing::ValidTransaction("c" + std::to_string(card) + "-" + std::to_string(n));

@@ -19,7 +19,7 @@ namespace {
 class ClaimsJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+    testing::WriteFile(dir_.file("card.key"), testing::TestCardKey());
     ::chmod(dir_.file("card.key").c_str(), 0600);
     testing::WriteFile(dir_.file("claims.yaml"),
                        "stages:\n" + testing::ClaimsModelStagesYaml() +

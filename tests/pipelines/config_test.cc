@@ -33,7 +33,7 @@ std::string WhenOf(const PipelineConfig& config, const std::string& name) {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+    testing::WriteFile(dir_.file("card.key"), testing::TestCardKey());
     testing::WriteFile(dir_.file("model.ubj"), "x");
   }
   Result<PipelineConfig> Parse(const std::string& yaml) { return ParsePipelineConfig(yaml, dir_.file("p.yaml")); }
@@ -48,6 +48,22 @@ class ConfigTest : public ::testing::Test {
       "  - {name: decision, kind: decision, after: fraud}\n";
   testing::TempDir dir_;
 };
+
+TEST_F(ConfigTest, ATabInTheIndentationIsNamedWithItsLineAndColumn) {
+  auto config = Parse(
+      "stages:\n"
+      "  - {name: features, kind: features}\n"
+      "  - name: fraud\n"
+      "    kind: xgboost\n"
+      "  \tafter: features\n"
+      "    model: model.ubj\n"
+      "  - {name: decision, kind: decision, after: fraud}\n");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().message.rfind(
+                Where(5, 3) + "a tab in the indentation (YAML indents with spaces only; yaml-cpp said at ", 0),
+            0u)
+      << config.error().message;
+}
 
 TEST_F(ConfigTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   auto config = Parse(kValid);

@@ -155,7 +155,7 @@ class ForensicPipelineTest : public ::testing::Test {
     return fraud::DecodeCardState(**stored)->transaction_count;
   }
   std::string ExpectedToken() const {
-    return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(testing::kTestPan);
+    return fraud::CardTokenizer::FromKey(testing::TestCardKey())->Tokenize(testing::kTestPan);
   }
 
   // The host CPU with a fixed profile, and the emulated device (the forensic stage's
@@ -330,6 +330,42 @@ TEST_F(ForensicPipelineTest, AChatTemplateThatRefusesTheTaskConversationIsRefuse
   EXPECT_EQ(stage.error().message, "stage forensic: the checkpoint's chat template cannot render its prompt: " +
                                        dir_.file("llm/tokenizer_config.json") +
                                        " chat_template:1: the template raised: System role not supported");
+}
+
+TEST_F(ForensicPipelineTest, ATokenizerWithIdsPastTheModelsVocabularyIsRefusedWhenTheStageLoads) {
+  const int64_t model_vocab = llm::LoadModelConfig(dir_.file("llm")).value().vocab_size;
+  const std::string original = testing::ReadFile(dir_.file("llm/tokenizer.json"));
+  // The checkpoint's tokenizer with one more special token of this id.
+  const auto with_token_id = [&](int64_t id) {
+    nlohmann::json tokenizer = nlohmann::json::parse(original);
+    tokenizer["added_tokens"].push_back({{"id", id},
+                                         {"content", "<|added|>"},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", true}});
+    testing::WriteFile(dir_.file("llm/tokenizer.json"), tokenizer.dump());
+  };
+  ForensicStageOptions options;
+  options.model_dir = dir_.file("llm");
+  const auto load = [&] {
+    return ForensicStage::Create(options, [](const std::string&, const llm::DecoderOptions&) {
+      return Result<std::unique_ptr<llm::Decoder>>(Internal("the decoder was asked for"));
+    });
+  };
+  // A tokenizer that fills the vocabulary exactly is this model's: the decoder is loaded.
+  with_token_id(model_vocab - 1);
+  auto fits = load();
+  ASSERT_FALSE(fits.ok());
+  EXPECT_EQ(fits.error().message, "the decoder was asked for");
+  with_token_id(model_vocab);
+  auto stage = load();
+  ASSERT_FALSE(stage.ok());
+  EXPECT_EQ(stage.error().message, "stage forensic: the tokenizer has " + std::to_string(model_vocab + 1) +
+                                       " token ids, more than the model's vocab_size of " +
+                                       std::to_string(model_vocab) +
+                                       " (config.json): the tokenizer is not this model's");
 }
 
 TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmStage) {

@@ -33,7 +33,7 @@ class ScoringPipelineTest : public ::testing::Test {
   }
 
   std::string ExpectedToken() const {
-    return fraud::CardTokenizer::FromKey(std::string(32, 'k'))->Tokenize(testing::kTestPan);
+    return fraud::CardTokenizer::FromKey(testing::TestCardKey())->Tokenize(testing::kTestPan);
   }
 
   testing::TempDir dir_;

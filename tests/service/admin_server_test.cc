@@ -287,6 +287,47 @@ TEST_F(AdminServerTest, MalformedRequestsAre400) {
   ExpectStillServing();
 }
 
+TEST_F(AdminServerTest, AmbiguousFramingIsRefusedAsRfc9112Says) {
+  Start();
+  const struct {
+    std::string request;
+    std::string why;
+  } kAmbiguous[] = {
+      {"POST /healthz HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n",
+       "\"malformed HTTP request: Transfer-Encoding must be chunked alone (no other coding is accepted in a "
+       "request)\""},
+      {"POST /healthz HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+       "\"malformed HTTP request: Transfer-Encoding must be chunked alone (no other coding is accepted in a "
+       "request)\""},
+      // Beast's own parser refuses this one before the check above would.
+      {"POST /healthz HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+       "0\r\n\r\n",
+       "malformed HTTP request: bad Content-Length"},
+      {"GET /healthz HTTP/1.1\r\n\r\n",
+       "\"malformed HTTP request: an HTTP/1.1 request needs exactly one Host header\""},
+      {"GET /healthz HTTP/1.1\r\nHost: localhost\r\nHost: localhost\r\n\r\n",
+       "\"malformed HTTP request: an HTTP/1.1 request needs exactly one Host header\""},
+      {"POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\nbody",
+       "\"malformed HTTP request: Content-Length is given more than once\""},
+      {"POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4, 4\r\n\r\nbody", "Content-Length"},
+  };
+  for (const auto& ambiguous : kAmbiguous) {
+    const std::string response = Exchange(ambiguous.request);
+    EXPECT_EQ(Status(response), 400) << ambiguous.request << ": " << response;
+    EXPECT_NE(response.find(ambiguous.why), std::string::npos) << ambiguous.request << ": " << response;
+  }
+  EXPECT_EQ(healthz_calls_.load(), 0);
+  // HTTP/1.0 needs no Host; a header folded over lines is one header (Beast unfolds it, as
+  // RFC 9112 5.2 allows), not a second request.
+  const std::string old_client = Exchange("GET /healthz HTTP/1.0\r\n\r\n");
+  EXPECT_NE(old_client.find(" 200 OK\r\n"), std::string::npos) << old_client;
+  const std::string folded =
+      Exchange("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Note: one\r\n two\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(Status(folded), 200) << folded;
+  EXPECT_EQ(folded.find("HTTP/1.1", 1), std::string::npos) << folded;  // one answer
+  ExpectStillServing();
+}
+
 TEST_F(AdminServerTest, TricklingAndIdleClientsAreCutOffAtTheRequestTimeoutWhileOthersAreServed) {
   Start({.request_timeout = 500ms});
   const std::string request = Get("/healthz");

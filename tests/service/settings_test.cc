@@ -14,7 +14,7 @@ namespace {
 class SettingsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::WriteFile(dir_.file("card.key"), std::string(32, 'k'));
+    testing::WriteFile(dir_.file("card.key"), testing::TestCardKey());
     testing::WriteFile(dir_.file("p.yaml"), "stages: []\n");  // only its existence is checked here
   }
   Result<ServiceSettings> Parse(const std::string& yaml) { return ParseServiceSettings(yaml, dir_.file("s.yaml")); }
@@ -35,6 +35,21 @@ class SettingsTest : public ::testing::Test {
       "  card_key_file: card.key\n";
   testing::TempDir dir_;
 };
+
+TEST_F(SettingsTest, ATabInTheIndentationIsNamedWithItsLineAndColumn) {
+  auto settings = Parse("pipeline: p.yaml\nstorage:\n  path: db\nsecurity:\n\tcard_key_file: card.key\n");
+  ASSERT_FALSE(settings.ok());
+  EXPECT_EQ(settings.error().message.rfind(
+                Where(5, 1) + "a tab in the indentation (YAML indents with spaces only; yaml-cpp said at ", 0),
+            0u)
+      << settings.error().message;
+  // A tab in a comment's indentation is not blamed: yaml-cpp's own error is given.
+  auto other = Parse("pipeline: p.yaml\n\t# a comment\nstorage: {path: db\n");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().message.find("a tab"), std::string::npos) << other.error().message;
+  // Without the tab the same file parses: the message was about the tab.
+  EXPECT_TRUE(Parse("pipeline: p.yaml\nstorage:\n  path: db\nsecurity:\n  card_key_file: card.key\n").ok());
+}
 
 TEST_F(SettingsTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   auto settings = Parse(kValid);
