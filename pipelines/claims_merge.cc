@@ -1,9 +1,12 @@
 #include "pipelines/claims_merge.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -201,10 +204,20 @@ Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& sha
     if (!summary_out) return Internal("cannot write " + output + ".summary.json");
   }
   // The output first, then its summary: a summary beside an output always describes it.
-  std::filesystem::rename(temporary, output, ec);
-  if (ec) return Internal("cannot write " + output + ": " + ec.message());
-  std::filesystem::rename(output + ".summary.json.tmp", output + ".summary.json", ec);
-  if (ec) return Internal("cannot write " + output + ".summary.json: " + ec.message());
+  // Without replace_existing, a file that appeared since the check above is not replaced
+  // either (renameat2's RENAME_NOREPLACE makes check and rename one step).
+  const unsigned int flags = replace_existing ? 0 : RENAME_NOREPLACE;
+  for (const auto& [from, to] :
+       {std::pair{temporary, output}, std::pair{output + ".summary.json.tmp", output + ".summary.json"}}) {
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags) != 0) {
+      const int error = errno;
+      std::filesystem::remove(temporary, ec);
+      std::filesystem::remove(output + ".summary.json.tmp", ec);
+      if (error == EEXIST)
+        return FailedPrecondition(to + " exists: merge into a new file, or give --force to replace it");
+      return Internal("cannot write " + to + ": " + std::strerror(error));
+    }
+  }
   const std::filesystem::path parent = std::filesystem::absolute(output, ec).parent_path();
   TXSCORE_RETURN_IF_ERROR(SyncDirectory(parent.string()));
   return merged;
