@@ -39,6 +39,7 @@ struct Options {
 
 struct ConnectionResult {
   std::vector<double> latencies_us;
+  std::vector<int> decisions;  // score(): each measured call's rpc::Decision, in the order of latencies_us
   long errors = 0;
   std::string open_error;  // non-empty: the connection never opened
 };
@@ -62,6 +63,7 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
   size_t i = static_cast<size_t>(index);
   while (next - start < total) {
     std::this_thread::sleep_until(next);
+    int decision = 0;  // none (health, or an error)
     try {
       if (options.method == "health") {
         txscore::rpc::HealthStatus health;
@@ -69,13 +71,16 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
       } else {
         txscore::rpc::ScoreResult result;
         client.score(result, transactions[i % transactions.size()]);
+        decision = static_cast<int>(result.decision);
       }
     } catch (const apache::thrift::TException&) {
       ++out->errors;
     }
     const auto done = Clock::now();
-    if (next >= measure_from)
+    if (next >= measure_from) {
       out->latencies_us.push_back(std::chrono::duration<double, std::micro>(done - next).count());
+      out->decisions.push_back(decision);
+    }
     i += static_cast<size_t>(options.connections);
     next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s));
   }
@@ -105,6 +110,9 @@ int main(int argc, char** argv) {
   app.add_option("--method", options.method, "score, or health as the RPC-only reference")
       ->check(CLI::IsMember({"score", "health"}))
       ->capture_default_str();
+  bool by_decision = false;
+  app.add_flag("--by-decision", by_decision,
+               "Also print score()'s latency for each decision (APPROVE, REVIEW, DECLINE), one line each");
   std::string tls_dir;
   app.add_option("--tls-dir", tls_dir, "Client certificate directory (ca.crt, tls.crt, tls.key); none: plaintext");
   CLI11_PARSE(app, argc, argv);
@@ -140,6 +148,12 @@ int main(int argc, char** argv) {
     all.insert(all.end(), r.latencies_us.begin(), r.latencies_us.end());
     errors += r.errors;
   }
+  // By decision, before `all` is sorted: the same calls, told apart by what they were answered.
+  std::vector<std::vector<double>> by(4);
+  for (const auto& r : results) {
+    for (size_t k = 0; k < r.latencies_us.size(); ++k)
+      by[static_cast<size_t>(r.decisions[k]) % 4].push_back(r.latencies_us[k]);
+  }
   std::sort(all.begin(), all.end());
   std::printf(
       "%s: offered %.0f/s over %d connections for %.0f s: completed %.0f/s, errors %ld; "
@@ -147,5 +161,13 @@ int main(int argc, char** argv) {
       options.method.c_str(), options.rate, options.connections, options.seconds,
       static_cast<double>(all.size()) / options.seconds, errors, Percentile(all, 0.50), Percentile(all, 0.90),
       Percentile(all, 0.99), Percentile(all, 0.999), all.empty() ? 0.0 : all.back());
+  if (by_decision) {
+    const char* const names[] = {"none", "APPROVE", "REVIEW", "DECLINE"};
+    for (size_t d = 1; d < by.size(); ++d) {
+      std::sort(by[d].begin(), by[d].end());
+      std::printf("  %s: %zu calls; latency us p50 %.0f p99 %.0f max %.0f\n", names[d], by[d].size(),
+                  Percentile(by[d], 0.50), Percentile(by[d], 0.99), by[d].empty() ? 0.0 : by[d].back());
+    }
+  }
   return errors > 0 ? 1 : 0;
 }

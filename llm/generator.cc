@@ -103,11 +103,12 @@ Result<std::vector<GenerationResult>> Generator::GenerateBatch(const std::vector
 }
 
 Result<std::vector<GenerationResult>> Generator::GenerateEach(const std::vector<std::vector<int32_t>>& prompts,
-                                                              const std::vector<GenerationOptions>& options) {
+                                                              const std::vector<GenerationOptions>& options,
+                                                              const std::function<void()>& between_steps) {
   if (options.size() != prompts.size()) return InvalidArgument("one set of options per prompt", "options");
   std::vector<GenerationOptions> each(options);
   for (GenerationOptions& o : each) o.on_logits = nullptr;
-  return Run(prompts, each);
+  return Run(prompts, each, between_steps);
 }
 
 namespace {
@@ -138,7 +139,8 @@ size_t SettledLength(const std::string& text, const std::vector<std::string>& st
 }  // namespace
 
 Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vector<int32_t>>& prompts,
-                                                     const std::vector<GenerationOptions>& options) {
+                                                     const std::vector<GenerationOptions>& options,
+                                                     const std::function<void()>& between_steps) {
   if (prompts.empty()) return InvalidArgument("no prompts", "prompt");
   for (const auto& prompt : prompts) {
     if (prompt.empty()) return InvalidArgument("the prompt is empty", "prompt");
@@ -272,6 +274,7 @@ Result<std::vector<GenerationResult>> Generator::Run(const std::vector<std::vect
       any_left = any_left || !sequences[i].done;
     }
     if (!any_left) break;
+    if (between_steps) between_steps();
   }
   for (size_t i = 0; i < n; ++i) {
     if (!sequences[i].done) finish(i, FinishReason::kMaxNewTokens);

@@ -93,8 +93,11 @@ class Generator {
                                                       const GenerationOptions& options);
   // As GenerateBatch, with options of its own for each prompt (budget, sampling and seed,
   // stop strings, schema, deadline, streaming): requests of different callers in one batch.
+  // `between_steps` (if set) is called after each step while sequences remain: the batcher
+  // runs more urgent work there (pipelines/dynamic_batcher.h).
   Result<std::vector<GenerationResult>> GenerateEach(const std::vector<std::vector<int32_t>>& prompts,
-                                                     const std::vector<GenerationOptions>& options);
+                                                     const std::vector<GenerationOptions>& options,
+                                                     const std::function<void()>& between_steps = nullptr);
 
  private:
   // The compiled constraint for `schema`, compiled now if it is not kept. `pin`: keep it for
@@ -103,7 +106,8 @@ class Generator {
   // The constraint of `o.schema` (null without one), after the checks of Check.
   Result<std::shared_ptr<const JsonConstraint>> CheckedConstraint(const GenerationOptions& o);
   Result<std::vector<GenerationResult>> Run(const std::vector<std::vector<int32_t>>& prompts,
-                                            const std::vector<GenerationOptions>& options);
+                                            const std::vector<GenerationOptions>& options,
+                                            const std::function<void()>& between_steps = nullptr);
 
   const Decoder* decoder_;
   const Tokenizer* tokenizer_;

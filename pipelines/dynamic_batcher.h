@@ -6,10 +6,13 @@
 // Each item carries a deadline: an item whose deadline has passed when its batch is formed is
 // answered with `expired` without being run.
 //
-// Two priorities: a batch is filled with waiting interactive items (synchronous requests)
-// first, and batch-job items only take the places left, so a batch job never delays a request
-// by more than the batch already running. Items submitted together with SubmitAll are queued
-// at once, so when nothing else is waiting they form the same batches on every run.
+// Three priorities (BatchPriority): a batch is filled with waiting interactive items
+// (synchronous requests) first, and API and batch-job items only take the places left. A long
+// batch that holds no interactive item makes way between its steps: the run function calls
+// `make_way`, which runs the interactive items waiting at that moment as a batch of their own
+// (nested, one level deep), so an API generation or a batch job delays a request by one step
+// of its batch, not by the whole batch. Items submitted together with SubmitAll are queued at
+// once, so when nothing else is waiting they form the same batches on every run.
 #pragma once
 
 #include <array>
@@ -49,10 +52,19 @@ class DynamicBatcher {
  public:
   using Clock = std::chrono::steady_clock;
   // Runs one batch; returns one answer per item, in order. Called on the worker thread only.
-  using RunBatch = std::function<std::vector<Answer>(const std::vector<Item>& items)>;
+  // A run that takes many steps calls `make_way` between them (it returns at once when there
+  // is nothing to make way for).
+  using MakeWay = std::function<void()>;
+  using RunBatch = std::function<std::vector<Answer>(const std::vector<Item>& items, const MakeWay& make_way)>;
+  // A batch run in one go, that never makes way.
+  using RunWholeBatch = std::function<std::vector<Answer>(const std::vector<Item>& items)>;
 
   DynamicBatcher(DynamicBatcherOptions options, RunBatch run, Answer expired)
       : options_(options), run_(std::move(run)), expired_(std::move(expired)), worker_([this] { Work(); }) {}
+  DynamicBatcher(DynamicBatcherOptions options, RunWholeBatch run, Answer expired)
+      : DynamicBatcher(
+            options, [run = std::move(run)](const std::vector<Item>& items, const MakeWay&) { return run(items); },
+            std::move(expired)) {}
 
   ~DynamicBatcher() {
     {
@@ -80,7 +92,7 @@ class DynamicBatcher {
       for (Item& item : items) {
         std::promise<Answer> promise;
         futures.push_back(promise.get_future());
-        queue.push_back({std::move(item), deadline, std::move(promise)});
+        queue.push_back({std::move(item), deadline, std::move(promise), priority});
       }
     }
     wake_.notify_all();
@@ -99,11 +111,18 @@ class DynamicBatcher {
     return batch_sizes_;
   }
 
+  // Batches of interactive items run inside another batch, between its steps (make_way).
+  uint64_t nested_batches() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return nested_batches_;
+  }
+
  private:
   struct Pending {
     Item item;
     Clock::time_point deadline;
     std::promise<Answer> promise;
+    BatchPriority priority;
   };
 
   void Work() {
@@ -126,27 +145,53 @@ class DynamicBatcher {
           }
         }
       }
-      std::vector<Item> items;
-      std::vector<Pending*> live;
-      const Clock::time_point now = options_.clock();
-      for (Pending& p : batch) {
-        if (p.deadline <= now) {
-          p.promise.set_value(expired_);
-        } else {
-          items.push_back(p.item);
-          live.push_back(&p);
-        }
-      }
-      if (items.empty()) continue;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        batch_sizes_.push_back(static_cast<int>(items.size()));
-      }
-      std::vector<Answer> answers = run_(items);
-      for (size_t i = 0; i < live.size(); ++i) {
-        live[i]->promise.set_value(i < answers.size() ? std::move(answers[i]) : expired_);
+      Run(batch, false);
+    }
+  }
+
+  // Runs `batch`, answering each item (expired ones without running them). `nested`: inside
+  // another batch's make_way, so this one makes way for nothing.
+  void Run(std::vector<Pending>& batch, bool nested) {
+    std::vector<Item> items;
+    std::vector<Pending*> live;
+    bool urgent = nested;
+    const Clock::time_point now = options_.clock();
+    for (Pending& p : batch) {
+      if (p.deadline <= now) {
+        p.promise.set_value(expired_);
+      } else {
+        items.push_back(p.item);
+        live.push_back(&p);
+        urgent = urgent || p.priority == BatchPriority::kInteractive;
       }
     }
+    if (items.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      batch_sizes_.push_back(static_cast<int>(items.size()));
+      if (nested) ++nested_batches_;
+    }
+    const MakeWay make_way = [this, urgent] {
+      if (!urgent) RunWaitingInteractive();
+    };
+    std::vector<Answer> answers = run_(items, make_way);
+    for (size_t i = 0; i < live.size(); ++i) {
+      live[i]->promise.set_value(i < answers.size() ? std::move(answers[i]) : expired_);
+    }
+  }
+
+  // make_way: the interactive items waiting now, at once (no wait for company).
+  void RunWaitingInteractive() {
+    std::vector<Pending> batch;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::deque<Pending>& queue = queues_[static_cast<size_t>(BatchPriority::kInteractive)];
+      while (!queue.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
+        batch.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
+    }
+    if (!batch.empty()) Run(batch, true);
   }
 
   const DynamicBatcherOptions options_;
@@ -162,6 +207,7 @@ class DynamicBatcher {
   }
   std::array<std::deque<Pending>, 3> queues_;  // by BatchPriority
   std::vector<int> batch_sizes_;
+  uint64_t nested_batches_ = 0;
   bool stopping_ = false;
   std::thread worker_;  // last: starts after everything above exists
 };

@@ -122,7 +122,10 @@ Result<std::unique_ptr<ForensicStage>> ForensicStage::Create(const ForensicStage
   expired.detail = "the deadline passed before the stage could start";
   stage->batcher_ = std::make_unique<DynamicBatcher<Item, ForensicResult>>(
       DynamicBatcherOptions{config.max_batch, config.max_wait_us, config.background, config.clock},
-      [self](const std::vector<Item>& items) { return self->RunBatch(items); }, std::move(expired));
+      [self](const std::vector<Item>& items, const std::function<void()>& make_way) {
+        return self->RunBatch(items, make_way);
+      },
+      std::move(expired));
   return stage;
 }
 
@@ -214,7 +217,8 @@ ForensicResult ForensicStage::Await(std::future<ForensicResult> answer, const st
 size_t ForensicStage::queued() const { return batcher_->queued(); }
 std::vector<int> ForensicStage::batch_sizes() const { return batcher_->batch_sizes(); }
 
-std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& items) {
+std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& items,
+                                                    const std::function<void()>& make_way) {
   std::vector<std::vector<int32_t>> prompts;
   auto latest = items.front().deadline;
   for (const Item& item : items) {
@@ -244,15 +248,20 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
     longest_prompt = std::max(longest_prompt, items[i].prompt.size());
     largest_budget = std::max(largest_budget, each[i].max_new_tokens);
   }
-  running_.store(static_cast<int>(items.size()));
-  kv_tokens_.store(static_cast<int64_t>(items.size() * (longest_prompt + static_cast<size_t>(largest_budget))));
-  struct Idle {
+  // Added, not set: a batch may run inside another one's make_way, and both hold their cache.
+  const int sequences = static_cast<int>(items.size());
+  const auto kv_tokens = static_cast<int64_t>(items.size() * (longest_prompt + static_cast<size_t>(largest_budget)));
+  running_.fetch_add(sequences);
+  kv_tokens_.fetch_add(kv_tokens);
+  struct Done {
     ForensicStage* stage;
-    ~Idle() {
-      stage->running_.store(0);
-      stage->kv_tokens_.store(0);
+    int sequences;
+    int64_t kv_tokens;
+    ~Done() {
+      stage->running_.fetch_sub(sequences);
+      stage->kv_tokens_.fetch_sub(kv_tokens);
     }
-  } idle{this};
+  } done{this, sequences, kv_tokens};
   std::vector<ForensicResult> results(items.size());
   const auto now = options_.clock();
   // Devices paused after a failure are passed over, unless every device is paused.
@@ -263,7 +272,7 @@ std::vector<ForensicResult> ForensicStage::RunBatch(const std::vector<Item>& ite
   if (order.empty()) order.push_back(&engines_.front());
   std::vector<std::string> failed_devices;
   for (Engine* engine : order) {
-    Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateEach(prompts, each);
+    Result<std::vector<llm::GenerationResult>> generated = engine->generator->GenerateEach(prompts, each, make_way);
     if (!generated.ok() && generated.error().code == ErrorCode::kUnavailable && options_.clock() < latest &&
         engine != order.back()) {
       // The model runtime failed on this device: pause it and move the batch to the next one.

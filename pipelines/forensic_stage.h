@@ -127,11 +127,13 @@ class ForensicStage {
   // read, tokens generated.
   uint64_t prompt_tokens() const { return prompt_tokens_.load(); }
   uint64_t generated_tokens() const { return generated_tokens_.load(); }
-  // Sequences in the batch generating now (0 between batches).
+  // Sequences in the batches generating now (0 between batches; a batch of requests may run
+  // inside another's make_way, dynamic_batcher.h).
   int running() const { return running_.load(); }
   // The KV cache the running batch holds, as a fraction of the most the stage may hold
   // (max_batch sequences of the model's full context): each batch allocates room for its
-  // sequences' longest prompt plus their largest token budget. 0 between batches.
+  // sequences' longest prompt plus their largest token budget. 0 between batches; up to 2 while
+  // a batch of requests runs inside another.
   double kv_cache_usage() const;
 
   // The prompt's view of a transaction (exposed for tests).
@@ -160,7 +162,7 @@ class ForensicStage {
                        std::chrono::steady_clock::time_point deadline) const;
   ForensicResult Failed(std::string detail) const;
   // Runs one batch on the first healthy engine, moving to the next when one fails.
-  std::vector<ForensicResult> RunBatch(const std::vector<Item>& items);
+  std::vector<ForensicResult> RunBatch(const std::vector<Item>& items, const std::function<void()>& make_way);
 
   std::unique_ptr<llm::Tokenizer> tokenizer_;
   std::vector<Engine> engines_;  // the planned device first, then the fallbacks

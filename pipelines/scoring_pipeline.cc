@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/blocking_wait.h"
 #include "common/bytes.h"
 #include "common/logging.h"
 #include "common/wipe.h"
@@ -233,7 +234,11 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const 
   Status ran;
   if (prepared.slow()) {
     card_lock->unlock();
-    ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+    {
+      // The thread's pool may lend its place to other work while this waits (common/blocking_wait.h).
+      ScopedBlockingWait waiting;
+      ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+    }
     card_lock->lock();
     *state = ReadCardState(card, placement);  // another transaction of this card may have landed meanwhile
     if (!state->ok()) return state->error();

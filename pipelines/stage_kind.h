@@ -142,12 +142,11 @@ struct StageMetric {
   std::function<double(const PreparedStage&)> read;  // a counter's value is whole (exact below 2^53)
 };
 
-// What a prepared stage serves beyond its items: the one hook through which the server
-// (service/) exposes a kind's metrics and engines without including the kind's header.
+// What a prepared stage serves beyond its items, read once when its pipeline starts serving:
+// with text_generation(), the hooks through which the server (service/) exposes a kind's
+// metrics and engines without including the kind's header.
 struct StageServices {
   std::vector<StageMetric> metrics;
-  // The engine behind the OpenAI-compatible API (service/openai_api.h); null: none.
-  ForensicStage* text_generation = nullptr;
 };
 
 class PreparedStage {
@@ -182,6 +181,9 @@ class PreparedStage {
   virtual int preferred_chunk() const { return 0; }
   // What it serves to the server (StageServices). Default: nothing.
   virtual StageServices Serves() const { return {}; }
+  // The engine behind the OpenAI-compatible API (service/openai_api.h), looked up on each API
+  // request, so it is a pointer read; null: none.
+  virtual ForensicStage* text_generation() const { return nullptr; }
   // One line for the start-up log, e.g. "review at >= 0.5, decline at >= 0.9".
   virtual std::string Describe() const = 0;
 };

@@ -47,7 +47,7 @@ std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 std::vector<pipelines::ForensicStage*> LlmStages(const pipelines::ScoringPipeline& pipeline) {
   std::vector<pipelines::ForensicStage*> stages;
   for (size_t i = 0; i < pipeline.config().graph.size(); ++i) {
-    if (pipelines::ForensicStage* stage = pipeline.stage(static_cast<int>(i)).Serves().text_generation) {
+    if (pipelines::ForensicStage* stage = pipeline.stage(static_cast<int>(i)).text_generation()) {
       stages.push_back(stage);
     }
   }

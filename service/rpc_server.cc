@@ -22,10 +22,12 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/blocking_wait.h"
 #include "common/logging.h"
 #include "common/wipe.h"
 #include "gen-cpp/TxScore.h"
@@ -219,6 +221,18 @@ class Connection;
 // Runs a connection's complete frame now or queues it, or sheds it (defined below).
 void Dispatch(const std::shared_ptr<Connection>& connection);
 
+// The observer of every server thread (common/blocking_wait.h): a request about to wait for a
+// slow stage gives its slot back, up to config.waiting_threads at once (defined below).
+class SlotLender : public BlockingWaitObserver {
+ public:
+  explicit SlotLender(RpcServer::Shared* shared) : shared_(shared) {}
+  bool Begin() override;
+  void End() override;
+
+ private:
+  RpcServer::Shared* shared_;
+};
+
 struct RpcServer::Shared {
   Shared(const RpcServerConfig& config, RpcHandlerFactory handlers, std::shared_ptr<const TlsServerContext> tls)
       : config(config),
@@ -228,7 +242,9 @@ struct RpcServer::Shared {
         tls(std::move(tls)),
         acceptor(asio::make_strand(io)),
         work(io.get_executor()),
-        free_slots(config.workers) {}
+        free_slots(config.workers),
+        free_handshake_slots(config.io_threads),
+        slot_lender(this) {}
 
   const RpcServerConfig config;
   int max_connections = 0;
@@ -278,6 +294,31 @@ struct RpcServer::Shared {
     return next;
   }
 
+  // Requests waiting for a slow stage without their slot (SlotLender), at most
+  // config.waiting_threads: the server runs that many more threads, so a slot given back
+  // always finds a thread to use it.
+  std::atomic<int> waiting{0};
+
+  // TLS handshakes: at most config.max_handshakes connections in one (Connection::Start), and
+  // their steps on at most io_threads threads at once; a step that finds no free place waits in
+  // `handshake_queue` for the next step to end (Connection::ContinueHandshake).
+  std::atomic<int> handshakes_in_progress{0};
+  std::atomic<int> free_handshake_slots;
+  std::mutex handshake_queue_mutex;
+  std::deque<std::shared_ptr<Connection>> handshake_queue;  // a connection leaves it when it closes
+  std::function<void()> handshake_step_hook;                // tests; set before Serve
+  bool TryTakeHandshakeSlot() {
+    int free = free_handshake_slots.load();
+    while (free > 0) {
+      if (free_handshake_slots.compare_exchange_weak(free, free - 1)) return true;
+    }
+    return false;
+  }
+  // Gives the next queued handshake step a free place, if there are both (defined below).
+  void ResumeQueuedHandshake();
+
+  SlotLender slot_lender;
+
   asio::steady_timer sweeper{io};  // closes connections past their deadline (Sweep)
   std::chrono::milliseconds sweep_period{100};
   std::atomic<bool> stopped_sweeping{false};
@@ -293,13 +334,14 @@ struct RpcServer::Shared {
 
   struct {
     std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
-        protocol_errors{0}, most_idle_handshake_steps{0};
+        protocol_errors{0}, most_idle_handshake_steps{0}, handshakes_refused{0};
   } counters;
   RateLimitedWarning refused_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning timeout_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning shed_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning protocol_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning tls_warning{"thrift", std::chrono::seconds(10)};
+  RateLimitedWarning handshakes_warning{"thrift", std::chrono::seconds(10)};
 };
 
 // One client connection. Its state is guarded by mutex_, taken by every completion handler
@@ -318,6 +360,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : shared_(std::move(shared)), socket_(std::move(socket)) {}
 
   ~Connection() {
+    LeaveHandshake();
     if (ssl_ != nullptr) SSL_free(ssl_);
     std::lock_guard<std::mutex> lock(shared_->connections_mutex);
     shared_->connections.erase(this);
@@ -354,6 +397,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       // The generation first: a reload between the two reads makes the connection admitted again
       // at its first request, never skipped (SetTls swaps the context, then counts).
+      if (self->shared_->handshakes_in_progress.fetch_add(1) >= self->shared_->config.max_handshakes) {
+        self->shared_->handshakes_in_progress.fetch_sub(1);
+        self->shared_->counters.handshakes_refused.fetch_add(1);
+        self->shared_->handshakes_warning.Warn(
+            "closed a connection from {} at once: {} TLS handshakes were in progress (server.max_handshakes)",
+            self->address_, self->shared_->config.max_handshakes);
+        self->Close();
+        return;
+      }
+      self->shaking_hands_ = true;  // counted in handshakes_in_progress until LeaveHandshake
       self->tls_generation_ = self->shared_->tls_generation.load();
       self->tls_ = self->shared_->CurrentTls();
       self->ssl_ = self->tls_->NewConnection();
@@ -558,11 +611,48 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.async_wait(wait, std::move(resume));
   }
 
+  // The next handshake step, now if one of io_threads places is free, else when a step ends.
   void ContinueHandshake() {
+    if (!shared_->TryTakeHandshakeSlot()) {
+      {
+        std::lock_guard<std::mutex> lock(shared_->handshake_queue_mutex);
+        shared_->handshake_queue.push_back(shared_from_this());
+      }
+      // Every place may have been freed between the failed take and the push.
+      shared_->ResumeQueuedHandshake();
+      return;
+    }
+    StepHandshake();
+  }
+
+ public:
+  // ResumeQueuedHandshake took a place for this connection's queued step: run it, unless the
+  // connection has moved on (closed) meanwhile.
+  void ResumeHandshake() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->phase_ != Phase::kHandshake) {
+        self->shared_->free_handshake_slots.fetch_add(1);
+        self->shared_->ResumeQueuedHandshake();
+        return;
+      }
+      self->StepHandshake();
+    });
+  }
+
+ private:
+  // One handshake step, holding a place; gives it back before admitting the connection (which
+  // may run its first request at once).
+  void StepHandshake() {
+    if (shared_->handshake_step_hook) shared_->handshake_step_hook();
     ERR_clear_error();
     const uint64_t read_before = BIO_number_read(SSL_get_rbio(ssl_));
     const uint64_t written_before = BIO_number_written(SSL_get_wbio(ssl_));
     const int done = SSL_do_handshake(ssl_);
+    std::optional<Admission> admission;
+    if (done == 1) admission = tls_->Admit(ssl_, TlsPort::kThrift, address_);  // verifies: costly too
+    shared_->free_handshake_slots.fetch_add(1);
+    shared_->ResumeQueuedHandshake();
     if (handshake_steps_++ > 0 && BIO_number_read(SSL_get_rbio(ssl_)) == read_before &&
         BIO_number_written(SSL_get_wbio(ssl_)) == written_before && SSL_get_error(ssl_, done) == SSL_ERROR_WANT_READ) {
       // A step that did nothing: once is a wake-up OpenSSL had no use for; more is polling.
@@ -571,10 +661,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       while (idle > most && !shared_->counters.most_idle_handshake_steps.compare_exchange_weak(most, idle)) {
       }
     }
-    if (done == 1) {
-      const Admission admission = tls_->Admit(ssl_, TlsPort::kThrift, address_);
-      if (!admission.admitted) return RefuseTls(admission);
-      return Admitted(admission.caller);
+    if (admission) {
+      LeaveHandshake();
+      if (!admission->admitted) return RefuseTls(*admission);
+      return Admitted(admission->caller);
     }
     const int error = SSL_get_error(ssl_, done);
     if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
@@ -837,8 +927,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Returns false, for the Continue* functions' "no frame to dispatch".
+  // No longer counted among the handshakes in progress (idempotent).
+  void LeaveHandshake() {
+    if (!shaking_hands_) return;
+    shaking_hands_ = false;
+    shared_->handshakes_in_progress.fetch_sub(1);
+  }
+
   bool Close() {
     if (phase_ == Phase::kClosed) return false;
+    if (phase_ == Phase::kHandshake) {
+      // Out of the queue for a handshake step, if it waits there (the caller holds a reference).
+      std::lock_guard<std::mutex> lock(shared_->handshake_queue_mutex);
+      std::deque<std::shared_ptr<Connection>>& queue = shared_->handshake_queue;
+      queue.erase(std::remove_if(queue.begin(), queue.end(), [this](const auto& c) { return c.get() == this; }),
+                  queue.end());
+    }
+    LeaveHandshake();
     phase_ = Phase::kClosed;
     closed_.store(true, std::memory_order_relaxed);
     deadline_.store(0, std::memory_order_relaxed);
@@ -886,7 +991,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string address_;                               // the peer's IP:port, for logs and the caller
   std::shared_ptr<const TlsServerContext> tls_;       // the certificates this connection was accepted with
   SSL* ssl_ = nullptr;                                // null on a plaintext server, and once closed
-  uint64_t handshake_steps_ = 0;                      // ContinueHandshake calls so far
+  bool shaking_hands_ = false;                        // counted in Shared::handshakes_in_progress
+  uint64_t handshake_steps_ = 0;                      // StepHandshake calls so far
   uint64_t idle_handshake_steps_ = 0;                 // of those, steps that read and wrote nothing (RpcServerStats)
   uint64_t tls_generation_ = 0;                       // Shared::tls_generation of tls_ (or when last admitted)
   Caller caller_;                                     // who this connection's requests come from
@@ -905,13 +1011,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t reply_sent_ = 0;
 };
 
+void RpcServer::Shared::ResumeQueuedHandshake() {
+  for (;;) {
+    std::shared_ptr<Connection> next;
+    {
+      std::lock_guard<std::mutex> lock(handshake_queue_mutex);
+      if (handshake_queue.empty() || !TryTakeHandshakeSlot()) return;
+      next = std::move(handshake_queue.front());
+      handshake_queue.pop_front();
+    }
+    return next->ResumeHandshake();
+  }
+}
+
 namespace {
 
 // Runs queued requests while this thread holds a slot, then gives the slot back; takes it
-// again if a request was queued meanwhile (else it could wait with every slot free).
+// again if a request was queued meanwhile (else it could wait with every slot free). A thread
+// whose request waited for a slow stage may come back to find every slot lent (free_slots
+// below 0): it runs no queued request then.
 void DrainPendingAndFreeSlot(RpcServer::Shared& shared) {
   for (;;) {
-    while (std::shared_ptr<Connection> next = shared.PopPending()) next->Process();
+    while (shared.free_slots.load() >= 0) {
+      std::shared_ptr<Connection> next = shared.PopPending();
+      if (next == nullptr) break;
+      next->Process();
+    }
     shared.free_slots.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(shared.pending_mutex);
@@ -922,6 +1047,24 @@ void DrainPendingAndFreeSlot(RpcServer::Shared& shared) {
 }
 
 }  // namespace
+
+bool SlotLender::Begin() {
+  int waiting = shared_->waiting.load();
+  do {
+    if (waiting >= shared_->config.waiting_threads) return false;  // keep the slot
+  } while (!shared_->waiting.compare_exchange_weak(waiting, waiting + 1));
+  shared_->free_slots.fetch_add(1);
+  // A queued request may take the slot now, on another thread (there is one: see waiting).
+  asio::post(shared_->io, [shared = shared_] {
+    if (shared->TryTakeSlot()) DrainPendingAndFreeSlot(*shared);
+  });
+  return true;
+}
+
+void SlotLender::End() {
+  shared_->free_slots.fetch_sub(1);  // the request runs on, over the cap if every slot was lent
+  shared_->waiting.fetch_sub(1);
+}
 
 // Called by the thread that completed the frame, without the connection's lock.
 void Dispatch(const std::shared_ptr<Connection>& connection) {
@@ -1080,9 +1223,11 @@ RpcServer::~RpcServer() {
 void RpcServer::Serve() {
   std::vector<std::thread> extra;
   const auto run = [this] {
+    BlockingWaitObserver* const previous = SetThreadBlockingWaitObserver(&shared_->slot_lender);
     for (;;) {
       try {
         shared_->io.run();
+        SetThreadBlockingWaitObserver(previous);
         return;
       } catch (const std::exception& e) {
         Log("thrift").error("I/O thread: {}", e.what());  // a handler threw: keep serving
@@ -1091,7 +1236,8 @@ void RpcServer::Serve() {
   };
   // Threads that run requests are I/O threads too (see Shared::free_slots). `serving` turns
   // true once they all exist, so a caller waiting for it sees the final thread count.
-  for (int i = 1; i < shared_->config.io_threads + shared_->config.workers; ++i) extra.emplace_back(run);
+  const int threads = shared_->config.io_threads + shared_->config.workers + shared_->config.waiting_threads;
+  for (int i = 1; i < threads; ++i) extra.emplace_back(run);
   shared_->serving = true;
   run();
   for (std::thread& t : extra) t.join();
@@ -1152,6 +1298,9 @@ RpcServerStats RpcServer::stats() const {
   s.frame_timeouts = shared_->counters.frame_timeouts.load();
   s.idle_timeouts = shared_->counters.idle_timeouts.load();
   s.requests_shed = shared_->counters.shed.load();
+  s.requests_waiting = static_cast<uint64_t>(shared_->waiting.load());
+  s.handshakes_in_progress = static_cast<uint64_t>(shared_->handshakes_in_progress.load());
+  s.handshakes_refused = shared_->counters.handshakes_refused.load();
   {
     std::lock_guard<std::mutex> lock(shared_->pending_mutex);
     s.requests_queued = shared_->pending.size();
@@ -1173,5 +1322,7 @@ void RpcServer::SetTls(std::shared_ptr<const TlsServerContext> tls) {
 }
 
 bool RpcServer::uses_tls() const { return shared_->tls_enabled; }
+
+void RpcServer::SetHandshakeStepHook(std::function<void()> hook) { shared_->handshake_step_hook = std::move(hook); }
 
 }  // namespace txscore::service

@@ -13,7 +13,13 @@
 //   - at most `max_queued_requests` complete frames wait for a free slot; the next one is
 //     answered at once with a Thrift TApplicationException (INTERNAL_ERROR) whose message
 //     starts "txscore is overloaded", and the connection stays usable.
-// TLS (a TlsServerContext given to Create): the handshake must be done within frame_timeout_ms
+//   - a request waiting for a slow stage (common/blocking_wait.h: the LLM's findings) gives its
+//     slot back while it waits, on one of `waiting_threads` more threads, so requests that need
+//     no LLM keep running; when it goes on, it runs over the `workers` cap until it is done.
+// TLS (a TlsServerContext given to Create): at most `max_handshakes` connections shake hands at
+// once (one more is closed at accept), their handshake steps (the costly key exchange and
+// signature) run on at most io_threads threads at once, so they cannot take the threads that
+// run admitted connections' requests; the handshake must be done within frame_timeout_ms
 // of the connection's accept, the client's certificate must name an identity the Thrift port
 // allows (service/tls.h), and the same framed binary protocol runs inside, so Thrift's own
 // TSSLSocket clients connect. Refused clients are closed and counted by reason. OpenSSL reads
@@ -22,7 +28,7 @@
 // Frames over the message or frame limit, and messages over the string, container or nesting
 // limits, close the connection. Deadlines are checked by one sweeper every quarter of the
 // shorter timeout (10 ms to 1 s), so a deadline is enforced within that of passing. Thread
-// count: io_threads + workers, fixed at Create().
+// count: io_threads + workers + waiting_threads, fixed at Create().
 #pragma once
 
 #include <array>
@@ -79,6 +85,9 @@ struct RpcServerStats {
   uint64_t idle_timeouts = 0;                             // silent for idle_timeout_ms between frames
   uint64_t requests_queued = 0;                           // complete frames waiting for a worker now
   uint64_t requests_shed = 0;                             // answered "overloaded": the worker queue was full
+  uint64_t requests_waiting = 0;                          // waiting for a slow stage now, their worker slot given back
+  uint64_t handshakes_in_progress = 0;                    // TLS connections not yet admitted nor refused
+  uint64_t handshakes_refused = 0;                        // closed at accept: server.max_handshakes were in progress
   uint64_t protocol_errors = 0;                           // bad frame size, limits exceeded, malformed message
   std::array<uint64_t, kTlsRefusalCount> tls_refusals{};  // by TlsRefusal
   // The most handshake steps one connection took, after its first, that neither read nor wrote
@@ -119,6 +128,9 @@ class RpcServer {
   // ones keep theirs. Ignored on a plaintext server: a restart changes the mode.
   void SetTls(std::shared_ptr<const TlsServerContext> tls);
   bool uses_tls() const;
+  // Tests: called on the I/O thread before each TLS handshake step (SSL_do_handshake), holding
+  // only that connection's lock. Set before Serve().
+  void SetHandshakeStepHook(std::function<void()> hook);
   // True while Serve() runs the I/O threads.
   bool serving() const;
 

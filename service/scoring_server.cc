@@ -274,6 +274,13 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
                                      {}, [rpc_server] { return rpc_server->stats().connections_idle; });
   server->registry_.AddGaugeFunction("txscore_rpc_requests_queued", "Complete requests waiting for a worker now.", {},
                                      [rpc_server] { return rpc_server->stats().requests_queued; });
+  server->registry_.AddGaugeFunction(
+      "txscore_rpc_requests_waiting",
+      "Requests waiting for a slow stage (the LLM) now, their worker given back (server.waiting_threads).", {},
+      [rpc_server] { return rpc_server->stats().requests_waiting; });
+  server->registry_.AddGaugeFunction("txscore_rpc_handshakes_in_progress",
+                                     "TLS handshakes in progress on the Thrift port now (server.max_handshakes).", {},
+                                     [rpc_server] { return rpc_server->stats().handshakes_in_progress; });
   const struct {
     const char* name;
     const char* help;
@@ -295,6 +302,9 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
       {"txscore_rpc_requests_shed_total",
        "Requests answered 'overloaded' because server.max_queued_requests were waiting.",
        &RpcServerStats::requests_shed},
+      {"txscore_rpc_handshakes_refused_total",
+       "Thrift connections closed at accept because server.max_handshakes TLS handshakes were in progress.",
+       &RpcServerStats::handshakes_refused},
       {"txscore_rpc_protocol_errors_total",
        "Thrift connections closed for a bad frame or message (size, limits, malformed).",
        &RpcServerStats::protocol_errors},

@@ -21,15 +21,17 @@ namespace fs = std::filesystem;
 using pipelines::YamlReader;
 
 Status ParseServer(const YamlReader& r, const YAML::Node& node, RpcServerConfig* out) {
-  TXSCORE_RETURN_IF_ERROR(
-      r.ExpectMap(node, "server",
-                  {"host", "port", "plaintext", "workers", "io_threads", "max_connections", "max_queued_requests",
-                   "frame_timeout_ms", "idle_timeout_ms", "stop_delay_ms", "drain_timeout_ms", "limits"}));
+  TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
+      node, "server",
+      {"host", "port", "plaintext", "workers", "io_threads", "waiting_threads", "max_handshakes", "max_connections",
+       "max_queued_requests", "frame_timeout_ms", "idle_timeout_ms", "stop_delay_ms", "drain_timeout_ms", "limits"}));
   TXSCORE_RETURN_IF_ERROR(r.ReadString(node, "host", false, &out->host));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "port", 0, 65535, &out->port));
   TXSCORE_RETURN_IF_ERROR(r.ReadBool(node, "plaintext", &out->plaintext));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "workers", 1, 1024, &out->workers));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "io_threads", 1, 64, &out->io_threads));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "waiting_threads", 0, 1024, &out->waiting_threads));
+  TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_handshakes", 1, 65536, &out->max_handshakes));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_connections", 1, 1000000, &out->max_connections));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "max_queued_requests", 1, 1000000, &out->max_queued_requests));
   TXSCORE_RETURN_IF_ERROR(r.ReadInt(node, "frame_timeout_ms", 1, 600000, &out->frame_timeout_ms));

@@ -53,6 +53,16 @@ struct RpcServerConfig {
   // Default: 1. Threads always left to accept connections, read frames and shed load; the
   // server runs io_threads + workers threads in all.
   int io_threads = 1;
+  // Default: 32. A request waiting for a slow stage (the LLM's findings) gives its worker slot
+  // back while it waits, so requests that need no LLM keep running; it waits on a thread of
+  // its own, of which there are this many more (idle threads cost memory, not CPU). When all
+  // are taken, a waiting request keeps its slot. 0: every request keeps its slot.
+  int waiting_threads = 32;
+  // Default: 64. TLS handshakes in progress at once; a connection accepted beyond them is
+  // closed at once (counted), so strangers cannot queue unbounded handshake work. Handshake
+  // steps run on at most io_threads threads at once, so the workers stay free for the
+  // requests of connections already admitted.
+  int max_handshakes = 64;
   int max_connections = 4096;      // Default: 4096 open connections; one more is closed at once
   int max_queued_requests = 1024;  // Default: 1024 complete frames waiting to run; more are shed
   // Default: 5 s. A frame must arrive whole within this of its first byte, and a reply be

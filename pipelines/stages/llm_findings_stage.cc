@@ -117,9 +117,9 @@ class PreparedLlmFindingsStage : public PreparedStage {
   }
   // The engine serves the OpenAI-compatible API and reports its serving state under vLLM's
   // names, by model; a remote stage reports its calls and circuit, by stage.
+  ForensicStage* text_generation() const override { return engine_.get(); }
   StageServices Serves() const override {
     StageServices services;
-    services.text_generation = engine_.get();
     if (engine_ != nullptr) {
       const std::vector<std::pair<std::string, std::string>> model = {{"model_name", engine_->model_id()}};
       const auto engine_metric = [&](StageMetric::Type type, const char* name, const char* help,

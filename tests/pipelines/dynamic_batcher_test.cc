@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <future>
+#include <thread>
+
 namespace txscore::pipelines {
 namespace {
 
@@ -124,6 +128,108 @@ TEST(DynamicBatcher, ApiCallersComeAfterRequestsAndBeforeBatchJobs) {
   for (auto& f : job) f.get();
   busy.get();
   EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 50, 51}, {52, 100, 101}}));
+}
+
+// Waits (up to a minute: far beyond any machine's need) until `batcher` holds `n` items.
+template <typename Batcher>
+bool QueuedEventually(const Batcher& batcher, size_t n) {
+  const auto give_up = Clock::now() + std::chrono::seconds(60);
+  while (batcher.queued() < n) {
+    if (Clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(DynamicBatcher, ABatchWithoutRequestsMakesWayForARequestBetweenItsSteps) {
+  std::promise<void> entered;
+  std::vector<std::vector<int>> batches;
+  size_t batches_after_making_way = 0;
+  DynamicBatcher<int, int>* self = nullptr;
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 4, .max_wait_us = 0},
+      [&](const std::vector<int>& items, const std::function<void()>& make_way) {
+        batches.push_back(items);
+        if (items.front() >= 100) {  // the API batch: one step, then make way, then the rest
+          entered.set_value();
+          EXPECT_TRUE(QueuedEventually(*self, 1));
+          make_way();
+          batches_after_making_way = batches.size();
+        }
+        return items;
+      },
+      -1);
+  self = &batcher;
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::vector<std::future<int>> api = batcher.SubmitAll({100, 101}, later, BatchPriority::kApi);
+  entered.get_future().wait();
+  std::future<int> request = batcher.Submit(1, later);
+  EXPECT_EQ(request.get(), 1);
+  EXPECT_EQ(api[0].get(), 100);
+  EXPECT_EQ(api[1].get(), 101);
+  // The request ran inside the API batch, before it ended.
+  EXPECT_EQ(batches_after_making_way, 2u);
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{100, 101}, {1}}));
+  EXPECT_EQ(batcher.nested_batches(), 1u);
+}
+
+TEST(DynamicBatcher, ABatchHoldingARequestMakesWayForNothing) {
+  std::promise<void> entered;
+  std::vector<std::vector<int>> batches;
+  size_t batches_after_making_way = 0;
+  DynamicBatcher<int, int>* self = nullptr;
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 4, .max_wait_us = 0},
+      [&](const std::vector<int>& items, const std::function<void()>& make_way) {
+        batches.push_back(items);
+        if (batches.size() == 1) {
+          entered.set_value();
+          EXPECT_TRUE(QueuedEventually(*self, 1));
+          make_way();
+          batches_after_making_way = batches.size();
+        }
+        return items;
+      },
+      -1);
+  self = &batcher;
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::vector<std::future<int>> first = batcher.SubmitAll({0, 100}, later, BatchPriority::kInteractive);
+  entered.get_future().wait();
+  std::future<int> request = batcher.Submit(1, later);
+  EXPECT_EQ(request.get(), 1);
+  for (auto& f : first) f.get();
+  EXPECT_EQ(batches_after_making_way, 1u);  // requests wait for a batch of requests to end
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0, 100}, {1}}));
+  EXPECT_EQ(batcher.nested_batches(), 0u);
+}
+
+TEST(DynamicBatcher, ABatchJobMakesWayForRequestsButNotForApiCallers) {
+  std::promise<void> entered;
+  std::vector<std::vector<int>> batches;
+  DynamicBatcher<int, int>* self = nullptr;
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 4, .max_wait_us = 0},
+      [&](const std::vector<int>& items, const std::function<void()>& make_way) {
+        batches.push_back(items);
+        if (batches.size() == 1) {
+          entered.set_value();
+          EXPECT_TRUE(QueuedEventually(*self, 2));
+          make_way();
+        }
+        return items;
+      },
+      -1);
+  self = &batcher;
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::future<int> job = batcher.Submit(200, later, BatchPriority::kBatchJob);
+  entered.get_future().wait();
+  std::future<int> api = batcher.Submit(100, later, BatchPriority::kApi);
+  std::future<int> request = batcher.Submit(1, later);
+  EXPECT_EQ(request.get(), 1);
+  EXPECT_EQ(api.get(), 100);
+  EXPECT_EQ(job.get(), 200);
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{200}, {1}, {100}}));
+  EXPECT_EQ(batcher.nested_batches(), 1u);
 }
 
 }  // namespace

@@ -6,12 +6,15 @@
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "accelerator/emulated_device.h"
+#include "common/blocking_wait.h"
 #include "common/prepare_counters.h"
 #include "fraud/claims_synthetic.h"
 #include "fraud/entity_state.h"
@@ -46,6 +49,8 @@ class FlatLogitsDecoder : public llm::Decoder {
     ErrorCode failure = ErrorCode::kUnavailable;
     std::atomic<int> failed_calls{0};
     std::vector<llm::DecoderOptions> loads;  // the options of every decoder loaded, in order
+    // Called at each Forward with the cache it runs on (one cache per batch), before the step.
+    std::function<void(const llm::DecoderCache*)> on_forward;
     void Release() {
       std::lock_guard<std::mutex> lock(mutex);
       released = true;
@@ -74,6 +79,7 @@ class FlatLogitsDecoder : public llm::Decoder {
       control_->released_cv.wait(lock, [&] { return control_->released; });
     }
     if (control_->pause_per_step.count() > 0) std::this_thread::sleep_for(control_->pause_per_step);
+    if (control_->on_forward) control_->on_forward(cache);
     auto* c = static_cast<Cache*>(cache);
     std::vector<std::vector<float>> logits(new_tokens.size());
     for (size_t i = 0; i < new_tokens.size(); ++i) {
@@ -555,6 +561,85 @@ TEST_F(ForensicPipelineTest, ConcurrentRequestsShareABatch) {
   control_.Release();
   for (std::thread& t : requests) t.join();
   EXPECT_EQ(Engine()->batch_sizes(), (std::vector<int>{1, 3}));
+}
+
+TEST_F(ForensicPipelineTest, AnApiGenerationMakesWayForAReviewBetweenItsSteps) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  // The API generation's second step waits (a minute at most) until the review has its
+  // findings: it can only have them if the generation made way after its first step.
+  std::mutex mutex;
+  std::condition_variable changed;
+  const llm::DecoderCache* api_cache = nullptr;
+  bool review_answered = false, waited_in_vain = false;
+  std::promise<void> api_started;
+  control_.on_forward = [&](const llm::DecoderCache* cache) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (api_cache == nullptr) {  // the generation's first step ends once the review is queued
+      api_cache = cache;
+      api_started.set_value();
+      lock.unlock();
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (Engine()->queued() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      return;
+    }
+    if (cache != api_cache || review_answered || waited_in_vain) return;
+    waited_in_vain = !changed.wait_for(lock, std::chrono::seconds(60), [&] { return review_answered; });
+  };
+  llm::GenerationOptions options;
+  options.max_new_tokens = 8;
+  options.ignore_eos = true;
+  std::future<Result<llm::GenerationResult>> api = std::async(std::launch::async, [&] {
+    return Engine()->Generate({1, 2, 3}, options, std::chrono::steady_clock::now() + std::chrono::minutes(5));
+  });
+  api_started.get_future().wait();
+  auto review = pipeline_->Score(testing::ValidTransaction("under-review"));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    review_answered = true;
+    changed.notify_all();
+  }
+  ASSERT_TRUE(review.ok()) << review.error().ToString();
+  EXPECT_TRUE(review->findings.has_value());
+  Result<llm::GenerationResult> generated = api.get();
+  ASSERT_TRUE(generated.ok()) << generated.error().ToString();
+  EXPECT_EQ(generated->generated_ids.size(), 8u);  // the generation went on to its end
+  EXPECT_FALSE(waited_in_vain);
+  EXPECT_EQ(Engine()->batch_sizes(), (std::vector<int>{1, 1}));
+}
+
+// Counts the waits the scoring thread announces (common/blocking_wait.h), as the RPC server's
+// threads do to lend their worker slot.
+class CountingWaitObserver : public BlockingWaitObserver {
+ public:
+  bool Begin() override {
+    ++begun;
+    return true;
+  }
+  void End() override { ++ended; }
+  int begun = 0, ended = 0;
+};
+
+TEST_F(ForensicPipelineTest, TheScoringThreadAnnouncesItsWaitForTheLlmStageAndNothingElse) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  CountingWaitObserver observer;
+  BlockingWaitObserver* previous = SetThreadBlockingWaitObserver(&observer);
+  auto review = pipeline_->Score(testing::ValidTransaction("review"));
+  SetThreadBlockingWaitObserver(previous);
+  ASSERT_TRUE(review.ok()) << review.error().ToString();
+  EXPECT_TRUE(review->findings.has_value());
+  EXPECT_EQ(observer.begun, 1);
+  EXPECT_EQ(observer.ended, 1);
+}
+
+TEST_F(ForensicPipelineTest, AnApprovedTransactionAnnouncesNoWait) {
+  CreatePipeline(/*review_threshold=*/0.999);
+  CountingWaitObserver observer;
+  BlockingWaitObserver* previous = SetThreadBlockingWaitObserver(&observer);
+  auto approved = pipeline_->Score(testing::ValidTransaction("approved"));
+  SetThreadBlockingWaitObserver(previous);
+  ASSERT_TRUE(approved.ok()) << approved.error().ToString();
+  EXPECT_EQ(approved->decision, Decision::kApprove);
+  EXPECT_EQ(observer.begun, 0);
 }
 
 TEST_F(ForensicPipelineTest, ApprovedTransactionsDoNotRunTheStage) {

@@ -11,17 +11,21 @@
 #include <thrift/transport/TSocket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "common/blocking_wait.h"
 #include "gen-cpp/TxScore.h"
 #include "tests/rpc_test_support.h"
+#include "tests/test_pki.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
@@ -37,6 +41,27 @@ class FakeHandler : public rpc::TxScoreIf {
  public:
   void score(rpc::ScoreResult& out, const rpc::Transaction& transaction) override {
     out.request_id = transaction.request_id;
+    if (transaction.request_id != kWaitsForLlm) return;
+    // As the pipeline waits for its LLM stage (pipelines/scoring_pipeline.cc).
+    ScopedBlockingWait waiting;
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++slow_calls_entered_;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return slow_gate_open_; });
+  }
+  static constexpr const char* kWaitsForLlm = "waits-for-llm";
+  void CloseSlowGate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slow_gate_open_ = false;
+  }
+  void OpenSlowGate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slow_gate_open_ = true;
+    changed_.notify_all();
+  }
+  void AwaitSlowCallsEntered(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return slow_calls_entered_ >= n; });
   }
   void scoreBatch(std::vector<rpc::BatchItem>& out, const std::vector<rpc::Transaction>& transactions) override {
     out.resize(transactions.size());
@@ -80,6 +105,8 @@ class FakeHandler : public rpc::TxScoreIf {
   std::condition_variable changed_;
   bool gate_open_ = true;
   int health_calls_entered_ = 0;
+  bool slow_gate_open_ = true;
+  int slow_calls_entered_ = 0;
 };
 
 using Client = testing::RpcClient;
@@ -108,6 +135,7 @@ class RpcServerUnitTest : public ::testing::Test {
   }
   void TearDown() override {
     handler_->OpenGate();
+    handler_->OpenSlowGate();
     if (server_) server_->Stop();
     if (serve_.joinable()) serve_.join();
   }
@@ -592,6 +620,205 @@ TEST_F(RpcServerUnitTest, ThreadsAreFixedAtCreateWhateverTheConnections) {
   ExpectStillServing();
   EXPECT_EQ(threads_now(), before);
   for (int fd : idle) ::close(fd);
+}
+
+// A score call on a fresh connection, answered within `limit` (far beyond any machine's need:
+// a request that can never run is what this catches, not a slow one).
+bool ScoredWithin(int port, const std::string& id, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  std::future<std::string> answer = std::async(std::launch::async, [port, id]() -> std::string {
+    try {
+      Client c(port);
+      rpc::ScoreResult result;
+      c.client->score(result, TransactionWithId(id));
+      return result.request_id;
+    } catch (const apache::thrift::TException& e) {
+      return std::string("failed: ") + e.what();  // the client's own receive timeout (10 s) included
+    }
+  });
+  if (answer.wait_for(limit) != std::future_status::ready) {
+    answer.wait();  // the test fails; let the call end before the server does
+    return false;
+  }
+  return answer.get() == id;
+}
+
+TEST_F(RpcServerUnitTest, ARequestWaitingForTheLlmGivesItsWorkerToTheNextRequest) {
+  Start({.workers = 1, .waiting_threads = 2});
+  handler_->CloseSlowGate();
+  std::future<bool> waiting = std::async(std::launch::async, [this] {
+    return ScoredWithin(server_->port(), FakeHandler::kWaitsForLlm, std::chrono::seconds(120));
+  });
+  handler_->AwaitSlowCallsEntered(1);
+  EXPECT_EQ(server_->stats().requests_waiting, 1u);
+  // The one worker slot is free while the first request waits: a second one runs.
+  EXPECT_TRUE(ScoredWithin(server_->port(), "needs-no-llm"));
+  handler_->OpenSlowGate();
+  EXPECT_TRUE(waiting.get());
+  EXPECT_EQ(server_->stats().requests_waiting, 0u);
+}
+
+TEST_F(RpcServerUnitTest, WaitingRequestsBeyondTheWaitingThreadsKeepTheirWorker) {
+  Start({.workers = 1, .waiting_threads = 1});
+  handler_->CloseSlowGate();
+  std::vector<std::future<bool>> waiting;
+  for (int i = 0; i < 2; ++i) {
+    waiting.push_back(std::async(std::launch::async, [this] {
+      return ScoredWithin(server_->port(), FakeHandler::kWaitsForLlm, std::chrono::seconds(120));
+    }));
+  }
+  handler_->AwaitSlowCallsEntered(2);
+  // The first gave the slot back, and the second took it and kept it: the next request waits.
+  EXPECT_EQ(server_->stats().requests_waiting, 1u);
+  std::future<bool> next = std::async(std::launch::async, [this] { return ScoredWithin(server_->port(), "next"); });
+  ASSERT_TRUE(Eventually([&] { return server_->stats().requests_queued == 1; }));
+  handler_->OpenSlowGate();
+  EXPECT_TRUE(next.get());
+  for (auto& w : waiting) EXPECT_TRUE(w.get());
+}
+
+TEST_F(RpcServerUnitTest, WithNoWaitingThreadsAWaitingRequestKeepsItsWorker) {
+  Start({.workers = 1, .waiting_threads = 0});
+  handler_->CloseSlowGate();
+  std::future<bool> waiting = std::async(std::launch::async, [this] {
+    return ScoredWithin(server_->port(), FakeHandler::kWaitsForLlm, std::chrono::seconds(120));
+  });
+  handler_->AwaitSlowCallsEntered(1);
+  std::future<bool> next = std::async(std::launch::async, [this] { return ScoredWithin(server_->port(), "next"); });
+  ASSERT_TRUE(Eventually([&] { return server_->stats().requests_queued == 1; }));
+  EXPECT_EQ(server_->stats().requests_waiting, 0u);
+  handler_->OpenSlowGate();
+  EXPECT_TRUE(next.get());
+  EXPECT_TRUE(waiting.get());
+}
+
+// Holds every TLS handshake step the server takes (RpcServer::SetHandshakeStepHook) while
+// closed, and counts how many are held at once.
+class HandshakeGate {
+ public:
+  void Step() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++entered_;
+    most_inside_ = std::max(most_inside_, ++inside_);
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return open_; });
+    --inside_;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  void AwaitEntered(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return entered_ >= n; });
+  }
+  int most_inside() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return most_inside_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool open_ = true;
+  int entered_ = 0, inside_ = 0, most_inside_ = 0;
+};
+
+// The Thrift server over mutual TLS with the test PKI (txscore-client allowed), with the fake
+// handler and a gate on its handshake steps.
+class RpcServerTlsTest : public ::testing::Test {
+ protected:
+  void Start(RpcServerConfig config) {
+    const testing::TestPki& pki = testing::SharedTestPki();
+    TlsConfig tls;
+    tls.certificate = pki.server_certificate;
+    tls.private_key = pki.server_key;
+    tls.client_ca = pki.ca_certificate;
+    tls.thrift_clients = {"txscore-client"};
+    tls.admin_clients = {"txscore-admin"};
+    auto context = TlsServerContext::Create(tls);
+    ASSERT_TRUE(context.ok()) << context.error().ToString();
+    config.host = "127.0.0.1";
+    config.port = 0;
+    config.frame_timeout_ms = 600000;  // held handshakes must not time out while a test runs
+    auto server = RpcServer::Create(
+        config, [this](const Caller&) { return handler_; }, *context);
+    ASSERT_TRUE(server.ok()) << server.error().ToString();
+    server_ = std::move(server).value();
+    server_->SetHandshakeStepHook([this] { gate_.Step(); });
+    serve_ = std::thread([this] { server_->Serve(); });
+    ASSERT_TRUE(Eventually([this] { return server_->serving(); }));
+  }
+  void TearDown() override {
+    gate_.Open();
+    if (server_) server_->Stop();
+    if (serve_.joinable()) serve_.join();
+  }
+  std::unique_ptr<RpcConnection> Connect() {
+    return RpcConnection::Open({"127.0.0.1", server_->port()},
+                               {.tls = TlsClientFilesIn(testing::SharedTestPki().client_dir)})
+        .value();
+  }
+
+  HandshakeGate gate_;
+  std::shared_ptr<FakeHandler> handler_ = std::make_shared<FakeHandler>();
+  std::unique_ptr<RpcServer> server_;
+  std::thread serve_;
+};
+
+TEST_F(RpcServerTlsTest, HandshakesTakeNoMoreThreadsThanTheIoThreadsAndAdmittedClientsAreServed) {
+  Start({.workers = 2, .io_threads = 1, .waiting_threads = 0});
+  std::unique_ptr<RpcConnection> admitted = Connect();
+  rpc::HealthStatus health;
+  admitted->client().health(health);  // the handshake happens at the first call
+  ASSERT_EQ(server_->stats().handshakes_in_progress, 0u);
+  gate_.Close();
+  // Four strangers connect: each connection's first handshake step runs at its accept.
+  std::vector<int> strangers;
+  for (int i = 0; i < 4; ++i) strangers.push_back(testing::RawConnect(server_->port()));
+  gate_.AwaitEntered(1);
+  ASSERT_TRUE(Eventually([&] { return server_->stats().handshakes_in_progress == 4; }));
+  // One step runs (held by the gate); the other three wait for it, not on the workers.
+  std::future<std::string> answer = std::async(std::launch::async, [&] {
+    rpc::ScoreResult result;
+    admitted->client().score(result, TransactionWithId("admitted"));
+    return result.request_id;
+  });
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(answer.get(), "admitted");
+  EXPECT_EQ(gate_.most_inside(), 1);
+  gate_.Open();
+  for (int fd : strangers) ::close(fd);
+  ASSERT_TRUE(Eventually([&] { return server_->stats().handshakes_in_progress == 0; }));
+  Connect()->client().health(health);  // the queue drained: a new client is admitted
+  EXPECT_TRUE(health.live);
+}
+
+TEST_F(RpcServerTlsTest, AConnectionBeyondMaxHandshakesIsClosedAtOnceAndCounted) {
+  Start({.max_handshakes = 2});
+  gate_.Close();
+  std::vector<int> strangers;
+  for (int i = 0; i < 2; ++i) strangers.push_back(testing::RawConnect(server_->port()));
+  ASSERT_TRUE(Eventually([&] { return server_->stats().handshakes_in_progress == 2; }));
+  const int third = testing::RawConnect(server_->port());
+  const timeval limit{60, 0};  // far beyond any machine's need: a server that never closes fails
+  ::setsockopt(third, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  char byte = 0;
+  EXPECT_EQ(::recv(third, &byte, 1, 0), 0);  // closed, without waiting for any deadline
+  ::close(third);
+  EXPECT_EQ(server_->stats().handshakes_refused, 1u);
+  EXPECT_EQ(server_->stats().handshakes_in_progress, 2u);
+  gate_.Open();
+  for (int fd : strangers) ::close(fd);
+  ASSERT_TRUE(Eventually([&] { return server_->stats().handshakes_in_progress == 0; }));
+  rpc::HealthStatus health;
+  Connect()->client().health(health);  // room again
+  EXPECT_TRUE(health.live);
+  EXPECT_EQ(server_->stats().handshakes_refused, 1u);
 }
 
 }  // namespace

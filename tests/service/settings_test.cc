@@ -60,6 +60,8 @@ TEST_F(SettingsTest, MinimalFileGetsDefaultsAndResolvedPaths) {
   EXPECT_EQ(settings->server.port, 9090);
   EXPECT_EQ(settings->server.workers, 8);
   EXPECT_EQ(settings->server.io_threads, 1);
+  EXPECT_EQ(settings->server.waiting_threads, 32);
+  EXPECT_EQ(settings->server.max_handshakes, 64);
   EXPECT_EQ(settings->server.max_connections, 4096);
   EXPECT_EQ(settings->server.max_queued_requests, 1024);
   EXPECT_EQ(settings->server.frame_timeout_ms, 5000);
@@ -338,22 +340,27 @@ TEST_F(SettingsTest, UnknownKeyIsRejectedWithLineAndColumn) {
   EXPECT_EQ(config.error().message,
             Where(2, 3) +
                 "unknown key \"prot\" in server (expected one of: drain_timeout_ms, frame_timeout_ms, host, "
-                "idle_timeout_ms, io_threads, limits, max_connections, max_queued_requests, plaintext, port, "
-                "stop_delay_ms, workers)");
+                "idle_timeout_ms, io_threads, limits, max_connections, max_handshakes, max_queued_requests, plaintext, "
+                "port, stop_delay_ms, waiting_threads, workers)");
 }
 
 TEST_F(SettingsTest, ServerTransportSettingsAreReadAndBounded) {
   auto config = Parse(std::string("server:\n  io_threads: 3\n  max_connections: 50\n  max_queued_requests: 7\n"
-                                  "  frame_timeout_ms: 250\n  idle_timeout_ms: 9000\n") +
+                                  "  frame_timeout_ms: 250\n  idle_timeout_ms: 9000\n  waiting_threads: 0\n"
+                                  "  max_handshakes: 5\n") +
                       kValid);
   ASSERT_TRUE(config.ok()) << config.error().ToString();
   EXPECT_EQ(config->server.io_threads, 3);
+  EXPECT_EQ(config->server.waiting_threads, 0);
+  EXPECT_EQ(config->server.max_handshakes, 5);
   EXPECT_EQ(config->server.max_connections, 50);
   EXPECT_EQ(config->server.max_queued_requests, 7);
   EXPECT_EQ(config->server.frame_timeout_ms, 250);
   EXPECT_EQ(config->server.idle_timeout_ms, 9000);
   auto zero = Parse(std::string("server:\n  max_connections: 0\n") + kValid);
   ASSERT_FALSE(zero.ok());
+  EXPECT_FALSE(Parse(std::string("server:\n  max_handshakes: 0\n") + kValid).ok());
+  EXPECT_FALSE(Parse(std::string("server:\n  waiting_threads: -1\n") + kValid).ok());
   EXPECT_EQ(zero.error().message, Where(2, 20) + "\"max_connections\" must be between 1 and 1000000");
 }
 
