@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Do REVIEW decisions waiting for the LLM hold up APPROVE decisions? Issue 30, item 3's load:
-# `txscore serve` with the demo pipeline (fraud model, REVIEW at 0.5, the LLM stage on llm-tiny
+# `txscore serve` with the demo pipeline (fraud model, REVIEW at 0.5 or by a rule
+# on the amount, the LLM stage on llm-tiny
 # with its 1500 ms budget), STREAMS OpenAI-API streams generating beside it on the same engine
 # (each a loop of chat completions of TOKENS tokens), and score() at a fixed offered rate; the
 # load generator reports latency by decision. Alternates, RUNS times, two servers that differ
@@ -9,14 +10,16 @@
 #   B = server.waiting_threads: 32  (it gives its worker back while it waits: the default)
 # and prints each run and the medians of APPROVE's and REVIEW's p50/p99 for A and B.
 #
-#   ./bench/run_mixed_llm_bench.sh [rate]          e.g.  ./bench/run_mixed_llm_bench.sh 200
+#   ./bench/run_mixed_llm_bench.sh [rate]          e.g.  ./bench/run_mixed_llm_bench.sh 100
 #   env: RUNS (default 5), SECONDS_PER_RUN (10), WARMUP (2), CONNECTIONS (16), STREAMS (32),
-#        TOKENS (256), WORKERS (8)
+#        TOKENS (256), WORKERS (8), REVIEW_AMOUNT (400: a rule sends transactions of this amount
+#        or more to REVIEW; the load generator's transactions are nearly all genuine and score
+#        low, so the model alone would make almost none REVIEW)
 #
 # Needs ./scripts/setup.sh to have run (build, demo models, llm-tiny) and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rate=${1:-200}
+rate=${1:-100}
 runs=${RUNS:-5}
 seconds=${SECONDS_PER_RUN:-10}
 warmup=${WARMUP:-2}
@@ -24,6 +27,7 @@ connections=${CONNECTIONS:-16}
 streams=${STREAMS:-32}
 tokens=${TOKENS:-256}
 workers=${WORKERS:-8}
+review_amount=${REVIEW_AMOUNT:-400}
 
 work=$(mktemp -d)
 server_pid=""
@@ -44,7 +48,8 @@ pipeline: {name: bench, version: "bench"}
 stages:
   - {name: features, kind: features}
   - {name: fraud, kind: xgboost, after: features, model: $PWD/var/models/fraud.ubj}
-  - {name: decision, kind: decision, after: fraud, review_threshold: 0.5, decline_threshold: 0.9}
+  - {name: rules, kind: rules, after: features, rules: [{id: BENCH, when: "amount >= $review_amount", decision: REVIEW}]}
+  - {name: decision, kind: decision, after: [fraud, rules], review_threshold: 0.5, decline_threshold: 0.9}
   - {name: forensic, kind: llm_findings, after: decision, model: $PWD/var/models/llm-tiny, threads: 1,
      max_new_tokens: 96, budget_ms: 1500, placement: cpu, max_batch: 8}
 YAML
@@ -78,7 +83,7 @@ start_streams() {
   sleep 1  # the streams are generating when the load starts
 }
 
-echo "rate=$rate/s connections=$connections workers=$workers streams=$streams x $tokens tokens," \
+echo "rate=$rate/s connections=$connections workers=$workers REVIEW from amount $review_amount, streams=$streams x $tokens tokens," \
      "runs=$runs x ${seconds}s (+${warmup}s warm-up); $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for run in $(seq "$runs"); do
   for phase in A B; do
