@@ -6,8 +6,10 @@
 // Each item carries a deadline: an item whose deadline has passed when its batch is formed is
 // answered with `expired` without being run.
 //
-// Three priorities (BatchPriority): a batch is filled with waiting interactive items
-// (synchronous requests) first, and API and batch-job items only take the places left. A long
+// Three priorities (BatchPriority): while interactive items (synchronous requests) wait, a
+// batch holds them alone, since an item is answered only when its whole batch ends and a
+// request must not wait for an API call's or a job's longer generation; otherwise API items
+// come first and batch-job items take the places left. A long
 // batch that holds no interactive item makes way between its steps: the run function calls
 // `make_way`, which runs the interactive items waiting at that moment as a batch of their own
 // (nested, one level deep), so an API generation or a batch job delays a request by one step
@@ -138,7 +140,11 @@ class DynamicBatcher {
         // The first item opens the batch; wait a little for company.
         const Clock::time_point close = Clock::now() + std::chrono::microseconds(options_.max_wait_us);
         wake_.wait_until(lock, close, [&] { return stopping_ || waiting() >= options_.max_batch; });
+        // Requests alone when any wait: a request answers when its whole batch ends, so it must
+        // not ride with an API call's or a job's longer generation. The others share batches.
+        const bool requests_waiting = !queues_[static_cast<size_t>(BatchPriority::kInteractive)].empty();
         for (std::deque<Pending>& queue : queues_) {
+          if (requests_waiting && &queue != &queues_[static_cast<size_t>(BatchPriority::kInteractive)]) break;
           while (!queue.empty() && static_cast<int>(batch.size()) < options_.max_batch) {
             batch.push_back(std::move(queue.front()));
             queue.pop_front();

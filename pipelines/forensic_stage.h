@@ -132,8 +132,8 @@ class ForensicStage {
   int running() const { return running_.load(); }
   // The KV cache the running batch holds, as a fraction of the most the stage may hold
   // (max_batch sequences of the model's full context): each batch allocates room for its
-  // sequences' longest prompt plus their largest token budget. 0 between batches; up to 2 while
-  // a batch of requests runs inside another.
+  // sequences' longest prompt plus their largest token budget. 0 between batches; both batches'
+  // while one runs inside another, capped at 1.
   double kv_cache_usage() const;
 
   // The prompt's view of a transaction (exposed for tests).

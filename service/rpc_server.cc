@@ -316,6 +316,12 @@ struct RpcServer::Shared {
   }
   // Gives the next queued handshake step a free place, if there are both (defined below).
   void ResumeQueuedHandshake();
+  // Connections in their handshake, oldest first (entries of others are dropped as they reach
+  // the front), so that a full server closes the oldest to make room.
+  std::mutex handshaking_mutex;
+  std::deque<std::weak_ptr<Connection>> handshaking;
+  void AddHandshake(const std::shared_ptr<Connection>& connection);
+  std::shared_ptr<Connection> OldestHandshake();  // and takes it out; null when none
 
   SlotLender slot_lender;
 
@@ -334,7 +340,7 @@ struct RpcServer::Shared {
 
   struct {
     std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
-        protocol_errors{0}, most_idle_handshake_steps{0}, handshakes_refused{0};
+        protocol_errors{0}, most_idle_handshake_steps{0}, handshakes_evicted{0};
   } counters;
   RateLimitedWarning refused_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning timeout_warning{"thrift", std::chrono::seconds(10)};
@@ -397,16 +403,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       // The generation first: a reload between the two reads makes the connection admitted again
       // at its first request, never skipped (SetTls swaps the context, then counts).
-      if (self->shared_->handshakes_in_progress.fetch_add(1) >= self->shared_->config.max_handshakes) {
-        self->shared_->handshakes_in_progress.fetch_sub(1);
-        self->shared_->counters.handshakes_refused.fetch_add(1);
-        self->shared_->handshakes_warning.Warn(
-            "closed a connection from {} at once: {} TLS handshakes were in progress (server.max_handshakes)",
-            self->address_, self->shared_->config.max_handshakes);
-        self->Close();
-        return;
-      }
       self->shaking_hands_ = true;  // counted in handshakes_in_progress until LeaveHandshake
+      if (self->shared_->handshakes_in_progress.fetch_add(1) >= self->shared_->config.max_handshakes) {
+        // Full: the oldest handshake makes room, as silent connections must not lock out
+        // every new client (it closes when its thread gets to it).
+        if (std::shared_ptr<Connection> oldest = self->shared_->OldestHandshake()) oldest->EvictFromHandshake();
+      }
+      self->shared_->AddHandshake(self);
       self->tls_generation_ = self->shared_->tls_generation.load();
       self->tls_ = self->shared_->CurrentTls();
       self->ssl_ = self->tls_->NewConnection();
@@ -626,6 +629,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  public:
+  // Still shaking hands (readable without mutex_: Shared::OldestHandshake).
+  bool shaking_hands() const { return shaking_hands_.load(); }
+
+  // The server has max_handshakes in progress and this one is the oldest: close it if it is
+  // still shaking hands.
+  void EvictFromHandshake() {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->phase_ != Phase::kHandshake) return;
+      self->shared_->counters.handshakes_evicted.fetch_add(1);
+      self->shared_->handshakes_warning.Warn(
+          "closed a connection from {} still in its TLS handshake: {} handshakes were in progress "
+          "(server.max_handshakes)",
+          self->address_, self->shared_->config.max_handshakes);
+      self->Close();
+    });
+  }
+
   // ResumeQueuedHandshake took a place for this connection's queued step: run it, unless the
   // connection has moved on (closed) meanwhile.
   void ResumeHandshake() {
@@ -929,8 +950,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Returns false, for the Continue* functions' "no frame to dispatch".
   // No longer counted among the handshakes in progress (idempotent).
   void LeaveHandshake() {
-    if (!shaking_hands_) return;
-    shaking_hands_ = false;
+    if (!shaking_hands_.exchange(false)) return;
     shared_->handshakes_in_progress.fetch_sub(1);
   }
 
@@ -991,7 +1011,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string address_;                               // the peer's IP:port, for logs and the caller
   std::shared_ptr<const TlsServerContext> tls_;       // the certificates this connection was accepted with
   SSL* ssl_ = nullptr;                                // null on a plaintext server, and once closed
-  bool shaking_hands_ = false;                        // counted in Shared::handshakes_in_progress
+  std::atomic<bool> shaking_hands_{false};            // counted in Shared::handshakes_in_progress
   uint64_t handshake_steps_ = 0;                      // StepHandshake calls so far
   uint64_t idle_handshake_steps_ = 0;                 // of those, steps that read and wrote nothing (RpcServerStats)
   uint64_t tls_generation_ = 0;                       // Shared::tls_generation of tls_ (or when last admitted)
@@ -1010,6 +1030,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<uint8_t> reply_;  // the reply being sent, when the socket did not take it at once
   size_t reply_sent_ = 0;
 };
+
+void RpcServer::Shared::AddHandshake(const std::shared_ptr<Connection>& connection) {
+  std::lock_guard<std::mutex> lock(handshaking_mutex);
+  while (!handshaking.empty()) {
+    std::shared_ptr<Connection> front = handshaking.front().lock();
+    if (front != nullptr && front->shaking_hands()) break;
+    handshaking.pop_front();
+  }
+  handshaking.push_back(connection);
+}
+
+std::shared_ptr<Connection> RpcServer::Shared::OldestHandshake() {
+  std::lock_guard<std::mutex> lock(handshaking_mutex);
+  while (!handshaking.empty()) {
+    std::shared_ptr<Connection> front = handshaking.front().lock();
+    handshaking.pop_front();
+    if (front != nullptr && front->shaking_hands()) return front;
+  }
+  return nullptr;
+}
 
 void RpcServer::Shared::ResumeQueuedHandshake() {
   for (;;) {
@@ -1300,7 +1340,7 @@ RpcServerStats RpcServer::stats() const {
   s.requests_shed = shared_->counters.shed.load();
   s.requests_waiting = static_cast<uint64_t>(shared_->waiting.load());
   s.handshakes_in_progress = static_cast<uint64_t>(shared_->handshakes_in_progress.load());
-  s.handshakes_refused = shared_->counters.handshakes_refused.load();
+  s.handshakes_evicted = shared_->counters.handshakes_evicted.load();
   {
     std::lock_guard<std::mutex> lock(shared_->pending_mutex);
     s.requests_queued = shared_->pending.size();

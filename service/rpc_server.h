@@ -17,7 +17,7 @@
 //     slot back while it waits, on one of `waiting_threads` more threads, so requests that need
 //     no LLM keep running; when it goes on, it runs over the `workers` cap until it is done.
 // TLS (a TlsServerContext given to Create): at most `max_handshakes` connections shake hands at
-// once (one more is closed at accept), their handshake steps (the costly key exchange and
+// once (one more closes the oldest still shaking hands), their handshake steps (the costly key exchange and
 // signature) run on at most io_threads threads at once, so they cannot take the threads that
 // run admitted connections' requests; the handshake must be done within frame_timeout_ms
 // of the connection's accept, the client's certificate must name an identity the Thrift port
@@ -77,18 +77,18 @@ class ThriftFrameReader {
 // Counters since Create(); read them at any time from any thread.
 struct RpcServerStats {
   uint64_t connections_open = 0;
-  uint64_t connections_idle = 0;                          // of those, waiting for a frame
-  uint64_t connections_accepted = 0;                      // including those refused
-  uint64_t connections_refused = 0;                       // over max_connections, none of them idle
-  uint64_t idle_evictions = 0;                            // idle connections closed to make room for a new one
-  uint64_t frame_timeouts = 0;                            // a frame or a reply not through within frame_timeout_ms
-  uint64_t idle_timeouts = 0;                             // silent for idle_timeout_ms between frames
-  uint64_t requests_queued = 0;                           // complete frames waiting for a worker now
-  uint64_t requests_shed = 0;                             // answered "overloaded": the worker queue was full
-  uint64_t requests_waiting = 0;                          // waiting for a slow stage now, their worker slot given back
-  uint64_t handshakes_in_progress = 0;                    // TLS connections not yet admitted nor refused
-  uint64_t handshakes_refused = 0;                        // closed at accept: server.max_handshakes were in progress
-  uint64_t protocol_errors = 0;                           // bad frame size, limits exceeded, malformed message
+  uint64_t connections_idle = 0;        // of those, waiting for a frame
+  uint64_t connections_accepted = 0;    // including those refused
+  uint64_t connections_refused = 0;     // over max_connections, none of them idle
+  uint64_t idle_evictions = 0;          // idle connections closed to make room for a new one
+  uint64_t frame_timeouts = 0;          // a frame or a reply not through within frame_timeout_ms
+  uint64_t idle_timeouts = 0;           // silent for idle_timeout_ms between frames
+  uint64_t requests_queued = 0;         // complete frames waiting for a worker now
+  uint64_t requests_shed = 0;           // answered "overloaded": the worker queue was full
+  uint64_t requests_waiting = 0;        // waiting for a slow stage now, their worker slot given back
+  uint64_t handshakes_in_progress = 0;  // TLS connections not yet admitted nor refused
+  uint64_t handshakes_evicted = 0;      // closed in their handshake, the oldest, to make room (server.max_handshakes)
+  uint64_t protocol_errors = 0;         // bad frame size, limits exceeded, malformed message
   std::array<uint64_t, kTlsRefusalCount> tls_refusals{};  // by TlsRefusal
   // The most handshake steps one connection took, after its first, that neither read nor wrote
   // a byte: a connection waiting for the rest of a TLS record must wait for the socket, not poll

@@ -302,9 +302,10 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
       {"txscore_rpc_requests_shed_total",
        "Requests answered 'overloaded' because server.max_queued_requests were waiting.",
        &RpcServerStats::requests_shed},
-      {"txscore_rpc_handshakes_refused_total",
-       "Thrift connections closed at accept because server.max_handshakes TLS handshakes were in progress.",
-       &RpcServerStats::handshakes_refused},
+      {"txscore_rpc_handshakes_evicted_total",
+       "Thrift connections closed in their TLS handshake, the oldest, to make room: server.max_handshakes were in "
+       "progress.",
+       &RpcServerStats::handshakes_evicted},
       {"txscore_rpc_protocol_errors_total",
        "Thrift connections closed for a bad frame or message (size, limits, malformed).",
        &RpcServerStats::protocol_errors},

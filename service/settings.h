@@ -58,8 +58,9 @@ struct RpcServerConfig {
   // its own, of which there are this many more (idle threads cost memory, not CPU). When all
   // are taken, a waiting request keeps its slot. 0: every request keeps its slot.
   int waiting_threads = 32;
-  // Default: 64. TLS handshakes in progress at once; a connection accepted beyond them is
-  // closed at once (counted), so strangers cannot queue unbounded handshake work. Handshake
+  // Default: 64. TLS handshakes in progress at once; a connection accepted beyond them closes
+  // the oldest still shaking hands (counted), so strangers cannot queue unbounded handshake
+  // work, nor lock new clients out by connecting and staying silent. Handshake
   // steps run on at most io_threads threads at once, so the workers stay free for the
   // requests of connections already admitted.
   int max_handshakes = 64;

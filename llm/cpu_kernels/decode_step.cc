@@ -1,6 +1,7 @@
 #include "llm/cpu_kernels/decode_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -345,11 +346,18 @@ void AttendHead(const KernelSet& kernels, const Bf16* query, const Bf16* keys, c
   for (int64_t i = 0; i < head_dim; ++i) out[i] = FloatToBf16(sum[i]);
 }
 
+namespace {
+std::atomic<uint64_t> decode_steps_run{0};
+}  // namespace
+
 std::vector<std::vector<float>> RunDecodeStep(const DecoderWeights& weights, const KernelSet& kernels,
                                               const ParallelFor& parallel, const KvCacheView& cache,
                                               const std::vector<DecodeRequest>& requests) {
   if (requests.empty()) return {};
+  decode_steps_run.fetch_add(1, std::memory_order_relaxed);
   return Step(weights, kernels, parallel, cache, requests).Run();
 }
+
+uint64_t DecodeStepsRun() { return decode_steps_run.load(std::memory_order_relaxed); }
 
 }  // namespace txscore::llm::cpu

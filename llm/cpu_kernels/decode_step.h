@@ -81,6 +81,9 @@ struct DecodeRequest {
 std::vector<std::vector<float>> RunDecodeStep(const DecoderWeights& weights, const KernelSet& kernels,
                                               const ParallelFor& parallel, const KvCacheView& cache,
                                               const std::vector<DecodeRequest>& requests);
+// Decode steps RunDecodeStep has run in this process: `txscore generate --json` reports it, so
+// a test can tell that the command runs these kernels.
+uint64_t DecodeStepsRun();
 
 // Applies RMSNorm to `rows` rows of `features`: float32 inside, the result rounded to bfloat16
 // as the decoder's libtorch Norm does (weight * bf16(normed), or bf16(normed * (1 + weight))

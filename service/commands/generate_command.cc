@@ -1,13 +1,18 @@
-// txscore generate --model DIR --prompt TEXT [--schema FILE] [--max-new-tokens N] [--json]:
-// try a model. Greedy unless sampling options are given.
+// txscore generate --model DIR --prompt TEXT [--schema FILE] [--max-new-tokens N] [--json]
+// [--dtype bfloat16] [--quantization int8] [--threads N]: try a model. Greedy unless sampling
+// options are given. By default every core of the machine computes, as
+// bench/run_llm_floor.sh measures the kernels (--threads 2 on a 2-core machine).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
+#include "accelerator/compute_threads.h"
 #include "common/bytes.h"
+#include "llm/cpu_kernels/decode_step.h"
 #include "llm/decoder.h"
 #include "llm/generator.h"
 #include "llm/tokenizer.h"
@@ -24,6 +29,8 @@ struct GenerateOptions {
   bool json = false;
   std::string dtype = "float32";
   std::string dump_logits;  // file: float32 little-endian, one row of vocab_size per step
+  std::string quantization = "none";
+  int threads = 0;  // 0: the machine's cores
   llm::GenerationOptions generation;
 };
 
@@ -37,6 +44,12 @@ int RunGenerate(GenerateOptions& options) {
   if (!tokenizer.ok()) return Fail(tokenizer.error().ToString());
   llm::DecoderOptions decoder_options;
   decoder_options.dtype = *accelerator::ParseDtype(options.dtype);  // one of the two the option accepts
+  if (options.quantization == "int8") decoder_options.quantization = llm::DecoderOptions::Quantization::kInt8;
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // The kernels' pool (decode steps), and libtorch's and OpenBLAS's threads (the prefill).
+  decoder_options.threads = threads;
+  accelerator::SetComputeThreads(threads);
   Result<std::unique_ptr<llm::Decoder>> decoder = llm::Decoder::Load(options.model_dir, decoder_options);
   if (!decoder.ok()) return Fail(decoder.error().ToString());
 
@@ -91,7 +104,12 @@ int RunGenerate(GenerateOptions& options) {
                           {"text", result->text},
                           {"finish_reason", llm::FinishReasonName(result->finish_reason)},
                           {"prefill_us", result->prefill_us},
-                          {"token_us", result->token_us}};
+                          {"token_us", result->token_us},
+                          {"threads", threads},
+                          {"quantization", options.quantization},
+                          // Decode steps txscore's CPU kernels ran (bfloat16 or int8 on the CPU;
+                          // float32 runs libtorch's ops): every step after the first, or none.
+                          {"cpu_kernel_steps", llm::cpu::DecodeStepsRun()}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s\n", result->text.c_str());
@@ -123,6 +141,12 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--dtype", options->dtype, "float32 or bfloat16")
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->capture_default_str();
+  cmd->add_option("--quantization", options->quantization,
+                  "none, or int8: weights quantized per row at load (needs --dtype bfloat16)")
+      ->check(CLI::IsMember({"none", "int8"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", options->threads, "Threads that compute (default: the machine's cores)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--dump-logits", options->dump_logits, "Write each step's logits (float32, little-endian) to FILE");
   cmd->callback([options, exit_code] { *exit_code = RunGenerate(*options); });
 }

@@ -185,6 +185,21 @@ def check_generate_samples_reproducibly_from_its_seed(txscore):
         # --top-k 1 is greedy whatever the temperature.
         assert sample("--temperature", "1.5", "--top-k", "1", "--seed", "5") == greedy
 
+        # The CPU kernels run every decode step in bfloat16 and int8, on the machine's cores by
+        # default; float32 runs libtorch's ops.
+        def run_json(*flags):
+            r = run(txscore, "generate", "--model", work, "--prompt", "The claim", "--max-new-tokens", "6",
+                    "--ignore-eos", "--json", *flags)
+            assert r.returncode == 0, r
+            return json.loads(r.stdout)
+        bf16 = run_json("--dtype", "bfloat16")
+        assert bf16["cpu_kernel_steps"] == 5 and bf16["threads"] == os.cpu_count(), bf16
+        int8 = run_json("--dtype", "bfloat16", "--quantization", "int8", "--threads", "1")
+        assert int8["cpu_kernel_steps"] == 5 and int8["threads"] == 1 and int8["quantization"] == "int8", int8
+        assert run_json()["cpu_kernel_steps"] == 0
+        r = run(txscore, "generate", "--model", work, "--prompt", "x", "--quantization", "int4")
+        assert r.returncode == 2, r
+
 
 def check_llm_analyze_claim_takes_a_claim_inline_or_in_a_file(txscore):
     import json

@@ -95,9 +95,9 @@ TEST(DynamicBatcher, RequestsTakeTheirPlacesBeforeBatchJobItems) {
   EXPECT_EQ(request_b.get(), 2);
   for (size_t i = 0; i < job.size(); ++i) EXPECT_EQ(job[i].get(), 100 + static_cast<int>(i));
   EXPECT_EQ(busy.get(), 0);
-  // The two requests went first, though the job's items were queued before them; the job's
-  // items kept their order.
-  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 2, 100}, {101, 102, 103}}));
+  // The two requests went first, alone, though the job's items were queued before them; the
+  // job's items kept their order.
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 2}, {100, 101, 102}, {103}}));
 }
 
 TEST(DynamicBatcher, ApiCallersComeAfterRequestsAndBeforeBatchJobs) {
@@ -127,7 +127,7 @@ TEST(DynamicBatcher, ApiCallersComeAfterRequestsAndBeforeBatchJobs) {
   for (auto& f : api) f.get();
   for (auto& f : job) f.get();
   busy.get();
-  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1, 50, 51}, {52, 100, 101}}));
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1}, {50, 51, 52}, {100, 101}}));
 }
 
 // Waits (up to a minute: far beyond any machine's need) until `batcher` holds `n` items.
@@ -171,6 +171,34 @@ TEST(DynamicBatcher, ABatchWithoutRequestsMakesWayForARequestBetweenItsSteps) {
   EXPECT_EQ(batches_after_making_way, 2u);
   EXPECT_EQ(batches, (std::vector<std::vector<int>>{{100, 101}, {1}}));
   EXPECT_EQ(batcher.nested_batches(), 1u);
+}
+
+TEST(DynamicBatcher, ARequestIsNeverBatchedWithApiCallsThatWouldOutlastIt) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::vector<int>> batches;
+  DynamicBatcher<int, int> batcher(
+      {.max_batch = 4, .max_wait_us = 0},
+      [&](const std::vector<int>& items) {
+        batches.push_back(items);
+        if (batches.size() == 1) {
+          entered.set_value();
+          released.wait();
+        }
+        return items;
+      },
+      -1);
+  const auto later = Clock::now() + std::chrono::seconds(30);
+  std::future<int> busy = batcher.Submit(0, later, BatchPriority::kApi);
+  entered.get_future().wait();
+  std::vector<std::future<int>> api = batcher.SubmitAll({100, 101, 102, 103, 104, 105}, later, BatchPriority::kApi);
+  std::future<int> request = batcher.Submit(1, later);
+  release.set_value();
+  EXPECT_EQ(request.get(), 1);
+  for (auto& f : api) f.get();
+  busy.get();
+  // With places left in its batch, the request still ran alone.
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1}, {100, 101, 102, 103}, {104, 105}}));
 }
 
 TEST(DynamicBatcher, ABatchHoldingARequestMakesWayForNothing) {
