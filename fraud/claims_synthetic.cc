@@ -159,6 +159,10 @@ std::vector<LabeledClaim> GenerateClaims(const SyntheticClaimsOptions& options) 
   std::vector<LabeledClaim> claims;
   claims.reserve(static_cast<size_t>(std::max(0, options.claims)));
   const int claimants = std::max(1, options.claims * 3 / 4);  // some claimants claim more than once
+  const int days =
+      options.days > 0
+          ? options.days
+          : std::max(1, static_cast<int>(static_cast<int64_t>(options.claims) * 365 / kSyntheticClaimsPerYear));
   std::vector<int64_t> report_days;
   for (int n = 0; n < options.claims; ++n) {
     LabeledClaim labeled;
@@ -171,7 +175,7 @@ std::vector<LabeledClaim> GenerateClaims(const SyntheticClaimsOptions& options) 
     c.claimant_id = Id("C", random.Between(1, claimants), 6);
     c.claim_type = profile.type;
     c.policy_limit = random.Pick(profile.limits);
-    const int64_t incident = options.start_day + random.Between(0, std::max(0, options.days - 1));
+    const int64_t incident = options.start_day + random.Between(0, days - 1);
     int64_t delay = static_cast<int64_t>(random.Exponential(2.5));
     if (profile.type == "travel" && random.Chance(0.4)) delay += random.Between(10, 40);  // reported on return
     double share = std::min(0.95, 0.05 + random.Exponential(0.18));

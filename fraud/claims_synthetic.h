@@ -26,9 +26,14 @@ struct SyntheticClaimsOptions {
   int claims = 4000;          // Default: 4000 claims
   double fraud_rate = 0.12;   // Default: 12 % fraudulent
   int64_t start_day = 20454;  // Default: 2026-01-01 (days since 1970-01-01)
-  int days = 365;             // Default: incidents over one year
-  int providers = 300;        // Default: 300 providers, 6 of them mills
+  // Default: 0, as many days as keep the demo's rate of about 11 claims a day (4,000 claims
+  // over a year): a larger file covers a longer time, as an insurer's files do, rather than
+  // crowding more claims onto each provider's days.
+  int days = 0;
+  int providers = 300;  // Default: 300 providers, 6 of them mills
 };
+
+inline constexpr int kSyntheticClaimsPerYear = 4000;
 
 struct LabeledClaim {
   RawClaim claim;

@@ -40,7 +40,7 @@ enum class FeatureId : int {
   kClaimAmountToLimit,   // amount claimed / policy limit
   kClaimLogAmount,       // ln(1 + amount claimed)
   kClaimPriorClaims,     // the claimant's earlier claims
-  kClaimProviderClaims,  // claims naming the same provider in the same batch, this one included
+  kClaimProviderClaims,  // the provider's claims reported in the 90 days before this one (provider_history.h)
   kClaimType,            // index into ClaimTypes()
   kClaimNarrativeWords,  // words in the narrative
   kCount,
@@ -65,8 +65,8 @@ double HaversineKm(double lat1, double lon1, double lat2, double lon2);
 FeatureVector ComputeFeatures(const Transaction& tx, const CardState& state);
 
 struct Claim;  // fraud/claim.h
-// `provider_claims`: how many claims of the batch being scored name this claim's provider
-// (1 for a claim scored alone).
+// `provider_claims`: the claims naming this claim's provider that were reported in the 90 days
+// before its report day (fraud/provider_history.h; 0 for a provider never seen).
 FeatureVector ComputeClaimFeatures(const Claim& claim, int64_t provider_claims);
 
 }  // namespace txscore::fraud

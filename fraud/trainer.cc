@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <unordered_map>
 
 #include "fraud/entity_state.h"
 #include "fraud/features.h"
+#include "fraud/provider_history.h"
 #include "fraud/xgboost_model.h"
 
 namespace txscore::fraud {
@@ -81,29 +83,33 @@ Result<FeatureTable> BuildFeatureTable(const std::vector<LabeledTransaction>& tr
   return table;
 }
 
-std::map<std::string, int64_t> CountProviders(const std::vector<RawClaim>& claims) {
-  std::map<std::string, int64_t> counts;
-  for (const RawClaim& c : claims) ++counts[c.provider_id];
-  return counts;
-}
-
 Result<FeatureTable> BuildClaimFeatureTable(const std::vector<LabeledClaim>& claims) {
   FeatureTable table;
   table.schema = FeatureSchema::ClaimFeatures();
   table.values.reserve(claims.size() * table.schema.size());
   table.labels.reserve(claims.size());
-  std::vector<RawClaim> raw;
-  for (const LabeledClaim& labeled : claims) raw.push_back(labeled.claim);
-  const std::map<std::string, int64_t> providers = CountProviders(raw);
   // Features do not read the claimant token; any key will do.
   const std::unique_ptr<CardTokenizer> tokenizer =
       CardTokenizer::FromKey(std::string(CardTokenizer::kMinKeyBytes, 't'));
+  std::vector<Claim> validated;
+  validated.reserve(claims.size());
   for (const LabeledClaim& labeled : claims) {
     Result<Claim> claim = ValidateClaim(labeled.claim, *tokenizer);
     if (!claim.ok())
       return InvalidArgument("generated claim " + labeled.claim.claim_id + ": " + claim.error().ToString());
-    AppendRow(table.schema, ComputeClaimFeatures(*claim, providers.at(claim->provider_id)), &table.values);
-    table.labels.push_back(labeled.is_fraud ? 1.0f : 0.0f);
+    validated.push_back(std::move(claim).value());
+  }
+  // The provider feature as a claims job computes it (pipelines/claims_job.cc): each claim
+  // counts the provider's claims of the days before its own, among all the claims.
+  std::map<std::string, ProviderClaimsHistory> providers;
+  for (const Claim& claim : validated) {
+    providers[claim.provider_id].Add(ProviderClaimsHistory::ClaimDigest(claim.claim_id), claim.report_day);
+  }
+  for (size_t i = 0; i < validated.size(); ++i) {
+    const Claim& claim = validated[i];
+    AppendRow(table.schema, ComputeClaimFeatures(claim, providers.at(claim.provider_id).CountBefore(claim.report_day)),
+              &table.values);
+    table.labels.push_back(claims[i].is_fraud ? 1.0f : 0.0f);
   }
   return table;
 }

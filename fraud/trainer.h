@@ -25,11 +25,10 @@ struct FeatureTable {
 // card state in memory (keyed by PAN: nothing here is stored).
 Result<FeatureTable> BuildFeatureTable(const std::vector<LabeledTransaction>& transactions);
 
-// Claims in the claim feature schema; the provider feature counts claims over all of `claims`
-// (one batch), as a batch job does over its input.
+// Claims in the claim feature schema. The provider feature is computed as a claims job does
+// (fraud/provider_history.h): the provider's claims, among `claims`, reported in the days
+// before each claim's own.
 Result<FeatureTable> BuildClaimFeatureTable(const std::vector<LabeledClaim>& claims);
-// Claims per provider id.
-std::map<std::string, int64_t> CountProviders(const std::vector<RawClaim>& claims);
 
 struct TrainOptions {
   std::string kind = "transactions";   // Default: the transaction fraud model; or "claims"

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "common/durable_file.h"
 #include "common/logging.h"
@@ -117,9 +119,11 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     return false;
   };
 
-  // First pass: count rows and claims per provider (the provider feature is over the whole
-  // file). A stop asked while counting ends the count at once.
-  std::map<std::string, int64_t> provider_counts;
+  // First pass: count rows, and gather every claim of the file (selected or not, so that
+  // shards see what an unsharded job sees) into the providers' stored histories, which the
+  // provider feature counts by date (fraud/provider_history.h). A stop asked while counting
+  // ends the count at once.
+  std::map<std::string, std::vector<ProviderClaim>> file_claims;
   int64_t total = 0;
   {
     Result<RowReader> reader =
@@ -147,7 +151,10 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
       }
       if (!row.claim.ok()) continue;
       Result<fraud::Claim> claim = fraud::ValidateClaim(*row.claim, pipeline.tokenizer());
-      if (claim.ok()) ++provider_counts[claim->provider_id];
+      if (claim.ok()) {
+        file_claims[claim->provider_id].push_back(
+            {fraud::ProviderClaimsHistory::ClaimDigest(claim->claim_id), claim->report_day});
+      }
     }
     if (!reader->stopped() && expected_found < options.expected_claim_ids.size()) {
       return not_from_this_input(std::to_string(options.expected_claim_ids.size() - expected_found) + " of the " +
@@ -162,6 +169,14 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
       return stop();
     }
   }
+  Result<std::map<std::string, fraud::ProviderClaimsHistory>> provider_histories =
+      RecordProviderClaims(db, file_claims);
+  if (!provider_histories.ok()) return provider_histories.error();
+  file_claims.clear();
+  const auto provider_claims_before = [&provider_histories](const fraud::Claim& claim) -> int64_t {
+    const auto history = provider_histories->find(claim.provider_id);
+    return history == provider_histories->end() ? 0 : history->second.CountBefore(claim.report_day);
+  };
   state.total = total;
   summary.total = total;
   summary.runs += 1;
@@ -223,7 +238,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
         continue;
       }
       claim_of_row[r] = claims.size();
-      providers.push_back(provider_counts[claim->provider_id]);
+      providers.push_back(provider_claims_before(*claim));
       claims.push_back(std::move(claim).value());
     }
     if (options.before_llm) options.before_llm(chunk_index, claims.size());
@@ -304,6 +319,22 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     progress.llm_selected = summary.llm_selected;
     progress.llm_shortfalls = summary.llm_shortfalls;
     if (options.progress) options.progress(progress);
+    if (state.rows_done >= kErrorShareCheckRows &&
+        state.rows_done<total&& static_cast<double>(summary.errors)> options.max_error_share *
+            static_cast<double>(state.rows_done)) {
+      char share[64];
+      std::snprintf(share, sizeof share, "%.1f %%",
+                    100.0 * static_cast<double>(summary.errors) / static_cast<double>(state.rows_done));
+      std::ostringstream limit;
+      limit << options.max_error_share;
+      return InvalidArgument("stopped after " + std::to_string(state.rows_done) + " of " + std::to_string(total) +
+                                 " rows: " + std::to_string(summary.errors) + " (" + share +
+                                 ") are errors, over the maximum error share " + limit.str() + "; the reasons are in " +
+                                 output +
+                                 ". Is the file in the format its name says (.csv for CSV, anything else JSON "
+                                 "lines)? Fix it and run again with --restart",
+                             "max_error_share");
+    }
   }
   summary.state = ClaimsJobState::kDone;
   summary.done = state.rows_done;

@@ -83,6 +83,10 @@ struct ClaimsShard {
   bool Selects(int64_t ordinal, int64_t rows) const;
 };
 
+// Rows a job does before its error share can stop it (ClaimsJobOptions::max_error_share): a
+// few bad rows at the top of a good file must not end it.
+inline constexpr int64_t kErrorShareCheckRows = 1000;
+
 struct ClaimsJobOptions {
   std::string input_path;   // required
   std::string output_path;  // required; OUTPUT.summary.json is written beside it at the end
@@ -93,8 +97,8 @@ struct ClaimsJobOptions {
   // Default: false. Forget an earlier run of this job (its progress and its output) and start over.
   bool restart = false;
   // Default: empty, every row. Otherwise only the rows starting at these line numbers are
-  // scored and written; features counted over the batch (claims per provider) still count
-  // every row, so a row scores as it did in a run over the whole file. Part of the job's id.
+  // scored and written; every row's claim still goes into the providers' stored histories (the
+  // provider feature), so a row scores as it did in a run over the whole file. Part of the job's id.
   std::set<int64_t> only_lines;
   // Default: empty. The claim_id that rows of only_lines must hold (a retry takes them from the
   // earlier output): a row holding another fails the job before anything is written, since the
@@ -111,6 +115,10 @@ struct ClaimsJobOptions {
   // Like `cancel`, but the job's record and the returned summary say "interrupted": a
   // stopping server uses it, to resume the job when it starts again. Not owned.
   const std::atomic<bool>* interrupt = nullptr;
+  // Default: 1, never. The job stops, failing with the counts and where the reasons are, once
+  // it has done at least kErrorShareCheckRows rows (or all of them) and more than this share
+  // of them are errors: a file in the wrong format or of the wrong kind, found early.
+  double max_error_share = 1.0;
   // Called before each LLM submission of a chunk (tests use it to kill the process mid-batch).
   std::function<void(int64_t chunk, size_t claims)> before_llm;
 };

@@ -1,6 +1,7 @@
 #include "pipelines/claims_job_record.h"
 
 #include <cstdlib>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -13,6 +14,12 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr char kJobKeyPrefix[] = "claims-job/";
+constexpr char kProviderKeyPrefix[] = "claims-provider/";
+
+std::mutex& ProviderHistoryMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
   TXSCORE_ASSIGN_OR_RETURN(const JobState state, JobState::Decode(stored));
@@ -111,15 +118,53 @@ Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, cons
 }
 
 Result<std::map<std::string, ClaimsJobRecord>> ListClaimsJobs(storage::Database& db) {
-  TXSCORE_ASSIGN_OR_RETURN(const auto stored, db.ReadAll(storage::ColumnFamily::kJobs));
   const std::string_view prefix = kJobKeyPrefix;
   std::map<std::string, ClaimsJobRecord> jobs;
-  for (const auto& [key, value] : stored) {
-    if (key.compare(0, prefix.size(), prefix) != 0) continue;
-    TXSCORE_ASSIGN_OR_RETURN(ClaimsJobRecord record, DecodeRecord(value));
-    jobs.emplace(key.substr(prefix.size()), std::move(record));
-  }
+  Status decoded = Status::Ok();
+  // Only the jobs' keys: the providers' histories, under their own prefix, may be many.
+  TXSCORE_RETURN_IF_ERROR(
+      db.ScanForward(storage::ColumnFamily::kJobs, prefix, [&](std::string_view key, std::string_view value) {
+        if (key.substr(0, prefix.size()) != prefix) return false;
+        Result<ClaimsJobRecord> record = DecodeRecord(std::string(value));
+        if (!record.ok()) {
+          decoded = record.error();
+          return false;
+        }
+        jobs.emplace(std::string(key.substr(prefix.size())), std::move(record).value());
+        return true;
+      }));
+  TXSCORE_RETURN_IF_ERROR(decoded);
   return jobs;
+}
+
+Result<fraud::ProviderClaimsHistory> ReadProviderHistory(storage::Database& db, const std::string& provider_id) {
+  TXSCORE_ASSIGN_OR_RETURN(const std::optional<std::string> stored,
+                           db.Get(storage::ColumnFamily::kJobs, kProviderKeyPrefix + provider_id));
+  if (!stored.has_value()) return fraud::ProviderClaimsHistory();
+  Result<fraud::ProviderClaimsHistory> history = fraud::ProviderClaimsHistory::Decode(*stored);
+  if (!history.ok()) return DataLoss("provider " + provider_id + ": " + history.error().message);
+  return history;
+}
+
+Result<std::map<std::string, fraud::ProviderClaimsHistory>> RecordProviderClaims(
+    storage::Database& db, const std::map<std::string, std::vector<ProviderClaim>>& claims) {
+  std::lock_guard<std::mutex> lock(ProviderHistoryMutex());
+  std::map<std::string, fraud::ProviderClaimsHistory> histories;
+  storage::WriteBatch batch;
+  for (const auto& [provider_id, provider_claims] : claims) {
+    TXSCORE_ASSIGN_OR_RETURN(fraud::ProviderClaimsHistory history, ReadProviderHistory(db, provider_id));
+    bool added = false;
+    for (const ProviderClaim& claim : provider_claims)
+      added = history.Add(claim.claim_digest, claim.report_day) || added;
+    if (added) {
+      fraud::ProviderClaimsHistory kept = history;
+      kept.Prune();
+      batch.Put(storage::ColumnFamily::kJobs, kProviderKeyPrefix + provider_id, kept.Encode());
+    }
+    histories.emplace(provider_id, std::move(history));
+  }
+  TXSCORE_RETURN_IF_ERROR(db.Write(batch));
+  return histories;
 }
 
 std::string ShortDigest(const std::string& text) {

@@ -1,5 +1,6 @@
-// What the database keeps about a claims job (pipelines/claims_job.h) between its runs: one
-// record per job in column family `jobs`, under the key "claims-job/" + its id.
+// What the database keeps about claims jobs (pipelines/claims_job.h), in column family `jobs`:
+// one record per job, under the key "claims-job/" + its id, and the claims history of each
+// provider the jobs have seen (fraud/provider_history.h), under "claims-provider/" + its id.
 //
 // Format: a JSON object (JobState::Encode), readable by any tool. Records written before a
 // field existed, and records of jobs that have not begun (queued, or failed before they
@@ -16,12 +17,33 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
+#include "fraud/provider_history.h"
 #include "pipelines/claims_output.h"
 #include "storage/database.h"
 
 namespace txscore::pipelines {
+
+// A claim as the provider histories hold it.
+struct ProviderClaim {
+  uint64_t claim_digest = 0;  // fraud::ProviderClaimsHistory::ClaimDigest
+  int64_t report_day = 0;
+};
+
+// The stored claims history of a provider; empty for one never seen.
+// Errors: the stored history is damaged (kDataLoss), or the read failed.
+Result<fraud::ProviderClaimsHistory> ReadProviderHistory(storage::Database& db, const std::string& provider_id);
+
+// Adds `claims` (by provider id) to the stored histories, each provider's pruned to its
+// retention, in one atomic write. Returns the histories of those providers with `claims`
+// added and nothing pruned, for counting. A claim already held changes nothing, so recording
+// a file again is harmless. One call at a time in a process (a read-modify-write: a mutex
+// here orders them; the database's lock keeps other processes out).
+// Errors: a stored history is damaged (kDataLoss), or the read or write failed.
+Result<std::map<std::string, fraud::ProviderClaimsHistory>> RecordProviderClaims(
+    storage::Database& db, const std::map<std::string, std::vector<ProviderClaim>>& claims);
 
 // A job's whole record, as the job loop reads and writes it.
 struct JobState {

@@ -64,7 +64,7 @@ class ClaimsPipeline {
                                                         const fraud::KekSource& kek = {},
                                                         fraud::KeyFileForm form = fraud::KeyFileForm::kKeysetOrRawKey);
 
-  // `provider_claims[i]`: claims of the batch naming claims[i]'s provider (fraud/features.h).
+  // `provider_claims[i]`: claims[i]'s provider's claims of the 90 days before it (fraud/features.h).
   // Errors: a model failing (kInternal); the LLM stage's failures are per claim (degraded).
   Result<std::vector<ClaimOutcome>> ScoreChunk(const std::vector<fraud::Claim>& claims,
                                                const std::vector<int64_t>& provider_claims);

@@ -68,7 +68,7 @@ struct ScoredItem {
   const fraud::Transaction* transaction = nullptr;  // transaction pipelines
   const fraud::CardState* card_state = nullptr;     // the card's state before this transaction
   const fraud::Claim* claim = nullptr;              // claims pipelines
-  int64_t provider_claims = 1;                      // claims of the chunk naming this claim's provider
+  int64_t provider_claims = 0;                      // the provider's claims of the 90 days before this one
   std::chrono::steady_clock::time_point deadline;   // this stage's, for this item
 };
 

@@ -351,6 +351,7 @@ void ClaimsJobManager::Work() {
     run.input_path = job->input;
     run.output_path = job->view.output_path;
     run.chunk_size = options_.config.chunk;
+    run.max_error_share = options_.config.max_error_share;
     run.restart = job->restart;
     run.cancel = &job->cancel;
     run.interrupt = &interrupt_;
@@ -385,6 +386,10 @@ void ClaimsJobManager::Work() {
         job->view.detail =
             "its input file has changed since the job began; to start over on the new file, submit it "
             "again with restart (txscore job submit --input NAME --restart)";
+      } else if (summary.error().field == "max_error_share") {  // stopped early: the way out, in a client's words
+        const std::string& message = summary.error().message;
+        job->view.detail = RedactPans(message.substr(0, message.find(" Fix it"))) +
+                           " Fix it and submit it again with restart (txscore job submit --input NAME --restart)";
       }
       // RunClaimsJob recorded the failure in its own words; the record gets the server's.
       std::error_code ec;

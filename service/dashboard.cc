@@ -90,6 +90,10 @@ Json DecisionsJson(const RecentDecisions& decisions, bool with_card_tokens) {
                     {"score", entry.score},
                     {"decision", entry.decision},
                     {"reasons", entry.reasons},
+                    {"rule_hits", entry.rule_hits},
+                    {"findings", entry.findings},
+                    // Free text an LLM wrote about the case: for operators, as card tokens are.
+                    {"findings_summary", with_card_tokens ? entry.findings_summary : kTokenForOperatorsOnly},
                     {"pipeline_version", entry.pipeline_version}});
   }
   return list;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/pan_scan.h"
+
 namespace txscore::service {
 
 void RecentDecisions::Add(const pipelines::ScoreOutcome& outcome, int64_t time_ms) {
@@ -12,6 +14,13 @@ void RecentDecisions::Add(const pipelines::ScoreOutcome& outcome, int64_t time_m
   entry.score = outcome.score;
   entry.decision = pipelines::DecisionName(outcome.decision);
   for (const pipelines::Reason& reason : outcome.reasons) entry.reasons.push_back(reason.feature);
+  for (const pipelines::RuleHit& hit : outcome.rule_hits) entry.rule_hits.push_back(hit.rule);
+  if (outcome.findings) {
+    entry.findings = llm::RiskLevelName(outcome.findings->risk_level);
+    for (size_t i = 0; i < outcome.findings->flags.size(); ++i)
+      entry.findings += (i == 0 ? ": " : ", ") + outcome.findings->flags[i];
+    entry.findings_summary = RedactPans(outcome.findings->summary);
+  }
   entry.pipeline_version = outcome.pipeline_version;
   std::lock_guard<std::mutex> lock(mutex_);
   entries_.push_back(std::move(entry));

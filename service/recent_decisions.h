@@ -22,10 +22,16 @@ class RecentDecisions {
     std::string card_token;
     double score = 0;
     std::string decision;
-    std::vector<std::string> reasons;  // the top reason codes' features, in order
+    std::vector<std::string> reasons;    // the top reason codes' features, in order
+    std::vector<std::string> rule_hits;  // the rules that matched, e.g. "R20"
+    // From an llm_findings stage, when it wrote some: the risk level and flags ("high:
+    // velocity_anomaly, new_device"), and the summary, card numbers redacted.
+    std::string findings;
+    std::string findings_summary;
     std::string pipeline_version;
   };
-  static constexpr size_t kDefaultCapacity = 50;
+  // Enough for an operator to find the REVIEWs and DECLINEs among a busy minute's APPROVEs.
+  static constexpr size_t kDefaultCapacity = 200;
   explicit RecentDecisions(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
 
   void Add(const pipelines::ScoreOutcome& outcome, int64_t time_ms);

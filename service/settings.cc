@@ -390,8 +390,9 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   }
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &settings.devices));
   if (const YAML::Node j = root["jobs"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(
-        j, "jobs", {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority", "max_llm_shortfall_share"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs",
+                                        {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority",
+                                         "max_llm_shortfall_share", "max_error_share"}));
     std::string priority = "idle";
     TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &priority));
     if (priority != "idle" && priority != "normal") {
@@ -406,6 +407,7 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
         r.ReadPath(j, "output_dir", true, YamlReader::PathMustBe::kAnything, &settings.jobs.output_dir));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(j, "chunk", 0, 100000, &settings.jobs.chunk));
     TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_llm_shortfall_share", 0, 1, &settings.jobs.max_llm_shortfall_share));
+    TXSCORE_RETURN_IF_ERROR(r.ReadDouble(j, "max_error_share", 0, 1, &settings.jobs.max_error_share));
   }
   if (const YAML::Node sharding = root["sharding"]) {
     TXSCORE_RETURN_IF_ERROR(ParseSharding(r, sharding, &settings.sharding));

@@ -175,6 +175,10 @@ struct JobsConfig {
   // this share of the claims it was asked to read ends DEGRADED rather than DONE (as
   // `txscore batch run --max-llm-shortfall-share`).
   double max_llm_shortfall_share = 0.1;
+  // Default: 0.1. A job whose error rows pass this share of the rows it has done, once it has
+  // done pipelines::kErrorShareCheckRows, stops FAILED with the reason, rather than writing
+  // an error line for each of a million bad rows (as `txscore batch run --max-error-share`).
+  double max_error_share = 0.1;
   bool operator==(const JobsConfig&) const = default;
 };
 const char* PriorityName(JobsConfig::Priority priority);

@@ -162,6 +162,7 @@ int RunBatch(BatchRunOptions& options) {
   std::signal(SIGINT, RequestStop);
   std::signal(SIGTERM, RequestStop);
   options.job.cancel = &stop_requested;
+  options.job.max_error_share = options.max_error_share;
   // Progress: a display on stderr; with JSON logs, log lines instead (a display's lines
   // would not be JSON).
   std::optional<ProgressDisplay> display;
@@ -187,6 +188,10 @@ int RunBatch(BatchRunOptions& options) {
   };
   Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(**pipeline, **db, options.job);
   if (!summary.ok()) {
+    if (summary.error().field == "max_error_share") {  // stopped early over --max-error-share
+      std::fprintf(stderr, "%s\n", summary.error().message.c_str());
+      return 3;
+    }
     Log("batch").error("the job stopped: {}", summary.error().ToString());
     if (summary.error().code != ErrorCode::kFailedPrecondition && summary.error().code != ErrorCode::kInvalidArgument &&
         summary.error().code != ErrorCode::kNotFound) {
@@ -259,7 +264,8 @@ void AddBatchCommand(CLI::App& app, int* exit_code) {
   run->add_flag("--restart", options->job.restart, "Forget an earlier run of this job and its output; start over");
   run->add_flag("--quiet", options->quiet, "No progress display or summary text (errors only)");
   run->add_option("--max-error-share", options->max_error_share,
-                  "Exit 3 when more than this share of rows are errors (and whenever no row was scored)")
+                  "Exit 3 when more than this share of rows are errors (and whenever no row was scored); "
+                  "past 1000 rows, stop there")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   run->add_option("--max-llm-shortfall-share", options->max_llm_shortfall_share,

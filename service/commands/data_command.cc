@@ -179,9 +179,14 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
   generate->add_option("--labels", options->labels_path,
                        "Claims: also write labels and fraud patterns (JSON lines) here");
   generate->add_option("--cards", options->data.cards, "Cards to simulate")->capture_default_str();
-  generate->add_option("--days", options->data.days, "Days of activity")->capture_default_str();
-  generate->callback([options, exit_code] {
+  generate
+      ->add_option("--days", options->data.days,
+                   "Days of activity. Claims: days their incidents span (default: about 11 claims a day, so "
+                   "4000 claims cover a year)")
+      ->capture_default_str();
+  generate->callback([options, exit_code, generate] {
     options->claims.seed = options->data.seed;
+    if (generate->count("--days") > 0) options->claims.days = options->data.days;
     *exit_code = RunGenerate(*options);
   });
 }

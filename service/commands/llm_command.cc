@@ -268,7 +268,7 @@ void AddLlmCommand(CLI::App& app, int* exit_code) {
   claim->add_option("--model", analyze->model_dir, "Checkpoint directory")->required();
   claim
       ->add_option("--claim", analyze->claim_path,
-                   "The claim: a JSON object in the claims format (README, 'A claim'), or a file "
+                   "The claim: a JSON object in the claims format (docs/claims-jobs.md names its fields), or a file "
                    "holding one (of a JSON-lines file, the first line)")
       ->required();
   claim->add_option("--max-new-tokens", analyze->max_new_tokens, "Token budget (at least 50)")->capture_default_str();

@@ -38,9 +38,11 @@ struct ScoreOptions {
   std::string shards;
 };
 
-// One human-readable line: request id, decision, score and the top reasons.
+// One human-readable line: request id, decision, score, then the rules that matched (a rule
+// may have decided) and the top reasons.
 void PrintTableRow(const rpc::ScoreResult& result) {
   std::string reasons;
+  for (const rpc::RuleHit& hit : result.rule_hits) reasons += (reasons.empty() ? "rule " : ", rule ") + hit.rule;
   for (const rpc::ReasonCode& r : result.reasons) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%s%s(%+.2f)", reasons.empty() ? "" : ", ", r.feature.c_str(), r.contribution);
@@ -114,7 +116,23 @@ int RunScore(const ScoreOptions& options) {
     demo.attacked_card_fraction = 0.5;
     // Two runs may start within the same second: the run's cards come from a random number.
     const uint64_t run = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-    for (const fraud::LabeledTransaction& t : fraud::GenerateTransactions(demo)) {
+    std::vector<fraud::LabeledTransaction> story = fraud::GenerateTransactions(demo);
+    // The first fraudulent purchase is tried again a second later at a merchant on the demo's
+    // deny list (config/lists/deny-merchants.txt), so the demo shows a rule deciding (R20). It
+    // is tried on a card of its own: on the attacked card it would add to the velocity of the
+    // attack's next purchases and change how they are decided.
+    for (size_t i = 0; i < story.size(); ++i) {
+      if (!story[i].is_fraud || story[i].tx.timestamp_ms + 1000 >= day_start_s * 1000) continue;
+      fraud::LabeledTransaction blocked = story[i];
+      blocked.tx.merchant_id = "m-BLOCKED-1";
+      blocked.tx.timestamp_ms += 1000;
+      // Another check digit: no card of the story (each Luhn-valid) maps to the same card of the run.
+      std::string& pan = *blocked.tx.card_number;
+      pan.back() = pan.back() == '0' ? '1' : '0';
+      story.insert(story.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::move(blocked));
+      break;
+    }
+    for (const fraud::LabeledTransaction& t : story) {
       if (t.tx.timestamp_ms >= day_start_s * 1000) continue;
       rpc::Transaction wire = ToThriftTransaction(t.tx);
       wire.__set_card_number(CardOfThisRun(t.tx.card_number.value_or(""), run));

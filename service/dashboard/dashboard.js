@@ -114,9 +114,13 @@ function drawDag(pipeline) {
 // --- Charts ---
 
 class Chart {
-  constructor(container, title, unit) {
+  // `log`: a log10 y axis, for series of different magnitudes (a 0.4 ms request p50 beside a
+  // 200 ms LLM stage); values <= 0 are not drawn there.
+  constructor(container, title, unit, {log = false} = {}) {
     this.container = container;
     this.unit = unit;
+    this.log = log;
+    container.dataset.scale = log ? "log" : "linear";
     this.names = [];
     this.columns = [[]];  // x (seconds since the epoch), then one column per series
     this.plot = null;
@@ -133,7 +137,10 @@ class Chart {
       }
     }
     this.columns[0].push(timeS);
-    this.names.forEach((name, i) => this.columns[i + 1].push(values[name] ?? null));
+    this.names.forEach((name, i) => {
+      const value = values[name] ?? null;
+      this.columns[i + 1].push(this.log && !(value > 0) ? null : value);
+    });
     if (this.columns[0].length > WINDOW_POINTS) for (const column of this.columns) column.shift();
     if (!this.plot) this.rebuild();
     this.plot.setData(this.columns);
@@ -151,7 +158,9 @@ class Chart {
         value: (u, v) => (v === null ? "–" : v.toFixed(v < 10 ? 2 : 0) + " " + this.unit),
       }))],
       axes: [{}, {size: 56}],
-      scales: {y: {range: (u, min, max) => [0, Math.max(max * 1.1, 1e-3)]}},
+      scales: {y: this.log
+          ? {distr: 3, log: 10}
+          : {range: (u, min, max) => [0, Math.max(max * 1.1, 1e-3)]}},
     }, this.columns, this.container);
   }
 }
@@ -181,7 +190,7 @@ function quantileMs(now, before, q) {
 
 const charts = {
   throughput: new Chart(el("chart-throughput"), "throughput", "/s"),
-  latency: new Chart(el("chart-latency"), "latency", "ms"),
+  latency: new Chart(el("chart-latency"), "latency", "ms", {log: true}),
   devices: new Chart(el("chart-devices"), "devices", "s/s"),
 };
 let previous = null;
@@ -239,10 +248,7 @@ function drawTables(state) {
     el("now-forwards").textContent = Object.entries(state.shard_forwards || {}).map(([shard, n]) =>
         `${shard} ${n.ok || 0}` + (n.unavailable ? ` (${n.unavailable} unavailable)` : "")).join(", ") || "none";
   }
-  const recent = state.recent_decisions || [];
-  el("decisions").tBodies[0].replaceChildren(...recent.slice(0, 20).map((d) => row([
-    clock(d.time_ms), d.request_id, d.card_token, text("td", d.score.toFixed(3), "number"),
-    text("td", d.decision, "decision-" + d.decision), d.reasons.join(", ")])));
+  drawDecisions(state.recent_decisions || []);
   const reloads = state.reloads || [];
   if (reloads.length) {
     el("reloads").tBodies[0].replaceChildren(...reloads.slice().reverse().map((r) => row([
@@ -264,6 +270,41 @@ function drawTables(state) {
       return box;
     }));
   }
+}
+
+// Recent decisions, filtered by the buttons above the table: what an operator acts on is the
+// REVIEWs and DECLINEs, and the findings the LLM wrote about them.
+const DECISION_FILTERS = {
+  all: () => true,
+  REVIEW: (d) => d.decision === "REVIEW",
+  DECLINE: (d) => d.decision === "DECLINE",
+  findings: (d) => d.findings !== "",
+};
+let decisionFilter = "all";
+let lastDecisions = [];
+
+function drawDecisions(recent) {
+  lastDecisions = recent;
+  const shown = recent.filter(DECISION_FILTERS[decisionFilter]);
+  el("decisions").dataset.filter = decisionFilter;
+  el("decisions-shown").textContent = `${shown.length} of the last ${recent.length}`;
+  el("decisions").tBodies[0].replaceChildren(...shown.map((d) => {
+    const findings = text("td", d.findings || "–");
+    if (d.findings_summary) findings.title = d.findings_summary;
+    return row([
+      clock(d.time_ms), d.request_id, d.card_token, text("td", d.score.toFixed(3), "number"),
+      text("td", d.decision, "decision-" + d.decision), (d.rule_hits || []).join(", ") || "–",
+      d.reasons.join(", "), findings]);
+  }));
+}
+
+for (const button of document.querySelectorAll("#decision-filters button")) {
+  button.addEventListener("click", () => {
+    decisionFilter = button.dataset.filter;
+    for (const other of document.querySelectorAll("#decision-filters button"))
+      other.setAttribute("aria-pressed", String(other === button));
+    drawDecisions(lastDecisions);
+  });
 }
 
 async function poll() {

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "fraud/claims_synthetic.h"
 #include "fraud/features.h"
+#include "fraud/trainer.h"
 #include "tests/test_support.h"
 
 namespace txscore::fraud {
@@ -274,6 +277,53 @@ TEST(GenerateClaims, IsDeterministicValidAndHasEveryPattern) {
                         "vague_description", "pressure_to_settle"}) {
     EXPECT_GT(patterns[p], 10) << p;
   }
+}
+
+TEST(GenerateClaims, ALargerFileCoversALongerTimeAtTheSameDailyRate) {
+  for (const auto& [claims, days] : {std::pair{4000, 365}, std::pair{30000, 2737}, std::pair{100, 9}}) {
+    SyntheticClaimsOptions options;
+    options.claims = claims;
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (const LabeledClaim& c : GenerateClaims(options)) {
+      const int64_t day = ParseIsoDate(c.claim.incident_date).value();
+      first = std::min(first, day);
+      last = std::max(last, day);
+    }
+    EXPECT_EQ(first, options.start_day) << claims;
+    EXPECT_LE(last - first + 1, days) << claims;
+    EXPECT_GE(last - first + 1, days - 3) << claims;  // the span is used, to within a few days
+  }
+  SyntheticClaimsOptions fixed;
+  fixed.claims = 1000;
+  fixed.days = 20;
+  for (const LabeledClaim& c : GenerateClaims(fixed)) {
+    EXPECT_LT(ParseIsoDate(c.claim.incident_date).value(), fixed.start_day + 20);
+  }
+}
+
+TEST(BuildClaimFeatureTable, TheProviderFeatureCountsTheProvidersClaimsOfTheNinetyDaysBefore) {
+  SyntheticClaimsOptions options;
+  options.claims = 2000;
+  const std::vector<LabeledClaim> claims = GenerateClaims(options);
+  const Result<FeatureTable> table = BuildClaimFeatureTable(claims);
+  ASSERT_TRUE(table.ok()) << table.error().ToString();
+  size_t column = table->schema.size();
+  for (size_t c = 0; c < table->schema.size(); ++c) {
+    if (table->schema.at(c) == FeatureId::kClaimProviderClaims) column = c;
+  }
+  ASSERT_LT(column, table->schema.size());
+  int64_t largest = 0;
+  for (size_t i = 0; i < claims.size(); i += 37) {
+    const int64_t day = ParseIsoDate(claims[i].claim.report_date).value();
+    int64_t expected = 0;
+    for (const LabeledClaim& other : claims) {
+      const int64_t other_day = ParseIsoDate(other.claim.report_date).value();
+      expected += other.claim.provider_id == claims[i].claim.provider_id && other_day >= day - 90 && other_day < day;
+    }
+    EXPECT_EQ(table->values[i * table->schema.size() + column], static_cast<float>(expected)) << i;
+    largest = std::max(largest, expected);
+  }
+  EXPECT_GT(largest, 2);  // the check saw counts other than 0 and 1
 }
 
 }  // namespace

@@ -544,6 +544,32 @@ TEST_F(ClaimsJobsTest, AFailedJobSaysWhyStaysFailedAcrossARestartAndRestartsOver
   EXPECT_EQ(restarted.total, 12);
 }
 
+TEST_F(ClaimsJobsTest, AJobOfMostlyBadRowsStopsFailedOverItsErrorShare) {
+  {
+    std::ofstream out(dir_.file("in/bad.jsonl"));
+    for (int i = 0; i < 1500; ++i) out << "claim_id,policy_id\n";  // CSV in a file named .jsonl
+  }
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("bad.jsonl");
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, request);
+  const rpc::ClaimsJobStatus failed = WaitForEnd(submitted.job_id);
+  EXPECT_EQ(failed.state, rpc::JobState::FAILED);
+  EXPECT_EQ(failed.done, 1000);  // the first check, at 1,000 rows (chunks of 4)
+  EXPECT_EQ(failed.total, 1500);
+  EXPECT_EQ(failed.errors, 1000);
+  EXPECT_EQ(failed.detail.rfind(
+                "stopped after 1000 of 1500 rows: 1000 (100.0 %) are errors, over the maximum error share 0.1; "
+                "the reasons are in ",
+                0),
+            0u)
+      << failed.detail;
+  EXPECT_NE(failed.detail.find("Is the file in the format its name says"), std::string::npos) << failed.detail;
+  EXPECT_NE(failed.detail.find("Fix it and submit it again with restart (txscore job submit --input NAME --restart)"),
+            std::string::npos)
+      << failed.detail;
+}
+
 TEST_F(ClaimsJobsTest, ARestartAskedForAQueuedJobSurvivesAServerStop) {
   WriteInputFile("claims.jsonl", 6, 41);
   rpc::ClaimsJobRequest request;

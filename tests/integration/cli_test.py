@@ -310,6 +310,19 @@ def check_batch_run_exits_3_when_no_row_was_scored(txscore):
         r = run(txscore, "batch", "run", "--config", config, "--input", mixed,
                 "--output", os.path.join(work, "mixed.lenient.jsonl"), "--quiet", "--max-error-share", "0.2")
         assert r.returncode == 0, r
+        # Past 1,000 rows, a run over its share stops there (exit 3) instead of writing an
+        # error line for every row of a file in the wrong format.
+        wrong = os.path.join(work, "wrong.jsonl")
+        with open(wrong, "w") as out:
+            out.write("claim_id,policy_id\n" * 1200)
+        r = run(txscore, "batch", "run", "--config", config, "--input", wrong,
+                "--output", os.path.join(work, "wrong.out.jsonl"), "--quiet", "--chunk", "100")
+        assert r.returncode == 3, r
+        assert "stopped after 1000 of 1200 rows: 1000 (100.0 %) are errors, over the maximum error share 0.1" \
+            in r.stderr, r
+        assert "Fix it and run again with --restart" in r.stderr, r
+        with open(os.path.join(work, "wrong.out.jsonl")) as f:
+            assert len(f.readlines()) == 1000
         # --max-llm-shortfall-share is a share: out of [0, 1] is refused before anything runs.
         r = run(txscore, "batch", "run", "--config", config, "--input", mixed,
                 "--output", os.path.join(work, "never.jsonl"), "--max-llm-shortfall-share", "1.5")

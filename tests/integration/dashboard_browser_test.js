@@ -91,6 +91,8 @@ async function main() {
     const series = await page.getAttribute("#chart-throughput", "data-series");
     check(expectedStages.some((stage) => series.split(",").includes(stage)),
           `the throughput chart has a series per stage (${series})`);
+    check(await page.getAttribute("#chart-latency", "data-scale") === "log",
+          "the latency chart has a log scale (request p50 and the LLM stage both readable)");
     const p99 = await page.textContent("#now-p99-ms");
     check(Number(p99) > 0, `request latency p99 is shown (${p99} ms)`);
 
@@ -99,6 +101,24 @@ async function main() {
                                { timeout: 30000 });
     const tokens = await page.$$eval("#decisions tbody tr", (rows) => rows.map((r) => r.children[2].textContent));
     check(tokens.length > 0 && tokens.every((t) => t.length > 0), `recent decisions list card tokens (${tokens[0]})`);
+    // The REVIEW filter: the load's attacked cards give REVIEWs; only they are listed then,
+    // with the rules and findings columns an operator acts on.
+    const headers = await page.$$eval("#decisions thead th", (ths) => ths.map((th) => th.firstChild.textContent.trim()));
+    check(JSON.stringify(headers) === JSON.stringify(["time", "request", "card token", "score", "decision", "rules",
+                                                      "reasons", "findings"]),
+          `the decisions table has rules and findings columns (${headers.join(", ")})`);
+    await page.click('#decision-filters button[data-filter="REVIEW"]');
+    await page.waitForFunction(() => document.querySelectorAll("#decisions tbody tr").length > 0 &&
+                                     document.getElementById("decisions").dataset.filter === "REVIEW",
+                               null, { timeout: 60000 });
+    // One read of both, between two polls' redraws.
+    const [reviewed, counted] = await page.evaluate(() => [
+      [...document.querySelectorAll("#decisions tbody tr")].map((r) => r.children[4].textContent),
+      document.getElementById("decisions-shown").textContent]);
+    check(reviewed.length > 0 && reviewed.every((d) => d === "REVIEW"),
+          `the REVIEW filter lists REVIEWs only (${reviewed.length})`);
+    check(new RegExp(`^${reviewed.length} of the last \\d+$`).test(counted), `the table says how many it shows (${counted})`);
+    await page.click('#decision-filters button[data-filter="all"]');
     const html = await page.content();
     const cardNumbers = fs.readFileSync(cardNumbersFile, "utf8").split("\n").filter((n) => n.length > 0);
     const shown = cardNumbers.filter((n) => html.includes(n));

@@ -213,5 +213,47 @@ TEST(RecentDecisions, KeepTheNewestUpToTheirCapacityNewestFirst) {
   EXPECT_EQ(newest[1].reasons, std::vector<std::string>{"amount_zscore"});
 }
 
+TEST(RecentDecisions, ShowRuleHitsAndFindingsWithTheSummaryForOperatorsOnlyAndNoCardNumber) {
+  RecentDecisions recent;
+  pipelines::ScoreOutcome outcome;
+  outcome.request_id = "r1";
+  outcome.card_token = "tok";
+  outcome.decision = pipelines::Decision::kDecline;
+  pipelines::RuleHit deny_list;
+  deny_list.rule = "R20";
+  deny_list.decision = pipelines::Decision::kDecline;
+  pipelines::RuleHit night;
+  night.rule = "N05";
+  outcome.rule_hits = {deny_list, night};
+  llm::Findings findings;
+  findings.risk_level = llm::RiskLevel::kHigh;
+  findings.flags = {"velocity_anomaly", "new_device"};
+  findings.summary = "Card 4111 1111 1111 1111 was used at a blocked merchant.";
+  outcome.findings = findings;
+  recent.Add(outcome, 1000);
+  pipelines::ScoreOutcome plain;
+  plain.request_id = "r2";
+  recent.Add(plain, 1001);
+
+  DashboardSources sources;
+  sources.decisions = &recent;
+  const nlohmann::json operator_view = DashboardState(sources, 2000, /*with_card_tokens=*/true);
+  const nlohmann::json& declined = operator_view["recent_decisions"][1];
+  EXPECT_EQ(declined["rule_hits"], nlohmann::json::array({"R20", "N05"}));
+  EXPECT_EQ(declined["findings"], "high: velocity_anomaly, new_device");
+  EXPECT_EQ(declined["findings_summary"].get<std::string>().find("4111"), std::string::npos)
+      << declined["findings_summary"];
+  EXPECT_NE(declined["findings_summary"].get<std::string>().find("at a blocked merchant"), std::string::npos);
+  const nlohmann::json& approved = operator_view["recent_decisions"][0];
+  EXPECT_EQ(approved["rule_hits"], nlohmann::json::array());
+  EXPECT_EQ(approved["findings"], "");
+  EXPECT_EQ(approved["findings_summary"], "");
+
+  const nlohmann::json monitor_view = DashboardState(sources, 2000, /*with_card_tokens=*/false);
+  EXPECT_EQ(monitor_view["recent_decisions"][1]["findings"], "high: velocity_anomaly, new_device");
+  EXPECT_EQ(monitor_view["recent_decisions"][1]["findings_summary"], kTokenForOperatorsOnly);
+  EXPECT_EQ(monitor_view["recent_decisions"][1]["card_token"], kTokenForOperatorsOnly);
+}
+
 }  // namespace
 }  // namespace txscore::service

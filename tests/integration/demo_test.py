@@ -217,6 +217,10 @@ def main():
         reviews = [x for x in results if x.get("decision") == "REVIEW"]
         assert reviews, "the demo transactions gave no REVIEW"
         assert all(x.get("findings") for x in reviews), reviews[0]
+        # The story retries one fraudulent purchase at a merchant on the demo's deny list: the
+        # rules stage declines it (R20), whatever the model said.
+        denied = [x for x in results if any(h.get("rule") == "R20" for h in x.get("rule_hits", []))]
+        assert len(denied) == 1 and denied[0]["decision"] == "DECLINE", [x.get("rule_hits") for x in results]
         # A second demo run scores new cards, not the past of the first run's cards: the same
         # story, decided the same way, for the same reasons (not "seconds_since_last" of
         # transactions sent before the cards' stored history).
@@ -226,6 +230,11 @@ def main():
         def story(xs):
             return [(x["decision"], [reason["feature"] for reason in x.get("reasons", [])]) for x in xs]
         assert story(again) == story(results), (story(results)[:5], story(again)[:5])
+        # The table README shows: request, decision, score, the rules that matched, top reasons.
+        r = run(txscore, "score", "--tls-dir", client_dir, "--server", address)
+        assert r.returncode == 0, r.stderr
+        ruled = [line.split() for line in r.stdout.splitlines() if "rule R20" in line]
+        assert len(ruled) == 1 and ruled[0][1] == "DECLINE" and ruled[0][3] == "rule", r.stdout
 
         # The OpenAI-compatible API of the demo's LLM stage, called by the official openai npm
         # client over the admin port's HTTPS with the admin certificate.

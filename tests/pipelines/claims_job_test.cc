@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fraud/claims_synthetic.h"
@@ -126,6 +127,160 @@ TEST_F(ClaimsJobTest, ScoresEveryRowInInputOrderAndWritesASummary) {
   const nlohmann::json saved = nlohmann::json::parse(testing::ReadFile(dir_.file("out.jsonl.summary.json")));
   EXPECT_EQ(saved.at("done"), 50);
   EXPECT_EQ(saved.at("state"), "done");
+}
+
+// The job's outputs for `output`, by claim: decision and score (line numbers and timings
+// depend on the file).
+std::map<std::string, std::string> ResultsByClaim(const std::string& output) {
+  std::map<std::string, std::string> results;
+  std::ifstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json doc = nlohmann::json::parse(line);
+    results[doc.at("claim_id").get<std::string>()] = doc.at("decision").dump() + " " + doc.at("score").dump();
+  }
+  return results;
+}
+
+void WriteClaims(const std::string& path, const std::vector<fraud::LabeledClaim>& claims, size_t from, size_t to) {
+  std::ofstream out(path);
+  for (size_t i = from; i < to; ++i) out << fraud::ClaimToJson(claims[i].claim) << "\n";
+}
+
+TEST_F(ClaimsJobTest, AClaimScoresTheSameInAFileOf100AndOf30000) {
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 30000;
+  data.seed = 11;
+  const std::vector<fraud::LabeledClaim> claims = fraud::GenerateClaims(data);
+  WriteClaims(dir_.file("large.jsonl"), claims, 0, claims.size());
+  WriteClaims(dir_.file("small.jsonl"), claims, 0, 100);  // the first 100 by report date
+  auto job = [&](storage::Database& db, const std::string& input, const std::string& output) {
+    ClaimsJobOptions options = Options(output);
+    options.input_path = dir_.file(input);
+    options.chunk_size = 1000;
+    auto summary = RunClaimsJob(*pipeline_, db, options);
+    ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+    ASSERT_EQ(summary->errors, 0);
+  };
+  job(*db_, "small.jsonl", "small.out.jsonl");
+  auto other_db = storage::Database::Open(dir_.file("db2"), {.durability = storage::Durability::kWal}).value();
+  job(*other_db, "large.jsonl", "large.out.jsonl");
+  // And the small file again in a database that has seen the large one: its later claims
+  // change nothing before them.
+  job(*other_db, "small.jsonl", "small.again.jsonl");
+
+  const std::map<std::string, std::string> small = ResultsByClaim(dir_.file("small.out.jsonl"));
+  const std::map<std::string, std::string> large = ResultsByClaim(dir_.file("large.out.jsonl"));
+  ASSERT_EQ(small.size(), 100u);
+  ASSERT_EQ(large.size(), 30000u);
+  for (const auto& [claim_id, result] : small) EXPECT_EQ(large.at(claim_id), result) << claim_id;
+  EXPECT_EQ(ResultsByClaim(dir_.file("small.again.jsonl")), small);
+}
+
+TEST_F(ClaimsJobTest, AProvidersHistoryCarriesToTheNextFileAndCountsEachClaimOnce) {
+  fraud::SyntheticClaimsOptions data;
+  data.claims = 2000;
+  data.seed = 12;
+  const std::vector<fraud::LabeledClaim> claims = fraud::GenerateClaims(data);
+  WriteClaims(dir_.file("whole.jsonl"), claims, 0, claims.size());
+  WriteClaims(dir_.file("first.jsonl"), claims, 0, 1000);
+  WriteClaims(dir_.file("second.jsonl"), claims, 1000, claims.size());
+  auto job = [&](storage::Database& db, const std::string& input, bool restart = false) {
+    ClaimsJobOptions options = Options(input + ".out");
+    options.input_path = dir_.file(input);
+    options.chunk_size = 500;
+    options.restart = restart;
+    auto summary = RunClaimsJob(*pipeline_, db, options);
+    ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  };
+  const std::string provider = claims[1500].claim.provider_id;
+  auto claims_of_provider = [&](size_t to) {
+    return std::count_if(claims.begin(), claims.begin() + static_cast<std::ptrdiff_t>(to),
+                         [&](const fraud::LabeledClaim& c) { return c.claim.provider_id == provider; });
+  };
+  job(*db_, "first.jsonl");
+  EXPECT_EQ(ReadProviderHistory(*db_, provider)->size(), static_cast<size_t>(claims_of_provider(1000)));
+  job(*db_, "first.jsonl", /*restart=*/true);  // scored again: nothing is counted twice
+  EXPECT_EQ(ReadProviderHistory(*db_, provider)->size(), static_cast<size_t>(claims_of_provider(1000)));
+  job(*db_, "second.jsonl");
+  EXPECT_EQ(ReadProviderHistory(*db_, provider)->size(), static_cast<size_t>(claims_of_provider(2000)));
+
+  // The second file after the first scores as it does inside the whole file...
+  auto whole_db = storage::Database::Open(dir_.file("db2"), {.durability = storage::Durability::kWal}).value();
+  job(*whole_db, "whole.jsonl");
+  const std::map<std::string, std::string> second = ResultsByClaim(dir_.file("second.jsonl.out"));
+  const std::map<std::string, std::string> whole = ResultsByClaim(dir_.file("whole.jsonl.out"));
+  for (const auto& [claim_id, result] : second) EXPECT_EQ(whole.at(claim_id), result) << claim_id;
+  // ...and not as it does alone, where its providers have no history.
+  auto fresh_db = storage::Database::Open(dir_.file("db3"), {.durability = storage::Durability::kWal}).value();
+  job(*fresh_db, "second.jsonl", /*restart=*/true);
+  EXPECT_NE(ResultsByClaim(dir_.file("second.jsonl.out")), second);
+}
+
+TEST_F(ClaimsJobTest, ADamagedProviderHistoryFailsTheJobWithoutWritingAnOutput) {
+  const std::string provider = fraud::GenerateClaims({.seed = 5, .claims = 50})[0].claim.provider_id;
+  storage::WriteBatch damage;
+  damage.Put(storage::ColumnFamily::kJobs, "claims-provider/" + provider, "not a history");
+  ASSERT_TRUE(db_->Write(damage).ok());
+  auto summary = RunClaimsJob(*pipeline_, *db_, Options());
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.error().code, ErrorCode::kDataLoss);
+  EXPECT_NE(summary.error().message.find("provider " + provider), std::string::npos) << summary.error().message;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("out.jsonl")));
+}
+
+TEST_F(ClaimsJobTest, AJobOverItsErrorShareStopsAfterTheCheckRows) {
+  const std::string good = testing::ReadFile(dir_.file("claims.jsonl"));
+  {
+    std::ofstream out(dir_.file("bad.jsonl"));
+    out << good;                                                               // 50 good rows
+    for (int i = 0; i < 2450; ++i) out << "claim_id,policy_id,claimant_id\n";  // then CSV lines
+  }
+  ClaimsJobOptions options = Options("bad.out.jsonl");
+  options.input_path = dir_.file("bad.jsonl");
+  options.chunk_size = 250;
+  options.max_error_share = 0.1;
+  auto stopped = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(stopped.error().field, "max_error_share");
+  EXPECT_EQ(stopped.error().message.rfind("stopped after 1000 of 2500 rows: 950 (95.0 %) are errors, over the "
+                                          "maximum error share 0.1; the reasons are in " +
+                                              std::filesystem::absolute(dir_.file("bad.out.jsonl")).string(),
+                                          0),
+            0u)
+      << stopped.error().message;
+  // What was done is kept: 1,000 lines, and a record that says FAILED and why.
+  EXPECT_EQ(LinesWithoutTimings("bad.out.jsonl").size(), 1000u);
+  auto record = ReadClaimsJob(*db_, ClaimsJobId(std::filesystem::absolute(dir_.file("bad.jsonl")).string(),
+                                                std::filesystem::absolute(dir_.file("bad.out.jsonl")).string()));
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, ClaimsJobState::kFailed);
+  EXPECT_EQ((*record)->done, 1000);
+  EXPECT_EQ((*record)->error, stopped.error().message);
+
+  // The default share (1) never stops a job; nor does a share the errors stay under.
+  options.output_path = dir_.file("all.out.jsonl");
+  options.max_error_share = 1.0;
+  auto whole = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(whole.ok()) << whole.error().ToString();
+  EXPECT_EQ(whole->done, 2500);
+  EXPECT_EQ(whole->errors, 2450);
+}
+
+TEST_F(ClaimsJobTest, AFileOfFewerRowsThanTheCheckRunsToTheEndWhateverItsErrors) {
+  {
+    std::ofstream out(dir_.file("bad.jsonl"));
+    for (int i = 0; i < 999; ++i) out << "not a claim\n";
+  }
+  ClaimsJobOptions options = Options("bad.out.jsonl");
+  options.input_path = dir_.file("bad.jsonl");
+  options.chunk_size = 100;
+  options.max_error_share = 0.0;
+  auto summary = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_TRUE(summary.ok()) << summary.error().ToString();
+  EXPECT_EQ(summary->state, ClaimsJobState::kDone);
+  EXPECT_EQ(summary->errors, 999);
+  EXPECT_EQ(BatchRunExitCode(*summary, 0.1, 0.1), 3);  // and `batch run` says so by its exit code
 }
 
 TEST_F(ClaimsJobTest, BadRowsBecomeErrorLinesAndTheJobGoesOn) {
