@@ -319,9 +319,9 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     progress.llm_selected = summary.llm_selected;
     progress.llm_shortfalls = summary.llm_shortfalls;
     if (options.progress) options.progress(progress);
-    if (state.rows_done >= kErrorShareCheckRows &&
-        state.rows_done<total&& static_cast<double>(summary.errors)> options.max_error_share *
-            static_cast<double>(state.rows_done)) {
+    const bool over_error_share =
+        static_cast<double>(summary.errors) > options.max_error_share * static_cast<double>(state.rows_done);
+    if (state.rows_done >= kErrorShareCheckRows && over_error_share) {
       char share[64];
       std::snprintf(share, sizeof share, "%.1f %%",
                     100.0 * static_cast<double>(summary.errors) / static_cast<double>(state.rows_done));

@@ -115,9 +115,10 @@ struct ClaimsJobOptions {
   // Like `cancel`, but the job's record and the returned summary say "interrupted": a
   // stopping server uses it, to resume the job when it starts again. Not owned.
   const std::atomic<bool>* interrupt = nullptr;
-  // Default: 1, never. The job stops, failing with the counts and where the reasons are, once
-  // it has done at least kErrorShareCheckRows rows (or all of them) and more than this share
-  // of them are errors: a file in the wrong format or of the wrong kind, found early.
+  // Default: 1, never. The job stops, failing with the counts and where the reasons are, after
+  // the first chunk that brings it to kErrorShareCheckRows rows or more (its last chunk
+  // included) when more than this share of them are errors: a file in the wrong format or of
+  // the wrong kind, found early. A job of fewer rows runs to its end whatever its errors.
   double max_error_share = 1.0;
   // Called before each LLM submission of a chunk (tests use it to kill the process mid-batch).
   std::function<void(int64_t chunk, size_t claims)> before_llm;

@@ -228,6 +228,24 @@ TEST_F(ClaimsJobTest, ADamagedProviderHistoryFailsTheJobWithoutWritingAnOutput) 
   EXPECT_FALSE(std::filesystem::exists(dir_.file("out.jsonl")));
 }
 
+TEST_F(ClaimsJobTest, AJobOverItsErrorShareInItsOnlyChunkFailsInsteadOfEndingDone) {
+  const std::string good = testing::ReadFile(dir_.file("claims.jsonl"));
+  {
+    std::ofstream out(dir_.file("bad.jsonl"));
+    out << good;                                                               // 50 good rows
+    for (int i = 0; i < 1150; ++i) out << "claim_id,policy_id,claimant_id\n";  // then CSV lines
+  }
+  ClaimsJobOptions options = Options("bad.out.jsonl");
+  options.input_path = dir_.file("bad.jsonl");
+  options.chunk_size = 5000;  // one chunk: the check comes after the job's last rows
+  options.max_error_share = 0.1;
+  auto stopped = RunClaimsJob(*pipeline_, *db_, options);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.error().field, "max_error_share");
+  EXPECT_EQ(stopped.error().message.rfind("stopped after 1200 of 1200 rows: 1150 (95.8 %) are errors", 0), 0u)
+      << stopped.error().message;
+}
+
 TEST_F(ClaimsJobTest, AJobOverItsErrorShareStopsAfterTheCheckRows) {
   const std::string good = testing::ReadFile(dir_.file("claims.jsonl"));
   {
