@@ -46,6 +46,21 @@ class ClaimsJobTest : public ::testing::Test {
     return options;
   }
 
+  // A job over bad.jsonl: the 50 good claims, then `csv_lines` lines of CSV (a file in the
+  // wrong format), with an error share of 0.1; output bad.out.jsonl.
+  ClaimsJobOptions GoodRowsThenCsvJob(int csv_lines, int chunk_size) {
+    {
+      std::ofstream out(dir_.file("bad.jsonl"));
+      out << testing::ReadFile(dir_.file("claims.jsonl"));
+      for (int i = 0; i < csv_lines; ++i) out << "claim_id,policy_id,claimant_id\n";
+    }
+    ClaimsJobOptions options = Options("bad.out.jsonl");
+    options.input_path = dir_.file("bad.jsonl");
+    options.chunk_size = chunk_size;
+    options.max_error_share = 0.1;
+    return options;
+  }
+
   // The output's lines without their timings (which differ from run to run).
   std::vector<std::string> LinesWithoutTimings(const std::string& output) {
     std::vector<std::string> lines;
@@ -229,16 +244,8 @@ TEST_F(ClaimsJobTest, ADamagedProviderHistoryFailsTheJobWithoutWritingAnOutput) 
 }
 
 TEST_F(ClaimsJobTest, AJobOverItsErrorShareInItsOnlyChunkFailsInsteadOfEndingDone) {
-  const std::string good = testing::ReadFile(dir_.file("claims.jsonl"));
-  {
-    std::ofstream out(dir_.file("bad.jsonl"));
-    out << good;                                                               // 50 good rows
-    for (int i = 0; i < 1150; ++i) out << "claim_id,policy_id,claimant_id\n";  // then CSV lines
-  }
-  ClaimsJobOptions options = Options("bad.out.jsonl");
-  options.input_path = dir_.file("bad.jsonl");
-  options.chunk_size = 5000;  // one chunk: the check comes after the job's last rows
-  options.max_error_share = 0.1;
+  // One chunk: the check comes after the job's last rows.
+  ClaimsJobOptions options = GoodRowsThenCsvJob(/*csv_lines=*/1150, /*chunk_size=*/5000);
   auto stopped = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_FALSE(stopped.ok());
   EXPECT_EQ(stopped.error().field, "max_error_share");
@@ -247,16 +254,7 @@ TEST_F(ClaimsJobTest, AJobOverItsErrorShareInItsOnlyChunkFailsInsteadOfEndingDon
 }
 
 TEST_F(ClaimsJobTest, AJobOverItsErrorShareStopsAfterTheCheckRows) {
-  const std::string good = testing::ReadFile(dir_.file("claims.jsonl"));
-  {
-    std::ofstream out(dir_.file("bad.jsonl"));
-    out << good;                                                               // 50 good rows
-    for (int i = 0; i < 2450; ++i) out << "claim_id,policy_id,claimant_id\n";  // then CSV lines
-  }
-  ClaimsJobOptions options = Options("bad.out.jsonl");
-  options.input_path = dir_.file("bad.jsonl");
-  options.chunk_size = 250;
-  options.max_error_share = 0.1;
+  ClaimsJobOptions options = GoodRowsThenCsvJob(/*csv_lines=*/2450, /*chunk_size=*/250);
   auto stopped = RunClaimsJob(*pipeline_, *db_, options);
   ASSERT_FALSE(stopped.ok());
   EXPECT_EQ(stopped.error().code, ErrorCode::kInvalidArgument);
