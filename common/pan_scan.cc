@@ -1,5 +1,6 @@
 #include "common/pan_scan.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace txscore {
@@ -188,12 +189,21 @@ bool CardShaped(const std::string& digits) {
   return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
 }
 
-// A card number, or one padded with zeros in front to a width no card has (a trace id's 32
-// digits, a 64-digit token): a shorter run with a leading zero is an ordinary numeric id.
+// A card number, or one padded with zeros to a width no card has (a trace id's 32 digits, a
+// 64-digit token), in front, behind or both: a shorter run with a leading zero is an ordinary
+// numeric id. Behind, the padding cannot be told from the card's own trailing zeros, so every
+// card length that ends in the padding is tried (a card never begins with 0).
 bool CardShapedOrZeroPadded(const std::string& digits) {
   if (CardShaped(digits)) return true;
   const size_t first = digits.find_first_not_of('0');
-  return digits.size() > 19 && first != 0 && first != std::string::npos && CardShaped(digits.substr(first));
+  if (digits.size() <= 19 || first == std::string::npos) return false;
+  const size_t last = digits.find_last_not_of('0');
+  if (first == 0 && last + 1 == digits.size()) return false;  // no padding: a long id of its own
+  for (size_t length = std::max<size_t>(12, last + 1 - first); length <= 19; ++length) {
+    if (first + length > digits.size()) break;
+    if (CardShaped(digits.substr(first, length))) return true;
+  }
+  return false;
 }
 
 // Whether groups[first..first+count) are grouped as cards are printed.

@@ -87,13 +87,15 @@ bool IsBundleDigest(const std::string& text) {
          text.find_first_not_of("0123456789abcdef", prefix.size()) == std::string::npos;
 }
 
-Status CheckPinnedDigest(const std::string& pinned, const BundleDigest& actual, const std::string& settings_path) {
+Status CheckPinnedDigest(const std::string& pinned, const BundleDigest& actual, const std::string& settings_path,
+                         const std::string& key, const std::string& pipeline_path) {
   if (pinned.empty() || pinned == actual.digest) return Status::Ok();
-  return FailedPrecondition("the pipeline's files have digest " + actual.digest + ", not the " + pinned +
-                            " that pipeline_digest in " + settings_path +
+  const std::string see = key == "pipeline_digest" ? "--config " + settings_path : "--pipeline " + pipeline_path;
+  return FailedPrecondition("the pipeline's files have digest " + actual.digest + ", not the " + pinned + " that " +
+                            key + " in " + settings_path +
                             " pins: a file of the pipeline changed; see each file's digest with: txscore pipeline "
-                            "digest --config " +
-                            settings_path);
+                            "digest " +
+                            see);
 }
 
 }  // namespace txscore::pipelines

@@ -48,7 +48,9 @@ Result<BundleDigest> DigestPipelineBundle(const PipelineConfig& config);
 bool IsBundleDigest(const std::string& text);
 
 // kFailedPrecondition when `pinned` is set and `actual` is another: the message names both and
-// what to run to see which file differs. `settings_path` names where the pin is.
-Status CheckPinnedDigest(const std::string& pinned, const BundleDigest& actual, const std::string& settings_path);
+// what to run to see which file differs. `settings_path` and `key` name where the pin is; a pin
+// other than `pipeline_digest` (the claims pipeline's) names `pipeline_path` in that command.
+Status CheckPinnedDigest(const std::string& pinned, const BundleDigest& actual, const std::string& settings_path,
+                         const std::string& key = "pipeline_digest", const std::string& pipeline_path = "");
 
 }  // namespace txscore::pipelines

@@ -180,6 +180,10 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   state.total = total;
   summary.total = total;
   summary.runs += 1;
+  // What decides this run's rows; a job resumed after its pipeline changed names both.
+  if (summary.pipeline_digests.empty() || summary.pipeline_digests.back() != pipeline.bundle_digest()) {
+    summary.pipeline_digests.push_back(pipeline.bundle_digest());
+  }
   summary.state = ClaimsJobState::kRunning;
   for (int i : pipeline.config().graph.order()) {
     const GraphStage& stage = pipeline.config().graph.stage(i);

@@ -62,7 +62,8 @@ std::string JobState::Encode() const {
               {"stage_us", s.stage_us},
               {"devices", s.devices},
               {"elapsed_s", s.elapsed_s},
-              {"runs", s.runs}};
+              {"runs", s.runs},
+              {"pipeline_digests", s.pipeline_digests}};
   return doc.dump();
 }
 
@@ -95,6 +96,7 @@ Result<JobState> JobState::Decode(const std::string& text) {
     s.devices = doc.value("devices", std::map<std::string, std::string>());
     s.elapsed_s = doc.value("elapsed_s", 0.0);
     s.runs = doc.value("runs", 0);
+    s.pipeline_digests = doc.value("pipeline_digests", std::vector<std::string>());
   } catch (const json::exception& e) {
     return DataLoss(std::string("a claims job record is malformed: ") + e.what());
   }

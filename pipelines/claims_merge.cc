@@ -183,7 +183,7 @@ Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& sha
                   {"input_sha256", shards[0].summary.value("input_sha256", "")},
                   {"state", "done"},
                   {"lines", merged.lines}};
-  json totals = json::object(), decisions = json::object(), shortfalls = json::object();
+  json totals = json::object(), decisions = json::object(), shortfalls = json::object(), digests = json::array();
   for (int i = 0; i < count; ++i) {
     const ShardOutput& s =
         *std::find_if(shards.begin(), shards.end(), [i](const ShardOutput& shard) { return shard.shard.index == i; });
@@ -194,7 +194,12 @@ Result<ClaimsMergeSummary> MergeShardOutputs(const std::vector<std::string>& sha
     AddCounts(numbers, &totals);
     AddCounts(s.summary.value("decisions", json::object()), &decisions);
     AddCounts(s.summary.value("llm_shortfalls", json::object()), &shortfalls);
+    // Every pipeline that decided a row of the merged output, once each.
+    for (const json& digest : s.summary.value("pipeline_digests", json::array())) {
+      if (std::find(digests.begin(), digests.end(), digest) == digests.end()) digests.push_back(digest);
+    }
   }
+  summary["pipeline_digests"] = digests;
   summary.update(totals);
   summary["decisions"] = decisions;
   summary["llm_shortfalls"] = shortfalls;

@@ -122,6 +122,7 @@ std::string ClaimsJobSummary::ToJson() const {
               {"elapsed_s", elapsed_s},
               {"claims_per_s", claims_per_s()},
               {"runs", runs},
+              {"pipeline_digests", pipeline_digests},
               {"input", input},
               {"input_sha256", input_sha256}};
   if (!shard.empty()) doc["shard"] = shard;
@@ -156,7 +157,13 @@ std::string ClaimsJobSummary::ToText() const {
                   device != devices.end() ? " on " : "", device != devices.end() ? device->second.c_str() : "");
     text += line;
   }
-  return text + "\n";
+  text += "\n";
+  if (!pipeline_digests.empty()) {
+    text += "pipeline files: ";
+    for (size_t i = 0; i < pipeline_digests.size(); ++i) text += (i > 0 ? ", then " : "") + pipeline_digests[i];
+    text += "\n";
+  }
+  return text;
 }
 
 }  // namespace txscore::pipelines

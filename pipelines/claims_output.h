@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 #include "pipelines/claims_pipeline.h"
@@ -59,6 +60,9 @@ struct ClaimsJobSummary {
   std::map<std::string, std::string> devices;  // stage -> device
   double elapsed_s = 0;                        // working time, over every run of the job
   int runs = 0;                                // how many times the job was started before it finished
+  // The bundle digest (bundle_digest.h) of the pipeline of each run, in order, a repeat left
+  // out: one unless the pipeline's files changed between runs of the job.
+  std::vector<std::string> pipeline_digests;
   double claims_per_s() const { return elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0; }
   int64_t llm_shortfall_total() const;
   // Shortfalls over claims the LLM stage was asked to read; 0 when it was asked for none.

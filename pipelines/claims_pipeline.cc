@@ -26,10 +26,12 @@ Result<std::unique_ptr<ClaimsPipeline>> ClaimsPipeline::Create(const PipelineCon
   std::unique_ptr<ClaimsPipeline> pipeline(new ClaimsPipeline(config));
   pipeline->clock_ = runtime.clock ? runtime.clock : SteadyDeadlineClock();
   TXSCORE_ASSIGN_OR_RETURN(pipeline->tokenizer_, fraud::CardTokenizer::FromKeyFile(key_file, kek, form));
-  if (!config.pinned_digest.empty()) {  // `txscore batch run` with a settings file that pins it
-    TXSCORE_ASSIGN_OR_RETURN(BundleDigest bundle, DigestPipelineBundle(config));
-    TXSCORE_RETURN_IF_ERROR(CheckPinnedDigest(config.pinned_digest, bundle, config.pinned_in));
-  }
+  // Every job's summary names the digest of what decided; a settings file may pin it (`txscore
+  // batch run --config`, a server's jobs.claims_pipeline_digest): nothing else is loaded first.
+  TXSCORE_ASSIGN_OR_RETURN(BundleDigest bundle, DigestPipelineBundle(config));
+  TXSCORE_RETURN_IF_ERROR(
+      CheckPinnedDigest(config.pinned_digest, bundle, config.pinned_in, config.pinned_by, config.source_path));
+  pipeline->bundle_digest_ = bundle.digest;
   TXSCORE_ASSIGN_OR_RETURN(pipeline->plan_, PlaceStages(config, runtime.devices));
   TXSCORE_ASSIGN_OR_RETURN(pipeline->stages_, PrepareStages(config, pipeline->plan_, runtime));
   return pipeline;

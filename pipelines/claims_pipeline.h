@@ -70,6 +70,8 @@ class ClaimsPipeline {
                                                const std::vector<int64_t>& provider_claims);
 
   const PipelineConfig& config() const { return config_; }
+  // "sha256:..." over the pipeline's files when it was created (bundle_digest.h).
+  const std::string& bundle_digest() const { return bundle_digest_; }
   const PipelinePlan& plan() const { return plan_; }
   const fraud::CardTokenizer& tokenizer() const { return *tokenizer_; }
   // The largest chunk a stage asks for (the LLM's batch size), 0 when none does.
@@ -82,6 +84,7 @@ class ClaimsPipeline {
   explicit ClaimsPipeline(PipelineConfig config) : config_(std::move(config)) {}
 
   PipelineConfig config_;
+  std::string bundle_digest_;
   PipelinePlan plan_;
   std::unique_ptr<fraud::CardTokenizer> tokenizer_;
   std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph

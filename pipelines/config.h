@@ -27,7 +27,8 @@ struct PipelineConfig {
   // whoever loaded the settings; the pipeline is refused before its stages are prepared when its
   // files have another (bundle_digest.h). Default: none.
   std::string pinned_digest;
-  std::string pinned_in;  // the settings file that pins it, for the message
+  std::string pinned_in;                      // the settings file that pins it, for the message
+  std::string pinned_by = "pipeline_digest";  // the settings key that pins it, for the message
   // What the pipeline scores, fixed by its source stage: transactions (features; served by
   // `txscore serve`) or claims (claim_features; `txscore batch run` and the job RPCs).
   ItemKind items = ItemKind::kTransaction;

@@ -248,7 +248,7 @@ Result<ClaimsJobView> ClaimsJobManager::Status(const std::string& job_id) {
   // A job of an earlier run of the server: what its record says.
   Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, job_id);
   if (!record.ok()) return record.error();
-  if (!record->has_value()) return NotFound("no claims job " + job_id);
+  if (!record->has_value()) return NotFound("no claims job " + RedactCardNumbersIn(job_id));
   return ViewOfRecord(job_id, **record);
 }
 

@@ -28,10 +28,12 @@ struct ApiError {
   std::string code;   // e.g. "model_not_found", or empty
 };
 
+// Every API error's body passes here: its message may quote the caller's text (a model name),
+// so card numbers in it are redacted as InvalidArgument's are.
 Json ErrorJson(const ApiError& e) {
   const char* type = e.status == 429 ? "rate_limit_error" : e.status >= 500 ? "server_error" : "invalid_request_error";
   return {{"error",
-           {{"message", e.message},
+           {{"message", RedactCardNumbersIn(e.message)},
             {"type", type},
             {"param", e.param.empty() ? Json(nullptr) : Json(e.param)},
             {"code", e.code.empty() ? Json(nullptr) : Json(e.code)}}}};

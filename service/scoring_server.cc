@@ -58,6 +58,11 @@ void WarnAboutPlaintext(const ServiceSettings& settings) {
   }
 }
 
+// The probe port (admin.probe_port): a probe sends its request as it connects and is answered at
+// once, so few connections and a short wait for the request are enough.
+constexpr int kProbeConnections = 16;
+constexpr std::chrono::milliseconds kProbeRequestTimeout{2000};
+
 int64_t MicrosNow() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -162,10 +167,34 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
                                                                              const std::string& detail) {
     recorder->Refused(port, address, refusal, detail);
   };
+  // The probe port: the health routes alone, on loopback, over plain HTTP (nothing there is
+  // secret or changes anything), with connections of its own.
+  std::map<std::string, AdminRoute> probe_routes;
+  for (const char* path : {"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready"}) {
+    probe_routes[path] = routes.at(path);
+  }
   Result<std::unique_ptr<AdminServer>> admin = AdminServer::Create(
       settings.admin, std::move(routes), settings.admin.plaintext ? nullptr : tls, AdminLimits{}, on_refused);
   if (!admin.ok()) return admin.error();
   server->admin_ = std::move(admin).value();
+  if (settings.admin.probe_port) {
+    AdminConfig probe;
+    probe.host = "127.0.0.1";
+    probe.port = *settings.admin.probe_port;
+    probe.plaintext = true;
+    AdminLimits probe_limits;
+    probe_limits.max_connections = kProbeConnections;
+    probe_limits.request_timeout = kProbeRequestTimeout;
+    Result<std::unique_ptr<AdminServer>> probes =
+        AdminServer::Create(probe, std::move(probe_routes), nullptr, probe_limits);
+    if (!probes.ok()) {
+      Error e = probes.error();
+      e.message = "admin.probe_port: " + e.message;
+      return e;
+    }
+    server->probes_ = std::move(probes).value();
+    server->probes_->Start();
+  }
   server->admin_->Start();
   server->hooks_ = runtime_hooks;
   if (runtime_hooks.on_starting) runtime_hooks.on_starting(server->admin_->port());
@@ -235,6 +264,9 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
     Result<pipelines::PipelineConfig> claims = pipelines::LoadPipelineConfig(
         settings.jobs.claims_pipeline, runtime.kinds != nullptr ? *runtime.kinds : pipelines::BuiltinStageKinds());
     if (!claims.ok()) return claims.error();
+    claims->pinned_digest = settings.jobs.claims_pipeline_digest;
+    claims->pinned_in = settings.source_path;
+    claims->pinned_by = "jobs.claims_pipeline_digest";
     TXSCORE_ASSIGN_OR_RETURN(server->claims_pipeline_digest_, Sha256HexOfFile(settings.jobs.claims_pipeline));
     // The claims pipeline may share the transaction pipeline's engines (an LLM on an
     // accelerator: one engine, one batcher, requests first); each kind decides (its Prepare).
@@ -512,6 +544,7 @@ void ScoringServer::Stop() {
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - drain_start).count());
   }
   if (admin_) admin_->Stop();
+  if (probes_) probes_->Stop();
   if (refusals_) refusals_->Close();  // the ports are closed: write what they refused, before the trail's end
   jobs_.reset();                      // a running job stops after its chunk in flight, resumable
   claims_pipeline_.reset();

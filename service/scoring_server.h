@@ -78,6 +78,8 @@ class ScoringServer {
   int rpc_port() const { return rpc_->port(); }
   RpcServerStats rpc_stats() const { return rpc_->stats(); }
   int admin_port() const { return admin_->port(); }
+  // admin.probe_port's listener (the health routes on loopback); 0 when the settings name none.
+  int probe_port() const { return probes_ ? probes_->port() : 0; }
   bool ready() const { return ready_.load(); }
   // What /readyz reports: starting (Create running), serving (after Start), draining (Stop
   // running), stopped.
@@ -157,6 +159,7 @@ class ScoringServer {
   std::unique_ptr<RefusalRecorder> refusals_;
   std::unique_ptr<RpcServer> rpc_;
   std::unique_ptr<AdminServer> admin_;
+  std::unique_ptr<AdminServer> probes_;  // admin.probe_port; null without one
   std::thread rpc_thread_;
   std::atomic<bool> ready_{false};  // phase_ == kServing, for the health() RPC
   std::atomic<Phase> phase_{Phase::kStarting};

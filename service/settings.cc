@@ -335,9 +335,18 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   }
   if (const YAML::Node s = root["server"]) TXSCORE_RETURN_IF_ERROR(ParseServer(r, s, &settings.server));
   if (const YAML::Node a = root["admin"]) {
-    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port", "plaintext"}));
+    TXSCORE_RETURN_IF_ERROR(r.ExpectMap(a, "admin", {"host", "port", "plaintext", "probe_port"}));
     TXSCORE_RETURN_IF_ERROR(r.ReadString(a, "host", false, &settings.admin.host));
     TXSCORE_RETURN_IF_ERROR(r.ReadInt(a, "port", 0, 65535, &settings.admin.port));
+    if (a["probe_port"]) {
+      int probe_port = 0;
+      TXSCORE_RETURN_IF_ERROR(r.ReadInt(a, "probe_port", 0, 65535, &probe_port));
+      settings.admin.probe_port = probe_port;
+      if (probe_port != 0 && probe_port == settings.admin.port) {
+        return r.ErrorAt(a["probe_port"],
+                         "admin.probe_port must be another port than admin.port (" + std::to_string(probe_port) + ")");
+      }
+    }
     TXSCORE_RETURN_IF_ERROR(r.ReadBool(a, "plaintext", &settings.admin.plaintext));
     // Without TLS the admin port has no caller identity: it may listen on loopback only.
     const std::string& host = settings.admin.host;
@@ -391,8 +400,8 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
   if (const YAML::Node d = root["devices"]) TXSCORE_RETURN_IF_ERROR(ParseDevices(r, d, &settings.devices));
   if (const YAML::Node j = root["jobs"]) {
     TXSCORE_RETURN_IF_ERROR(r.ExpectMap(j, "jobs",
-                                        {"claims_pipeline", "input_dir", "output_dir", "chunk", "priority",
-                                         "max_llm_shortfall_share", "max_error_share"}));
+                                        {"claims_pipeline", "claims_pipeline_digest", "input_dir", "output_dir",
+                                         "chunk", "priority", "max_llm_shortfall_share", "max_error_share"}));
     std::string priority = "idle";
     TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "priority", false, &priority));
     if (priority != "idle" && priority != "normal") {
@@ -401,6 +410,13 @@ Result<ServiceSettings> Parse(const YAML::Node& root, const YamlReader& r, const
     settings.jobs.priority = priority == "idle" ? JobsConfig::Priority::kIdle : JobsConfig::Priority::kNormal;
     TXSCORE_RETURN_IF_ERROR(
         r.ReadPath(j, "claims_pipeline", true, YamlReader::PathMustBe::kRegularFile, &settings.jobs.claims_pipeline));
+    TXSCORE_RETURN_IF_ERROR(r.ReadString(j, "claims_pipeline_digest", false, &settings.jobs.claims_pipeline_digest));
+    if (j["claims_pipeline_digest"] && !pipelines::IsBundleDigest(settings.jobs.claims_pipeline_digest)) {
+      return r.ErrorAt(j["claims_pipeline_digest"],
+                       "claims_pipeline_digest must be \"sha256:\" and 64 lowercase hex digits, as `txscore pipeline "
+                       "digest --pipeline " +
+                           settings.jobs.claims_pipeline + "` prints it");
+    }
     TXSCORE_RETURN_IF_ERROR(
         r.ReadPath(j, "input_dir", true, YamlReader::PathMustBe::kAnything, &settings.jobs.input_dir));
     TXSCORE_RETURN_IF_ERROR(

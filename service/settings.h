@@ -87,6 +87,11 @@ struct AdminConfig {
   // Default: false, and the port serves HTTPS with client certificates (security.tls). true:
   // plain HTTP; only loopback callers may reload; a warning at start-up.
   bool plaintext = false;
+  // Default: none. A second listener on 127.0.0.1 at this port (0 picks a free one) answering
+  // the health probes alone (/healthz, /readyz, /v2/health/live, /v2/health/ready) over plain
+  // HTTP: a liveness probe run inside the pod or host reaches it however many connections hold
+  // the admin port, which callers elsewhere can fill (docs/security.md, "The probe port").
+  std::optional<int> probe_port;
   bool operator==(const AdminConfig&) const = default;
 };
 
@@ -163,6 +168,10 @@ struct JobsConfig {
   // Default: none, and no jobs. A claims pipeline file (as `txscore batch run` runs); its jobs'
   // progress goes to this server's database and its LLM stage runs at the lowest OS priority.
   std::string claims_pipeline;
+  // Default: none. The claims pipeline's bundle digest ("sha256:" and 64 hex digits, as `txscore
+  // pipeline digest --pipeline FILE` prints it): the server does not start when its files have
+  // another, as pipeline_digest pins the transaction pipeline.
+  std::string claims_pipeline_digest;
   std::string input_dir;   // required with claims_pipeline: a server-side input must be inside it
   std::string output_dir;  // required with claims_pipeline: outputs and inline inputs go here (created)
   int chunk = 0;           // Default: 0, as `txscore batch run --chunk`

@@ -331,7 +331,7 @@ rpc::ClaimsJobStatus JobStatusOrThrow(const Result<ClaimsJobView>& view, const s
   if (view.error().code == ErrorCode::kInvalidArgument) throw ToInvalidRequest(view.error());
   if (view.error().code == ErrorCode::kNotFound) {
     rpc::UnknownJob unknown;
-    unknown.job_id = job_id;
+    unknown.job_id = RedactCardNumbersIn(job_id);  // the caller's text, echoed: a card number never is
     throw unknown;
   }
   throw ToServiceError(view.error());

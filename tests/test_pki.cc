@@ -119,13 +119,15 @@ void AppendPem(const std::string& path, X509* cert) {
   std::fclose(f);
 }
 
-// A CRL of (ca, ca_key) valid for 30 days, revoking `revoked` (may be null).
-void WriteCrl(const std::string& path, X509* ca, EVP_PKEY* ca_key, X509* revoked) {
+// A CRL of (ca, ca_key) issued `from_days` around now, its next update `to_days` around now
+// (30 days on: current; -1: past its next update), revoking `revoked` (may be null).
+void WriteCrl(const std::string& path, X509* ca, EVP_PKEY* ca_key, X509* revoked, int from_days = -1,
+              int to_days = 30) {
   X509_CRL* crl = X509_CRL_new();
   X509_CRL_set_version(crl, 1);
   X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca));
-  ASN1_TIME* now = ASN1_TIME_adj(nullptr, std::time(nullptr), -1, 0);
-  ASN1_TIME* next = ASN1_TIME_adj(nullptr, std::time(nullptr), 30, 0);
+  ASN1_TIME* now = ASN1_TIME_adj(nullptr, std::time(nullptr), from_days, 0);
+  ASN1_TIME* next = ASN1_TIME_adj(nullptr, std::time(nullptr), to_days, 0);
   X509_CRL_set1_lastUpdate(crl, now);
   X509_CRL_set1_nextUpdate(crl, next);
   if (revoked != nullptr) {
@@ -249,6 +251,9 @@ TestPki Make(const std::string& dir) {
   WriteCrl(pki.crl, ca.get(), ca_key.get(), revoked.get());
   pki.empty_crl = dir + "/ca-empty.crl";
   WriteCrl(pki.empty_crl, ca.get(), ca_key.get(), nullptr);
+  pki.stale_crl = dir + "/ca-stale.crl";
+  WriteCrl(pki.stale_crl, ca.get(), ca_key.get(), nullptr, -2, -1);
+  WritePem(dir + "/ca.key", ca_key.get());  // for IssueClientValidFor
   return pki;
 }
 
@@ -261,6 +266,24 @@ const TestPki& SharedTestPki() {
     return Make(dir->path());
   }();
   return pki;
+}
+
+std::string IssueClientValidFor(const std::string& name, long seconds) {
+  const TestPki& pki = SharedTestPki();
+  FILE* f = std::fopen(pki.ca_certificate.c_str(), "r");
+  Check(f != nullptr, "reading the test CA");
+  Cert ca(PEM_read_X509(f, nullptr, nullptr, nullptr));
+  std::fclose(f);
+  f = std::fopen((pki.dir + "/ca.key").c_str(), "r");
+  Check(f != nullptr, "reading the test CA's key");
+  Key ca_key(PEM_read_PrivateKey(f, nullptr, nullptr, nullptr));
+  std::fclose(f);
+  Check(ca != nullptr && ca_key != nullptr, "the test CA's files");
+  Key key = NewKey();
+  Cert cert = Issue(key.get(), "txscore-client", "DNS:txscore-client", false, ca.get(), ca_key.get(), -1, 0);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), seconds);
+  Check(X509_sign(cert.get(), ca_key.get(), EVP_sha256()) > 0, "signing");
+  return WriteIdentity(pki.dir, name, ca.get(), cert.get(), key.get());
 }
 
 std::string TestTlsSettingsYaml() {

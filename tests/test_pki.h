@@ -49,10 +49,15 @@ struct TestPki {
   // nothing. Both are the test CA's, valid for 30 days.
   std::string revoked_dir;
   std::string crl, empty_crl;
+  std::string stale_crl;  // the test CA's, revoking nothing, past its next update since yesterday
 };
 
 // Made on first use, in a directory removed when the process exits.
 const TestPki& SharedTestPki();
+
+// DIR/NAME of SharedTestPki: a txscore-client certificate of the test CA that expires `seconds`
+// from now (for a test that watches a certificate expire).
+std::string IssueClientValidFor(const std::string& name, long seconds);
 
 // `security.tls` for a server using SharedTestPki (indented for `security:`): thrift_clients
 // txscore-client, txscore-admin and spiffe://txscore.test/client; admin_clients txscore-admin

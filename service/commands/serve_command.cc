@@ -119,8 +119,13 @@ int RunServe(const ServeOptions& options) {
       "try it: ./build/txscore score --server 127.0.0.1:{}{}", (*server)->rpc_port(),
       settings.server.plaintext ? " --plaintext" : " (client certificate from --tls-dir, var/pki/client)");
   // One machine-readable line for scripts and tests that asked for port 0.
-  std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port()
-            << std::endl;
+  if ((*server)->probe_port() != 0) {
+    Log("server").info("health probes on http://127.0.0.1:{}/ (healthz, readyz, v2/health/live, v2/health/ready)",
+                       (*server)->probe_port());
+  }
+  std::cout << "listening thrift_port=" << (*server)->rpc_port() << " admin_port=" << (*server)->admin_port();
+  if ((*server)->probe_port() != 0) std::cout << " probe_port=" << (*server)->probe_port();
+  std::cout << std::endl;
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGHUP) {

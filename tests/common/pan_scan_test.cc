@@ -74,6 +74,9 @@ TEST(PanScan, IdsHidingACardBehindOtherSeparatorsOrGroupingsAreFound) {
            "REQ4111111111111111",                                      // glued to letters
            "00-00000000000000004111111111111111-00f067aa0ba902b7-01",  // a W3C traceparent, zero-padded trace id
            "0000000000000000000000000000000000000000000000004111111111111111",  // a 64-digit token form
+           "00-41111111111111110000000000000000-00f067aa0ba902b7-01",           // a trace id padded behind
+           "00-00000000510510510510510000000000-00f067aa0ba902b7-01",           // padded on both sides
+           "id 40000000000000100000",  // a card ending in 0, padded behind to 20 digits
        }) {
     EXPECT_TRUE(LooksLikeCardNumber(id)) << id;
   }

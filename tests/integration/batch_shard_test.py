@@ -94,8 +94,10 @@ def main():
         assert len(got) == len(expected)
         with open(merged + ".summary.json") as f:
             merged_summary = json.load(f)
+        assert len(reference_summary["pipeline_digests"]) == 1, reference_summary
+        assert reference_summary["pipeline_digests"][0].startswith("sha256:"), reference_summary
         for key in ("total", "done", "errors", "llm_selected", "analysed", "decisions", "llm_shortfalls", "input",
-                    "input_sha256"):
+                    "input_sha256", "pipeline_digests"):
             assert merged_summary[key] == reference_summary[key], (key, merged_summary[key], reference_summary[key])
         assert [m["shard"] for m in merged_summary["merged_from"]] == ["0/3", "1/3", "2/3"], merged_summary
         # Started with umask 022 (below), txscore still writes its outputs, summaries, merged file

@@ -16,6 +16,8 @@
 #include "llm/checkpoint_maker.h"
 #include "llm/decoder.h"
 #include "llm/model_config.h"
+#include "pipelines/bundle_digest.h"
+#include "pipelines/config.h"
 #include "service/rpc_client.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
@@ -406,6 +408,37 @@ TEST_F(ClaimsJobsTest, ServerSideInputMustLieInTheInputDirectory) {
   EXPECT_THROW(client_->submitClaimsJob(status, both), rpc::InvalidRequest);
 }
 
+TEST_F(ClaimsJobsTest, APinnedClaimsPipelineStartsOnlyOnItsFilesAndEachSummaryNamesTheDigest) {
+  StopServer();
+  const std::string digest =
+      pipelines::DigestPipelineBundle(pipelines::LoadPipelineConfig(dir_.file("claims.yaml")).value()).value().digest;
+  const std::string settings = testing::ReadFile(settings_);
+  const auto pin = [&](const std::string& pinned) {
+    std::string pinned_settings = settings;
+    const std::string key = "claims_pipeline: claims.yaml,";
+    pinned_settings.replace(pinned_settings.find(key), key.size(),
+                            key + " claims_pipeline_digest: \"" + pinned + "\",");
+    testing::WriteFile(settings_, pinned_settings);
+  };
+  const std::string other = "sha256:" + std::string(64, '0');
+  pin(other);
+  auto refused = testing::CreateTestServer(settings_);
+  EXPECT_TRUE(testing::IsError(refused, ErrorCode::kFailedPrecondition,
+                               "the pipeline's files have digest " + digest + ", not the " + other +
+                                   " that jobs.claims_pipeline_digest in " + settings_ +
+                                   " pins: a file of the pipeline changed; see each file's digest with: txscore "
+                                   "pipeline digest --pipeline " +
+                                   dir_.file("claims.yaml")));
+  pin(digest);
+  StartServer();
+  rpc::ClaimsJobStatus submitted;
+  client_->submitClaimsJob(submitted, Inline(8, 3));
+  const rpc::ClaimsJobStatus done = WaitForEnd(submitted.job_id);
+  ASSERT_EQ(done.state, rpc::JobState::DONE);
+  const nlohmann::json summary = nlohmann::json::parse(testing::ReadFile(done.output_path + ".summary.json"));
+  EXPECT_EQ(summary["pipeline_digests"], nlohmann::json::array({digest})) << summary;
+}
+
 TEST_F(ClaimsJobsTest, UnknownJobIsReported) {
   rpc::ClaimsJobStatus status;
   try {
@@ -415,6 +448,13 @@ TEST_F(ClaimsJobsTest, UnknownJobIsReported) {
     EXPECT_EQ(e.job_id, "0123456789abcdef");
   }
   EXPECT_THROW(client_->cancelClaimsJob(status, "0123456789abcdef"), rpc::UnknownJob);
+  // A job id is 16 hex digits, as a card number can be: the answer never echoes one.
+  try {
+    client_->claimsJobStatus(status, "4111111111111111");
+    ADD_FAILURE() << "no UnknownJob";
+  } catch (const rpc::UnknownJob& e) {
+    EXPECT_EQ(e.job_id, "[card number redacted]");
+  }
 }
 
 TEST_F(ClaimsJobsTest, CancelledJobsStopAndResumeWhenSubmittedAgain) {

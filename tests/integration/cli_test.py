@@ -400,6 +400,42 @@ def check_pipeline_digest_prints_each_file_and_the_pin_refuses_other_files(txsco
         assert r.returncode != 0 and refusal in r.stderr, r
         assert not os.path.exists(os.path.join(work, "b.jsonl")), "a refused run wrote its output"
 
+        # A server's claims jobs: jobs.claims_pipeline_digest pins the claims pipeline the same
+        # way; `txscore serve` does not start on the changed files, and starts on the new pin.
+        r = run(txscore, "train", "--kind", "transactions", "--cards", "200", "--days", "5", "--rounds", "3",
+                "--threads", "1", "--out", os.path.join(work, "models"))
+        assert r.returncode == 0, r.stderr
+        with open(os.path.join(work, "fraud.yaml"), "w") as f:
+            f.write("stages:\n"
+                    "  - {name: features, kind: features}\n"
+                    "  - {name: fraud, kind: xgboost, after: features, model: models/fraud.ubj}\n"
+                    "  - {name: decision, kind: decision, after: fraud}\n")
+        serve_config = os.path.join(work, "serve.yaml")
+
+        def serve_with_pin(pin):
+            with open(serve_config, "w") as f:
+                f.write("pipeline: fraud.yaml\n"
+                        "server: {host: 127.0.0.1, port: 0, plaintext: true}\n"
+                        "admin: {host: 127.0.0.1, port: 0, plaintext: true}\n"
+                        "storage: {path: serve-db}\nsecurity: {card_key_file: card.key}\n"
+                        f'jobs: {{claims_pipeline: claims.yaml, claims_pipeline_digest: "{pin}", input_dir: .,'
+                        " output_dir: jobs-out}\n")
+            return subprocess.Popen([txscore, "serve", "--config", serve_config], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        server = serve_with_pin(digest)
+        _, log = server.communicate(timeout=120)
+        assert server.returncode == 1, (server.returncode, log)
+        assert (f"the pipeline's files have digest {other}, not the {digest} that jobs.claims_pipeline_digest in "
+                f"{serve_config} pins: a file of the pipeline changed; see each file's digest with: txscore pipeline "
+                f"digest --pipeline {pipeline}") in log, log
+        server = serve_with_pin(other)
+        try:
+            line = server.stdout.readline()
+            assert line.startswith("listening thrift_port="), (line, server.stderr.read() if server.poll() else "")
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
 
 def check_make_checkpoint_shows_its_progress(txscore):
     import os

@@ -180,6 +180,24 @@ TEST_F(DashboardTest, ReloadsAppearInTheHistoryAppliedOrRefusedWithWhy) {
   EXPECT_NE(reloads[1]["detail"].get<std::string>().find("pipeline.yaml"), std::string::npos) << reloads[1];
 }
 
+TEST(DashboardState, JobAndReloadDetailsNamingFilesAreForOperatorsOnly) {
+  DashboardSources sources;
+  sources.jobs = [] {
+    return nlohmann::json::array({{{"job_id", "j1"}, {"state", "failed"}, {"detail", "cannot read /data/in/x.jsonl"}}});
+  };
+  sources.reload_history = [] {
+    return nlohmann::json::array({{{"applied", false}, {"detail", "/etc/txscore/pipeline.yaml:3:1: bad"}}});
+  };
+  const nlohmann::json monitoring = DashboardState(sources, 0, /*with_card_tokens=*/false);
+  EXPECT_EQ(monitoring["jobs"][0]["detail"], kTokenForOperatorsOnly);
+  EXPECT_EQ(monitoring["jobs"][0]["state"], "failed");  // the rest is for monitoring too
+  EXPECT_EQ(monitoring["reloads"][0]["detail"], kTokenForOperatorsOnly);
+  EXPECT_EQ(monitoring["reloads"][0]["applied"], false);
+  const nlohmann::json operators = DashboardState(sources, 0, /*with_card_tokens=*/true);
+  EXPECT_EQ(operators["jobs"][0]["detail"], "cannot read /data/in/x.jsonl");
+  EXPECT_EQ(operators["reloads"][0]["detail"], "/etc/txscore/pipeline.yaml:3:1: bad");
+}
+
 TEST(PipelineGraphJson, WithoutDeviceDiscoveryAModelStageSaysItRunsOnTheCpuAndWhy) {
   testing::TempDir dir;
   testing::WriteTestPipeline(dir);

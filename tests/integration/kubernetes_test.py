@@ -6,8 +6,8 @@ against the drain window; volumes against the settings' paths; the Indexed Job's
 argument against its completions; the llm-remote overlay against the base. Then the settings
 and pipelines of the ConfigMap, their absolute paths mapped into a scratch folder (the demo
 models of var/, a keyset, the demo PKI), are loaded by `txscore plan`, and `txscore serve`
-runs them as shard txscore-1: the probes' URLs answer 200 with the monitoring certificate (which
-may not reload), and it stops within the grace period. Also: the keyset is wrapped under a KEK
+runs them as shard txscore-1: the probes' URLs answer 200 on the probe port (which serves
+nothing else), and it stops within the grace period. Also: the keyset is wrapped under a KEK
 from a Secret of its own, no operator credential is in the Secret the pods mount (made as
 kustomization.yaml documents it), and NetworkPolicies open each port to named pods only. Needs scripts/setup.sh's var/ (models)."""
 import argparse
@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -113,22 +112,19 @@ def check_manifests(base, overlay):
         if "secret" in volume:
             assert volume["secret"].get("defaultMode") == 0o400, (volume["name"], "others or the group may not read")
 
-    # Probes: the admin port's KServe v2 endpoints on loopback, with the monitoring certificate.
+    # Probes: the KServe v2 endpoints on the probe port (admin.probe_port: loopback, plain HTTP,
+    # the health routes alone), as curl in the pod asks them, with no credential; the port is
+    # not exposed, so no other pod reaches it (a flood of the admin port cannot fail a probe).
     expected = {"startupProbe": "/v2/health/live", "livenessProbe": "/v2/health/live",
                 "readinessProbe": "/v2/health/ready"}
     secret_key_of = {os.path.join(tls_mount, item["path"]): item["key"] for item in volumes["tls"]["secret"]["items"]}
+    probe_port = settings["admin"]["probe_port"]
+    assert probe_port not in [p["containerPort"] for p in container["ports"]], "the probe port is for the pod alone"
     urls = {}
-    probe_files = set()
     for probe, path in expected.items():
         command = container[probe]["exec"]["command"]
-        url = command[-1]
-        assert url == f"https://127.0.0.1:{ports['admin']}{path}", (probe, url)
-        for flag in ("--cacert", "--cert", "--key"):
-            assert command[command.index(flag) + 1] in tls_items, (probe, flag)
-        probe_files.add((command[command.index("--cert") + 1], command[command.index("--key") + 1]))
+        assert command == ["curl", "-sf", f"http://127.0.0.1:{probe_port}{path}"], (probe, command)
         urls[probe] = path
-    assert len(probe_files) == 1, probe_files
-    probe_cert, probe_key = probe_files.pop()
     # The grace period outlasts the stop: preStop, then stop_delay_ms, then drain_timeout_ms.
     pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
     stop_s = settings["server"]["stop_delay_ms"] / 1000 + settings["server"]["drain_timeout_ms"] / 1000
@@ -209,10 +205,10 @@ def check_manifests(base, overlay):
     print(f"ok   manifests: {sts['spec']['replicas']} shards named and addressed as the settings list them, "
           f"ports, probes ({', '.join(sorted(set(urls.values())))}), certificates, volumes, grace "
           f"{grace} s > {pre_stop + stop_s:.0f} s, Indexed Job of {spec['completions']}, llm-remote overlay")
-    print(f"ok   keyset wrapped under a KEK of its own Secret ({kek_volume['secret']['secretName']}); probes with "
-          f"{secret_key_of[probe_cert]}; NetworkPolicies open thrift to {len(opened['thrift'])} and admin to "
+    print(f"ok   keyset wrapped under a KEK of its own Secret ({kek_volume['secret']['secretName']}); probes on "
+          f"127.0.0.1:{probe_port} with no credential; NetworkPolicies open thrift to {len(opened['thrift'])} and admin to "
           f"{len(opened['admin'])} pod label(s), the claims workers to none")
-    return settings, urls, secret_key_of, (probe_cert, probe_key)
+    return settings, urls, secret_key_of
 
 
 def documented_tls_secret(base):
@@ -237,7 +233,7 @@ def main():
     args = parser.parse_args()
     base = os.path.join(args.source, "deploy", "kubernetes", "base")
     overlay = os.path.join(args.source, "deploy", "kubernetes", "llm-remote")
-    settings, urls, secret_key_of, (probe_cert, probe_key) = check_manifests(base, overlay)
+    settings, urls, secret_key_of = check_manifests(base, overlay)
     models = os.path.join(args.source, "var", "models")
     for needed in ("fraud.ubj", "claims.ubj", "llm-tiny/config.json"):
         if not os.path.exists(os.path.join(models, needed)):
@@ -277,10 +273,13 @@ def main():
         for key, file in secret.items():
             if key.endswith(".crt"):
                 assert not identities(os.path.join(pki, file)) & operators, f"{key} is an operator's certificate"
-        monitor = identities(probe_cert.replace("/etc/txscore/tls", tls_dir, 1))
-        tls_settings = settings["security"]["tls"]
-        assert monitor & set(tls_settings["admin_clients"]) and not monitor & operators and \
-            not monitor & set(tls_settings.get("llm_api_clients", [])), (monitor, tls_settings)
+        # Nor the monitoring identity's: the probes need none, and it is Prometheus's to hold.
+        admin_only = set(settings["security"]["tls"]["admin_clients"]) - set(settings["security"]["tls"]["thrift_clients"])
+        assert admin_only, settings["security"]["tls"]
+        for path in secret_key_of:
+            if path.endswith(".crt") and not path.endswith("ca.crt"):
+                mounted = path.replace("/etc/txscore/tls", tls_dir, 1)
+                assert not identities(mounted) & admin_only, f"{path} names {identities(mounted) & admin_only}"
         # The keyset wrapped under the KEK, as kustomization.yaml says to make them.
         kek = os.path.join(mapping["/etc/txscore/kek"], "kek")
         with open(kek, "w") as f:
@@ -298,7 +297,7 @@ def main():
 
         def place(text):
             text = pattern.sub(lambda m: mapping[m.group(1)], text)
-            return text.replace("port: 9090", "port: 0").replace("port: 9091", "port: 0")
+            return text.replace("port: 9090", "port: 0").replace("port: 9091", "port: 0").replace("port: 9092", "port: 0")
 
         config = mapping["/etc/txscore/config"]
         for name in ("txscore.yaml", "pipeline.yaml", "batch.yaml", "claims.yaml"):
@@ -328,21 +327,19 @@ def main():
         line = server.stdout.readline()
         assert line.startswith("listening "), (line, server.stderr.read() if server.poll() is not None else "")
         ports = dict(kv.split("=") for kv in line.split()[1:])
-        # The probes as the pod runs them: the monitoring certificate, on loopback. It may not
-        # operate (a reload is refused).
-        probe_context = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.crt"))
-        probe_context.load_cert_chain(probe_cert.replace("/etc/txscore/tls", tls_dir, 1),
-                                      probe_key.replace("/etc/txscore/tls", tls_dir, 1))
+        # The probes as the pod runs them: plain HTTP on the probe port, on loopback. It serves
+        # the health endpoints and nothing else (no reload, no metrics).
         for probe, path in sorted(urls.items()):
-            with urllib.request.urlopen(f"https://127.0.0.1:{ports['admin_port']}{path}", context=probe_context,
-                                        timeout=30) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['probe_port']}{path}", timeout=30) as answer:
                 assert answer.status == 200, (probe, answer.status)
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"https://127.0.0.1:{ports['admin_port']}/admin/reload",
-                                                          method="POST", data=b""), context=probe_context, timeout=30)
-            raise AssertionError("the probes' certificate reloaded the server")
-        except urllib.error.HTTPError as refused:
-            assert refused.code == 403, refused.code
+        for method, path in (("POST", "/admin/reload"), ("GET", "/metrics")):
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{ports['probe_port']}{path}",
+                                                              method=method, data=b"" if method == "POST" else None),
+                                       timeout=30)
+                raise AssertionError(f"the probe port answered {method} {path}")
+            except urllib.error.HTTPError as refused:
+                assert refused.code == 404, (path, refused.code)
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=120) == 0, server.stderr.read()

@@ -239,6 +239,14 @@ TEST_F(OpenAiApiTest, AJsonSchemaResponseFormatConstrainsTheReply) {
   EXPECT_EQ(reply["choices"][0]["finish_reason"], "stop");
 }
 
+TEST_F(OpenAiApiTest, AnErrorQuotingTheCallersTextHoldsNoCardNumber) {
+  const auto [status, reply] = Call("/v1/chat/completions", Chat("x", {{"model", "4111 1111 1111 1111"}}));
+  EXPECT_EQ(status, 404) << reply;
+  const std::string message = reply["error"]["message"].get<std::string>();
+  EXPECT_NE(message.find("[card number redacted]"), std::string::npos) << message;
+  EXPECT_EQ(message.find("1111 1111"), std::string::npos) << message;
+}
+
 TEST_F(OpenAiApiTest, RefusalsNameTheFieldAsOpenAiDoes) {
   const auto expect_refusal = [](const std::string& target, const Json& body, int status, const std::string& param,
                                  const std::string& message_part) {

@@ -482,7 +482,10 @@ TEST_F(RpcServerTest, TheDatabaseHoldsNoPanAndNoCardVerificationCode) {
                                     const std::string entry = std::string(key) + "\n" + std::string(value);
                                     for (const std::string& pan : pans)
                                       EXPECT_EQ(entry.find(pan), std::string::npos) << entry;
-                                    for (const char* name : {"verification", "\"cvc\"", "\"cvv\"", "\"737\""}) {
+                                    // The CVC as a field's name, or as a JSON value of any key
+                                    // (a string or a number).
+                                    for (const char* name : {"verification", "\"cvc\"", "\"cvv\"", "\"737\"", ":737,",
+                                                             ":737}", ":737]", ",737,", "[737,"}) {
                                       EXPECT_EQ(entry.find(name), std::string::npos) << name << " in " << entry;
                                     }
                                     return true;

@@ -455,6 +455,16 @@ TEST_F(TlsServerTest, ARevokedCertificateIsRefused) {
   EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kRevokedCertificate, 1), 1u);
 }
 
+TEST_F(TlsServerTest, ACrlPastItsNextUpdateRefusesEveryClientOfItsCa) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  RestartWith("    thrift_clients:", "    crl_file: " + pki.stale_crl + "\n    thrift_clients:");
+  // The CRL revokes nothing, but nobody can tell what was revoked since it went stale.
+  EXPECT_FALSE(Scores(Files(pki.client_dir)));
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kRevokedCertificate, 1), 1u);
+  RestartWith("    crl_file: " + pki.stale_crl, "    crl_file: " + pki.empty_crl);
+  EXPECT_TRUE(Scores(Files(pki.client_dir)));
+}
+
 TEST_F(TlsServerTest, OnlyTheConfiguredKeyExchangeGroupsAreAccepted) {
   const testing::TestPki& pki = testing::SharedTestPki();
   const auto healthz_with = [&](const std::string& groups) {
@@ -753,6 +763,43 @@ TEST_F(TlsReloadTest, AReloadVerifiesOpenConnectionsAgainWithTheNewCrl) {
   EXPECT_TRUE(health.ready);
 }
 
+TEST_F(TlsReloadTest, AReloadClosesAnOpenConnectionWhoseCertificateHasSinceExpired) {
+  const testing::TestPki& pki = testing::SharedTestPki();
+  // A certificate that expires a few seconds from now; a loaded machine that connects too late
+  // tries again with a longer one.
+  std::unique_ptr<RpcConnection> expiring;
+  std::time_t expires_at = 0;
+  rpc::HealthStatus health;
+  uint64_t expired_too_soon = 0;  // each counted as a refusal by the server
+  for (long seconds = 3; expiring == nullptr && seconds <= 96; seconds *= 2) {
+    expires_at = std::time(nullptr) + seconds;
+    const std::string dir = testing::IssueClientValidFor("expiring-" + std::to_string(seconds), seconds);
+    Result<std::unique_ptr<RpcConnection>> opened =
+        RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(dir)});
+    try {
+      if (opened.ok()) {
+        (*opened)->client().health(health);
+        expiring = std::move(opened).value();
+        break;
+      }
+    } catch (const apache::thrift::transport::TTransportException&) {
+    }
+    ++expired_too_soon;
+  }
+  ASSERT_NE(expiring, nullptr) << "no short-lived certificate was taken before it expired";
+  std::unique_ptr<RpcConnection> good =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(pki.client_dir)}).value();
+  good->client().health(health);  // its handshake now: a connection that never shakes hands is cut off
+  // Waits for the event itself: the clock past the certificate's notAfter.
+  while (std::time(nullptr) <= expires_at) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  expiring->client().health(health);  // without a reload, an open connection is not checked again
+  ASSERT_TRUE(server_->Reload("test").applied);
+  EXPECT_THROW(expiring->client().health(health), apache::thrift::transport::TTransportException);
+  EXPECT_EQ(WaitForThriftRefusals(TlsRefusal::kExpiredCertificate, expired_too_soon + 1), expired_too_soon + 1);
+  good->client().health(health);
+  EXPECT_TRUE(health.ready);
+}
+
 TEST_F(TlsReloadTest, AReloadThatRemovesACaClosesItsOpenConnections) {
   const testing::TestPki& pki = testing::SharedTestPki();
   std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
@@ -839,6 +886,33 @@ TEST_F(TlsReloadTest, AReloadThatRemovesACaClosesItsOpenAdminConnections) {
   ASSERT_TRUE(server_->Reload("test").applied);
   EXPECT_EQ(enterprise.Get("/healthz"), 0);  // txscore-admin still, but its CA is gone: closed
   EXPECT_EQ(ours.Get("/healthz"), 200);
+}
+
+// The case the admin port cannot defend: 256 clients with certificates each holding a
+// connection open (none is a stranger to evict). A liveness probe sent to admin.probe_port,
+// a listener of its own on loopback, is answered all the same, so the fill cannot get the
+// replica restarted; the probe port answers the health routes and nothing else.
+TEST_F(TlsServerTest, TheProbePortAnswersWhileClientsWithCertificatesHoldEveryAdminConnection) {
+  const std::string admin = "admin:\n  host: 127.0.0.1\n  port: 0\n";
+  RestartWith(admin, admin + "  probe_port: 0\n");
+  const int probe_port = server_->probe_port();
+  ASSERT_NE(probe_port, 0);
+  const testing::TestPki& pki = testing::SharedTestPki();
+  std::vector<std::unique_ptr<KeptAdminConnection>> held;
+  for (int i = 0; i < 256; ++i) {
+    held.push_back(std::make_unique<KeptAdminConnection>(server_->admin_port(), pki.admin_dir));
+    ASSERT_EQ(held.back()->Get("/healthz"), 200) << "connection " << i;
+  }
+  // The admin port is full of authenticated connections: a probe sent there is closed unanswered.
+  EXPECT_EQ(HttpStatus(RawTlsClient{pki.admin_dir}.Exchange(server_->admin_port(), HttpRequestText("GET", "/healthz"))),
+            0);
+  for (const char* path : {"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready"}) {
+    EXPECT_EQ(testing::AdminGet(probe_port, path).status, 200) << path;
+  }
+  EXPECT_EQ(testing::AdminGet(probe_port, "/metrics").status, 404);
+  EXPECT_EQ(testing::AdminGet(probe_port, "/api/dashboard").status, 404);
+  EXPECT_EQ(testing::AdminGet(probe_port, "/v1/models").status, 404);
+  EXPECT_EQ(held.front()->Get("/healthz"), 200);  // the fill was still in place
 }
 
 TEST(TlsSettings, AServerWithoutTlsOrAnExplicitPlaintextDoesNotStart) {

@@ -80,6 +80,7 @@ ClaimsJobSummary ASummary() {
   s.devices = {{"claims_model", "cpu"}};
   s.elapsed_s = 2.0;
   s.runs = 1;
+  s.pipeline_digests = {"sha256:0c", "sha256:0d"};
   s.input = "claims.jsonl";
   s.input_sha256 = "0a1b";
   s.shard = "2/3";
@@ -124,6 +125,10 @@ constexpr char kSummaryJson[] = R"({
   "elapsed_s": 2.0,
   "claims_per_s": 1.5,
   "runs": 1,
+  "pipeline_digests": [
+    "sha256:0c",
+    "sha256:0d"
+  ],
   "input": "claims.jsonl",
   "input_sha256": "0a1b",
   "shard": "2/3"
@@ -139,7 +144,8 @@ TEST(ClaimsJobSummary, ToTextSaysWhatTheRunDid) {
             "decisions: APPROVE 1 REVIEW 1\n"
             "LLM findings for 1 of 2 claims it was asked to read (no findings: failed 1; see \"llm_shortfalls\" in the "
             "output); most frequent flags: b 2 a 1\n"
-            "time per stage: claims_model 1.50 s on cpu; features 0.25 s;\n");
+            "time per stage: claims_model 1.50 s on cpu; features 0.25 s;\n"
+            "pipeline files: sha256:0c, then sha256:0d\n");
 }
 
 TEST(ClaimsJobSummary, LlmShortfallShareIsZeroWhenTheLlmWasAskedForNothing) {

@@ -163,6 +163,28 @@ TEST_F(SettingsTest, PipelineDigestIsReadInItsExactFormAndAReloadMayChangeIt) {
                                Where(1, 18) + "\"pipeline_digest\" must be a non-empty string"));
 }
 
+// jobs.claims_pipeline_digest pins the claims pipeline of a server's jobs, in the same form; it
+// takes effect at a restart (claims jobs keep the pipeline they started with).
+TEST_F(SettingsTest, ClaimsPipelineDigestIsReadInItsExactFormAndTakesEffectAtRestart) {
+  const std::string jobs = "jobs: {claims_pipeline: p.yaml, input_dir: in, output_dir: out";
+  const std::string digest = "sha256:" + std::string(64, 'b');
+  auto unpinned = Parse(std::string(kValid) + jobs + "}\n");
+  ASSERT_TRUE(unpinned.ok()) << unpinned.error().ToString();
+  EXPECT_EQ(unpinned->jobs.claims_pipeline_digest, "");
+  auto pinned = Parse(std::string(kValid) + jobs + ", claims_pipeline_digest: \"" + digest + "\"}\n");
+  ASSERT_TRUE(pinned.ok()) << pinned.error().ToString();
+  EXPECT_EQ(pinned->jobs.claims_pipeline_digest, digest);
+  EXPECT_EQ(RestartOnlyChanges(*unpinned, *pinned),
+            std::vector<std::string>{"jobs.claims_pipeline_digest: (default) -> " + digest});
+  auto bad = Parse(std::string(kValid) + jobs + ", claims_pipeline_digest: \"sha256:abc\"}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("claims_pipeline_digest must be \"sha256:\" and 64 lowercase hex digits, as "
+                                     "`txscore pipeline digest --pipeline " +
+                                     dir_.file("p.yaml") + "` prints it"),
+            std::string::npos)
+      << bad.error().ToString();
+}
+
 TEST_F(SettingsTest, ASettingWrittenDifferentlyWithTheSameValueIsNoRestartOnlyChange) {
   auto running = Parse(std::string(kValid) +
                        "server: {workers: 4}\n"
