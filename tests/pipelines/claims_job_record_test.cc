@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/test_support.h"
 
@@ -34,6 +35,7 @@ JobState EveryField() {
   s.devices = {{"claims_model", "cpu"}};
   s.elapsed_s = 1.5;
   s.runs = 2;
+  s.pipeline_digests = {"sha256:0a", "sha256:0b"};
   return state;
 }
 
@@ -42,7 +44,7 @@ constexpr char kEveryFieldEncoded[] =
     R"("rows_done":7,"output_bytes":4096,"state":"failed","error":"disk full","restart":true,"errors":2,)"
     R"("analysed":3,"llm_selected":4,"llm_shortfalls":{"failed":1},"decisions":{"APPROVE":4,"REVIEW":1},)"
     R"("flags":{"amount_mismatch":2},"stage_us":{"claims_model":1500},"devices":{"claims_model":"cpu"},)"
-    R"("elapsed_s":1.5,"runs":2})";
+    R"("elapsed_s":1.5,"runs":2,"pipeline_digests":["sha256:0a","sha256:0b"]})";
 
 TEST(JobState, EncodesEveryFieldInItsOrder) { EXPECT_EQ(EveryField().Encode(), kEveryFieldEncoded); }
 
@@ -72,6 +74,7 @@ TEST(JobState, DecodeRestoresEveryFieldEncodeWrote) {
   EXPECT_EQ(s.devices, (std::map<std::string, std::string>{{"claims_model", "cpu"}}));
   EXPECT_EQ(s.elapsed_s, 1.5);
   EXPECT_EQ(s.runs, 2);
+  EXPECT_EQ(s.pipeline_digests, (std::vector<std::string>{"sha256:0a", "sha256:0b"}));
   EXPECT_EQ(d.Encode(), kEveryFieldEncoded);
 }
 
@@ -86,6 +89,7 @@ TEST(JobState, ARecordOfAJobThatHasNotBegunDecodesWithDefaults) {
   EXPECT_EQ(decoded->rows_done, 0);
   EXPECT_EQ(decoded->summary.runs, 0);
   EXPECT_TRUE(decoded->summary.decisions.empty());
+  EXPECT_TRUE(decoded->summary.pipeline_digests.empty());  // records from before digests were kept
 }
 
 TEST(JobState, RefusesACorruptRecordWithDataLoss) {
