@@ -7,24 +7,23 @@ namespace txscore {
 namespace {
 
 // One character of the text as the scanners see it: a digit ('0'-'9'), a hex letter a-f or
-// A-F ('h'), another letter ('a'), a
-// separator (its ASCII look-alike: ' ' for any space, tab or line break, '-', '.', '_', '/',
-// ',', ':', '+', '|', ';'), or anything else ('#'); with the bytes it came from. Invisible
-// characters become no unit at all.
+// A-F ('h'), another letter ('a', and any other character beyond ASCII: letters of other
+// scripts, "4111年1111..." is no card), or a separator (an ASCII character that is neither a
+// letter nor a digit, itself; a Unicode space, dash or full-width punctuation mark, as its
+// ASCII look-alike: ' ' for any space, tab or line break); with the bytes it came from.
+// Invisible characters become no unit at all.
 struct Unit {
   char c;
   size_t begin, end;  // byte offsets in the text
 };
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-// Separators people put between a card number's digits in free text, and in ids.
-bool IsTextSeparator(char c) {
-  return c == ' ' || c == '-' || c == '.' || c == '_' || c == '/' || c == ',' || c == ':' || c == '+' || c == '|' ||
-         c == ';';
-}
-bool IsIdSeparator(char c) {
-  return c == ' ' || c == '-' || c == '.' || c == '_' || c == '/' || c == ',' || c == ':' || c == '+';
-}
+// Separators between a card number's digits in free text: anything that is neither a letter
+// nor a digit ("4000 0012 ...", "4000-0012-...", "4000*0012*...", "(4000) (0012) ...").
+bool IsTextSeparator(char c) { return c != 'h' && c != 'a' && !IsDigit(c); }
+// Between a card's digit groups in an id: anything that is neither a letter nor a digit.
+bool IsIdSeparator(char c) { return c != 'h' && c != 'a' && !IsDigit(c); }
+constexpr size_t kMaxIdSeparators = 3;
 
 // The code point at text[*at] (advancing *at); a byte that starts no valid UTF-8 sequence is
 // returned alone as U+FFFD.
@@ -64,8 +63,7 @@ char Classify(char32_t cp) {
     if ((c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) return 'h';
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 'a';
     if (c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return ' ';
-    if (IsTextSeparator(c)) return c;
-    return '#';
+    return c == '\0' ? ' ' : c;  // any other ASCII character: a separator, itself
   }
   for (char32_t zero : kDigitZeros) {
     if (cp >= zero && cp < zero + 10) return static_cast<char>('0' + (cp - zero));
@@ -102,8 +100,17 @@ char Classify(char32_t cp) {
     default:
       break;
   }
-  if ((cp >= 0xFF21 && cp <= 0xFF3A) || (cp >= 0xFF41 && cp <= 0xFF5A)) return 'a';  // full-width letters
-  return '#';
+  // Letters of other scripts end a run ("4111年1111..." is no card); any other character (a
+  // bullet, a middle dot, a symbol, U+FFFD for a byte that is not UTF-8) separates, as ASCII
+  // punctuation does.
+  const bool letter = (cp >= 0x00C0 && cp <= 0x024F && cp != 0x00D7 && cp != 0x00F7) ||    // Latin
+                      (cp >= 0x0370 && cp <= 0x052F) ||                                    // Greek, Cyrillic
+                      (cp >= 0x0590 && cp <= 0x06FF) ||                                    // Hebrew, Arabic
+                      (cp >= 0x0900 && cp <= 0x0DFF) ||                                    // Indic scripts
+                      (cp >= 0x3040 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x9FFF) ||  // kana, CJK
+                      (cp >= 0xAC00 && cp <= 0xD7AF) ||                                    // Hangul
+                      (cp >= 0xFF21 && cp <= 0xFF3A) || (cp >= 0xFF41 && cp <= 0xFF5A);    // full-width
+  return letter ? 'a' : '#';
 }
 
 std::vector<Unit> Normalize(std::string_view text) {
@@ -189,16 +196,16 @@ bool CardShaped(const std::string& digits) {
   return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
 }
 
-// A card number, or one padded with zeros to a width no card has (a trace id's 32 digits, a
-// 64-digit token), in front, behind or both: a shorter run with a leading zero is an ordinary
-// numeric id. Behind, the padding cannot be told from the card's own trailing zeros, so every
-// card length that ends in the padding is tried (a card never begins with 0).
+// A card number, or one padded with zeros in front, behind or both, to any width (a trace id's
+// 32 digits, a 64-digit token, "04111111111111111"). Behind, the padding cannot be told from the
+// card's own trailing zeros, so every card length that ends in the padding is tried (a card never
+// begins with 0).
 bool CardShapedOrZeroPadded(const std::string& digits) {
   if (CardShaped(digits)) return true;
   const size_t first = digits.find_first_not_of('0');
-  if (digits.size() <= 19 || first == std::string::npos) return false;
+  if (first == std::string::npos) return false;
   const size_t last = digits.find_last_not_of('0');
-  if (first == 0 && last + 1 == digits.size()) return false;  // no padding: a long id of its own
+  if (first == 0 && last + 1 == digits.size()) return false;  // no padding: not a card (above)
   for (size_t length = std::max<size_t>(12, last + 1 - first); length <= 19; ++length) {
     if (first + length > digits.size()) break;
     if (CardShaped(digits.substr(first, length))) return true;
@@ -254,46 +261,60 @@ bool LooksLikeCardNumber(std::string_view text) {
       ++i;
       continue;
     }
-    // The run's groups of contiguous digits, split at single separators.
+    // The run's groups of contiguous digits, split at up to three characters that are neither
+    // letters nor digits ("4111|1111|1111|1111", "4111 - 1111 - ...", "4111#1111#...").
     std::vector<std::string> groups(1);
     size_t end = i;
     while (end < units.size()) {
       if (IsDigit(units[end].c)) {
         groups.back().push_back(units[end++].c);
-      } else if (IsIdSeparator(units[end].c) && end + 1 < units.size() && IsDigit(units[end + 1].c)) {
-        groups.emplace_back();
-        ++end;
-      } else {
-        break;
+        continue;
       }
+      size_t next = end;
+      while (next < units.size() && next - end < kMaxIdSeparators && IsIdSeparator(units[next].c)) ++next;
+      if (next == end || next >= units.size() || !IsDigit(units[next].c)) break;
+      groups.emplace_back();
+      end = next;
     }
-    // A number stands apart when no digit or hex letter (a-f) touches it: the digit runs of hex
-    // ids (UUIDs, trace ids, object ids) would otherwise look like cards now and then, while a
-    // number glued to other letters is found ("REQ4000001234567899"). Groups joined by
-    // separators are one number only as cards are printed; otherwise, as a date's or a UUID's
-    // groups, each group is a number of its own. Every stretch of groups printed as a card is
-    // tried, joined (a card number may stand between other numbers of the same id:
+    // Letters around a number do not hide it ("REQ4000001234567899", "card4111...",
+    // "4111...f"), hex letters included, so a hex id's digit run that happens to be card-shaped
+    // is refused too (PanScan.HowOftenRandomIdsAndTokensLookLikeCards counts how often). Groups
+    // joined by separators are one number only as cards are printed; otherwise, as a date's or
+    // a UUID's groups, each group is a number of its own. Every stretch of groups printed as a
+    // card is tried, joined (a card number may stand between other numbers of the same id:
     // "ORD-2026-4000-0012-3456-7899").
-    const auto touches = [](char c) { return IsDigit(c) || c == 'h'; };
-    const bool apart_before = i == 0 || !touches(units[i - 1].c);
-    const bool apart_after = end == units.size() || !touches(units[end].c);
     for (size_t first = 0; first < groups.size(); ++first) {
-      if (first == 0 && !apart_before) continue;
       for (size_t count = 2; count <= 5 && first + count <= groups.size(); ++count) {
-        if (first + count == groups.size() && !apart_after) continue;
         if (!PrintedAsACard(groups, first, count)) continue;
         std::string digits;
         for (size_t g = first; g < first + count; ++g) digits += groups[g];
         if (CardShaped(digits)) return true;
       }
     }
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const bool apart = (g > 0 || apart_before) && (g + 1 < groups.size() || apart_after);
-      if (apart && CardShapedOrZeroPadded(groups[g])) return true;
+    for (const std::string& group : groups) {
+      if (CardShapedOrZeroPadded(group)) return true;
     }
     i = end;
   }
   return false;
+}
+
+bool IdentifierHoldsCardNumber(std::string_view value) {
+  constexpr size_t kHexDigits = 64;
+  const auto is_hex = [](char c) { return IsDigit(c) || (c >= 'a' && c <= 'f'); };
+  bool server_hex = false;
+  if (value.size() >= kHexDigits && std::all_of(value.end() - kHexDigits, value.end(), is_hex)) {
+    const std::string_view prefix = value.substr(0, value.size() - kHexDigits);
+    const auto key_id_char = [](char c) {
+      return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
+    };
+    server_hex = prefix.empty() || prefix == "sha256:" ||
+                 (prefix.size() >= 2 && prefix.size() <= 33 && prefix.back() == '_' &&
+                  std::all_of(prefix.begin(), prefix.end() - 1, key_id_char));
+  }
+  if (!server_hex) return LooksLikeCardNumber(value);
+  const std::string_view hex = value.substr(value.size() - kHexDigits);
+  return std::all_of(hex.begin(), hex.end(), IsDigit) && LooksLikeCardNumber(hex);
 }
 
 Status RefuseCardNumberIn(std::string_view value, const char* field) {
@@ -310,12 +331,30 @@ bool ContainsPan(std::string_view text) {
   return found;
 }
 
-std::string RedactPans(std::string_view text, int* redactions) {
+std::string RedactPans(std::string_view text, int* redactions, HexWords hex_words) {
   const std::vector<Unit> units = Normalize(text);
   std::string out;
   size_t copied = 0;
   int count = 0;
   ForEachPanRun(units, [&](size_t first, size_t last) {
+    if (hex_words == HexWords::kLeave &&
+        ((first > 0 && units[first - 1].c == 'h') || (last + 1 < units.size() && units[last + 1].c == 'h'))) {
+      // A run inside a word of letters, digits, ':', '_' and '-' (a digest "sha256:...", a
+      // token, "card4111111111111111-2026") is judged with its word as ids are
+      // (IdentifierHoldsCardNumber); a run reaching past its word (spaces in it) by the free-text
+      // rule, as any other.
+      const auto in_word = [](char c) {
+        return IsDigit(c) || c == 'h' || c == 'a' || c == ':' || c == '_' || c == '-';
+      };
+      size_t word_first = first, word_last = last;
+      bool inside = true;
+      for (size_t u = first; u <= last && inside; ++u) inside = in_word(units[u].c);
+      while (word_first > 0 && in_word(units[word_first - 1].c)) --word_first;
+      while (word_last + 1 < units.size() && in_word(units[word_last + 1].c)) ++word_last;
+      const std::string_view word =
+          text.substr(units[word_first].begin, units[word_last].end - units[word_first].begin);
+      if (inside && !IdentifierHoldsCardNumber(word)) return;
+    }
     out.append(text.substr(copied, units[first].begin - copied));
     out.append(kRedactedPan);
     copied = units[last].end;

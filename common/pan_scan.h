@@ -7,9 +7,9 @@
 // mark, direction marks) are skipped; Unicode spaces (no-break, thin, ideographic, ...), dashes
 // (en, em, minus, ...) and full-width punctuation count as the ASCII separator they look like.
 //
-// A PAN candidate in free text is a run of digits in which up to three separators (spaces,
-// tabs, line breaks, dashes, '.', '_', '/', ',', ':', '+', '|', ';') may stand between digits,
-// as people write card numbers:
+// A PAN candidate in free text is a run of digits in which up to three separators (any
+// characters that are neither letters nor digits: spaces, tabs, line breaks, dashes, '.', '/',
+// '*', '#', '(', ...) may stand between digits, as people write card numbers:
 // "4000 0012 3456 7899", "4000 - 0012 - 3456 - 7899", "4000/0012/3456/7899", or digits glued to
 // other text ("x4000001234567899"). A run whose digits, separators removed, contain 12 to 19
 // consecutive digits that pass the Luhn check is treated as a PAN. Every window is checked, so
@@ -32,22 +32,36 @@ bool ContainsPan(std::string_view text);
 
 // `text` with each PAN candidate run (its separators and hidden characters included) replaced
 // by kRedactedPan; `redactions` (when given) receives how many runs were replaced.
+// `hex_words`: kLeave judges a run that touches one of the letters a-f (A-F) by the id rule below
+// instead (LooksLikeCardNumber's: a network's prefix and length, Luhn, zeros around it): the
+// digits of a hex digest (SHA-256 digests in log lines) hold a free-text candidate one time in
+// 40, while "card4111111111111111" is redacted all the same.
 inline constexpr std::string_view kRedactedPan = "[card number redacted]";
-std::string RedactPans(std::string_view text, int* redactions = nullptr);
+enum class HexWords { kRedact, kLeave };
+std::string RedactPans(std::string_view text, int* redactions = nullptr, HexWords hex_words = HexWords::kRedact);
 
 // The stricter test for identifiers (request ids, merchant, claim, policy and provider ids,
 // traceparent), which are keys a caller relies on and often long numbers or hex strings,
 // where the every-window rule above would refuse many: true when a run of contiguous digits
-// (letters around it do not hide it: "REQ4000001234567899"), that run without the zeros
-// padding it in front, or digits grouped as cards are printed (4-4-4-4, 4-4-4-4-3, 4-6-5,
-// 4-6-4 and 8-8 with single separators: space, '-', '.', '_', '/', ':', ',', '+' or their
-// Unicode look-alikes), has the length and the prefix a card network issues (Visa 4: 13, 16, 19 digits; Mastercard
-// 51-55, 2221-2720: 16; Amex 34, 37: 15; Diners 300-305, 36, 38, 39: 14-19; JCB 3528-3589, Discover 6011, 644-649, 65,
-// UnionPay 62, Mir 2200-2204, RuPay 81-82, Troy 9792: 16-19; UATP 1: 15; Maestro 50, 56-69: 13-19, leaving out its rare
-// 12-digit cards) and passes the Luhn check. Not found by this test: a card number inside a longer digit run that is
-// not zeros ("94000001234567899"), written with two separators in a row, or reversed (docs/rpc.md: the id shapes to
-// use).
+// (letters around it do not hide it, a-f included: "REQ4000001234567899", "card4111111111111111"), that run without
+// the zeros padding it in front, behind or both ("04111111111111111", a zero-padded trace id), or digits grouped as
+// cards are printed (4-4-4-4, 4-4-4-4-3, 4-6-5, 4-6-4 and 8-8, split by up to three characters that are neither
+// letters nor digits: "4111|1111|1111|1111", "4111 - 1111 - ..."), has the length and the prefix a card network issues
+// (Visa 4: 13, 16, 19 digits; Mastercard 51-55, 2221-2720: 16; Amex 34, 37: 15; Diners 300-305, 36, 38, 39: 14-19; JCB
+// 3528-3589, Discover 6011, 644-649, 65, UnionPay 62, Mir 2200-2204, RuPay 81-82, Troy 9792: 16-19; UATP 1: 15; Maestro
+// 50, 56-69: 13-19, leaving out its rare 12-digit cards) and passes the Luhn check. So a hex id whose digits happen to
+// make a card is refused too (42 in 100,000 uuid4().hex ids). Not found by this test: a card number inside a longer
+// digit run that is not zeros ("94000001234567899"), split by more than three characters or by letters, or reversed
+// (docs/rpc.md: the id shapes to use).
 bool LooksLikeCardNumber(std::string_view text);
+
+// For a value that may be hex txscore made (a card token, KEYID_ and 64 hex digits or the 64
+// alone; a "sha256:" and 64 hex digits bundle digest: what the audit trail stores and rule
+// lists hold): those forms' hex is an HMAC's or a hash's, whose digit runs are card-shaped one
+// time in 900 by chance, so they hold a card number only when all 64 are decimal digits and
+// LooksLikeCardNumber finds one in them (zeros around a card: as ValidateCardToken judges a
+// caller's token); any other value as LooksLikeCardNumber judges it.
+bool IdentifierHoldsCardNumber(std::string_view value);
 
 // kInvalidArgument on `field` when LooksLikeCardNumber(value): "holds what looks like a card
 // number ...". The value itself is never quoted.

@@ -59,7 +59,11 @@ std::string UnroutablePath(const std::string& path) {
   return "";
 }
 
-std::string JsonError(const std::string& message) { return nlohmann::json{{"error", message}}.dump() + "\n"; }
+// Every error body of the port: one may quote what the caller sent (its Host, Origin or path),
+// so card numbers in it are redacted, as InvalidArgument's are.
+std::string JsonError(const std::string& message) {
+  return nlohmann::json{{"error", RedactCardNumbersIn(message)}}.dump() + "\n";
+}
 
 // Why `caller` may not call a route that needs `right`; empty when it may.
 std::string MissingRight(RouteRight right, const Caller& caller) {

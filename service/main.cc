@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/pan_scan.h"
 #include "service/build_info.h"
 #include "service/commands/commands.h"
 
@@ -103,6 +104,9 @@ int main(int argc, char** argv) {
   // What txscore writes holds card tokens, claimant data, the audit trail or keys: its files are
   // its owner's alone (0600, directories 0700), RocksDB's included, whatever umask it inherited.
   ::umask(077);
+  // Every line through the one redacting sink from the start, spdlog's default logger included;
+  // serve and batch set their own level and format later.
+  txscore::ConfigureLogging({});
   // Thrift's library prints its own lines on stderr ("TSocket::open() connect() ...") before a
   // command prints what failed and what to do: logged at debug level instead, which client
   // commands do not show. `serve` sends them to its log as warnings (service/rpc_server.cc).
@@ -144,7 +148,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     // A command let an exception escape: say so plainly instead of abort()ing with a core.
-    std::cerr << "txscore: internal error: " << e.what()
+    std::cerr << "txscore: internal error: " << txscore::RedactPans(e.what())
               << "\nThis is a bug in txscore; please report it with the command you ran.\n";
     return 70;  // EX_SOFTWARE
   }

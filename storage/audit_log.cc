@@ -18,14 +18,16 @@ namespace {
 // caller's id, a refusal's detail, the LLM's summary, a rule's name): every string about to be
 // stored, object keys included, is scanned. An entry is hash-chained, so a card number written
 // once could never be removed without breaking the chain. Identifiers a caller relies on
-// (`identifiers`: request ids, tokens, versions) are scanned by the id rule and replaced whole,
-// so that a long numeric id is kept; everything else by the free-text rule (common/pan_scan.h).
+// (`identifiers`: request ids, tokens, versions, the bundle digest) are scanned by the id rule
+// and replaced whole, so that a long numeric id is kept, the hex txscore makes (a card token, a
+// digest) as a caller's card token is judged; everything else by the free-text rule
+// (common/pan_scan.h, IdentifierHoldsCardNumber).
 template <typename Json>
 void RedactCardNumbers(Json* value, bool identifier = false) {
   if (value->is_string()) {
     const std::string& text = value->template get_ref<const std::string&>();
     if (identifier) {
-      if (LooksLikeCardNumber(text)) *value = std::string(kRedactedPan);
+      if (IdentifierHoldsCardNumber(text)) *value = std::string(kRedactedPan);
     } else {
       int redactions = 0;  // one pass: RedactPans finds and replaces
       std::string redacted = RedactPans(text, &redactions);

@@ -131,5 +131,13 @@ inline void ExpectPeakGrowthBelow(size_t peak_before, size_t bytes) {
   EXPECT_LT(PeakResidentBytes(), peak_before + bytes) << "peak resident memory grew too much";
 #endif
 }
+// The same for the resident memory now against `resident_before` (ResidentBytes()).
+inline void ExpectResidentGrowthBelow(size_t resident_before, size_t bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  (void)resident_before, (void)bytes;
+#else
+  EXPECT_LT(ResidentBytes(), resident_before + bytes) << "resident memory grew too much";
+#endif
+}
 
 }  // namespace txscore::testing

@@ -368,7 +368,7 @@ Result<EntryList> LoadList(const std::string& name, const std::string& path) {
     if (line.size() > kMaxListEntryBytes) {
       return InvalidArgument(where + "an entry is longer than " + std::to_string(kMaxListEntryBytes) + " bytes");
     }
-    if (LooksLikeCardNumber(line)) {
+    if (IdentifierHoldsCardNumber(line)) {  // a card token's hex is judged as tokens are
       return InvalidArgument(where +
                              "this entry looks like a card number; lists hold card tokens (ScoreResult.card_token), "
                              "never card numbers");

@@ -3,6 +3,7 @@
 #include "common/logging.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -10,6 +11,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/pan_scan.h"
 
 namespace txscore {
 namespace {
@@ -81,6 +84,52 @@ TEST_F(LoggingTest, QuotesNewlinesAndBytesThatAreNotUtf8StayInOneValidJsonLine) 
   ASSERT_EQ(lines.size(), 1u);
   const nlohmann::json line = nlohmann::json::parse(lines[0]);
   EXPECT_EQ(line["message"], "a \"quoted\"\nsecond line\tand \xEF\xBF\xBD\xEF\xBF\xBD bytes");  // U+FFFD each
+}
+
+// Whatever a message quotes (a caller's job id or file name), no card number is written, in
+// either format; the digits of a hex digest stay as they are.
+TEST_F(LoggingTest, ACardNumberInAMessageIsRedactedInEitherFormatAndDigestsStay) {
+  const std::string digest = "sha256:412345678901234567abcdef0123456789012345678901234567890123456789";
+  for (LogFormat format : {LogFormat::kJson, LogFormat::kText}) {
+    ConfigureLogging({.level = "info", .format = format});
+    const auto lines = LinesLoggedBy([&] {
+      Log("admin").info("operator action: claims_job_status on {}: denied", "4111111111111111");
+      Log("claims").warn("cannot read {}", "/in/4000 0012 3456 7899.jsonl");
+      spdlog::info("a library's line: {}", "5555-5555-5555-4444");  // the default logger's sink too
+      Log("reload").info("files {}", digest);
+      Log("admin").info("operator action on {} and {}", "card4111111111111111", "371449635398431F");
+      Log("claims").info("on {} and {}", "card4111111111111111-2026", "dead4111111111111111_2.jsonl");
+      Log("admin").info("on {}", "a4 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1");
+    });
+    ASSERT_EQ(lines.size(), 7u);
+    for (const std::string& line : lines) {
+      for (const char* card : {"4111111111111111", "4000 0012 3456 7899", "5555-5555-5555-4444", "371449635398431"}) {
+        EXPECT_EQ(line.find(card), std::string::npos) << line;
+      }
+    }
+    ASSERT_TRUE(ContainsPan(digest));  // so the digest would be cut, were hex words not left alone
+    EXPECT_NE(lines[0].find("claims_job_status on [card number redacted]: denied"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[1].find("cannot read /in/[card number redacted].jsonl"), std::string::npos) << lines[1];
+    EXPECT_NE(lines[2].find("a library's line: [card number redacted]"), std::string::npos) << lines[2];
+    EXPECT_NE(lines[3].find("files " + digest), std::string::npos) << lines[3];
+    // Glued to letters a-f, a card number as ids are checked is redacted all the same.
+    EXPECT_NE(lines[4].find("operator action on card[card number redacted] and [card number redacted]F"),
+              std::string::npos)
+        << lines[4];
+    EXPECT_NE(lines[5].find("on card[card number redacted] and dead[card number redacted].jsonl"), std::string::npos)
+        << lines[5];
+    EXPECT_NE(lines[6].find("on a[card number redacted]"), std::string::npos) << lines[6];
+  }
+}
+
+TEST_F(LoggingTest, ARequestIdHoldingACardInsideALongerRunIsRedactedInTheJsonLine) {
+  ConfigureLogging({.level = "info", .format = LogFormat::kJson});
+  const auto lines = LinesLoggedBy([] {
+    LogContext context("a94111111111111111", "");  // passes the id rule: a card inside a longer run
+    Log("pipeline").warn("stage failed");
+  });
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["request_id"], "a[card number redacted]") << lines[0];
 }
 
 TEST_F(LoggingTest, TheTextFormatIsTimeLevelComponentAndMessage) {

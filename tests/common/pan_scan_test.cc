@@ -63,6 +63,24 @@ std::string WithCheckDigit(const std::string& prefix) {
   return prefix;
 }
 
+TEST(PanScan, FreeTextFindsACardSplitByAnyCharacterThatIsNotALetter) {
+  for (const char* text : {"paid 4000*0012*3456*7899 today", "ref=4000=0012=3456=7899", "#4000#0012#3456#7899",
+                           "(4000) (0012) (3456) (7899)", "4000~0012~3456~7899", "4000 \"0012\" 3456 7899"}) {
+    EXPECT_TRUE(ContainsPan(text)) << text;
+    EXPECT_EQ(RedactPans(text).find("0012"), std::string::npos) << text;
+  }
+  EXPECT_FALSE(ContainsPan("4000x0012x3456x7899"));                 // letters end a run: "x" is no separator
+  EXPECT_FALSE(ContainsPan("4000\u5e740012\u5e743456\u5e747899"));  // nor is a letter of another script
+  for (const char* text : {"4111\u20221111\u20221111\u20221111", "4111\u00b71111\u00b71111\u00b71111",
+                           "4111\xff"
+                           "1111\xff"
+                           "1111\xff"
+                           "1111",
+                           "4111\u00d71111\u00d71111\u00d71111"}) {
+    EXPECT_TRUE(ContainsPan(text)) << text;  // a bullet, a middle dot, a byte that is not UTF-8, a sign
+  }
+}
+
 TEST(PanScan, IdsHidingACardBehindOtherSeparatorsOrGroupingsAreFound) {
   for (const char* id : {
            "4000/0012/3456/7899", "4000:0012:3456:7899", "4000,0012,3456,7899", "4000+0012+3456+7899",
@@ -93,9 +111,15 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_TRUE(LooksLikeCardNumber("x-4000001234567899"));
   EXPECT_TRUE(LooksLikeCardNumber("x4000001234567899"));  // glued to a letter: found all the same
   EXPECT_TRUE(LooksLikeCardNumber("REQ4000001234567899"));
-  // The limit: glued to hex letters, a card is a hex id's digit run (refusing those would refuse
-  // random hex ids); so a trace id that begins with a card and goes on in a-f is not found.
-  EXPECT_FALSE(LooksLikeCardNumber("00-4111111111111111aaaaaaaaaaaaaaaa-00f067aa0ba902b7-01"));
+  // Glued to hex letters too: a trace id that begins with a card and goes on in a-f, ids that
+  // glue one to a word of a-f letters, and card groups split by other characters or by several.
+  for (const char* id :
+       {"00-4111111111111111aaaaaaaaaaaaaaaa-00f067aa0ba902b7-01", "card4111111111111111", "e4111111111111111",
+        "4111111111111111a", "feed4111111111111111", "371449635398431F", "4111|1111|1111|1111", "4111;1111;1111;1111",
+        "4111*1111*1111*1111", "4111#1111#1111#1111", "4111=1111=1111=1111", "4111~1111~1111~1111",
+        "(4111)(1111)(1111)(1111)", "4111--1111--1111--1111", "P-4111|1111|1111|1111"}) {
+    EXPECT_TRUE(LooksLikeCardNumber(id)) << id;
+  }
   EXPECT_TRUE(LooksLikeCardNumber("378282246310005"));   // Amex, 15
   EXPECT_TRUE(LooksLikeCardNumber("5555555555554444"));  // Mastercard test number
   EXPECT_TRUE(LooksLikeCardNumber("2223003122003222"));  // Mastercard 2-series test number
@@ -104,7 +128,10 @@ TEST(PanScan, AnIdLooksLikeACardNumberOnlyWithANetworksPrefixLengthAndLuhn) {
   EXPECT_FALSE(LooksLikeCardNumber("20261201123456788"));      // Luhn-valid, 17 digits, no network's prefix
   EXPECT_FALSE(LooksLikeCardNumber("1000001234567895"));       // Luhn-valid, 16 digits, no network's prefix
   EXPECT_FALSE(LooksLikeCardNumber("4000001234567898"));       // Luhn fails
-  EXPECT_FALSE(LooksLikeCardNumber("40000012345678990"));      // a Visa prefix, but 17 digits
+  EXPECT_FALSE(LooksLikeCardNumber("40000012345678991"));      // a Visa prefix, but 17 digits
+  EXPECT_TRUE(LooksLikeCardNumber("40000012345678990"));       // a card and one zero behind it
+  EXPECT_TRUE(LooksLikeCardNumber("04111111111111111"));       // a card and one zero in front of it
+  EXPECT_TRUE(LooksLikeCardNumber("REQ-0378282246310005"));    // an Amex card and a zero in front
   EXPECT_FALSE(LooksLikeCardNumber("124000001234567899"));     // glued inside a longer run: not found in ids
   EXPECT_TRUE(LooksLikeCardNumber("id 12 4000001234567899"));  // a number of its own
   EXPECT_TRUE(LooksLikeCardNumber("3782-822463-10005"));       // Amex as printed, 4-6-5
@@ -151,13 +178,46 @@ TEST(PanScan, HowOftenRandomIdsAndTokensLookLikeCards) {
   for (int i = 0; i < kSamples; ++i) {
     numeric15 += LooksLikeCardNumber(RandomOf(random15, "0123456789", 10, 15)) ? 1 : 0;
   }
-  EXPECT_EQ(uuids, 0);  // a UUID's digit groups are never card-shaped
-  EXPECT_EQ(hex_ids, 0);
-  EXPECT_EQ(object_ids, 0);
-  EXPECT_EQ(traceparents, 4);   // a parent id or a trace id's edge, all digits and card-shaped
-  EXPECT_EQ(numeric, 4201);     // a 16-digit numeric id: card-shaped 4.2 % of the time (3,989 before RuPay, Troy)
-  EXPECT_EQ(numeric15, 3011);   // a 15-digit one: 3.0 % (Amex, UATP, Diners)
+  int numeric20 = 0;
+  std::mt19937_64 random20(3);
+  for (int i = 0; i < kSamples; ++i) {
+    numeric20 += LooksLikeCardNumber(RandomOf(random20, "0123456789", 10, 20)) ? 1 : 0;
+  }
+  // Hex ids whose digits happen to make a card: letters no longer hide one (all 0 when they did,
+  // 4 traceparents).
+  EXPECT_EQ(uuids, 1);
+  EXPECT_EQ(hex_ids, 42);
+  EXPECT_EQ(object_ids, 31);
+  EXPECT_EQ(traceparents, 60);
+  // A 16-digit numeric id: card-shaped 4.8 % of the time (4,201 before zeros padding a card of
+  // 12 to 18 digits counted; 3,989 before RuPay and Troy).
+  EXPECT_EQ(numeric, 4793);
+  // A 15-digit one: 3.4 % (Amex, UATP, Diners; 3,011 before zero padding counted).
+  EXPECT_EQ(numeric15, 3438);
+  // A 20-digit one: 0.7 % (a card with zeros around it: only when it begins or ends in 0).
+  EXPECT_EQ(numeric20, 679);
   EXPECT_EQ(hex_tokens, 2534);  // txscore's own 64-hex token form, under the free-text rule: 2.5 %
+}
+
+// What txscore makes itself (card tokens, digests) is judged as a caller's card_token is: its
+// hex holds a card-shaped digit run by chance, so only 64 decimal digits holding a card count.
+TEST(PanScan, ATokensOrDigestsHexHoldsACardOnlyWhenItIsAllDecimalDigitsHoldingOne) {
+  const std::string hex = "c0a024ba591a5cfb2aba085b4ea6071762e7934dc514bb340998094460379c4c";  // holds 340998094460379
+  EXPECT_TRUE(LooksLikeCardNumber(hex));
+  for (const std::string& made : {hex, "k2026_" + hex, "legacy_" + hex, "sha256:" + hex}) {
+    EXPECT_FALSE(IdentifierHoldsCardNumber(made)) << made;
+  }
+  EXPECT_TRUE(IdentifierHoldsCardNumber(std::string(48, '0') + "4111111111111111"));
+  EXPECT_TRUE(IdentifierHoldsCardNumber("k1_" + std::string(48, '0') + "4111111111111111"));
+  EXPECT_TRUE(IdentifierHoldsCardNumber("REQ-" + hex));  // not a form txscore makes: the id rule
+  EXPECT_TRUE(IdentifierHoldsCardNumber("card4111111111111111"));
+  EXPECT_FALSE(IdentifierHoldsCardNumber("20261201123456788"));
+  std::mt19937_64 random(4);
+  int refused = 0;
+  for (int i = 0; i < 100000; ++i) {
+    refused += IdentifierHoldsCardNumber("k2026_" + RandomOf(random, "0123456789abcdef", 16, 64)) ? 1 : 0;
+  }
+  EXPECT_EQ(refused, 0);
 }
 
 TEST(PanScan, RedactsEachRunWithItsSeparators) {

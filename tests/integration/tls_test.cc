@@ -772,8 +772,8 @@ TEST_F(TlsReloadTest, AReloadClosesAnOpenConnectionWhoseCertificateHasSinceExpir
   rpc::HealthStatus health;
   uint64_t expired_too_soon = 0;  // each counted as a refusal by the server
   for (long seconds = 3; expiring == nullptr && seconds <= 96; seconds *= 2) {
-    expires_at = std::time(nullptr) + seconds;
     const std::string dir = testing::IssueClientValidFor("expiring-" + std::to_string(seconds), seconds);
+    expires_at = std::time(nullptr) + seconds;  // taken after: never before the certificate's notAfter
     Result<std::unique_ptr<RpcConnection>> opened =
         RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(dir)});
     try {
@@ -893,8 +893,8 @@ TEST_F(TlsReloadTest, AReloadThatRemovesACaClosesItsOpenAdminConnections) {
 // a listener of its own on loopback, is answered all the same, so the fill cannot get the
 // replica restarted; the probe port answers the health routes and nothing else.
 TEST_F(TlsServerTest, TheProbePortAnswersWhileClientsWithCertificatesHoldEveryAdminConnection) {
-  const std::string admin = "admin:\n  host: 127.0.0.1\n  port: 0\n";
-  RestartWith(admin, admin + "  probe_port: 0\n");
+  // The admin port on every address, as the Kubernetes manifests have it.
+  RestartWith("admin:\n  host: 127.0.0.1\n  port: 0\n", "admin:\n  host: 0.0.0.0\n  port: 0\n  probe_port: 0\n");
   const int probe_port = server_->probe_port();
   ASSERT_NE(probe_port, 0);
   const testing::TestPki& pki = testing::SharedTestPki();
@@ -912,6 +912,21 @@ TEST_F(TlsServerTest, TheProbePortAnswersWhileClientsWithCertificatesHoldEveryAd
   EXPECT_EQ(testing::AdminGet(probe_port, "/metrics").status, 404);
   EXPECT_EQ(testing::AdminGet(probe_port, "/api/dashboard").status, 404);
   EXPECT_EQ(testing::AdminGet(probe_port, "/v1/models").status, 404);
+  // The probe port listens on 127.0.0.1 alone, wherever the admin port listens: at another
+  // address of this host the admin port accepts and the probe port refuses.
+  const auto connects_at_127_0_0_2 = [](int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(0x7f000002);
+    const int connected = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    const int error = errno;
+    ::close(fd);
+    return connected == 0 ? 0 : error;
+  };
+  EXPECT_EQ(connects_at_127_0_0_2(server_->admin_port()), 0);
+  EXPECT_EQ(connects_at_127_0_0_2(probe_port), ECONNREFUSED);
   EXPECT_EQ(held.front()->Get("/healthz"), 200);  // the fill was still in place
 }
 

@@ -4,10 +4,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "fraud/claims_synthetic.h"
 #include "tests/test_support.h"
@@ -44,6 +47,16 @@ class ClaimsJobTest : public ::testing::Test {
     options.output_path = dir_.file(output);
     options.chunk_size = 8;
     return options;
+  }
+
+  // The job of Options() run until it has done its first chunk (8 rows), then interrupted as a
+  // stopping server interrupts it; the result of that run.
+  Result<ClaimsJobSummary> RunFirstChunkThenInterrupt(ClaimsPipeline& pipeline) {
+    std::atomic<bool> interrupt{false};
+    ClaimsJobOptions options = Options();
+    options.interrupt = &interrupt;
+    options.progress = [&](const ClaimsJobProgress& p) { interrupt.store(p.done >= 8); };
+    return RunClaimsJob(pipeline, *db_, options);
   }
 
   // A job over bad.jsonl: the 50 good claims, then `csv_lines` lines of CSV (a file in the
@@ -367,11 +380,7 @@ TEST_F(ClaimsJobTest, ResumesExactlyOnceAfterACrashBetweenWritingAndRecordingACh
 TEST_F(ClaimsJobTest, AnInterruptedJobIsRecordedAsInterruptedAndResumes) {
   // What a stopping server does: interrupt after the chunk in flight. Unlike a cancel, the
   // record says "interrupted", which is how a server finds the job again when it starts.
-  std::atomic<bool> interrupt{false};
-  ClaimsJobOptions options = Options();
-  options.interrupt = &interrupt;
-  options.progress = [&](const ClaimsJobProgress& p) { interrupt.store(p.done >= 8); };
-  auto first = RunClaimsJob(*pipeline_, *db_, options);
+  auto first = RunFirstChunkThenInterrupt(*pipeline_);
   ASSERT_TRUE(first.ok()) << first.error().ToString();
   EXPECT_EQ(first->state, ClaimsJobState::kInterrupted);
   EXPECT_EQ(first->done, 8);
@@ -383,15 +392,37 @@ TEST_F(ClaimsJobTest, AnInterruptedJobIsRecordedAsInterruptedAndResumes) {
   EXPECT_EQ(jobs->at(id).done, 8);
   EXPECT_EQ(jobs->at(id).input, dir_.file("claims.jsonl"));
 
-  options.interrupt = nullptr;
-  options.progress = nullptr;
-  auto resumed = RunClaimsJob(*pipeline_, *db_, options);
+  auto resumed = RunClaimsJob(*pipeline_, *db_, Options());
   ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
   EXPECT_EQ(resumed->state, ClaimsJobState::kDone);
   EXPECT_EQ(resumed->runs, 2);
   ASSERT_TRUE(RunClaimsJob(*pipeline_, *db_, Options("reference.jsonl")).ok());
   EXPECT_EQ(LinesWithoutTimings("out.jsonl"), LinesWithoutTimings("reference.jsonl"));
   EXPECT_EQ(ListClaimsJobs(*db_)->at(id).state, ClaimsJobState::kDone);
+}
+
+// The summary names what decided the rows: one pipeline, or each in turn when the job was
+// resumed after its pipeline's files changed.
+TEST_F(ClaimsJobTest, AJobResumedAfterItsPipelineChangedNamesBothPipelineDigests) {
+  auto first = RunFirstChunkThenInterrupt(*pipeline_);
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  ASSERT_EQ(first->state, ClaimsJobState::kInterrupted);
+  EXPECT_EQ(first->pipeline_digests, std::vector<std::string>{pipeline_->bundle_digest()});
+  // Another review threshold: another pipeline file, another digest.
+  testing::WriteFile(dir_.file("claims.yaml"),
+                     "stages:\n" + testing::ClaimsModelStagesYaml() +
+                         "  - {name: decision, kind: decision, after: claims_model, review_threshold: 0.4}\n");
+  auto changed = ClaimsPipeline::Create(LoadPipelineConfig(dir_.file("claims.yaml")).value(), dir_.file("card.key"));
+  ASSERT_TRUE(changed.ok()) << changed.error().ToString();
+  ASSERT_NE((*changed)->bundle_digest(), pipeline_->bundle_digest());
+  auto resumed = RunClaimsJob(**changed, *db_, Options());
+  ASSERT_TRUE(resumed.ok()) << resumed.error().ToString();
+  EXPECT_EQ(resumed->state, ClaimsJobState::kDone);
+  EXPECT_EQ(resumed->pipeline_digests,
+            (std::vector<std::string>{pipeline_->bundle_digest(), (*changed)->bundle_digest()}));
+  const nlohmann::json summary = nlohmann::json::parse(testing::ReadFile(dir_.file("out.jsonl.summary.json")));
+  EXPECT_EQ(summary["pipeline_digests"],
+            nlohmann::json::array({pipeline_->bundle_digest(), (*changed)->bundle_digest()}));
 }
 
 TEST_F(ClaimsJobTest, RefusesToResumeWhenTheInputChanged) {

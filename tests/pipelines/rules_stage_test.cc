@@ -143,6 +143,20 @@ TEST_F(RulesStageTest, ListsFromFilesAllowAndDenyWithCommentsAndBlankLinesSkippe
   EXPECT_EQ(Hits(*stage, stranger, Features(0)), (std::vector<std::string>{"N02"}));
 }
 
+// Lists hold card tokens, whose hex holds a card-shaped digit run one time in 900
+// (340998094460379 here): a token is judged as a caller's card_token is, and loads.
+TEST_F(RulesStageTest, AListOfCardTokensLoadsThoughATokensHexHoldsACardShapedRun) {
+  const std::string hex = "c0a024ba591a5cfb2aba085b4ea6071762e7934dc514bb340998094460379c4c";
+  testing::WriteFile(dir_.file("cards.txt"), hex + "\nk2026_" + hex + "\n");
+  auto config = Load(
+      "    lists: {cards: cards.txt}\n"
+      "    rules:\n"
+      "      - {id: R1, when: \"card_token in cards\", decision: DECLINE}\n");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto prepared = BuiltinStageKinds().Find("rules")->Prepare(*config->FindSettings("rules"), {});
+  EXPECT_TRUE(prepared.ok()) << prepared.error().ToString();
+}
+
 TEST_F(RulesStageTest, AListEntryThatLooksLikeACardNumberIsRefusedWithItsLine) {
   testing::WriteFile(dir_.file("cards.txt"), "# cards\n4000 0012 3456 7899\n");
   auto config = Load(

@@ -129,6 +129,23 @@ TEST(AuditLog, OperatorActionsShareTheTrailAndEachKindReadsBackAlone) {
 
 // The trail's choke point: whatever field a card number reached, and whoever put it there, the
 // stored entry holds none; ids are replaced whole by the id rule, so a long numeric id stays.
+// A card token's or a digest's hex holds a card-shaped digit run one time in 900 (this one:
+// 340998094460379, Amex-shaped): what txscore made is kept, as a caller's token is judged.
+TEST(AuditLog, ATokensOrDigestsHexIsKeptThoughADigitRunInItIsCardShaped) {
+  const std::string hex = "c0a024ba591a5cfb2aba085b4ea6071762e7934dc514bb340998094460379c4c";
+  ASSERT_TRUE(LooksLikeCardNumber(hex));
+  AuditRecord record;
+  record.request_id = "r1";
+  record.card_token = "k2026_" + hex;
+  record.pipeline_digest = "sha256:" + hex;
+  record.decision = "APPROVE";
+  const AuditRecord back = DecodeAuditRecord(EncodeAuditRecord(record)).value();
+  EXPECT_EQ(back.card_token, "k2026_" + hex);
+  EXPECT_EQ(back.pipeline_digest, "sha256:" + hex);
+  record.card_token = std::string(48, '0') + "4111111111111111";  // decimal digits holding a card
+  EXPECT_EQ(DecodeAuditRecord(EncodeAuditRecord(record)).value().card_token, "[card number redacted]");
+}
+
 TEST(AuditLog, EveryStoredStringHasItsCardNumbersRedactedWhateverTheField) {
   const std::string pan = "4000 0012 3456 7899";
   const std::string wide =
