@@ -51,8 +51,8 @@ class JsonLineFormatter final : public spdlog::formatter {
     };
     // Ids passed the id rule when the request was validated; a card inside a longer digit run
     // passes it, so they are redacted here as the message is.
-    line["request_id"] = or_null(RedactPans(context.request_id));
-    line["trace_id"] = or_null(RedactPans(context.trace_id, nullptr, HexWords::kLeave));
+    line["request_id"] = or_null(RedactPans(context.request_id, nullptr, PanRule::kLogLine));
+    line["trace_id"] = or_null(RedactPans(context.trace_id, nullptr, PanRule::kLogLine));
     const std::string text = line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     dest.append(text.data(), text.data() + text.size());
     dest.push_back('\n');
@@ -62,14 +62,15 @@ class JsonLineFormatter final : public spdlog::formatter {
 
 // Every line's message passes here, whichever component or library wrote it, so a card number
 // that reached a message (a caller's job id or file name, an error quoting input) is redacted
-// before it is written. Runs touching the letters a-f are left: the digits of the digests and
-// hex ids that log lines name (common/pan_scan.h, HexWords).
+// before it is written, by the rule for log lines (common/pan_scan.h, PanRule::kLogLine): any
+// card-shaped digits, in any grouping, but the tokens and digests txscore makes and peers'
+// addresses stay readable.
 class RedactingFormatter final : public spdlog::formatter {
  public:
   explicit RedactingFormatter(std::unique_ptr<spdlog::formatter> inner) : inner_(std::move(inner)) {}
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     const std::string redacted =
-        RedactPans(std::string_view(msg.payload.data(), msg.payload.size()), nullptr, HexWords::kLeave);
+        RedactPans(std::string_view(msg.payload.data(), msg.payload.size()), nullptr, PanRule::kLogLine);
     spdlog::details::log_msg copy = msg;
     copy.payload = spdlog::string_view_t(redacted.data(), redacted.size());
     inner_->format(copy, dest);
@@ -93,6 +94,13 @@ std::unique_ptr<spdlog::formatter> FormatterFor(LogFormat format) {
 struct LoggingState {
   LoggingState() : sink(std::make_shared<spdlog::sinks::stderr_color_sink_mt>()) {
     sink->set_formatter(FormatterFor(LogFormat::kText));
+    InstallDefaultLogger(spdlog::level::info);
+  }
+  // What still logs through spdlog's default logger (a library's messages) goes the same way.
+  void InstallDefaultLogger(spdlog::level::level_enum default_level) {
+    auto fallback = std::make_shared<spdlog::logger>("txscore", sink);
+    fallback->set_level(default_level);
+    spdlog::set_default_logger(std::move(fallback));
   }
   std::mutex mutex;
   std::shared_ptr<spdlog::sinks::sink> sink;
@@ -113,10 +121,7 @@ void ConfigureLogging(const LoggingOptions& options) {
   state.level = spdlog::level::from_str(options.level);
   state.sink->set_formatter(FormatterFor(options.format));
   for (auto& [name, logger] : state.loggers) logger->set_level(state.level);
-  // What still logs through spdlog's default logger (a library's messages) goes the same way.
-  auto fallback = std::make_shared<spdlog::logger>("txscore", state.sink);
-  fallback->set_level(state.level);
-  spdlog::set_default_logger(std::move(fallback));
+  state.InstallDefaultLogger(state.level);
 }
 
 spdlog::logger& Log(std::string_view component) {

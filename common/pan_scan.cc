@@ -1,16 +1,17 @@
 #include "common/pan_scan.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 namespace txscore {
 namespace {
 
 // One character of the text as the scanners see it: a digit ('0'-'9'), a hex letter a-f or
-// A-F ('h'), another letter ('a', and any other character beyond ASCII: letters of other
-// scripts, "4111年1111..." is no card), or a separator (an ASCII character that is neither a
-// letter nor a digit, itself; a Unicode space, dash or full-width punctuation mark, as its
-// ASCII look-alike: ' ' for any space, tab or line break); with the bytes it came from.
+// A-F ('h'), another letter ('a', and the letters of the scripts Classify lists: "4111年1111..."
+// is no card), or a separator (an ASCII character that is neither a letter nor a digit, itself;
+// a Unicode space, dash or full-width punctuation mark, as its ASCII look-alike: ' ' for any
+// space, tab or line break; any other character, '#'); with the bytes it came from.
 // Invisible characters become no unit at all.
 struct Unit {
   char c;
@@ -18,12 +19,11 @@ struct Unit {
 };
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-// Separators between a card number's digits in free text: anything that is neither a letter
-// nor a digit ("4000 0012 ...", "4000-0012-...", "4000*0012*...", "(4000) (0012) ...").
-bool IsTextSeparator(char c) { return c != 'h' && c != 'a' && !IsDigit(c); }
-// Between a card's digit groups in an id: anything that is neither a letter nor a digit.
-bool IsIdSeparator(char c) { return c != 'h' && c != 'a' && !IsDigit(c); }
-constexpr size_t kMaxIdSeparators = 3;
+// Between a card number's digits, in free text as in ids: anything that is neither a letter nor
+// a digit ("4000 0012 ...", "4000-0012-...", "4000*0012*...", "(4000) (0012) ..."), up to three
+// in a row ("4000 - 0012": a dash between spaces).
+bool IsSeparator(char c) { return c != 'h' && c != 'a' && !IsDigit(c); }
+constexpr size_t kMaxSeparators = 3;
 
 // The code point at text[*at] (advancing *at); a byte that starts no valid UTF-8 sequence is
 // returned alone as U+FFFD.
@@ -68,10 +68,11 @@ char Classify(char32_t cp) {
   for (char32_t zero : kDigitZeros) {
     if (cp >= zero && cp < zero + 10) return static_cast<char>('0' + (cp - zero));
   }
-  if (cp == 0x00AD || cp == 0x034F || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) ||
+  if (cp == 0x00AD || cp == 0x034F || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) || cp == 0x061C ||
       (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || cp == 0xFEFF ||
       (cp >= 0xFE00 && cp <= 0xFE0F)) {
-    return 0;  // soft hyphen, joiners, zero-width and direction marks, byte-order mark, variation selectors
+    return 0;  // soft hyphen, joiners, zero-width and direction marks (Arabic's too), byte-order mark, variation
+               // selectors
   }
   if (cp == 0x00A0 || cp == 0x0085 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
       cp == 0x202F || cp == 0x205F || cp == 0x3000) {
@@ -101,12 +102,33 @@ char Classify(char32_t cp) {
       break;
   }
   // Letters of other scripts end a run ("4111年1111..." is no card); any other character (a
-  // bullet, a middle dot, a symbol, U+FFFD for a byte that is not UTF-8) separates, as ASCII
-  // punctuation does.
+  // bullet, a middle dot, a symbol, U+FFFD for a byte that is not UTF-8, and the punctuation
+  // and signs inside those scripts' blocks) separates, as ASCII punctuation does.
+  struct Range {
+    char32_t first, last;
+  };
+  static constexpr Range kPunctuationInLetterBlocks[] = {
+      {0x0374, 0x0375}, {0x037E, 0x037E}, {0x0384, 0x0385}, {0x0387, 0x0387},  // Greek numeral signs, ';', '·'
+      {0x0482, 0x0482},                                                        // Cyrillic thousands sign
+      {0x055A, 0x055F}, {0x0589, 0x058A}, {0x058D, 0x058F},                    // Armenian
+      {0x05BE, 0x05BE}, {0x05C0, 0x05C0}, {0x05C3, 0x05C3}, {0x05C6, 0x05C6},  // Hebrew maqaf, paseq, sof pasuq
+      {0x05F3, 0x05F4},                                                        // Hebrew geresh, gershayim
+      {0x0600, 0x060F}, {0x061B, 0x061B}, {0x061D, 0x061F}, {0x066A, 0x066D},  // Arabic signs, ',', ';', '?', '٫'
+      {0x06D4, 0x06D4}, {0x06DD, 0x06DE}, {0x06E9, 0x06E9}, {0x06FD, 0x06FE},  // Arabic full stop, signs
+      {0x0964, 0x0965}, {0x0970, 0x0970}, {0x09F2, 0x09FB}, {0x0AF0, 0x0AF1},  // dandas, Indic signs
+      {0x0BF3, 0x0BFA}, {0x0DF4, 0x0DF4},                                      // Tamil signs, Sinhala full stop
+      {0x0E3F, 0x0E3F}, {0x0E4F, 0x0E4F}, {0x0E5A, 0x0E5B},                    // Thai baht and marks
+      {0x10FB, 0x10FB}, {0x1360, 0x1368},                                      // Georgian, Ethiopic punctuation
+  };
+  for (const Range& r : kPunctuationInLetterBlocks) {
+    if (cp >= r.first && cp <= r.last) return '#';
+  }
   const bool letter = (cp >= 0x00C0 && cp <= 0x024F && cp != 0x00D7 && cp != 0x00F7) ||    // Latin
-                      (cp >= 0x0370 && cp <= 0x052F) ||                                    // Greek, Cyrillic
+                      (cp >= 0x0370 && cp <= 0x058F) ||                                    // Greek, Cyrillic, Armenian
                       (cp >= 0x0590 && cp <= 0x06FF) ||                                    // Hebrew, Arabic
-                      (cp >= 0x0900 && cp <= 0x0DFF) ||                                    // Indic scripts
+                      (cp >= 0x0900 && cp <= 0x0EFF) ||                                    // Indic scripts, Thai, Lao
+                      (cp >= 0x10A0 && cp <= 0x10FF) || (cp >= 0x1200 && cp <= 0x137F) ||  // Georgian, Ethiopic
+                      (cp >= 0x1E00 && cp <= 0x1FFF) ||                                    // Latin (Vietnamese), Greek
                       (cp >= 0x3040 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x9FFF) ||  // kana, CJK
                       (cp >= 0xAC00 && cp <= 0xD7AF) ||                                    // Hangul
                       (cp >= 0xFF21 && cp <= 0xFF3A) || (cp >= 0xFF41 && cp <= 0xFF5A);    // full-width
@@ -123,44 +145,6 @@ std::vector<Unit> Normalize(std::string_view text) {
     if (c != 0) units.push_back({c, begin, at});
   }
   return units;
-}
-
-bool HoldsLuhnWindow(const std::string& digits) {
-  for (size_t length = 12; length <= 19 && length <= digits.size(); ++length) {
-    for (size_t start = 0; start + length <= digits.size(); ++start) {
-      if (LuhnValid(std::string_view(digits).substr(start, length))) return true;
-    }
-  }
-  return false;
-}
-
-// Calls `on_pan(first, last)` with the units of each PAN candidate run of free text, in order.
-template <typename F>
-void ForEachPanRun(const std::vector<Unit>& units, F on_pan) {
-  constexpr size_t kMaxSeparators = 3;  // "4000 - 0012": a dash between spaces
-  size_t i = 0;
-  while (i < units.size()) {
-    if (!IsDigit(units[i].c)) {
-      ++i;
-      continue;
-    }
-    std::string digits;
-    size_t last = i;
-    size_t j = i;
-    while (j < units.size()) {
-      if (IsDigit(units[j].c)) {
-        digits.push_back(units[j].c);
-        last = j++;
-        continue;
-      }
-      size_t k = j;
-      while (k < units.size() && k - j < kMaxSeparators && IsTextSeparator(units[k].c)) ++k;
-      if (k == j || k >= units.size() || !IsDigit(units[k].c)) break;
-      j = k;
-    }
-    if (digits.size() >= 12 && HoldsLuhnWindow(digits)) on_pan(i, last);
-    i = last + 1;
-  }
 }
 
 // Whether `digits` starts with an issuer prefix of a network that issues this length.
@@ -194,6 +178,95 @@ bool IssuedLength(const std::string& digits) {
 
 bool CardShaped(const std::string& digits) {
   return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
+}
+
+bool HoldsLuhnWindow(const std::string& digits) {
+  for (size_t length = 12; length <= 19 && length <= digits.size(); ++length) {
+    for (size_t start = 0; start + length <= digits.size(); ++start) {
+      if (LuhnValid(std::string_view(digits).substr(start, length))) return true;
+    }
+  }
+  return false;
+}
+
+// Whether some of `digits` in a row have a card network's prefix and length and pass Luhn.
+bool HoldsCardShapedWindow(const std::string& digits) {
+  for (size_t length = 13; length <= 19 && length <= digits.size(); ++length) {
+    for (size_t start = 0; start + length <= digits.size(); ++start) {
+      if (CardShaped(digits.substr(start, length))) return true;
+    }
+  }
+  return false;
+}
+
+// Reads the number of at most `max_digits` digits at units[*at], advancing *at; -1 for none.
+long NumberAt(const std::vector<Unit>& units, size_t* at, size_t max_digits) {
+  long value = 0;
+  size_t count = 0;
+  while (*at < units.size() && IsDigit(units[*at].c)) {
+    if (++count > max_digits) return -1;
+    value = value * 10 + (units[(*at)++].c - '0');
+  }
+  return count == 0 ? -1 : value;
+}
+
+// Whether an IPv4 address ("10.244.13.201", four numbers 0-255 joined by dots), with a port or
+// not (":45678"), starts at units[i]; *end is then just past it. Log lines name their peers so.
+bool AddressAt(const std::vector<Unit>& units, size_t i, size_t* end) {
+  if (i > 0 && (IsDigit(units[i - 1].c) || units[i - 1].c == '.')) return false;
+  size_t at = i;
+  for (int octet = 0; octet < 4; ++octet) {
+    if (octet > 0 && (at >= units.size() || units[at++].c != '.')) return false;
+    const long value = NumberAt(units, &at, 3);
+    if (value < 0 || value > 255) return false;
+  }
+  if (at + 1 < units.size() && units[at].c == '.' && IsDigit(units[at + 1].c)) return false;  // a fifth number
+  if (at + 1 < units.size() && units[at].c == ':' && IsDigit(units[at + 1].c)) {
+    size_t port_end = at + 1;
+    const long port = NumberAt(units, &port_end, 5);
+    if (port < 0 || port > 65535) return false;
+    at = port_end;
+  }
+  *end = at;
+  return true;
+}
+
+// Calls `on_pan(first, last)` with the units of each PAN candidate run, in order: digits with up
+// to kMaxSeparators separators between them, holding what `rule` looks for. kLogLine: an IPv4
+// address is no part of a run.
+template <typename F>
+void ForEachPanRun(const std::vector<Unit>& units, PanRule rule, F on_pan) {
+  const bool log_line = rule == PanRule::kLogLine;
+  size_t i = 0;
+  while (i < units.size()) {
+    if (!IsDigit(units[i].c)) {
+      ++i;
+      continue;
+    }
+    size_t address_end = 0;
+    if (log_line && AddressAt(units, i, &address_end)) {
+      i = address_end;
+      continue;
+    }
+    std::string digits;
+    size_t last = i;
+    size_t j = i;
+    while (j < units.size()) {
+      if (IsDigit(units[j].c)) {
+        digits.push_back(units[j].c);
+        last = j++;
+        continue;
+      }
+      size_t k = j;
+      while (k < units.size() && k - j < kMaxSeparators && IsSeparator(units[k].c)) ++k;
+      if (k == j || k >= units.size() || !IsDigit(units[k].c)) break;
+      if (log_line && AddressAt(units, k, &address_end)) break;
+      j = k;
+    }
+    const bool found = log_line ? HoldsCardShapedWindow(digits) : digits.size() >= 12 && HoldsLuhnWindow(digits);
+    if (found) on_pan(i, last);
+    i = last + 1;
+  }
 }
 
 // A card number, or one padded with zeros in front, behind or both, to any width (a trace id's
@@ -234,6 +307,23 @@ bool PrintedAsACard(const std::vector<std::string>& groups, size_t first, size_t
   return false;
 }
 
+// The 64 hex digits of a form txscore makes (a card token: KEYID_ and 64 hex digits, or the 64
+// alone; a bundle digest: "sha256:" and 64), or nothing for any other value.
+std::optional<std::string_view> ServerHexOf(std::string_view value) {
+  constexpr size_t kHexDigits = 64;
+  const auto is_hex = [](char c) { return IsDigit(c) || (c >= 'a' && c <= 'f'); };
+  if (value.size() < kHexDigits || !std::all_of(value.end() - kHexDigits, value.end(), is_hex)) return std::nullopt;
+  const std::string_view prefix = value.substr(0, value.size() - kHexDigits);
+  const auto key_id_char = [](char c) {
+    return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
+  };
+  const bool made_here = prefix.empty() || prefix == "sha256:" ||
+                         (prefix.size() >= 2 && prefix.size() <= 33 && prefix.back() == '_' &&
+                          std::all_of(prefix.begin(), prefix.end() - 1, key_id_char));
+  if (!made_here) return std::nullopt;
+  return value.substr(prefix.size());
+}
+
 }  // namespace
 
 bool LuhnValid(std::string_view digits) {
@@ -271,7 +361,7 @@ bool LooksLikeCardNumber(std::string_view text) {
         continue;
       }
       size_t next = end;
-      while (next < units.size() && next - end < kMaxIdSeparators && IsIdSeparator(units[next].c)) ++next;
+      while (next < units.size() && next - end < kMaxSeparators && IsSeparator(units[next].c)) ++next;
       if (next == end || next >= units.size() || !IsDigit(units[next].c)) break;
       groups.emplace_back();
       end = next;
@@ -300,21 +390,9 @@ bool LooksLikeCardNumber(std::string_view text) {
 }
 
 bool IdentifierHoldsCardNumber(std::string_view value) {
-  constexpr size_t kHexDigits = 64;
-  const auto is_hex = [](char c) { return IsDigit(c) || (c >= 'a' && c <= 'f'); };
-  bool server_hex = false;
-  if (value.size() >= kHexDigits && std::all_of(value.end() - kHexDigits, value.end(), is_hex)) {
-    const std::string_view prefix = value.substr(0, value.size() - kHexDigits);
-    const auto key_id_char = [](char c) {
-      return IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
-    };
-    server_hex = prefix.empty() || prefix == "sha256:" ||
-                 (prefix.size() >= 2 && prefix.size() <= 33 && prefix.back() == '_' &&
-                  std::all_of(prefix.begin(), prefix.end() - 1, key_id_char));
-  }
-  if (!server_hex) return LooksLikeCardNumber(value);
-  const std::string_view hex = value.substr(value.size() - kHexDigits);
-  return std::all_of(hex.begin(), hex.end(), IsDigit) && LooksLikeCardNumber(hex);
+  const std::optional<std::string_view> hex = ServerHexOf(value);
+  if (!hex.has_value()) return LooksLikeCardNumber(value);
+  return std::all_of(hex->begin(), hex->end(), IsDigit) && LooksLikeCardNumber(*hex);
 }
 
 Status RefuseCardNumberIn(std::string_view value, const char* field) {
@@ -327,33 +405,30 @@ Status RefuseCardNumberIn(std::string_view value, const char* field) {
 
 bool ContainsPan(std::string_view text) {
   bool found = false;
-  ForEachPanRun(Normalize(text), [&](size_t, size_t) { found = true; });
+  ForEachPanRun(Normalize(text), PanRule::kFreeText, [&](size_t, size_t) { found = true; });
   return found;
 }
 
-std::string RedactPans(std::string_view text, int* redactions, HexWords hex_words) {
+std::string RedactPans(std::string_view text, int* redactions, PanRule rule) {
   const std::vector<Unit> units = Normalize(text);
   std::string out;
   size_t copied = 0;
   int count = 0;
-  ForEachPanRun(units, [&](size_t first, size_t last) {
-    if (hex_words == HexWords::kLeave &&
-        ((first > 0 && units[first - 1].c == 'h') || (last + 1 < units.size() && units[last + 1].c == 'h'))) {
-      // A run inside a word of letters, digits, ':', '_' and '-' (a digest "sha256:...", a
-      // token, "card4111111111111111-2026") is judged with its word as ids are
-      // (IdentifierHoldsCardNumber); a run reaching past its word (spaces in it) by the free-text
-      // rule, as any other.
+  ForEachPanRun(units, rule, [&](size_t first, size_t last) {
+    if (rule == PanRule::kLogLine) {
+      // A run inside a token or digest txscore made (its word: letters, digits, ':', '_' and
+      // '-') is judged as IdentifierHoldsCardNumber judges the word.
       const auto in_word = [](char c) {
         return IsDigit(c) || c == 'h' || c == 'a' || c == ':' || c == '_' || c == '-';
       };
-      size_t word_first = first, word_last = last;
       bool inside = true;
       for (size_t u = first; u <= last && inside; ++u) inside = in_word(units[u].c);
+      size_t word_first = first, word_last = last;
       while (word_first > 0 && in_word(units[word_first - 1].c)) --word_first;
       while (word_last + 1 < units.size() && in_word(units[word_last + 1].c)) ++word_last;
       const std::string_view word =
           text.substr(units[word_first].begin, units[word_last].end - units[word_first].begin);
-      if (inside && !IdentifierHoldsCardNumber(word)) return;
+      if (inside && ServerHexOf(word).has_value() && !IdentifierHoldsCardNumber(word)) return;
     }
     out.append(text.substr(copied, units[first].begin - copied));
     out.append(kRedactedPan);

@@ -30,15 +30,22 @@ bool LuhnValid(std::string_view digits);
 // True when `text` holds a PAN candidate as described above.
 bool ContainsPan(std::string_view text);
 
-// `text` with each PAN candidate run (its separators and hidden characters included) replaced
-// by kRedactedPan; `redactions` (when given) receives how many runs were replaced.
-// `hex_words`: kLeave judges a run that touches one of the letters a-f (A-F) by the id rule below
-// instead (LooksLikeCardNumber's: a network's prefix and length, Luhn, zeros around it): the
-// digits of a hex digest (SHA-256 digests in log lines) hold a free-text candidate one time in
-// 40, while "card4111111111111111" is redacted all the same.
+// Which runs RedactPans replaces:
+// - kFreeText: PAN candidates as ContainsPan finds them (every 12-19 digits of a run that pass
+//   Luhn), for text people write (narratives, notes, error messages quoting input).
+// - kLogLine: for log lines, which name ids, digests and peers: a run is replaced when 13-19 of
+//   its digits in a row have a card network's prefix and length and pass Luhn, as
+//   LooksLikeCardNumber judges a card (so a card inside a longer number, in any grouping, glued
+//   to any letters: "e94111111111111111", "a41111-11111-111111"); a run inside a token or digest
+//   txscore makes is judged as IdentifierHoldsCardNumber judges its word, so their hex stays
+//   whole; and an IPv4 address, with its port, is no part of a run ("10.244.13.201:45678" stays:
+//   peers are how log lines and the audit trail name callers). A card number written as an
+//   address ("41.111.111.111:11111") is therefore not found in a log line.
+enum class PanRule { kFreeText, kLogLine };
+// `text` with each run `rule` finds (its separators and hidden characters included) replaced by
+// kRedactedPan; `redactions` (when given) receives how many runs were replaced.
 inline constexpr std::string_view kRedactedPan = "[card number redacted]";
-enum class HexWords { kRedact, kLeave };
-std::string RedactPans(std::string_view text, int* redactions = nullptr, HexWords hex_words = HexWords::kRedact);
+std::string RedactPans(std::string_view text, int* redactions = nullptr, PanRule rule = PanRule::kFreeText);
 
 // The stricter test for identifiers (request ids, merchant, claim, policy and provider ids,
 // traceparent), which are keys a caller relies on and often long numbers or hex strings,

@@ -123,7 +123,7 @@ std::string ClaimsJobSummary::ToJson() const {
               {"claims_per_s", claims_per_s()},
               {"runs", runs},
               {"pipeline_digests", pipeline_digests},
-              {"input", input},
+              {"input", RedactPans(input)},  // a file named after a card number is no reason to keep one
               {"input_sha256", input_sha256}};
   if (!shard.empty()) doc["shard"] = shard;
   return doc.dump(2);

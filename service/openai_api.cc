@@ -28,14 +28,14 @@ struct ApiError {
   std::string code;   // e.g. "model_not_found", or empty
 };
 
-// Every API error's body passes here: its message may quote the caller's text (a model name),
-// so card numbers in it are redacted as InvalidArgument's are.
+// Every API error's body passes here: its message and param may quote the caller's text (a model
+// name, a field's name), so card numbers in them are redacted as InvalidArgument's are.
 Json ErrorJson(const ApiError& e) {
   const char* type = e.status == 429 ? "rate_limit_error" : e.status >= 500 ? "server_error" : "invalid_request_error";
   return {{"error",
            {{"message", RedactCardNumbersIn(e.message)},
             {"type", type},
-            {"param", e.param.empty() ? Json(nullptr) : Json(e.param)},
+            {"param", e.param.empty() ? Json(nullptr) : Json(RedactCardNumbersIn(e.param))},
             {"code", e.code.empty() ? Json(nullptr) : Json(e.code)}}}};
 }
 

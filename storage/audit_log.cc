@@ -18,7 +18,9 @@ namespace {
 // caller's id, a refusal's detail, the LLM's summary, a rule's name): every string about to be
 // stored, object keys included, is scanned. An entry is hash-chained, so a card number written
 // once could never be removed without breaking the chain. Identifiers a caller relies on
-// (`identifiers`: request ids, tokens, versions, the bundle digest) are scanned by the id rule
+// (`identifiers`: request ids, tokens, versions, the bundle digest; the caller, an identity and
+// the peer's address, "txscore-client (10.244.13.201:45678)", whose numbers the free-text rule
+// would read as a card one time in two) are scanned by the id rule
 // and replaced whole, so that a long numeric id is kept, the hex txscore makes (a card token, a
 // digest) as a caller's card token is judged; everything else by the free-text rule
 // (common/pan_scan.h, IdentifierHoldsCardNumber).
@@ -89,7 +91,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
   };
   if (r.findings) doc["findings"] = FindingsToJson<nlohmann::json>(*r.findings);
   return DumpRedacted(std::move(doc), {"request_id", "card_token", "model_id", "model_version", "pipeline_version",
-                                       "pipeline_digest", "traceparent"});
+                                       "pipeline_digest", "traceparent", "caller"});
 }
 
 Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
@@ -143,7 +145,7 @@ std::string EncodeAuditAction(const AuditAction& a) {
   nlohmann::ordered_json doc = {{"kind", "action"},   {"time_us", a.time_us}, {"action", a.action},
                                 {"caller", a.caller}, {"target", a.target},   {"outcome", a.outcome},
                                 {"detail", a.detail}};
-  return DumpRedacted(std::move(doc), {});
+  return DumpRedacted(std::move(doc), {"caller"});
 }
 
 bool IsAuditAction(const std::string& json_text) { return json_text.rfind("{\"kind\":\"action\"", 0) == 0; }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -87,9 +88,11 @@ TEST_F(LoggingTest, QuotesNewlinesAndBytesThatAreNotUtf8StayInOneValidJsonLine) 
 }
 
 // Whatever a message quotes (a caller's job id or file name), no card number is written, in
-// either format; the digits of a hex digest stay as they are.
+// either format; the digits of a digest txscore made stay as they are.
 TEST_F(LoggingTest, ACardNumberInAMessageIsRedactedInEitherFormatAndDigestsStay) {
-  const std::string digest = "sha256:412345678901234567abcdef0123456789012345678901234567890123456789";
+  // sha256("txscore pipeline bundle 123"): its digits 3774381013054796 hold an Amex-shaped run.
+  const std::string hex = "ac9b1680c1171d8c337f244c3774381013054796f43d212966aa8b659e556703";
+  const std::string digest = "sha256:" + hex;
   for (LogFormat format : {LogFormat::kJson, LogFormat::kText}) {
     ConfigureLogging({.level = "info", .format = format});
     const auto lines = LinesLoggedBy([&] {
@@ -107,7 +110,9 @@ TEST_F(LoggingTest, ACardNumberInAMessageIsRedactedInEitherFormatAndDigestsStay)
         EXPECT_EQ(line.find(card), std::string::npos) << line;
       }
     }
-    ASSERT_TRUE(ContainsPan(digest));  // so the digest would be cut, were hex words not left alone
+    // So the digest would be cut, were the forms txscore makes not judged as their words.
+    ASSERT_EQ(RedactPans("v" + hex, nullptr, PanRule::kLogLine),
+              "vac9b1680c1171d8c337f244c[card number redacted]f43d212966aa8b659e556703");
     EXPECT_NE(lines[0].find("claims_job_status on [card number redacted]: denied"), std::string::npos) << lines[0];
     EXPECT_NE(lines[1].find("cannot read /in/[card number redacted].jsonl"), std::string::npos) << lines[1];
     EXPECT_NE(lines[2].find("a library's line: [card number redacted]"), std::string::npos) << lines[2];
@@ -122,14 +127,57 @@ TEST_F(LoggingTest, ACardNumberInAMessageIsRedactedInEitherFormatAndDigestsStay)
   }
 }
 
-TEST_F(LoggingTest, ARequestIdHoldingACardInsideALongerRunIsRedactedInTheJsonLine) {
+// The ids a request is logged with passed the id rule, which leaves a card inside a longer
+// digit run or in groups not printed as cards are: the line that names them, as the pipeline
+// writes it, holds no card in either format, in its message, request_id or trace_id; ids of
+// the recommended shapes and peers' addresses (both of which read as cards without the address
+// rule) stay whole.
+TEST_F(LoggingTest, ACardInARequestOrTraceIdReachesNoPartOfTheLineThatNamesIt) {
+  const std::vector<std::pair<std::string, std::string>> cards_in_ids = {
+      {"a94111111111111111", "4111111111111111"},
+      {"a41111-11111-111111", "4111111111111111"},
+      {"e37828:22463:10005", "378282246310005"},
+      {"a41_11_11_11_11_11_11_11", "4111111111111111"},
+      {"x0005555555555554444", "5555555555554444"}};
+  const std::string trace_id = "e94111111111111111dddddddddddddd";
+  for (LogFormat format : {LogFormat::kJson, LogFormat::kText}) {
+    ConfigureLogging({.level = "info", .format = format});
+    for (const auto& [id, card] : cards_in_ids) {
+      const auto lines = LinesLoggedBy([&, id = id] {
+        const LogContext context(id, trace_id);
+        Log("pipeline").warn("stage {} failed for request {}: {}", "forensic", id, "remote: connection refused");
+        // An operator action's target is the caller's text too (a job id, a file name).
+        Log("admin").info("operator action: {} by {} on {}: {}", "claims_job_status",
+                          "txscore-client (10.244.13.201:45678)", id, "denied");
+      });
+      ASSERT_EQ(lines.size(), 2u);
+      for (const std::string& line : lines) {
+        std::string digits;  // every digit of the line, so that no grouping hides the card
+        for (char c : line) {
+          if (c >= '0' && c <= '9') digits.push_back(c);
+        }
+        EXPECT_EQ(digits.find(card), std::string::npos) << line;
+        EXPECT_EQ(digits.find("4111111111111111"), std::string::npos) << line;  // the trace id's
+      }
+      EXPECT_NE(lines[0].find("[card number redacted]: remote: connection refused"), std::string::npos) << lines[0];
+      EXPECT_NE(lines[1].find("by txscore-client (10.244.13.201:45678) on "), std::string::npos) << lines[1];
+      EXPECT_NE(lines[1].find("[card number redacted]: denied"), std::string::npos) << lines[1];
+    }
+  }
   ConfigureLogging({.level = "info", .format = LogFormat::kJson});
-  const auto lines = LinesLoggedBy([] {
-    LogContext context("a94111111111111111", "");  // passes the id rule: a card inside a longer run
-    Log("pipeline").warn("stage failed");
-  });
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(nlohmann::json::parse(lines[0])["request_id"], "a[card number redacted]") << lines[0];
+  const std::vector<std::string> kept = {"REQ-20261204-000123", "3f2b8c1e-9a4d-4e6f-8b2a-1c3d5e7f9a0b",
+                                         "txn-2026-12-04-42"};
+  for (const std::string& id : kept) {
+    const auto lines = LinesLoggedBy([&] {
+      const LogContext context(id, "4bf92f3577b34da6a3ce929d0e0e4736");
+      Log("thrift").info("request {} from 10.244.13.201:45678 on 10.203.179.214:9090 (8 workers)", id);
+    });
+    ASSERT_EQ(lines.size(), 1u);
+    const nlohmann::json line = nlohmann::json::parse(lines[0]);
+    EXPECT_EQ(line["message"], "request " + id + " from 10.244.13.201:45678 on 10.203.179.214:9090 (8 workers)");
+    EXPECT_EQ(line["request_id"], id);
+    EXPECT_EQ(line["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+  }
 }
 
 TEST_F(LoggingTest, TheTextFormatIsTimeLevelComponentAndMessage) {
@@ -155,6 +203,30 @@ TEST_F(LoggingTest, TheLevelAppliesToLoggersMadeBeforeAndAfterIt) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_NE(lines[0].find("made-before: shown"), std::string::npos) << lines[0];
   EXPECT_NE(lines[1].find("made-after: shown"), std::string::npos) << lines[1];
+}
+
+// Before anything configures logging (main() does so first thing, but a static object or a test
+// may log earlier), lines already go through the redacting formatter: a component's logger and
+// spdlog's default one. The statement runs in a process of its own (a death test in the
+// "threadsafe" style re-runs this binary for this test alone), where nothing has logged yet.
+TEST(LoggingBeforeConfiguration, ACardNumberIsRedactedFromTheFirstLine) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The child exits 0 only when both lines were written redacted; what it logged is shown on failure.
+  EXPECT_EXIT(
+      {
+        const std::vector<std::string> lines = LinesLoggedBy([] {
+          Log("early").warn("card {}", "4111111111111111");
+          spdlog::warn("a library's card {}", "5555 5555 5555 4444");
+        });
+        const bool redacted = lines.size() == 2 &&
+                              lines[0].find("early: card [card number redacted]") != std::string::npos &&
+                              lines[1].find("a library's card [card number redacted]") != std::string::npos &&
+                              lines[0].find("4111111111111111") == std::string::npos &&
+                              lines[1].find("5555 5555 5555 4444") == std::string::npos;
+        for (const std::string& line : lines) std::fprintf(stderr, "logged: %s\n", line.c_str());
+        std::exit(redacted ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(ParseLogFormat, KnowsJsonAndTextOnly) {

@@ -446,6 +446,18 @@ TEST_F(RpcServerTest, NestingDeeperThanTheRecursionLimitClosesTheConnection) {
   ExpectStillServing();
 }
 
+// Fails the test for any number 737 in `value` (at `path`), the timings aside.
+void ExpectNoNumber737(const nlohmann::json& value, const std::string& path) {
+  if (value.is_number()) {
+    EXPECT_NE(value.get<double>(), 737.0) << "737 at " << path;
+  } else if (value.is_structured()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      const std::string key = value.is_object() ? it.key() : "[]";
+      if (key != "timings_us") ExpectNoNumber737(it.value(), path + "/" + key);
+    }
+  }
+}
+
 // No PAN and no card verification code in the database: its files as bytes (the WAL, table
 // files), and every key and value of every column family as RocksDB decodes them (table files
 // may be compressed, where a byte scan would see nothing either way).
@@ -472,7 +484,7 @@ TEST_F(RpcServerTest, TheDatabaseHoldsNoPanAndNoCardVerificationCode) {
   EXPECT_EQ(pans.size(), 10u);
   auto db = storage::Database::Open(db_path_, {.read_only = true});
   ASSERT_TRUE(db.ok()) << db.error().ToString();
-  size_t entries = 0;
+  size_t entries = 0, json_records = 0;
   for (storage::ColumnFamily cf :
        {storage::ColumnFamily::kEntityState, storage::ColumnFamily::kAudit, storage::ColumnFamily::kJobs}) {
     ASSERT_TRUE((*db)
@@ -482,16 +494,22 @@ TEST_F(RpcServerTest, TheDatabaseHoldsNoPanAndNoCardVerificationCode) {
                                     const std::string entry = std::string(key) + "\n" + std::string(value);
                                     for (const std::string& pan : pans)
                                       EXPECT_EQ(entry.find(pan), std::string::npos) << entry;
-                                    // Not looked for: 737 as a bare number, which a stage's
-                                    // timing in microseconds may be.
                                     for (const char* name : {"verification", "\"cvc\"", "\"cvv\"", "\"737\""}) {
                                       EXPECT_EQ(entry.find(name), std::string::npos) << name << " in " << entry;
+                                    }
+                                    // Nor 737 as a number, under any name: every number of a
+                                    // JSON record but the stages' timings, which may be 737 us.
+                                    const auto record = nlohmann::json::parse(value, nullptr, false);
+                                    if (!record.is_discarded()) {
+                                      ++json_records;
+                                      ExpectNoNumber737(record, "");
                                     }
                                     return true;
                                   })
                     .ok());
   }
   EXPECT_GE(entries, 30u);  // 10 cards' state and 20 decisions at least
+  EXPECT_GE(json_records, 10u);
 }
 
 // How many times `digits` (ASCII digits, given shifted by +17 so that this function's own

@@ -146,6 +146,29 @@ TEST(AuditLog, ATokensOrDigestsHexIsKeptThoughADigitRunInItIsCardShaped) {
   EXPECT_EQ(DecodeAuditRecord(EncodeAuditRecord(record)).value().card_token, "[card number redacted]");
 }
 
+// The caller is an identity and the peer's address, whose numbers the free-text rule reads as a
+// card about one time in two (10.244.13.201:45678 joined is a UATP-shaped number): judged by the
+// id rule, an address stays, in decision records, operator actions and refusals alike, while an
+// identity holding a card number is still refused.
+TEST(AuditLog, ACallersAddressIsKeptAndACardInItsIdentityIsNot) {
+  ASSERT_TRUE(ContainsPan("10.244.13.201:45678"));
+  for (const std::string& caller :
+       {std::string("txscore-client (10.244.13.201:45678)"), std::string("unauthenticated 10.149.138.237:23722")}) {
+    AuditRecord record;
+    record.request_id = "r1";
+    record.decision = "APPROVE";
+    record.caller = caller;
+    EXPECT_EQ(DecodeAuditRecord(EncodeAuditRecord(record)).value().caller, caller);
+    const AuditAction action{1, "reload", caller, "", "denied", ""};
+    EXPECT_EQ(DecodeAuditAction(EncodeAuditAction(action)).value().caller, caller);
+  }
+  AuditRecord record;
+  record.request_id = "r1";
+  record.decision = "APPROVE";
+  record.caller = "4111111111111111 (10.0.0.1:5)";
+  EXPECT_EQ(DecodeAuditRecord(EncodeAuditRecord(record)).value().caller, "[card number redacted]");
+}
+
 TEST(AuditLog, EveryStoredStringHasItsCardNumbersRedactedWhateverTheField) {
   const std::string pan = "4000 0012 3456 7899";
   const std::string wide =
@@ -197,7 +220,7 @@ TEST(AuditLog, EveryStoredStringHasItsCardNumbersRedactedWhateverTheField) {
   EXPECT_FALSE(ContainsPan(stored_action)) << stored_action;
   EXPECT_TRUE(IsAuditAction(stored_action));
   const AuditAction action_back = DecodeAuditAction(stored_action).value();
-  EXPECT_EQ(action_back.caller, "op [card number redacted]");
+  EXPECT_EQ(action_back.caller, "[card number redacted]");  // an identifier: replaced whole
   EXPECT_EQ(action_back.target, "in/[card number redacted].jsonl");
   EXPECT_EQ(action_back.detail, "claims[1]: incident_date: \"[card number redacted]\" is not a date");
 }
