@@ -22,4 +22,8 @@ Result<HostPort> ParseHostPort(const std::string& text) {
   return out;
 }
 
+std::string PeerText(const std::string& address, bool is_v6, unsigned short port) {
+  return (is_v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+}
+
 }  // namespace txscore

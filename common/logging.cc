@@ -113,6 +113,14 @@ LoggingState& State() {
   return *state;
 }
 
+// Built while the program starts, so that spdlog's default logger redacts from the first line
+// whatever logs it, before main() configures logging. init_priority puts it before every static
+// object of the program that has none (theirs run in link order, the executable's first).
+struct RedactingFromTheStart {
+  RedactingFromTheStart() { State(); }
+};
+__attribute__((init_priority(101))) const RedactingFromTheStart kRedactingFromTheStart;
+
 }  // namespace
 
 void ConfigureLogging(const LoggingOptions& options) {

@@ -4,6 +4,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/logged_id.h"
+
 namespace txscore {
 namespace {
 
@@ -147,36 +149,45 @@ std::vector<Unit> Normalize(std::string_view text) {
   return units;
 }
 
+// The networks' issuer prefixes and the lengths they issue.
+struct IssuerRange {
+  int prefix_digits;
+  int low, high;  // prefix range, inclusive
+  size_t min_length, max_length;
+};
+constexpr IssuerRange kIssuerRanges[] = {
+    {1, 4, 4, 13, 13},       {1, 4, 4, 16, 16},       {1, 4, 4, 19, 19},    // Visa
+    {2, 51, 55, 16, 16},     {4, 2221, 2720, 16, 16},                       // Mastercard
+    {2, 34, 34, 15, 15},     {2, 37, 37, 15, 15},                           // Amex
+    {3, 300, 305, 14, 19},   {2, 36, 36, 14, 19},     {2, 38, 39, 14, 19},  // Diners
+    {4, 3528, 3589, 16, 19},                                                // JCB
+    {4, 6011, 6011, 16, 19}, {3, 644, 649, 16, 19},   {2, 65, 65, 16, 19},  // Discover
+    {2, 62, 62, 16, 19},                                                    // UnionPay
+    {4, 2200, 2204, 16, 19},                                                // Mir
+    {2, 81, 82, 16, 19},                                                    // RuPay
+    {4, 9792, 9792, 16, 19},                                                // Troy
+    {1, 1, 1, 15, 15},                                                      // UATP
+    {2, 50, 50, 13, 19},     {2, 56, 69, 13, 19},                           // Maestro, but its rare 12-digit cards
+};
+
+// The number the first `count` (1-4) of `digits` make.
+int PrefixOf(std::string_view digits, int count) {
+  int value = 0;
+  for (int k = 0; k < count; ++k) value = value * 10 + (digits[static_cast<size_t>(k)] - '0');
+  return value;
+}
+
 // Whether `digits` starts with an issuer prefix of a network that issues this length.
-bool IssuedLength(const std::string& digits) {
-  struct Range {
-    int prefix_digits;
-    int low, high;  // prefix range, inclusive
-    size_t min_length, max_length;
-  };
-  static constexpr Range kRanges[] = {
-      {1, 4, 4, 13, 13},       {1, 4, 4, 16, 16},       {1, 4, 4, 19, 19},    // Visa
-      {2, 51, 55, 16, 16},     {4, 2221, 2720, 16, 16},                       // Mastercard
-      {2, 34, 34, 15, 15},     {2, 37, 37, 15, 15},                           // Amex
-      {3, 300, 305, 14, 19},   {2, 36, 36, 14, 19},     {2, 38, 39, 14, 19},  // Diners
-      {4, 3528, 3589, 16, 19},                                                // JCB
-      {4, 6011, 6011, 16, 19}, {3, 644, 649, 16, 19},   {2, 65, 65, 16, 19},  // Discover
-      {2, 62, 62, 16, 19},                                                    // UnionPay
-      {4, 2200, 2204, 16, 19},                                                // Mir
-      {2, 81, 82, 16, 19},                                                    // RuPay
-      {4, 9792, 9792, 16, 19},                                                // Troy
-      {1, 1, 1, 15, 15},                                                      // UATP
-      {2, 50, 50, 13, 19},     {2, 56, 69, 13, 19},                           // Maestro, but its rare 12-digit cards
-  };
-  for (const Range& r : kRanges) {
+bool IssuedLength(std::string_view digits) {
+  for (const IssuerRange& r : kIssuerRanges) {
     if (digits.size() < r.min_length || digits.size() > r.max_length) continue;
-    const int prefix = std::stoi(digits.substr(0, static_cast<size_t>(r.prefix_digits)));
+    const int prefix = PrefixOf(digits, r.prefix_digits);
     if (prefix >= r.low && prefix <= r.high) return true;
   }
   return false;
 }
 
-bool CardShaped(const std::string& digits) {
+bool CardShaped(std::string_view digits) {
   return digits.size() >= 12 && digits.size() <= 19 && IssuedLength(digits) && LuhnValid(digits);
 }
 
@@ -189,11 +200,20 @@ bool HoldsLuhnWindow(const std::string& digits) {
   return false;
 }
 
-// Whether some of `digits` in a row have a card network's prefix and length and pass Luhn.
-bool HoldsCardShapedWindow(const std::string& digits) {
-  for (size_t length = 13; length <= 19 && length <= digits.size(); ++length) {
-    for (size_t start = 0; start + length <= digits.size(); ++start) {
-      if (CardShaped(digits.substr(start, length))) return true;
+// Whether some of `digits` in a row have a card network's prefix and length and pass Luhn. Each
+// start is tried against the prefixes first, so a long run costs a few comparisons a digit
+// (log lines can quote long numbers, and the formatter runs under the sink's lock).
+// `starts_before`: only windows that begin before that digit.
+bool HoldsCardShapedWindow(std::string_view digits, size_t starts_before = std::string_view::npos) {
+  for (size_t start = 0; start + 13 <= digits.size() && start < starts_before; ++start) {
+    const std::string_view rest = digits.substr(start);
+    for (const IssuerRange& r : kIssuerRanges) {
+      const int prefix = PrefixOf(rest, r.prefix_digits);
+      if (prefix < r.low || prefix > r.high) continue;
+      for (size_t length = std::max<size_t>(r.min_length, 13); length <= r.max_length && length <= rest.size();
+           ++length) {
+        if (LuhnValid(rest.substr(0, length))) return true;
+      }
     }
   }
   return false;
@@ -211,8 +231,8 @@ long NumberAt(const std::vector<Unit>& units, size_t* at, size_t max_digits) {
 }
 
 // Whether an IPv4 address ("10.244.13.201", four numbers 0-255 joined by dots), with a port or
-// not (":45678"), starts at units[i]; *end is then just past it. Log lines name their peers so.
-bool AddressAt(const std::vector<Unit>& units, size_t i, size_t* end) {
+// not (":45678"), starts at units[i]; *end is then just past it.
+bool PlainAddressAt(const std::vector<Unit>& units, size_t i, size_t* end) {
   if (i > 0 && (IsDigit(units[i - 1].c) || units[i - 1].c == '.')) return false;
   size_t at = i;
   for (int octet = 0; octet < 4; ++octet) {
@@ -231,20 +251,113 @@ bool AddressAt(const std::vector<Unit>& units, size_t i, size_t* end) {
   return true;
 }
 
+// An address as log lines name their peers, to be left out of runs: *end is just past what to
+// leave. Digits that follow it within kMaxSeparators, beginning no other address ("10.0.0.1:5000,
+// 10.0.0.2:5000"), may continue a card its numbers began: after a port, the port is left to join
+// them ("10.0.0.7:5555 5555 5555 4444"); without one, the whole address ("41.111.111.111 11111").
+bool AddressAt(const std::vector<Unit>& units, size_t i, size_t* end) {
+  if (!PlainAddressAt(units, i, end)) return false;
+  size_t next = *end;
+  while (next < units.size() && next - *end < kMaxSeparators && IsSeparator(units[next].c)) ++next;
+  if (next == *end || next >= units.size() || !IsDigit(units[next].c)) return true;
+  size_t next_end = 0;
+  if (PlainAddressAt(units, next, &next_end)) return true;
+  size_t port = *end;
+  while (port > i && IsDigit(units[port - 1].c)) --port;
+  if (port == i || units[port - 1].c != ':') return false;
+  *end = port;
+  return true;
+}
+
+// Whether a valid IPv6 address in brackets, with a port or not ("[fd00:10:244:81::8675]:40583",
+// as log lines and the trail name IPv6 peers: common/host_port.h), starts at units[i] (its '[')
+// and is to be left out of runs; *end is then just past what to leave. Not left: one whose
+// numbers, joined as runs are, hold a card-shaped number ("[2001:db8::4111:1111:1111:1111]": an
+// attacker chooses the low half of their source address); and as for IPv4 (AddressAt), digits
+// that follow join its port, or the whole address where it has none.
+bool BracketedAddressAt(const std::vector<Unit>& units, size_t i, size_t* end) {
+  if (units[i].c != '[') return false;
+  const auto is_hex = [](char c) { return IsDigit(c) || c == 'h'; };
+  size_t at = i + 1;
+  int groups = 0;
+  bool elided = false;  // "::" seen
+  while (at < units.size() && units[at].c != ']') {
+    if (units[at].c == ':') {
+      if (at + 1 < units.size() && units[at + 1].c == ':') {
+        if (elided) return false;
+        elided = true;
+        at += 2;
+        continue;
+      }
+      if (groups == 0) return false;
+      ++at;
+      continue;
+    }
+    size_t group_end = at;
+    while (group_end < units.size() && group_end - at < 5 && is_hex(units[group_end].c)) ++group_end;
+    if (group_end == at) return false;
+    if (group_end < units.size() && units[group_end].c == '.') {  // a dotted quad ends it: "::ffff:10.0.0.1"
+      size_t quad_end = 0;
+      if (!PlainAddressAt(units, at, &quad_end) || quad_end >= units.size() || units[quad_end].c != ']') return false;
+      groups += 2;
+      at = quad_end;
+      break;
+    }
+    if (group_end - at > 4) return false;
+    ++groups;
+    at = group_end;
+  }
+  if (at >= units.size() || units[at].c != ']' || groups > 8 || (!elided && groups != 8) || (elided && groups > 7)) {
+    return false;
+  }
+  // Its numbers joined as a run would join them.
+  std::string digits;
+  for (size_t u = i + 1; u < at; ++u) {
+    if (IsDigit(units[u].c)) {
+      digits.push_back(units[u].c);
+    } else if (units[u].c == 'h') {
+      if (HoldsCardShapedWindow(digits)) return false;
+      digits.clear();
+    }
+  }
+  if (HoldsCardShapedWindow(digits)) return false;
+  ++at;  // past ']'
+  size_t port = 0;
+  if (at + 1 < units.size() && units[at].c == ':' && IsDigit(units[at + 1].c)) {
+    port = at + 1;
+    size_t port_end = port;
+    const long value = NumberAt(units, &port_end, 5);
+    if (value < 0 || value > 65535) return false;
+    at = port_end;
+  }
+  *end = at;
+  size_t next = at;
+  while (next < units.size() && next - at < kMaxSeparators && IsSeparator(units[next].c)) ++next;
+  if (next == at || next >= units.size() || !IsDigit(units[next].c)) return true;
+  if (port == 0) return false;
+  *end = port;
+  return true;
+}
+
 // Calls `on_pan(first, last)` with the units of each PAN candidate run, in order: digits with up
 // to kMaxSeparators separators between them, holding what `rule` looks for. kLogLine: an IPv4
 // address is no part of a run.
 template <typename F>
-void ForEachPanRun(const std::vector<Unit>& units, PanRule rule, F on_pan) {
+void ForEachPanRun(const std::vector<Unit>& units, PanRule rule, F on_pan, bool leave_addresses = true) {
   const bool log_line = rule == PanRule::kLogLine;
+  const bool addresses = log_line && leave_addresses;
   size_t i = 0;
   while (i < units.size()) {
+    size_t address_end = 0;
+    if (addresses && BracketedAddressAt(units, i, &address_end)) {
+      i = address_end;
+      continue;
+    }
     if (!IsDigit(units[i].c)) {
       ++i;
       continue;
     }
-    size_t address_end = 0;
-    if (log_line && AddressAt(units, i, &address_end)) {
+    if (addresses && AddressAt(units, i, &address_end)) {
       i = address_end;
       continue;
     }
@@ -260,7 +373,7 @@ void ForEachPanRun(const std::vector<Unit>& units, PanRule rule, F on_pan) {
       size_t k = j;
       while (k < units.size() && k - j < kMaxSeparators && IsSeparator(units[k].c)) ++k;
       if (k == j || k >= units.size() || !IsDigit(units[k].c)) break;
-      if (log_line && AddressAt(units, k, &address_end)) break;
+      if (addresses && AddressAt(units, k, &address_end)) break;
       j = k;
     }
     const bool found = log_line ? HoldsCardShapedWindow(digits) : digits.size() >= 12 && HoldsLuhnWindow(digits);
@@ -273,7 +386,7 @@ void ForEachPanRun(const std::vector<Unit>& units, PanRule rule, F on_pan) {
 // 32 digits, a 64-digit token, "04111111111111111"). Behind, the padding cannot be told from the
 // card's own trailing zeros, so every card length that ends in the padding is tried (a card never
 // begins with 0).
-bool CardShapedOrZeroPadded(const std::string& digits) {
+bool CardShapedOrZeroPadded(std::string_view digits) {
   if (CardShaped(digits)) return true;
   const size_t first = digits.find_first_not_of('0');
   if (first == std::string::npos) return false;
@@ -323,6 +436,59 @@ std::optional<std::string_view> ServerHexOf(std::string_view value) {
   if (!made_here) return std::nullopt;
   return value.substr(prefix.size());
 }
+
+bool IdentifierHoldsCardNumberImpl(std::string_view value);
+
+// Which card-shaped runs the log-line rule leaves: those wholly inside the 64 hex digits of a
+// word shaped as a token or digest txscore makes (its word: letters, digits, ':', '_' and '-'),
+// when IdentifierHoldsCardNumber finds no card in the word. A run that begins in the key id in
+// front is the caller's text and judged as any run is. Each word's bounds are found once, so a
+// long line of many runs costs no more than its length.
+class MadeFormWords {
+ public:
+  MadeFormWords(const std::vector<Unit>& units, std::string_view text) : units_(units), text_(text) {}
+
+  bool Leaves(size_t first, size_t last) {
+    for (size_t u = first; u <= last; ++u) {
+      if (!InWord(units_[u].c)) return false;
+    }
+    if (!has_word_ || first < word_first_ || first > word_last_) FindWord(first);
+    if (leaves_runs_from_ == kNone || last > word_last_) return false;
+    if (units_[first].begin >= leaves_runs_from_) return true;  // wholly inside the hex
+    // Begun in the key id: cut only for a card-shaped window that begins there (one wholly in
+    // the hex's leading digits is the hex's chance, as above).
+    std::string digits;
+    size_t in_key_id = 0;
+    for (size_t u = first; u <= last; ++u) {
+      if (!IsDigit(units_[u].c)) continue;
+      digits.push_back(units_[u].c);
+      if (units_[u].begin < leaves_runs_from_) ++in_key_id;
+    }
+    return !HoldsCardShapedWindow(digits, in_key_id);
+  }
+
+ private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  static bool InWord(char c) { return IsDigit(c) || c == 'h' || c == 'a' || c == ':' || c == '_' || c == '-'; }
+
+  void FindWord(size_t at) {
+    word_first_ = word_last_ = at;
+    while (word_first_ > 0 && InWord(units_[word_first_ - 1].c)) --word_first_;
+    while (word_last_ + 1 < units_.size() && InWord(units_[word_last_ + 1].c)) ++word_last_;
+    has_word_ = true;
+    const size_t begin = units_[word_first_].begin;
+    const std::string_view word = text_.substr(begin, units_[word_last_].end - begin);
+    const std::optional<std::string_view> hex = ServerHexOf(word);
+    leaves_runs_from_ =
+        hex.has_value() && !IdentifierHoldsCardNumberImpl(word) ? begin + word.size() - hex->size() : kNone;
+  }
+
+  const std::vector<Unit>& units_;
+  std::string_view text_;
+  bool has_word_ = false;
+  size_t word_first_ = 0, word_last_ = 0;
+  size_t leaves_runs_from_ = kNone;  // byte offset of the word's hex, when its runs are left
+};
 
 }  // namespace
 
@@ -389,17 +555,46 @@ bool LooksLikeCardNumber(std::string_view text) {
   return false;
 }
 
-bool IdentifierHoldsCardNumber(std::string_view value) {
+bool IdentifierHoldsCardNumber(std::string_view value) { return IdentifierHoldsCardNumberImpl(value); }
+
+namespace {
+
+bool IdentifierHoldsCardNumberImpl(std::string_view value) {
   const std::optional<std::string_view> hex = ServerHexOf(value);
   if (!hex.has_value()) return LooksLikeCardNumber(value);
-  return std::all_of(hex->begin(), hex->end(), IsDigit) && LooksLikeCardNumber(*hex);
+  if (std::all_of(hex->begin(), hex->end(), IsDigit)) return LooksLikeCardNumber(value);
+  // The key id in front is the caller's text as much as the rest: it is judged with the digits
+  // that continue it ("4111111111111111_" and hex, "41111111_11111111" and hex letters), but a
+  // card those digits make alone is the hex's chance, as above.
+  const std::string_view prefix = value.substr(0, value.size() - hex->size());
+  const std::string_view leading = hex->substr(0, std::find_if_not(hex->begin(), hex->end(), IsDigit) - hex->begin());
+  return LooksLikeCardNumber(prefix) ||
+         (LooksLikeCardNumber(value.substr(0, prefix.size() + leading.size())) && !LooksLikeCardNumber(leading));
 }
+
+}  // namespace
 
 Status RefuseCardNumberIn(std::string_view value, const char* field) {
   if (!LooksLikeCardNumber(value)) return Status::Ok();
   return InvalidArgument(
       "holds what looks like a card number (a Luhn-valid run of digits with a card network's prefix and length); "
       "card numbers belong in card_number only",
+      field);
+}
+
+Status RefuseCardNumberInLoggedId(std::string_view value, const char* field) {
+  if (Status refused = RefuseCardNumberIn(value, field); !refused.ok()) return refused;
+  // What a log line would keep of the id, scanned again with nothing left out (no address, no
+  // token's hex): a card-shaped run still there is one the log-line rule leaves.
+  const std::string logged = RedactPans(value, nullptr, PanRule::kLogLine);
+  bool left = false;
+  ForEachPanRun(
+      Normalize(logged), PanRule::kLogLine, [&](size_t, size_t) { left = true; }, /*leave_addresses=*/false);
+  if (!left) return Status::Ok();
+  return InvalidArgument(
+      "holds what looks like a card number (a Luhn-valid run of digits with a card network's prefix and length, "
+      "written as an address or in a word shaped as the tokens txscore makes); card numbers belong in card_number "
+      "only",
       field);
 }
 
@@ -414,22 +609,9 @@ std::string RedactPans(std::string_view text, int* redactions, PanRule rule) {
   std::string out;
   size_t copied = 0;
   int count = 0;
+  MadeFormWords made_forms(units, text);
   ForEachPanRun(units, rule, [&](size_t first, size_t last) {
-    if (rule == PanRule::kLogLine) {
-      // A run inside a token or digest txscore made (its word: letters, digits, ':', '_' and
-      // '-') is judged as IdentifierHoldsCardNumber judges the word.
-      const auto in_word = [](char c) {
-        return IsDigit(c) || c == 'h' || c == 'a' || c == ':' || c == '_' || c == '-';
-      };
-      bool inside = true;
-      for (size_t u = first; u <= last && inside; ++u) inside = in_word(units[u].c);
-      size_t word_first = first, word_last = last;
-      while (word_first > 0 && in_word(units[word_first - 1].c)) --word_first;
-      while (word_last + 1 < units.size() && in_word(units[word_last + 1].c)) ++word_last;
-      const std::string_view word =
-          text.substr(units[word_first].begin, units[word_last].end - units[word_first].begin);
-      if (inside && ServerHexOf(word).has_value() && !IdentifierHoldsCardNumber(word)) return;
-    }
+    if (rule == PanRule::kLogLine && made_forms.Leaves(first, last)) return;
     out.append(text.substr(copied, units[first].begin - copied));
     out.append(kRedactedPan);
     copied = units[last].end;

@@ -39,8 +39,10 @@ bool ContainsPan(std::string_view text);
 //   to any letters: "e94111111111111111", "a41111-11111-111111"); a run inside a token or digest
 //   txscore makes is judged as IdentifierHoldsCardNumber judges its word, so their hex stays
 //   whole; and an IPv4 address, with its port, is no part of a run ("10.244.13.201:45678" stays:
-//   peers are how log lines and the audit trail name callers). A card number written as an
-//   address ("41.111.111.111:11111") is therefore not found in a log line.
+//   peers are how log lines and the audit trail name callers) unless digits follow it that begin
+//   no address join its port, or the whole address where it has none ("10.0.0.7:5555 5555 5555
+//   4444"); an IPv6 address in brackets is no part of a run either. Not found in a log line: a card
+//   written as an address ("41.111.111.111:11111", "10.0.0.4:1111 1111 1111 1111"), of unlisted networks.
 enum class PanRule { kFreeText, kLogLine };
 // `text` with each run `rule` finds (its separators and hidden characters included) replaced by
 // kRedactedPan; `redactions` (when given) receives how many runs were replaced.
@@ -56,7 +58,8 @@ std::string RedactPans(std::string_view text, int* redactions = nullptr, PanRule
 // letters nor digits: "4111|1111|1111|1111", "4111 - 1111 - ..."), has the length and the prefix a card network issues
 // (Visa 4: 13, 16, 19 digits; Mastercard 51-55, 2221-2720: 16; Amex 34, 37: 15; Diners 300-305, 36, 38, 39: 14-19; JCB
 // 3528-3589, Discover 6011, 644-649, 65, UnionPay 62, Mir 2200-2204, RuPay 81-82, Troy 9792: 16-19; UATP 1: 15; Maestro
-// 50, 56-69: 13-19, leaving out its rare 12-digit cards) and passes the Luhn check. So a hex id whose digits happen to
+// 50, 56-69: 13-19, leaving out its rare 12-digit cards; not listed, so not found: domestic schemes such as UzCard
+// 8600, Humo 9860, GPN 1946 and China T-Union 31) and passes the Luhn check. So a hex id whose digits happen to
 // make a card is refused too (42 in 100,000 uuid4().hex ids). Not found by this test: a card number inside a longer
 // digit run that is not zeros ("94000001234567899"), split by more than three characters or by letters, or reversed
 // (docs/rpc.md: the id shapes to use).
@@ -67,11 +70,14 @@ bool LooksLikeCardNumber(std::string_view text);
 // lists hold): those forms' hex is an HMAC's or a hash's, whose digit runs are card-shaped one
 // time in 900 by chance, so they hold a card number only when all 64 are decimal digits and
 // LooksLikeCardNumber finds one in them (zeros around a card: as ValidateCardToken judges a
-// caller's token); any other value as LooksLikeCardNumber judges it.
+// caller's token), or when the key id in front, with the digits that continue it, holds one
+// ("4111111111111111_" and 64 hex digits); any other value as LooksLikeCardNumber judges it.
 bool IdentifierHoldsCardNumber(std::string_view value);
 
 // kInvalidArgument on `field` when LooksLikeCardNumber(value): "holds what looks like a card
-// number ...". The value itself is never quoted.
+// number ...". The value itself is never quoted. For ids that log lines and the audit trail keep
+// (a request id, a claim's ids), common/logged_id.h's RefuseCardNumberInLoggedId is stricter
+// still: it also refuses a card the log-line rule would leave in a token-shaped word.
 Status RefuseCardNumberIn(std::string_view value, const char* field);
 
 }  // namespace txscore

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/logged_id.h"
 #include "common/pan_scan.h"
 #include "common/utf8.h"
 
@@ -49,7 +50,7 @@ Status CheckId(const std::string& value, const char* field, const ClaimLimits& l
     if (c < 0x20 || c == 0x7f) return InvalidArgument(std::string(field) + " holds a control character", field);
   }
   if (!IsValidUtf8(value)) return InvalidArgument(std::string(field) + " is not valid UTF-8", field);
-  if (Status refused = RefuseCardNumberIn(value, field); !refused.ok()) {
+  if (Status refused = RefuseCardNumberInLoggedId(value, field); !refused.ok()) {  // ids outputs and logs keep
     return InvalidArgument(std::string(field) + " " + refused.error().message, field);
   }
   return Status::Ok();

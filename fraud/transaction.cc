@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/logged_id.h"
 #include "common/pan_scan.h"
 #include "fraud/country.h"
 #include "fraud/currency.h"
@@ -73,6 +74,9 @@ double Transaction::amount_major() const {
 
 Result<Transaction> ValidateTransaction(const RawTransaction& raw, const ValidationLimits& limits) {
   TXSCORE_RETURN_IF_ERROR(CheckId(raw.request_id, "request_id", limits, /*required=*/true));
+  // Log lines and the audit trail keep the request id: the stricter check (merchant and device
+  // ids are kept by neither, and a device fingerprint is often 64 hex digits).
+  TXSCORE_RETURN_IF_ERROR(RefuseCardNumberInLoggedId(raw.request_id, "request_id"));
   if (raw.timestamp_ms < kMinTimestampMs || raw.timestamp_ms >= kMaxTimestampMs) {
     return InvalidArgument("must be milliseconds since 1970-01-01 UTC between the years 2000 and 2100", "timestamp_ms");
   }

@@ -100,9 +100,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 #   them on purpose); scripts/fuzz.sh leaves it out for the same reason.
 sanitizers="-fsanitize=address,undefined -fno-sanitize=null,nonnull-attribute,returns-nonnull-attribute,enum"
 sanitizers+=" -fno-sanitize-recover=undefined"
-# -O1 -g1: about half the compile time of the main build's -O2 -g, with line numbers in every
-# report.
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+# -O0 -g1: instrumented code costs more to compile than the main build's, file for file, and
+# most of it is the optimiser (docs/testing.md, "How long it takes"); -g1 keeps line numbers in
+# every report.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -DNDEBUG" \
   -DTXSCORE_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="$sanitizers -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers" >/dev/null
 echo "asan: building the $slice slice (${#targets[@]} targets) in build-asan/"

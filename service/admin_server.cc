@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 
 namespace txscore::service {
@@ -345,7 +346,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void Start() {
     beast::error_code ec;
     const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ec);
-    caller_.address = ec ? "unknown" : peer.address().to_string() + ":" + std::to_string(peer.port());
+    caller_.address = ec ? "unknown" : PeerText(peer.address().to_string(), peer.address().is_v6(), peer.port());
     if constexpr (kTls) {
       // The closer runs on the acceptor's thread, so it posts the close to this session's
       // strand; a session already gone is left alone.

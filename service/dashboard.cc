@@ -194,7 +194,7 @@ void AddDashboardRoutes(DashboardSources sources, std::map<std::string, AdminRou
       if (asset.path == path) return AssetAnswer(asset);
     }
     return HttpResponse{404, "application/json",
-                        Json{{"error", "no such dashboard file"}, {"path", path}}.dump() + "\n"};
+                        Json{{"error", "no such dashboard file"}, {"path", RedactCardNumbersIn(path)}}.dump() + "\n"};
   };
   (*routes)["/dashboard/"] = std::move(files);
   (*routes)["/api/dashboard"] = [shared](const Caller& caller) {

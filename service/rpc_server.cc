@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/blocking_wait.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/wipe.h"
 #include "gen-cpp/TxScore.h"
@@ -392,7 +393,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // would make it non-blocking only at its first asynchronous operation).
       self->socket_.non_blocking(true, ec);
       const tcp::endpoint peer = self->socket_.remote_endpoint(ec);
-      self->address_ = ec ? "unknown" : peer.address().to_string() + ":" + std::to_string(peer.port());
+      self->address_ = ec ? "unknown" : PeerText(peer.address().to_string(), peer.address().is_v6(), peer.port());
       if (!self->shared_->tls_enabled) {
         Caller caller;
         caller.address = self->address_;

@@ -603,10 +603,14 @@ std::shared_ptr<const ActivePipeline::Version> ScoringServer::Serve(
 }
 
 void ScoringServer::RecordAction(const storage::AuditAction& action) {
-  // The target is the caller's text (a job id, a file name): the logger redacts any card number
-  // in the line (common/logging.h), as the audit trail's encoder does in the record.
-  Log("admin").info("operator action: {} by {} on {}: {}{}{}", action.action, action.caller, action.target,
-                    action.outcome, action.detail.empty() ? "" : ": ", action.detail);
+  // The target is the caller's text: a job id (16 hex digits, left whole) or anything else (a
+  // file name) by the free-text rule, stricter than the logger's, which leaves runs inside words
+  // shaped as the tokens txscore makes; the audit trail's encoder does the same in the record.
+  const bool job_id =
+      action.target.size() == 16 && action.target.find_first_not_of("0123456789abcdef") == std::string::npos;
+  Log("admin").info("operator action: {} by {} on {}: {}{}{}", action.action, action.caller,
+                    job_id ? action.target : RedactCardNumbersIn(action.target), action.outcome,
+                    action.detail.empty() ? "" : ": ", action.detail);
   // The database is open from Create's end until Stop has stopped both ports.
   const Phase phase = phase_.load();
   if (phase != Phase::kServing && phase != Phase::kDraining) {

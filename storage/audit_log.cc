@@ -18,21 +18,25 @@ namespace {
 // caller's id, a refusal's detail, the LLM's summary, a rule's name): every string about to be
 // stored, object keys included, is scanned. An entry is hash-chained, so a card number written
 // once could never be removed without breaking the chain. Identifiers a caller relies on
-// (`identifiers`: request ids, tokens, versions, the bundle digest; the caller, an identity and
-// the peer's address, "txscore-client (10.244.13.201:45678)", whose numbers the free-text rule
-// would read as a card one time in two) are scanned by the id rule
+// (`identifiers`: request ids, tokens, versions, the bundle digest) are scanned by the id rule
 // and replaced whole, so that a long numeric id is kept, the hex txscore makes (a card token, a
-// digest) as a caller's card token is judged; everything else by the free-text rule
-// (common/pan_scan.h, IdentifierHoldsCardNumber).
+// digest) as a caller's card token is judged (common/pan_scan.h, IdentifierHoldsCardNumber). The
+// caller (an identity, a peer's "via", and addresses: "txscore-client (10.244.13.201:45678)",
+// whose numbers the free-text rule would read as a card one time in two) by the rule for log
+// lines, which names callers the same way: addresses kept, a card in any grouping found.
+// Everything else by the free-text rule.
+enum class FieldRule { kFreeText, kIdentifier, kCaller };
+
 template <typename Json>
-void RedactCardNumbers(Json* value, bool identifier = false) {
+void RedactCardNumbers(Json* value, FieldRule rule = FieldRule::kFreeText) {
   if (value->is_string()) {
     const std::string& text = value->template get_ref<const std::string&>();
-    if (identifier) {
+    if (rule == FieldRule::kIdentifier) {
       if (IdentifierHoldsCardNumber(text)) *value = std::string(kRedactedPan);
     } else {
       int redactions = 0;  // one pass: RedactPans finds and replaces
-      std::string redacted = RedactPans(text, &redactions);
+      std::string redacted =
+          RedactPans(text, &redactions, rule == FieldRule::kCaller ? PanRule::kLogLine : PanRule::kFreeText);
       if (redactions > 0) *value = std::move(redacted);
     }
   } else if (value->is_array()) {
@@ -53,7 +57,9 @@ std::string DumpRedacted(Json doc, std::initializer_list<const char*> identifier
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const bool identifier = std::find_if(identifiers.begin(), identifiers.end(),
                                          [&it](const char* name) { return it.key() == name; }) != identifiers.end();
-    RedactCardNumbers(&it.value(), identifier);
+    RedactCardNumbers(&it.value(), it.key() == "caller" ? FieldRule::kCaller
+                                   : identifier         ? FieldRule::kIdentifier
+                                                        : FieldRule::kFreeText);
   }
   return doc.dump();
 }
@@ -91,7 +97,7 @@ std::string EncodeAuditRecord(const AuditRecord& r) {
   };
   if (r.findings) doc["findings"] = FindingsToJson<nlohmann::json>(*r.findings);
   return DumpRedacted(std::move(doc), {"request_id", "card_token", "model_id", "model_version", "pipeline_version",
-                                       "pipeline_digest", "traceparent", "caller"});
+                                       "pipeline_digest", "traceparent"});
 }
 
 Result<AuditRecord> DecodeAuditRecord(const std::string& json_text) {
@@ -145,7 +151,7 @@ std::string EncodeAuditAction(const AuditAction& a) {
   nlohmann::ordered_json doc = {{"kind", "action"},   {"time_us", a.time_us}, {"action", a.action},
                                 {"caller", a.caller}, {"target", a.target},   {"outcome", a.outcome},
                                 {"detail", a.detail}};
-  return DumpRedacted(std::move(doc), {"caller"});
+  return DumpRedacted(std::move(doc), {});
 }
 
 bool IsAuditAction(const std::string& json_text) { return json_text.rfind("{\"kind\":\"action\"", 0) == 0; }

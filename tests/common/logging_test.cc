@@ -206,23 +206,23 @@ TEST_F(LoggingTest, TheLevelAppliesToLoggersMadeBeforeAndAfterIt) {
 }
 
 // Before anything configures logging (main() does so first thing, but a static object or a test
-// may log earlier), lines already go through the redacting formatter: a component's logger and
-// spdlog's default one. The statement runs in a process of its own (a death test in the
-// "threadsafe" style re-runs this binary for this test alone), where nothing has logged yet.
+// may log earlier), lines already go through the redacting formatter: spdlog's default logger,
+// before any of txscore's own loggers was made, and a component's. The statement runs in a process of its own (a death
+// test in the "threadsafe" style re-runs this binary for this test alone), where nothing has logged yet.
 TEST(LoggingBeforeConfiguration, ACardNumberIsRedactedFromTheFirstLine) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   // The child exits 0 only when both lines were written redacted; what it logged is shown on failure.
   EXPECT_EXIT(
       {
         const std::vector<std::string> lines = LinesLoggedBy([] {
+          spdlog::warn("a library's card {}", "5555 5555 5555 4444");  // before any of txscore's loggers
           Log("early").warn("card {}", "4111111111111111");
-          spdlog::warn("a library's card {}", "5555 5555 5555 4444");
         });
         const bool redacted = lines.size() == 2 &&
-                              lines[0].find("early: card [card number redacted]") != std::string::npos &&
-                              lines[1].find("a library's card [card number redacted]") != std::string::npos &&
-                              lines[0].find("4111111111111111") == std::string::npos &&
-                              lines[1].find("5555 5555 5555 4444") == std::string::npos;
+                              lines[0].find("a library's card [card number redacted]") != std::string::npos &&
+                              lines[1].find("early: card [card number redacted]") != std::string::npos &&
+                              lines[0].find("5555 5555 5555 4444") == std::string::npos &&
+                              lines[1].find("4111111111111111") == std::string::npos;
         for (const std::string& line : lines) std::fprintf(stderr, "logged: %s\n", line.c_str());
         std::exit(redacted ? 0 : 1);
       },

@@ -6,6 +6,8 @@
 #include <random>
 #include <string>
 
+#include "common/logged_id.h"
+
 namespace txscore {
 namespace {
 
@@ -214,6 +216,13 @@ TEST(PanScan, HowOftenRandomIdsAndTokensLookLikeCards) {
   // A 20-digit one: 0.7 % (a card with zeros around it: only when it begins or ends in 0).
   EXPECT_EQ(numeric20, 679);
   EXPECT_EQ(hex_tokens, 2534);  // txscore's own 64-hex token form, under the free-text rule: 2.5 %
+  // A caller's id in that form is refused where a run of its digits holds a card-shaped number.
+  int hex64_ids_refused = 0;
+  std::mt19937_64 random64(6);
+  for (int i = 0; i < kSamples; ++i) {
+    hex64_ids_refused += RefuseCardNumberInLoggedId(RandomOf(random64, "0123456789abcdef", 16, 64), "id").ok() ? 0 : 1;
+  }
+  EXPECT_EQ(hex64_ids_refused, 599);  // 0.6 %: such ids are better avoided (docs/rpc.md)
 }
 
 // What txscore makes itself (card tokens, digests) is judged as a caller's card_token is: its
@@ -257,14 +266,77 @@ TEST(PanScan, TheLogLineRuleFindsCardsInAnyGroupingAndLeavesAddressesAndMadeForm
   EXPECT_EQ(log("411.111.111.111:1111"), "[card number redacted]");
   EXPECT_EQ(log("4.111.111.111.111.111"), "[card number redacted]");
   EXPECT_EQ(log("41.111.111.111:111111"), "[card number redacted]");
-  // A card after an address is found all the same.
-  EXPECT_EQ(log("10.0.0.1:443 4111 1111 1111 1111"), "10.0.0.1:443 [card number redacted]");
+  // A card after an address is found all the same, and so is one whose first groups an address
+  // (or its port) could be: digits that follow an address and begin no other join its port, or
+  // the whole address where it has none.
+  EXPECT_EQ(log("10.0.0.1:443 4111 1111 1111 1111"), "10.0.0.1:[card number redacted]");
+  EXPECT_EQ(log("peer 10.0.0.7:5555 5555 5555 4444 refused"), "peer 10.0.0.7:[card number redacted] refused");
+  EXPECT_EQ(log("1.2.3.4:4111 1111 1111 1111"), "1.2.3.4:[card number redacted]");
+  EXPECT_EQ(log("12.34.56.78:3782 822463 10005"), "12.34.56.78:[card number redacted]");
+  EXPECT_EQ(log("41.111.111.111 11111"), "[card number redacted]");
+  EXPECT_EQ(log("peers 10.0.0.1:5000, 10.0.0.2:5000 and 10.0.0.3:5000 1 left"),
+            "peers 10.0.0.1:5000, 10.0.0.2:5000 and 10.0.0.3:5000 1 left");
   // sha256("txscore pipeline bundle 123") holds 3774381013054796: kept as a digest, cut otherwise.
   const std::string hex = "ac9b1680c1171d8c337f244c3774381013054796f43d212966aa8b659e556703";
   EXPECT_EQ(log("bundle sha256:" + hex + " loaded"), "bundle sha256:" + hex + " loaded");
   EXPECT_EQ(log("token k2026_" + hex), "token k2026_" + hex);
   EXPECT_EQ(log("id v" + hex), "id vac9b1680c1171d8c337f244c[card number redacted]f43d212966aa8b659e556703");
   EXPECT_EQ(log("k1_" + std::string(48, '0') + "4111111111111111"), "k[card number redacted]");
+  // The key id in front of a token's hex is the caller's text: judged with the digits that
+  // continue it, so a card there is cut, the token's hex with it.
+  EXPECT_EQ(
+      log("on /in/4111111111111111_" + hex + ".jsonl"),
+      "on /in/[card number redacted]_ac9b1680c1171d8c337f244c[card number redacted]f43d212966aa8b659e556703.jsonl");
+  EXPECT_TRUE(IdentifierHoldsCardNumber("4111111111111111_" + hex));
+  EXPECT_TRUE(IdentifierHoldsCardNumber("pan-5555-5555-5555-4444_" + hex));
+  EXPECT_TRUE(IdentifierHoldsCardNumber("41111111_11111111" + hex.substr(8)));
+  EXPECT_FALSE(IdentifierHoldsCardNumber("k20261204_" + hex));
+  // So an id that log lines keep is refused where it comes in when a word of it has that shape
+  // and holds a card anywhere (common/logged_id.h); the plain id rule does not see those.
+  for (const std::string& id : {"4111111111111111" + hex.substr(16), "k1_ab4111111111111111" + hex.substr(18),
+                                "r.4111111111111111337" + hex.substr(19), "order/4111111111111111" + hex.substr(16),
+                                "4111111111111111" + hex.substr(16) + ".1"}) {
+    EXPECT_FALSE(IdentifierHoldsCardNumber(id.substr(id.find_first_of("0123456789k"))));
+    EXPECT_TRUE(RefuseCardNumberIn(id, "request_id").ok()) << id;
+    EXPECT_FALSE(RefuseCardNumberInLoggedId(id, "request_id").ok()) << id;
+  }
+  EXPECT_TRUE(RefuseCardNumberInLoggedId("k1_" + std::string(64, 'a'), "request_id").ok());
+  EXPECT_TRUE(RefuseCardNumberInLoggedId("3f2b8c1e-9a4d-4e6f-8b2a-1c3d5e7f9a0b", "request_id").ok());
+  // A card beginning in the key id in front of the hex is judged as any run is, however split.
+  EXPECT_EQ(log("x 411111111111_1111" + hex.substr(4)), "x [card number redacted]" + hex.substr(8));
+  EXPECT_EQ(log("x 4111-1111-1111-111_1" + hex.substr(1)), "x [card number redacted]" + hex.substr(1));
+  // IPv6 peers, in brackets as txscore names them, stay whole; a card after one is found.
+  EXPECT_EQ(log("by txscore-operator ([fd00:10:244:81::8675]:40583)"),
+            "by txscore-operator ([fd00:10:244:81::8675]:40583)");
+  EXPECT_EQ(log("[fd00::9981:6601:9009:5558]:37712 4111 1111 1111 1111"),
+            "[fd00::9981:6601:9009:5558]:[card number redacted]");
+  // Brackets hide nothing else: text that is no valid IPv6 address, one whose numbers make a
+  // card (a caller picks the low half of its address), a card around or after one.
+  for (const std::string& text :
+       {"[::4111111111111111]", "[4111.1111.1111.1111::]", "41111111[11111111::]", "4111 1111 1111 [1111::]",
+        "[::1]:4111 1111 1111 1111", "unauthenticated [2001:db8:1:2:4111:1111:1111:1111]:5555"}) {
+    EXPECT_EQ(log(text).find("1111 1111"), std::string::npos) << text;
+    EXPECT_NE(log(text).find("[card number redacted]"), std::string::npos) << text << " -> " << log(text);
+  }
+  EXPECT_EQ(log("from [::ffff:10.0.0.1]:443 and [2001:db8::1]"), "from [::ffff:10.0.0.1]:443 and [2001:db8::1]");
+  // A request id whose card the log-line rule leaves (an address) is refused where it comes in.
+  EXPECT_FALSE(RefuseCardNumberInLoggedId("r-41.111.111.111:11111", "request_id").ok());
+  EXPECT_TRUE(RefuseCardNumberIn("r-41.111.111.111:11111", "request_id").ok());
+  // txscore's own tokens: their hex is left whole in log lines, but a run begun in the key id is
+  // cut where a card-shaped number begins there (it could be a card split by the '_'), so a key
+  // id ending in digits costs some tokens their leading digits (a log line's detail, no more).
+  std::mt19937_64 random(8);
+  std::vector<int> tokens_cut;
+  for (const char* key_id : {"legacy_", "k1_", "k20261204_"}) {
+    int cut = 0;
+    for (int i = 0; i < 100000; ++i) {
+      const std::string token = key_id + RandomOf(random, "0123456789abcdef", 16, 64);
+      cut += log(token) != token ? 1 : 0;
+    }
+    tokens_cut.push_back(cut);
+  }
+  EXPECT_EQ(tokens_cut, (std::vector<int>{0, 21, 569}));  // of 100,000 each
+  EXPECT_FALSE(IdentifierHoldsCardNumber("sha256:" + hex));
 }
 
 TEST(PanScan, HowOftenTheLogLineRuleCutsIdsAndAddresses) {
@@ -295,6 +367,32 @@ TEST(PanScan, HowOftenTheLogLineRuleCutsIdsAndAddresses) {
   EXPECT_EQ(dated, 0);  // the id shape docs/rpc.md recommends
   EXPECT_EQ(addresses, 0);
   EXPECT_EQ(addresses_by_free_text, 52079);  // why addresses are left out of runs
+  // What the rule cuts that is no card: numbers written close together in a message.
+  std::mt19937_64 random_text(7);
+  const auto text_number = [&](long low, long high) {
+    return std::uniform_int_distribution<long>(low, high)(random_text);
+  };
+  int spaced_times = 0, byte_counts = 0, address_then_number = 0, iso_times = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    char text[96];
+    std::snprintf(text, sizeof text, "started 2026-%02ld-%02ld %02ld:%02ld:%02ld.%03ld ok", text_number(1, 12),
+                  text_number(1, 28), text_number(0, 23), text_number(0, 59), text_number(0, 59), text_number(0, 999));
+    spaced_times += cut(text) ? 1 : 0;
+    std::snprintf(text, sizeof text, "2026-%02ld-%02ldT%02ld:%02ld:%02ld.%06ldZ", text_number(1, 12),
+                  text_number(1, 28), text_number(0, 23), text_number(0, 59), text_number(0, 59),
+                  text_number(0, 999999));
+    iso_times += cut(text) ? 1 : 0;
+    std::snprintf(text, sizeof text, "sizes %ld, %ld, %ld", text_number(1000000, 99999999),
+                  text_number(1000000, 99999999), text_number(1000000, 99999999));
+    byte_counts += cut(text) ? 1 : 0;
+    std::snprintf(text, sizeof text, "10.0.%ld.%ld:%ld %ld", text_number(0, 255), text_number(0, 255),
+                  text_number(1, 65535), text_number(100000000, 9999999999));
+    address_then_number += cut(text) ? 1 : 0;
+  }
+  EXPECT_EQ(iso_times, 0);  // how txscore's own lines write times
+  EXPECT_EQ(spaced_times, 19119);
+  EXPECT_EQ(byte_counts, 78189);
+  EXPECT_EQ(address_then_number, 14271);  // the port joins the number after it
 }
 
 TEST(PanScan, RedactsEachRunWithItsSeparators) {

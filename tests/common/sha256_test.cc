@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/host_port.h"
+#include "common/pan_scan.h"
 #include "tests/test_support.h"
 
 namespace txscore {
@@ -22,6 +23,16 @@ TEST(Sha256, OfAFileEqualsOfItsBytesAcrossReadBlocks) {
   auto missing = Sha256HexOfFile(dir.file("none"));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+}
+
+// How log lines and the trail name a peer: an IPv6 address in brackets, so the log-line rule for
+// card numbers recognizes it, and ParseHostPort reads it back.
+TEST(PeerText, BracketsAnIpv6AddressAndReadsBack) {
+  EXPECT_EQ(PeerText("10.244.13.201", false, 45678), "10.244.13.201:45678");
+  EXPECT_EQ(PeerText("fd00:10:244:81::8675", true, 40583), "[fd00:10:244:81::8675]:40583");
+  EXPECT_EQ(RedactPans("by " + PeerText("fd00:10:244:81::8675", true, 40583), nullptr, PanRule::kLogLine),
+            "by [fd00:10:244:81::8675]:40583");
+  EXPECT_EQ(ParseHostPort(PeerText("::1", true, 9090))->host, "::1");
 }
 
 TEST(ParseHostPort, TakesHostAndPortAndSaysWhatToWriteOtherwise) {

@@ -95,6 +95,16 @@ TEST(ClaimForStorage, RefusesACardNumberInAnId) {
   }
 }
 
+// Claim ids are kept by job outputs and log lines: a card the log-line rule would leave there (in
+// a word shaped as a token txscore makes) is refused too.
+TEST(ClaimForStorage, RefusesACardInAnIdShapedAsATokenTxscoreMakes) {
+  RawClaim raw = ValidRawClaim();
+  raw.claim_id = "CLM.4111111111111111337f244c3774381013054796f43d212966aa8b659e556703";
+  auto stored = ClaimForStorage(raw, *Tokenizer());
+  ASSERT_FALSE(stored.ok());
+  EXPECT_EQ(stored.error().field, "claim_id");
+}
+
 TEST(ClaimForStorage, StoresOnlyAClaimThatPassesEveryCheck) {
   // A claim type or date that is not one is refused before it could be stored.
   RawClaim raw = ValidRawClaim();

@@ -26,6 +26,23 @@ TEST(ValidateTransaction, AcceptsAValidTransactionAndDropsCardData) {
   EXPECT_TRUE(tx->card_token.empty());  // the pipeline sets it from the tokenizer
 }
 
+// The request id is kept by log lines and the trail: an id whose card those would leave (in a
+// word shaped as a token txscore makes, or written as an address) is refused. A device id, which
+// neither keeps, is checked by the plain id rule, so a 64-hex fingerprint with such a run passes.
+TEST(ValidateTransaction, ARequestIdWhoseCardLogLinesWouldKeepIsRefusedADeviceIdIsNot) {
+  const std::string hex_tail = "f244c3774381013054796f43d212966aa8b659e556703";  // 45 hex digits
+  for (const std::string& id : {"r.4111111111111111337" + hex_tail, std::string("r-41.111.111.111:11111")}) {
+    RawTransaction raw = ValidTransaction();
+    raw.request_id = id;
+    Result<Transaction> result = ValidateTransaction(raw);
+    ASSERT_FALSE(result.ok()) << id;
+    EXPECT_EQ(result.error().field, "request_id");
+    RawTransaction device = ValidTransaction();
+    device.device_id = id.substr(2);
+    EXPECT_TRUE(ValidateTransaction(device).ok()) << id;
+  }
+}
+
 TEST(ValidateTransaction, RejectsNegativeAmount) {
   RawTransaction raw = ValidTransaction();
   raw.amount_minor = -1;

@@ -90,6 +90,10 @@ TEST_F(DashboardTest, ThePageAndEveryFileItLoadsAreServedFromTheBinaryUnderAPoli
   const testing::AdminAnswer missing = AdminGet(port, "/dashboard/secrets.json");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(nlohmann::json::parse(missing.body)["error"], "no such dashboard file");
+  // The path named back has a card number in it cut, as every error quoting the caller's text.
+  const testing::AdminAnswer card_path = AdminGet(port, "/dashboard/4111111111111111.js");
+  EXPECT_EQ(card_path.status, 404);
+  EXPECT_EQ(nlohmann::json::parse(card_path.body)["path"], "/dashboard/[card number redacted].js") << card_path.body;
   EXPECT_EQ(AdminGet(port, "/dashboard/").status, 404);
   EXPECT_EQ(AdminGet(port, "/dashboard/../metrics").status, 400);
 }

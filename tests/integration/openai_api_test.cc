@@ -245,6 +245,11 @@ TEST_F(OpenAiApiTest, AnErrorQuotingTheCallersTextHoldsNoCardNumber) {
   const std::string message = reply["error"]["message"].get<std::string>();
   EXPECT_NE(message.find("[card number redacted]"), std::string::npos) << message;
   EXPECT_EQ(message.find("1111 1111"), std::string::npos) << message;
+  // An unsupported field is named in the message and in param, both redacted.
+  const auto [field_status, field_reply] = Call("/v1/chat/completions", Chat("x", {{"5555 5555 5555 4444", 1}}));
+  EXPECT_EQ(field_status, 400) << field_reply;
+  EXPECT_EQ(field_reply["error"]["param"], "[card number redacted]") << field_reply;
+  EXPECT_EQ(field_reply.dump().find("5555 5555"), std::string::npos) << field_reply;
 }
 
 TEST_F(OpenAiApiTest, RefusalsNameTheFieldAsOpenAiDoes) {

@@ -341,6 +341,35 @@ TEST_F(TlsServerTest, JobControlIsForOperatorsAndEveryAttemptIsAudited) {
   EXPECT_EQ(actions[1].caller.rfind("txscore-client (127.0.0.1:", 0), 0u) << actions[1].caller;
 }
 
+// A denied operation's target is the caller's text, logged and audited: a card number in it is
+// cut from both, also where the rest has the shape of a token txscore makes (the log-line rule
+// leaves those whole) and where the card is grouped.
+TEST_F(TlsServerTest, ACardNumberInADeniedOperationsTargetReachesNeitherTheLogNorTheTrail) {
+  const std::string hex = "ac9b1680c1171d8c337f244c3774381013054796f43d212966aa8b659e556703";
+  const std::vector<std::string> targets = {"/in/4111111111111111_" + hex + ".jsonl",
+                                            "/in/pan-5555-5555-5555-4444_" + hex + ".jsonl",
+                                            "/in/4111111111111111" + hex.substr(16) + ".jsonl"};
+  std::unique_ptr<RpcConnection> client =
+      RpcConnection::Open({"127.0.0.1", server_->rpc_port()}, {.tls = Files(testing::SharedTestPki().client_dir)})
+          .value();
+  ::testing::internal::CaptureStderr();
+  for (const std::string& target : targets) {
+    rpc::ClaimsJobRequest request;
+    request.__set_input_path(target);
+    rpc::ClaimsJobStatus status;
+    EXPECT_THROW(client->client().submitClaimsJob(status, request), rpc::AccessDenied);
+  }
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  const std::vector<storage::AuditAction> actions = server_->audit_log().ReadLastActions(10).value();
+  ASSERT_EQ(actions.size(), targets.size());
+  for (const char* card : {"4111111111111111", "5555-5555-5555-4444"}) {
+    EXPECT_EQ(logged.find(card), std::string::npos) << logged;
+    for (const storage::AuditAction& action : actions) EXPECT_EQ(action.target.find(card), std::string::npos);
+  }
+  EXPECT_NE(logged.find("on /in/[card number redacted]_ac9b1680"), std::string::npos) << logged;
+  EXPECT_EQ(actions[2].target.rfind("/in/[card number redacted]_ac9b1680", 0), 0u) << actions[2].target;
+}
+
 TEST_F(TlsServerTest, APartialTlsRecordIsWaitedForNotPolled) {
   // 9 bytes of a ClientHello, then nothing: the server must wait for the rest, not poll.
   const int fd = testing::RawConnect(server_->rpc_port());

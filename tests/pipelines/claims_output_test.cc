@@ -138,6 +138,15 @@ TEST(ClaimsJobSummary, ToJsonListsFlagsByCountAndStagesWithTheirDevices) {
   EXPECT_EQ(ASummary().ToJson(), kSummaryJson);
 }
 
+// A file named after a card number (a caller's choice) is named in the summary with the card cut.
+TEST(ClaimsJobSummary, AnInputNamedAfterACardNumberIsNamedWithTheCardRedacted) {
+  ClaimsJobSummary s = ASummary();
+  s.input = "/in/4000 0012 3456 7899.jsonl";
+  const std::string json = s.ToJson();
+  EXPECT_NE(json.find(R"("input": "/in/[card number redacted].jsonl")"), std::string::npos) << json;
+  EXPECT_EQ(json.find("0012 3456"), std::string::npos) << json;
+}
+
 TEST(ClaimsJobSummary, ToTextSaysWhatTheRunDid) {
   EXPECT_EQ(ASummary().ToText(),
             "job j1 done: 3 of 3 rows, 1 errors, 1.5 claims/s over 2.0 s (1 run)\n"
