@@ -14,9 +14,12 @@ BlockingWaitObserver* SetThreadBlockingWaitObserver(BlockingWaitObserver* observ
 ScopedBlockingWait::ScopedBlockingWait() {
   // Cleared while the wait lasts: a wait nested inside this one is the same wait.
   BlockingWaitObserver* observer = SetThreadBlockingWaitObserver(nullptr);
-  if (observer != nullptr && observer->Begin()) {
+  const BlockingWaitObserver::Answer answer =
+      observer != nullptr ? observer->Begin() : BlockingWaitObserver::Answer::kNotCounted;
+  if (answer == BlockingWaitObserver::Answer::kCounted) {
     counted_ = observer;
   } else {
+    refused_ = answer == BlockingWaitObserver::Answer::kRefused;
     SetThreadBlockingWaitObserver(observer);
   }
 }

@@ -4,8 +4,10 @@
 // that requests which need no LLM keep being run (service/rpc_server.h).
 //
 // A pool installs an observer on each of its threads; code that may wait long wraps the wait
-// in a ScopedBlockingWait. On a thread with no observer (a batch job's, a test's) it does
-// nothing.
+// in a ScopedBlockingWait, and does not wait at all when the pool refuses it (every place it
+// keeps for waiting threads is taken: the request then goes on without what it would have
+// waited for, rather than hold a worker). On a thread with no observer (a batch job's, a
+// test's) it does nothing.
 #pragma once
 
 namespace txscore {
@@ -13,8 +15,13 @@ namespace txscore {
 class BlockingWaitObserver {
  public:
   virtual ~BlockingWaitObserver() = default;
-  // The thread is about to wait. Returns whether the observer counted it (End is then called).
-  virtual bool Begin() = 0;
+  enum class Answer {
+    kCounted,     // the pool lends the thread's place meanwhile; End is called when the wait is over
+    kNotCounted,  // the thread waits keeping its place (the pool lends none)
+    kRefused,     // the pool has no room for another waiting thread: do not wait
+  };
+  // The thread is about to wait.
+  virtual Answer Begin() = 0;
   // The wait that Begin counted is over; the thread goes on with its work.
   virtual void End() = 0;
 };
@@ -27,11 +34,14 @@ class ScopedBlockingWait {
  public:
   ScopedBlockingWait();
   ~ScopedBlockingWait();
+  // The thread's pool refused this wait: the caller must not wait (skip the work instead).
+  bool refused() const { return refused_; }
   ScopedBlockingWait(const ScopedBlockingWait&) = delete;
   ScopedBlockingWait& operator=(const ScopedBlockingWait&) = delete;
 
  private:
   BlockingWaitObserver* counted_ = nullptr;  // the observer whose Begin counted this wait
+  bool refused_ = false;
 };
 
 }  // namespace txscore

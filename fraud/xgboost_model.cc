@@ -43,8 +43,6 @@ std::string PredictConfig(int type) {
 
 }  // namespace
 
-constexpr size_t kMaxModelBytes = size_t{4} << 30;  // 4 GiB: far above any tree ensemble we serve
-
 std::string LastXGBoostError() { return XGBGetLastError(); }
 
 namespace {
@@ -73,7 +71,8 @@ Status LoadCheckedBytes(BoosterHandle booster, const std::string& bytes, const s
 Result<std::unique_ptr<XGBoostModel>> XGBoostModel::Load(const std::string& model_path,
                                                          const XGBoostModelOptions& options) {
   // A model rewritten in place while it is read is refused, not loaded as a mix of two models.
-  Result<std::string> read = ReadUnchangedFileBounded(model_path, kMaxModelBytes, "model file", options.after_read);
+  Result<std::string> read =
+      ReadUnchangedFileBounded(model_path, options.max_file_bytes, "model file", options.after_read);
   if (!read.ok()) return read.error();
   const std::string bytes = std::move(read).value();
   if (bytes.empty()) return DataLoss("model file " + model_path + " is empty");

@@ -26,6 +26,10 @@ struct XGBoostModelOptions {
   // Score with txscore's TreeEnsemble when the model allows (see tree_ensemble.h), XGBoost's
   // C API otherwise. Default: true.
   bool fast_evaluator = true;
+  // Default: 512 MiB. A model file larger than this is refused before a byte of it is read
+  // (the demo's fraud model is 400 KB): a stray large file would otherwise cost its size in
+  // memory, and seconds, at every start and reload that reads it.
+  size_t max_file_bytes = size_t{512} << 20;
   // Tests: called once the model file's bytes are read and checked, before XGBoost loads them
   // (to change the file in between). Default: none.
   std::function<void()> after_check;

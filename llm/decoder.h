@@ -100,7 +100,7 @@ class DecoderCache {
 class Decoder {
  public:
   static Result<std::unique_ptr<Decoder>> Load(const std::string& checkpoint_dir, const DecoderOptions& options = {});
-  virtual ~Decoder() = default;
+  virtual ~Decoder();  // returns the freed weights' pages to the OS (common/malloc_tuning.h)
 
   virtual const ModelConfig& config() const = 0;
   virtual std::unique_ptr<DecoderCache> NewCache(int batch, int max_tokens) const = 0;

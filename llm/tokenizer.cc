@@ -26,6 +26,18 @@ namespace {
 
 using nlohmann::json;
 
+// `node[key]` (`node` an object), or `fallback` when it has none, without copying it:
+// json::value returns a copy of the whole subtree, a vocabulary of 150,000 tokens or a nesting
+// deep enough to overflow the stack while it is copied (Tokenizer.RefusesSequencesNestedTooDeep
+// under AddressSanitizer at -O0).
+const json kNull;
+const json kEmptyObject = json::object();
+const json kEmptyArray = json::array();
+const json& MemberOf(const json& node, const char* key, const json& fallback) {
+  const auto it = node.find(key);
+  return it == node.end() ? fallback : *it;
+}
+
 // GPT-2's reversible map from bytes to printable code points: printable Latin-1 bytes stand
 // for themselves, the others are moved to U+0100 and up.
 struct ByteLevelTable {
@@ -657,7 +669,7 @@ class BpeModel {
       return FailedPrecondition(where + ": model type \"" + node.value("type", "") + "\" is not supported (BPE only)");
     }
     auto model = std::make_unique<BpeModel>();
-    const json& vocab = node.value("vocab", json::object());
+    const json& vocab = MemberOf(node, "vocab", kEmptyObject);
     if (!vocab.is_object() || vocab.empty()) return InvalidArgument(where + ".vocab must be a non-empty object");
     for (const auto& [token, id] : vocab.items()) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
@@ -665,7 +677,7 @@ class BpeModel {
       }
       model->vocab_[token] = static_cast<int32_t>(id.get<int64_t>());
     }
-    const json& merges = node.value("merges", json::array());
+    const json& merges = MemberOf(node, "merges", kEmptyArray);
     int32_t rank = 0;
     for (const json& merge : merges) {
       std::string left, right;
@@ -904,25 +916,25 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& json_t
   auto impl = std::make_unique<Impl>();
   try {
     Result<std::unique_ptr<Normalizer>> normalizer =
-        ParseNormalizer(doc.value("normalizer", json()), source + ": normalizer");
+        ParseNormalizer(MemberOf(doc, "normalizer", kNull), source + ": normalizer");
     if (!normalizer.ok()) return normalizer.error();
     impl->normalizer = std::move(normalizer).value();
     bool byte_level = false;
     Result<std::unique_ptr<PreTokenizer>> pre =
-        ParsePreTokenizer(doc.value("pre_tokenizer", json()), source + ": pre_tokenizer", &byte_level);
+        ParsePreTokenizer(MemberOf(doc, "pre_tokenizer", kNull), source + ": pre_tokenizer", &byte_level);
     if (!pre.ok()) return pre.error();
     impl->pre_tokenizer = std::move(pre).value();
     if (!doc.contains("model")) return InvalidArgument(source + ": no \"model\"");
     Result<std::unique_ptr<BpeModel>> model = BpeModel::Parse(doc["model"], source + ": model");
     if (!model.ok()) return model.error();
     impl->model = std::move(model).value();
-    Result<std::unique_ptr<Decoder>> decoder = ParseDecoder(doc.value("decoder", json()), source + ": decoder");
+    Result<std::unique_ptr<Decoder>> decoder = ParseDecoder(MemberOf(doc, "decoder", kNull), source + ": decoder");
     if (!decoder.ok()) return decoder.error();
     impl->decoder = std::move(decoder).value();
 
     int32_t max_id = -1;
     for (const auto& [token, id] : impl->model->vocab()) max_id = std::max(max_id, id);
-    for (const json& t : doc.value("added_tokens", json::array())) {
+    for (const json& t : MemberOf(doc, "added_tokens", kEmptyArray)) {
       AddedToken added{t.at("id").get<int32_t>(), t.at("content").get<std::string>(), t.value("special", false),
                        t.value("lstrip", false), t.value("rstrip", false)};
       if (added.content.empty() || added.id < 0)

@@ -235,9 +235,15 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const 
   if (prepared.slow()) {
     card_lock->unlock();
     {
-      // The thread's pool may lend its place to other work while this waits (common/blocking_wait.h).
+      // The thread's pool may lend its place to other work while this waits, or refuse the wait
+      // when it has no room for one more: then the stage is skipped, as one whose deadline came
+      // first (common/blocking_wait.h).
       ScopedBlockingWait waiting;
-      ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+      if (waiting.refused()) {
+        report.outcome = StageReport::Outcome::kSkipped;
+      } else {
+        ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+      }
     }
     card_lock->lock();
     *state = ReadCardState(card, placement);  // another transaction of this card may have landed meanwhile

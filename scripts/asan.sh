@@ -10,6 +10,8 @@
 #   ./scripts/asan.sh server                      # common, fraud, storage, pipelines, service
 #   ./scripts/asan.sh llm                         # llm, accelerator, the CPU kernels (libtorch)
 #   ./scripts/asan.sh end-to-end                  # the txscore executable and the tests that run it
+#   ./scripts/asan.sh end-to-end-1                # the first half of those tests (same build), or
+#   ./scripts/asan.sh end-to-end-2                # the other half: scripts/test.sh takes them in turn
 #   ./scripts/asan.sh server -R 'RpcServer|Tls'   # a part of a slice
 #
 # What is not checked here: code inside Debian's libraries (libtorch, RocksDB, Thrift, XGBoost,
@@ -26,6 +28,7 @@ cd "$(dirname "$0")/.."
 # labels each test with its binary's name, and the scripts that drive txscore end_to_end).
 slice_targets() {
   case "$1" in
+    end-to-end-1 | end-to-end-2) slice_targets end-to-end ;;
     server)
       echo common_test fraud_test storage_test pipelines_test service_test integration_test tls_security_level_test \
         hot_reload_test remote_llm_test thrift_request_fuzz_replay pipeline_yaml_fuzz_replay claims_rows_fuzz_replay \
@@ -45,11 +48,20 @@ slice_targets() {
 slice_label_regex() {
   local labels
   case "$1" in
-    end-to-end) labels="openai_api_test prepare_once_test durability_test backend_plan_test end_to_end" ;;
+    end-to-end | end-to-end-1 | end-to-end-2)
+      labels="openai_api_test prepare_once_test durability_test backend_plan_test end_to_end"
+      ;;
     *) labels=$(slice_targets "$1") ;;
   esac
   echo "^(${labels// /|})\$"
 }
+# The end-to-end tests take 17 minutes under the sanitizers on 2 cores, more than any other
+# slice's: scripts/test.sh runs them in two halves of about the same time (figures from
+# build-asan/Testing/Temporary/CTestCostData.txt, 2026-12-07), each on its own commits. The first
+# half is these tests; the second, every other end-to-end test.
+end_to_end_first_half='^(cli_test|tokenizer_reference_test|dashboard_browser_test|chat_template_reference_test|batch_shard_test|batch_resume_test|kubernetes_manifest_test|python_model_test|sentencepiece_reference_test|Durability/.*)$'
+never_run_here='cpu_kernels_s390x_test|cpu_kernels_x86_levels_test'
+
 # Tests no slice runs, on purpose (see above); the grep for log calls, the check of the source
 # tree's shape, this check of the slices and the configure-only check of the serving build run
 # no txscore code.
@@ -58,7 +70,7 @@ unsliced_on_purpose="cpu_kernels_s390x_test cpu_kernels_x86_levels_test every_lo
 
 slice=${1:-}
 case "$slice" in
-  server | llm | end-to-end) shift ;;
+  server | llm | end-to-end | end-to-end-1 | end-to-end-2) shift ;;
   all)
     shift
     for one in server llm end-to-end; do "$0" "$one" "$@"; done
@@ -82,7 +94,7 @@ case "$slice" in
     exit 0
     ;;
   *)
-    echo "usage: $0 server|llm|end-to-end|all [ctest arguments]" >&2
+    echo "usage: $0 server|llm|end-to-end|end-to-end-1|end-to-end-2|all [ctest arguments]" >&2
     exit 2
     ;;
 esac
@@ -120,6 +132,10 @@ if [ -d build/npm ] && [ ! -e build-asan/npm ]; then ln -s ../build/npm build-as
 # reported falsely.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_container_overflow=0:strict_string_checks=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-(cd build-asan && ctest --output-on-failure -j "$jobs" -L "$label_regex" \
-  -E '^(cpu_kernels_s390x_test|cpu_kernels_x86_levels_test)$' "$@")
+case "$slice" in
+  end-to-end-1) select=(-R "$end_to_end_first_half" -E "^($never_run_here)\$") ;;
+  end-to-end-2) select=(-E "^($never_run_here)\$|${end_to_end_first_half}") ;;
+  *) select=(-E "^($never_run_here)\$") ;;
+esac
+(cd build-asan && ctest --output-on-failure -j "$jobs" -L "$label_regex" "${select[@]}" "$@")
 echo "asan: the $slice slice of the CTest suite is clean under AddressSanitizer and UndefinedBehaviorSanitizer"

@@ -7,9 +7,9 @@
 #   ./scripts/test.sh --slice tsan       # the whole suite, then the slice named (or: all, none)
 #   ./scripts/test.sh -R Tls             # arguments it does not know go to ctest
 #
-# The sanitizer slices (AddressSanitizer + UndefinedBehaviorSanitizer on three parts of the
+# The sanitizer slices (AddressSanitizer + UndefinedBehaviorSanitizer on four parts of the
 # suite, ThreadSanitizer on the concurrency tests, libFuzzer on every fuzz target) take turns:
-# a run takes the slice at (number of commits in HEAD) modulo 5, so five consecutive commits
+# a run takes the slice at (number of commits in HEAD) modulo 6, so six consecutive commits
 # cover them all and each commit's slice is known in advance (TXSCORE_SANITIZER_SLICE or
 # --slice chooses another).
 set -euo pipefail
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --slice)
-      [ $# -ge 2 ] || { echo "test: --slice needs a name (asan-server, asan-llm, asan-end-to-end, tsan, fuzz, all, none)" >&2; exit 2; }
+      [ $# -ge 2 ] || { echo "test: --slice needs a name (asan-server, asan-llm, asan-end-to-end-1, asan-end-to-end-2, tsan, fuzz, all, none)" >&2; exit 2; }
       slice=$2
       shift
       ;;
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-slices=(asan-server asan-llm asan-end-to-end tsan fuzz)
+slices=(asan-server asan-llm asan-end-to-end-1 asan-end-to-end-2 tsan fuzz)
 if [ -z "$slice" ]; then
   if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
     # A shallow clone counts the same few commits every time: the commit's hash picks instead.
@@ -45,7 +45,7 @@ if [ -z "$slice" ]; then
 fi
 case " ${slices[*]} all none " in
   *" $slice "*) ;;
-  *) echo "test: unknown sanitizer slice '$slice' (asan-server, asan-llm, asan-end-to-end, tsan, fuzz, all, none)" >&2; exit 2 ;;
+  *) echo "test: unknown sanitizer slice '$slice' (asan-server, asan-llm, asan-end-to-end-1, asan-end-to-end-2, tsan, fuzz, all, none)" >&2; exit 2 ;;
 esac
 
 # Each phase's wall time, printed at the end (and after a failure, up to the phase that failed).
@@ -88,7 +88,7 @@ phase_done
 
 run_slice() {
   case "$1" in
-    asan-server | asan-llm | asan-end-to-end)
+    asan-server | asan-llm | asan-end-to-end-1 | asan-end-to-end-2)
       phase "sanitizer slice $1 (scripts/asan.sh)"
       ./scripts/asan.sh "${1#asan-}" "${ctest_args[@]}"
       ;;

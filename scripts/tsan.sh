@@ -2,8 +2,9 @@
 # The concurrency tests under ThreadSanitizer: the hot reload under load (service/
 # scoring_server.h), the audit trail's group commit (storage/audit_log.h), the pipeline's
 # executor with concurrent requests and its LLM stage's dynamic batcher (pipelines/), and the
-# server's claims job manager (service/claims_jobs.h), shard forwarding between replicas and the
-# dashboard's reads (tests/integration/sharding_test.cc, dashboard_test.cc), and the LLM decode
+# server's claims job manager (service/claims_jobs.h), shard forwarding between replicas, the
+# dashboard's reads and REVIEWs waiting for the LLM beside APPROVEs (tests/integration/
+# sharding_test.cc, dashboard_test.cc, llm_beside_scoring_test.cc), and the LLM decode
 # step's worker pool (llm/cpu_kernels/worker_pool.h). Builds only what those tests need (no
 # libtorch code) with -fsanitize=thread in build-tsan/, and fails on any race report. Run by
 # scripts/test.sh; needs `scripts/setup.sh --tests`.
@@ -36,7 +37,7 @@ OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppress
   ./build-tsan/tests/pipelines_test \
   --gtest_filter='DynamicBatcher.*:ScoringPipelineTest.*:ForensicPipelineTest.*:PipelineGraphTest.*:ClaimsJobTest.*'
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
-  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*:ShardingTest.*:DashboardTest.*'
+  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*:ShardingTest.*:DashboardTest.*:LlmBesideScoringTest.*'
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/llm_worker_pool_test
-echo "tsan: the decode step's worker pool, the hot reload, the audit log, the executor, the batcher, the job manager, shard forwarding and the dashboard are clean under ThreadSanitizer"
+echo "tsan: the decode step's worker pool, the hot reload, the audit log, the executor, the batcher, the job manager, shard forwarding, the dashboard and the LLM beside scoring are clean under ThreadSanitizer"

@@ -48,14 +48,16 @@ std::string NearestWithinTwoEdits(const std::string& word, const std::vector<std
 
 // An error naming the first word that is not a command where one is expected (after
 // "txscore", or after a command that has commands of its own, such as "job"), with the nearest
-// command; "" when the words name known commands. An option ends the check: what follows it
-// may be its value, and CLI11 reports mistakes from there on.
+// command; "" when the words name known commands. After an option where a command is expected
+// ("job --server X sumbit": the option belongs after the command), any later word may be its
+// value, so only a word near a command's name is taken for a mistyped command, and only when no
+// later word names one; otherwise CLI11 reports the mistake.
 std::string UnknownCommandMessage(CLI::App& app, int argc, char** argv) {
   CLI::App* at = &app;
   std::string path = "txscore";
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
-    if (word.empty() || word[0] == '-') return "";
+    if (word.empty()) return "";
     std::vector<std::string> names;
     CLI::App* next = nullptr;
     for (CLI::App* command : at->get_subcommands([](CLI::App*) { return true; })) {
@@ -63,13 +65,24 @@ std::string UnknownCommandMessage(CLI::App& app, int argc, char** argv) {
       if (command->get_name() == word) next = command;
     }
     if (names.empty()) return "";  // a command without commands: the rest are its arguments
-    if (next == nullptr) {
-      std::string message = path + ": unknown command \"" + word + "\"";
-      if (const std::string nearest = NearestWithinTwoEdits(word, names); !nearest.empty()) {
-        message += "; did you mean \"" + nearest + "\"?";
-      }
+    const auto unknown = [&](const std::string& mistyped, const std::string& nearest) {
+      std::string message = path + ": unknown command \"" + mistyped + "\"";
+      if (!nearest.empty()) message += "; did you mean \"" + nearest + "\"?";
       return message + " (" + path + " --help lists the commands)";
+    };
+    if (word[0] == '-') {
+      for (int later = i + 1; later < argc; ++later) {
+        if (std::find(names.begin(), names.end(), argv[later]) != names.end()) return "";
+      }
+      for (int later = i + 1; later < argc; ++later) {
+        if (argv[later][0] == '-') continue;
+        if (const std::string nearest = NearestWithinTwoEdits(argv[later], names); !nearest.empty()) {
+          return unknown(argv[later], nearest);
+        }
+      }
+      return "";
     }
+    if (next == nullptr) return unknown(word, NearestWithinTwoEdits(word, names));
     at = next;
     path += " " + word;
   }

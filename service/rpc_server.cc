@@ -223,11 +223,13 @@ class Connection;
 void Dispatch(const std::shared_ptr<Connection>& connection);
 
 // The observer of every server thread (common/blocking_wait.h): a request about to wait for a
-// slow stage gives its slot back, up to config.waiting_threads at once (defined below).
+// slow stage gives its slot back, up to config.waiting_threads at once; one more is refused the
+// wait (its stage is skipped) rather than keep a worker. With waiting_threads 0 nothing is lent
+// and nothing refused (defined below).
 class SlotLender : public BlockingWaitObserver {
  public:
   explicit SlotLender(RpcServer::Shared* shared) : shared_(shared) {}
-  bool Begin() override;
+  Answer Begin() override;
   void End() override;
 
  private:
@@ -341,7 +343,7 @@ struct RpcServer::Shared {
 
   struct {
     std::atomic<uint64_t> accepted{0}, refused{0}, idle_evictions{0}, frame_timeouts{0}, idle_timeouts{0}, shed{0},
-        protocol_errors{0}, most_idle_handshake_steps{0}, handshakes_evicted{0};
+        protocol_errors{0}, most_idle_handshake_steps{0}, handshakes_evicted{0}, waits_refused{0};
   } counters;
   RateLimitedWarning refused_warning{"thrift", std::chrono::seconds(10)};
   RateLimitedWarning timeout_warning{"thrift", std::chrono::seconds(10)};
@@ -1089,17 +1091,23 @@ void DrainPendingAndFreeSlot(RpcServer::Shared& shared) {
 
 }  // namespace
 
-bool SlotLender::Begin() {
+BlockingWaitObserver::Answer SlotLender::Begin() {
+  if (shared_->config.waiting_threads == 0) return Answer::kNotCounted;  // lending is off: wait keeping the slot
   int waiting = shared_->waiting.load();
   do {
-    if (waiting >= shared_->config.waiting_threads) return false;  // keep the slot
+    if (waiting >= shared_->config.waiting_threads) {
+      // Every waiting thread is taken: waiting here would hold a worker from requests that
+      // need no slow stage, so this one goes on without it.
+      shared_->counters.waits_refused.fetch_add(1);
+      return Answer::kRefused;
+    }
   } while (!shared_->waiting.compare_exchange_weak(waiting, waiting + 1));
   shared_->free_slots.fetch_add(1);
   // A queued request may take the slot now, on another thread (there is one: see waiting).
   asio::post(shared_->io, [shared = shared_] {
     if (shared->TryTakeSlot()) DrainPendingAndFreeSlot(*shared);
   });
-  return true;
+  return Answer::kCounted;
 }
 
 void SlotLender::End() {
@@ -1342,6 +1350,7 @@ RpcServerStats RpcServer::stats() const {
   s.requests_waiting = static_cast<uint64_t>(shared_->waiting.load());
   s.handshakes_in_progress = static_cast<uint64_t>(shared_->handshakes_in_progress.load());
   s.handshakes_evicted = shared_->counters.handshakes_evicted.load();
+  s.waits_refused = shared_->counters.waits_refused.load();
   {
     std::lock_guard<std::mutex> lock(shared_->pending_mutex);
     s.requests_queued = shared_->pending.size();

@@ -16,6 +16,8 @@
 //   - a request waiting for a slow stage (common/blocking_wait.h: the LLM's findings) gives its
 //     slot back while it waits, on one of `waiting_threads` more threads, so requests that need
 //     no LLM keep running; when it goes on, it runs over the `workers` cap until it is done.
+//     With all of them waiting, the next request's slow stage is skipped (it is answered
+//     without findings, counted in waits_refused) rather than hold a worker.
 // TLS (a TlsServerContext given to Create): at most `max_handshakes` connections shake hands at
 // once (one more closes the oldest still shaking hands), their handshake steps (the costly key exchange and
 // signature) run on at most io_threads threads at once, so they cannot take the threads that
@@ -86,6 +88,7 @@ struct RpcServerStats {
   uint64_t requests_queued = 0;         // complete frames waiting for a worker now
   uint64_t requests_shed = 0;           // answered "overloaded": the worker queue was full
   uint64_t requests_waiting = 0;        // waiting for a slow stage now, their worker slot given back
+  uint64_t waits_refused = 0;           // slow stages skipped: waiting_threads requests were waiting
   uint64_t handshakes_in_progress = 0;  // TLS connections not yet admitted nor refused
   uint64_t handshakes_evicted = 0;      // closed in their handshake, the oldest, to make room (server.max_handshakes)
   uint64_t protocol_errors = 0;         // bad frame size, limits exceeded, malformed message

@@ -334,6 +334,10 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
       {"txscore_rpc_requests_shed_total",
        "Requests answered 'overloaded' because server.max_queued_requests were waiting.",
        &RpcServerStats::requests_shed},
+      {"txscore_rpc_slow_stage_waits_refused_total",
+       "Slow stages (the LLM) skipped because server.waiting_threads requests were already waiting for one: the "
+       "request was answered without its findings rather than hold a worker.",
+       &RpcServerStats::waits_refused},
       {"txscore_rpc_handshakes_evicted_total",
        "Thrift connections closed in their TLS handshake, the oldest, to make room: server.max_handshakes were in "
        "progress.",

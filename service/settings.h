@@ -56,7 +56,9 @@ struct RpcServerConfig {
   // Default: 32. A request waiting for a slow stage (the LLM's findings) gives its worker slot
   // back while it waits, so requests that need no LLM keep running; it waits on a thread of
   // its own, of which there are this many more (idle threads cost memory, not CPU). When all
-  // are taken, a waiting request keeps its slot. 0: every request keeps its slot.
+  // are taken, the next request's slow stage is skipped: it is answered without findings
+  // rather than hold a worker (counted: txscore_rpc_slow_stage_waits_refused_total). 0: no
+  // thread is lent, every request waits keeping its slot and every slow stage runs.
   int waiting_threads = 32;
   // Default: 64. TLS handshakes in progress at once; a connection accepted beyond them closes
   // the oldest still shaking hands (counted), so strangers cannot queue unbounded handshake

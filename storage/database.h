@@ -14,9 +14,10 @@
 // A write that fails for its file system (a full disk, an I/O error) stops RocksDB taking
 // writes. Then every write fails fast with kUnavailable and a reason that names no path, and a
 // thread tries every second to resume (a 1 MiB probe file, RocksDB's Resume, then a probe
-// write): when space returns, writes do too (write_health(), CheckHealth()). When RocksDB
-// reports the failure as fatal (seen when a later full disk hits a synced write or its MANIFEST),
-// no Resume clears it: the reason then says txscore must be restarted, and it stays stopped.
+// write): when space returns, writes may too (write_health(), CheckHealth()). When RocksDB
+// reports the failure as fatal (4 of 5 server runs of ScoringServerDiskFull; 1 and 10 of 20
+// episodes of Database.AFullDisk* in two runs: docs/operations.md), no Resume clears it: the
+// reason then says txscore must be restarted, and it stays stopped.
 #pragma once
 
 #include <atomic>

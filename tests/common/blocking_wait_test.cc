@@ -7,15 +7,15 @@
 namespace txscore {
 namespace {
 
-// Counts the waits it is told of; takes them only while `accept` is true.
+// Counts the waits it is told of and answers each with `answer`.
 class CountingObserver : public BlockingWaitObserver {
  public:
-  bool Begin() override {
+  Answer Begin() override {
     ++begun;
-    return accept;
+    return answer;
   }
   void End() override { ++ended; }
-  bool accept = true;
+  Answer answer = Answer::kCounted;
   int begun = 0, ended = 0;
 };
 
@@ -36,6 +36,7 @@ TEST(BlockingWait, TheThreadsObserverIsToldWhenAWaitBeginsAndEnds) {
     ScopedBlockingWait waiting;
     EXPECT_EQ(observer.begun, 1);
     EXPECT_EQ(observer.ended, 0);
+    EXPECT_FALSE(waiting.refused());
   }
   EXPECT_EQ(observer.ended, 1);
 }
@@ -53,20 +54,44 @@ TEST(BlockingWait, AWaitInsideAWaitIsTheSameWait) {
   EXPECT_EQ(observer.begun, 2);
 }
 
-TEST(BlockingWait, AWaitTheObserverDidNotTakeIsNotEnded) {
+TEST(BlockingWait, AWaitTheObserverDidNotTakeIsNotEndedNorRefused) {
   CountingObserver observer;
-  observer.accept = false;
+  observer.answer = BlockingWaitObserver::Answer::kNotCounted;
   Installed installed(&observer);
-  { ScopedBlockingWait waiting; }
+  {
+    ScopedBlockingWait waiting;
+    EXPECT_FALSE(waiting.refused());
+  }
   EXPECT_EQ(observer.begun, 1);
   EXPECT_EQ(observer.ended, 0);
+}
+
+TEST(BlockingWait, ARefusedWaitSaysSoAndIsNotEnded) {
+  CountingObserver observer;
+  observer.answer = BlockingWaitObserver::Answer::kRefused;
+  Installed installed(&observer);
+  {
+    ScopedBlockingWait waiting;
+    EXPECT_TRUE(waiting.refused());
+  }
+  EXPECT_EQ(observer.begun, 1);
+  EXPECT_EQ(observer.ended, 0);
+  observer.answer = BlockingWaitObserver::Answer::kCounted;
+  ScopedBlockingWait again;  // the observer is back for the next wait
+  EXPECT_FALSE(again.refused());
+  EXPECT_EQ(observer.begun, 2);
 }
 
 TEST(BlockingWait, AnObserverBelongsToTheThreadThatInstalledIt) {
   CountingObserver observer;
   Installed installed(&observer);
-  std::thread([] { ScopedBlockingWait waiting; }).join();  // no observer there: nothing happens
+  bool refused_there = true;
+  std::thread([&] {
+    ScopedBlockingWait waiting;  // no observer there: nothing happens, and the wait is not refused
+    refused_there = waiting.refused();
+  }).join();
   EXPECT_EQ(observer.begun, 0);
+  EXPECT_FALSE(refused_there);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "fraud/trainer.h"
 #include "fraud/ubjson_check.h"
+#include "tests/memory_support.h"
 #include "tests/test_support.h"
 
 namespace txscore::fraud {
@@ -76,6 +77,28 @@ TEST(XGBoostModel, AModelFileRewrittenWhileItIsReadIsRefused) {
   // Left alone while it is read, the same file loads.
   options.after_read = [] {};
   EXPECT_TRUE(XGBoostModel::Load(dir.file("fraud.ubj"), options).ok());
+}
+
+TEST(XGBoostModel, AModelFileOverTheSizeLimitIsRefusedBeforeItIsRead) {
+  testing::TempDir dir;
+  std::filesystem::copy_file(SmallModelDir() + "/fraud.features.json", dir.file("fraud.features.json"));
+  // 1 GiB of nothing (a sparse file: no disk used): read whole, it would cost 1 GiB of memory.
+  const std::string path = dir.file("fraud.ubj");
+  testing::WriteFile(path, "");
+  std::filesystem::resize_file(path, size_t{1} << 30);
+  testing::ResetPeakResidentBytes();
+  const size_t peak_before = testing::PeakResidentBytes();
+  EXPECT_TRUE(testing::IsError(XGBoostModel::Load(path), ErrorCode::kResourceExhausted,
+                               "model file " + path + " is 1073741824 bytes; the limit is 536870912"));
+  testing::ExpectPeakGrowthBelow(peak_before, 16u << 20);
+  // The limit is the caller's: the small model loads under the default and is refused under 1,000 bytes.
+  const std::string small = SmallModelDir() + "/fraud.ubj";
+  EXPECT_TRUE(XGBoostModel::Load(small).ok());
+  XGBoostModelOptions options;
+  options.max_file_bytes = 1000;
+  auto refused = XGBoostModel::Load(small, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted) << refused.error().ToString();
 }
 
 TEST(XGBoostModel, BatchPredictionEqualsRowByRow) {

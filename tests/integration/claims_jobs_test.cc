@@ -21,38 +21,12 @@
 #include "service/rpc_client.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
+#include "tests/pipelines/flat_logits_decoder.h"
 #include "tests/server_test_support.h"
 #include "tests/test_support.h"
 
 namespace txscore::service {
 namespace {
-
-// A model runtime that fails every forward pass (a device that stopped responding).
-class FailingDecoder : public llm::Decoder {
- public:
-  explicit FailingDecoder(llm::ModelConfig config) : config_(std::move(config)) {}
-  const llm::ModelConfig& config() const override { return config_; }
-  std::unique_ptr<llm::DecoderCache> NewCache(int batch, int max_tokens) const override {
-    return std::make_unique<Cache>(batch, max_tokens);
-  }
-  Result<std::vector<std::vector<float>>> Forward(llm::DecoderCache*,
-                                                  const std::vector<std::vector<int32_t>>&) const override {
-    return Internal("the device stopped responding");
-  }
-
- private:
-  struct Cache : llm::DecoderCache {
-    Cache(int batch, int max_tokens)
-        : batch_(batch), max_tokens_(max_tokens), lengths_(static_cast<size_t>(batch), 0) {}
-    int batch() const override { return batch_; }
-    int max_tokens() const override { return max_tokens_; }
-    const std::vector<int64_t>& lengths() const override { return lengths_; }
-    void Reset(int index) override { lengths_[static_cast<size_t>(index)] = 0; }
-    int batch_, max_tokens_;
-    std::vector<int64_t> lengths_;
-  };
-  llm::ModelConfig config_;
-};
 
 class ClaimsJobsTest : public ::testing::Test {
  protected:
@@ -94,10 +68,13 @@ class ClaimsJobsTest : public ::testing::Test {
       }
     };
     pipelines::PipelineRuntime runtime;
-    runtime.load_decoder = [](const std::string& dir, const llm::DecoderOptions&) {
+    // A model runtime that fails every forward pass (a device that stopped responding).
+    failing_decoder_.failure = ErrorCode::kInternal;
+    runtime.load_decoder = [this](const std::string& dir, const llm::DecoderOptions&) {
       Result<llm::ModelConfig> model_config = llm::LoadModelConfig(dir);
       if (!model_config.ok()) return Result<std::unique_ptr<llm::Decoder>>(model_config.error());
-      return Result<std::unique_ptr<llm::Decoder>>(std::make_unique<FailingDecoder>(*model_config));
+      return Result<std::unique_ptr<llm::Decoder>>(
+          std::make_unique<pipelines::FlatLogitsDecoder>(*model_config, &failing_decoder_, /*failing=*/true));
     };
     auto server = testing::CreateTestServer(settings_, runtime, hooks);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
@@ -168,6 +145,7 @@ class ClaimsJobsTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  pipelines::FlatLogitsDecoder::Control failing_decoder_;
   std::string settings_;  // the service settings (with a jobs section)
   std::unique_ptr<ScoringServer> server_;
   std::unique_ptr<RpcConnection> connection_;

@@ -27,6 +27,13 @@ def check_a_mistyped_command_or_option_gets_the_nearest_one(txscore):
     assert r.returncode == 2, r
     assert r.stderr == 'txscore job: unknown command "sumbit"; did you mean "submit"? ' \
                        '(txscore job --help lists the commands)\n', r.stderr
+    # An option before the command (it belongs after it) does not hide the mistyped command.
+    r = run(txscore, "job", "--server", "127.0.0.1:1", "sumbit")
+    assert r.returncode == 2, r
+    assert r.stderr == 'txscore job: unknown command "sumbit"; did you mean "submit"? ' \
+                       '(txscore job --help lists the commands)\n', r.stderr
+    r = run(txscore, "job", "--server", "127.0.0.1:1", "submit", "--file", "x")  # CLI11 names the misplaced option
+    assert r.returncode == 2 and "--server" in r.stderr and "did you mean" not in r.stderr, r
     r = run(txscore, "keys", "frobnicate")
     assert r.returncode == 2, r
     assert r.stderr == 'txscore keys: unknown command "frobnicate" (txscore keys --help lists the commands)\n', r.stderr

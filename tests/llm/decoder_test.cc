@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -12,6 +16,7 @@
 #include "accelerator/compute_threads.h"
 #include "accelerator/emulated_device.h"
 #include "accelerator/op_adapters_torch.h"
+#include "common/malloc_tuning.h"
 #include "common/prepare_counters.h"
 #include "llm/checkpoint_maker.h"
 #include "llm/claim_analysis.h"
@@ -21,6 +26,7 @@
 #include "llm/rope.h"
 #include "llm/tokenizer.h"
 #include "tests/llm/test_model_family.h"
+#include "tests/memory_support.h"
 #include "tests/test_support.h"
 
 namespace txscore::llm {
@@ -737,6 +743,73 @@ TEST(Rope, OneRotationMatchesTheValuesWorkedOutByHand) {
   // Position 0 leaves the vector as it is.
   const torch::Tensor at_zero = RopeTables(inv, torch::tensor({{0}}, torch::kInt64));
   EXPECT_TRUE(torch::equal(ApplyRope(x, at_zero[0], at_zero[1], accelerator::RotateHalfBySlicing(x)), x));
+}
+
+// A thread that lives across the loads it is given, as the admin port's threads that run
+// reloads do: each keeps its own malloc heap.
+class LongLivedThread {
+ public:
+  LongLivedThread() : thread_([this] { Serve(); }) {}
+  ~LongLivedThread() {
+    Run(nullptr);
+    thread_.join();
+  }
+  // Runs `work` on this thread and returns when it is done; null ends the thread.
+  void Run(std::function<void()> work) {
+    std::unique_lock<std::mutex> lock(mu_);
+    work_ = std::move(work);
+    pending_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return !pending_; });
+  }
+
+ private:
+  void Serve() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return pending_; });
+      std::function<void()> work = std::move(work_);
+      if (work) work();
+      pending_ = false;
+      changed_.notify_all();
+      if (!work) return;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::function<void()> work_;
+  bool pending_ = false;
+  std::thread thread_;
+};
+
+TEST(Decoder, ADecodersFreedWeightsGoBackToTheSystemWhicheverThreadLoadedThem) {
+  // The heap settings `txscore serve` runs with: freed memory is kept for reuse.
+  KeepFreedHeapMemory();
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "qwen3", .size = "small", .dtype = DType::kF32}, dir.path()).ok());
+  const uintmax_t weight_bytes = std::filesystem::file_size(dir.file("model.safetensors"));
+  // Each load on a thread of its own heap, the last decoder freed after the next is loaded, as
+  // a reload replaces a pipeline: without the pages given back, each thread's heap keeps a
+  // freed copy of the weights that the loads on the other threads cannot reuse.
+  std::vector<std::unique_ptr<LongLivedThread>> threads;
+  for (int i = 0; i < 4; ++i) threads.push_back(std::make_unique<LongLivedThread>());
+  std::unique_ptr<Decoder> serving;
+  size_t resident_after_first = 0;
+  for (int load = 0; load < 12; ++load) {
+    std::unique_ptr<Decoder> loaded;
+    threads[load % threads.size()]->Run([&] {
+      auto decoder = Decoder::Load(dir.path());
+      ASSERT_TRUE(decoder.ok()) << decoder.error().ToString();
+      loaded = std::move(decoder).value();
+    });
+    ASSERT_NE(loaded, nullptr);
+    serving = std::move(loaded);  // the replaced decoder is freed here, on this thread
+    ASSERT_TRUE(testing::Eventually([] { return HeapTrimsInFlight() == 0; }));
+    if (load == 0) resident_after_first = testing::ResidentBytes();
+  }
+  std::cout << "weights " << weight_bytes << " bytes; resident after the first load " << resident_after_first
+            << ", after the last " << testing::ResidentBytes() << "\n";
+  testing::ExpectResidentGrowthBelow(resident_after_first, weight_bytes);
 }
 
 }  // namespace

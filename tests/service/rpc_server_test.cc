@@ -42,14 +42,20 @@ class FakeHandler : public rpc::TxScoreIf {
   void score(rpc::ScoreResult& out, const rpc::Transaction& transaction) override {
     out.request_id = transaction.request_id;
     if (transaction.request_id != kWaitsForLlm) return;
-    // As the pipeline waits for its LLM stage (pipelines/scoring_pipeline.cc).
+    // As the pipeline waits for its LLM stage (pipelines/scoring_pipeline.cc), or skips it
+    // when the wait is refused.
     ScopedBlockingWait waiting;
+    if (waiting.refused()) {
+      out.request_id = kWaitRefused;
+      return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     ++slow_calls_entered_;
     changed_.notify_all();
     changed_.wait(lock, [this] { return slow_gate_open_; });
   }
   static constexpr const char* kWaitsForLlm = "waits-for-llm";
+  static constexpr const char* kWaitRefused = "wait-refused";  // the answer of a slow call whose wait was refused
   void CloseSlowGate() {
     std::lock_guard<std::mutex> lock(mutex_);
     slow_gate_open_ = false;
@@ -622,9 +628,10 @@ TEST_F(RpcServerUnitTest, ThreadsAreFixedAtCreateWhateverTheConnections) {
   for (int fd : idle) ::close(fd);
 }
 
-// A score call on a fresh connection, answered within `limit` (far beyond any machine's need:
-// a request that can never run is what this catches, not a slow one).
-bool ScoredWithin(int port, const std::string& id, std::chrono::seconds limit = std::chrono::seconds(60)) {
+// The request id a score call on a fresh connection is answered with within `limit` (far
+// beyond any machine's need: a request that can never run is what this catches, not a slow
+// one); "failed: ..." or "no answer" otherwise.
+std::string AnswerWithin(int port, const std::string& id, std::chrono::seconds limit = std::chrono::seconds(60)) {
   std::future<std::string> answer = std::async(std::launch::async, [port, id]() -> std::string {
     try {
       Client c(port);
@@ -637,9 +644,12 @@ bool ScoredWithin(int port, const std::string& id, std::chrono::seconds limit = 
   });
   if (answer.wait_for(limit) != std::future_status::ready) {
     answer.wait();  // the test fails; let the call end before the server does
-    return false;
+    return "no answer";
   }
-  return answer.get() == id;
+  return answer.get();
+}
+bool ScoredWithin(int port, const std::string& id, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  return AnswerWithin(port, id, limit) == id;
 }
 
 TEST_F(RpcServerUnitTest, ARequestWaitingForTheLlmGivesItsWorkerToTheNextRequest) {
@@ -657,26 +667,26 @@ TEST_F(RpcServerUnitTest, ARequestWaitingForTheLlmGivesItsWorkerToTheNextRequest
   EXPECT_EQ(server_->stats().requests_waiting, 0u);
 }
 
-TEST_F(RpcServerUnitTest, WaitingRequestsBeyondTheWaitingThreadsKeepTheirWorker) {
+TEST_F(RpcServerUnitTest, AWaitBeyondTheWaitingThreadsIsRefusedAndHoldsNoWorker) {
   Start({.workers = 1, .waiting_threads = 1});
   handler_->CloseSlowGate();
-  std::vector<std::future<bool>> waiting;
-  for (int i = 0; i < 2; ++i) {
-    waiting.push_back(std::async(std::launch::async, [this] {
-      return ScoredWithin(server_->port(), FakeHandler::kWaitsForLlm, std::chrono::seconds(120));
-    }));
-  }
-  handler_->AwaitSlowCallsEntered(2);
-  // The first gave the slot back, and the second took it and kept it: the next request waits.
+  std::future<bool> waiting = std::async(std::launch::async, [this] {
+    return ScoredWithin(server_->port(), FakeHandler::kWaitsForLlm, std::chrono::seconds(120));
+  });
+  handler_->AwaitSlowCallsEntered(1);
   EXPECT_EQ(server_->stats().requests_waiting, 1u);
-  std::future<bool> next = std::async(std::launch::async, [this] { return ScoredWithin(server_->port(), "next"); });
-  ASSERT_TRUE(Eventually([&] { return server_->stats().requests_queued == 1; }));
+  // The one waiting thread is taken: the next slow call is refused its wait and answered at
+  // once, without holding the worker, and a request needing no slow stage still runs.
+  EXPECT_EQ(AnswerWithin(server_->port(), FakeHandler::kWaitsForLlm), FakeHandler::kWaitRefused);
+  EXPECT_EQ(server_->stats().waits_refused, 1u);
+  EXPECT_TRUE(ScoredWithin(server_->port(), "needs-no-llm"));
+  EXPECT_EQ(server_->stats().requests_queued, 0u);
   handler_->OpenSlowGate();
-  EXPECT_TRUE(next.get());
-  for (auto& w : waiting) EXPECT_TRUE(w.get());
+  EXPECT_TRUE(waiting.get());
+  EXPECT_EQ(server_->stats().waits_refused, 1u);
 }
 
-TEST_F(RpcServerUnitTest, WithNoWaitingThreadsAWaitingRequestKeepsItsWorker) {
+TEST_F(RpcServerUnitTest, WithNoWaitingThreadsAWaitingRequestKeepsItsWorkerAndIsNeverRefused) {
   Start({.workers = 1, .waiting_threads = 0});
   handler_->CloseSlowGate();
   std::future<bool> waiting = std::async(std::launch::async, [this] {
@@ -689,6 +699,7 @@ TEST_F(RpcServerUnitTest, WithNoWaitingThreadsAWaitingRequestKeepsItsWorker) {
   handler_->OpenSlowGate();
   EXPECT_TRUE(next.get());
   EXPECT_TRUE(waiting.get());
+  EXPECT_EQ(server_->stats().waits_refused, 0u);
 }
 
 // Holds every TLS handshake step the server takes (RpcServer::SetHandshakeStepHook) while
