@@ -233,21 +233,25 @@ Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const 
   const ScoredItem item{&tx, &**state, nullptr, 1, deadline};
   Status ran;
   if (prepared.slow()) {
-    card_lock->unlock();
+    bool refused = false;
     {
       // The thread's pool may lend its place to other work while this waits, or refuse the wait
       // when it has no room for one more: then the stage is skipped, as one whose deadline came
-      // first (common/blocking_wait.h).
+      // first, and the card stays locked (common/blocking_wait.h).
       ScopedBlockingWait waiting;
-      if (waiting.refused()) {
-        report.outcome = StageReport::Outcome::kSkipped;
-      } else {
+      refused = waiting.refused();
+      if (!refused) {
+        card_lock->unlock();
         ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
       }
     }
-    card_lock->lock();
-    *state = ReadCardState(card, placement);  // another transaction of this card may have landed meanwhile
-    if (!state->ok()) return state->error();
+    if (refused) {
+      report.outcome = StageReport::Outcome::kSkipped;
+    } else {
+      card_lock->lock();
+      *state = ReadCardState(card, placement);  // another transaction of this card may have landed meanwhile
+      if (!state->ok()) return state->error();
+    }
   } else {
     ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
   }
