@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -41,8 +42,12 @@ struct ConnectionResult {
   std::vector<double> latencies_us;
   std::vector<int> decisions;  // score(): each measured call's rpc::Decision, in the order of latencies_us
   long errors = 0;
-  std::string open_error;  // non-empty: the connection never opened
+  std::string first_error;  // what the first failed call threw
+  std::string open_error;   // non-empty: the connection never opened
 };
+
+// Connections whose first call has been answered (with TLS, the handshake is done then).
+std::atomic<int> connections_answered{0};
 
 void RunConnection(const Options& options, int index, const std::vector<txscore::rpc::Transaction>& transactions,
                    Clock::time_point start, ConnectionResult* out) {
@@ -73,8 +78,12 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
         client.score(result, transactions[i % transactions.size()]);
         decision = static_cast<int>(result.decision);
       }
-    } catch (const apache::thrift::TException&) {
-      ++out->errors;
+    } catch (const apache::thrift::TException& e) {
+      if (out->errors++ == 0) out->first_error = e.what();
+    }
+    if (i == static_cast<size_t>(index) && ++connections_answered == options.connections) {
+      // A harness may start what the calls must stand up to from here on (run_handshake_flood_bench.sh).
+      std::fprintf(stderr, "every connection has been answered once\n");
     }
     const auto done = Clock::now();
     if (next >= measure_from) {
@@ -147,6 +156,13 @@ int main(int argc, char** argv) {
     }
     all.insert(all.end(), r.latencies_us.begin(), r.latencies_us.end());
     errors += r.errors;
+  }
+  // Why calls failed, once per distinct reason.
+  std::set<std::string> reasons;
+  for (const auto& r : results) {
+    if (r.errors > 0 && reasons.insert(r.first_error).second) {
+      std::fprintf(stderr, "a call failed: %s\n", r.first_error.c_str());
+    }
   }
   // By decision, before `all` is sorted: the same calls, told apart by what they were answered.
   std::vector<std::vector<double>> by(4);

@@ -9,12 +9,12 @@
 
 namespace txscore {
 
-namespace {
-
-bool SameVersion(const struct stat& a, const struct stat& b) {
+bool SameFileVersion(const struct stat& a, const struct stat& b) {
   return a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
          a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
 }
+
+namespace {
 
 // `after_read`: when set, the file must be unchanged after the read (ReadUnchangedFileBounded).
 Result<std::string> ReadBounded(const std::string& path, size_t max_bytes, const std::string& what, int open_flags,
@@ -66,7 +66,7 @@ Result<std::string> ReadBounded(const std::string& path, size_t max_bytes, const
   if (after_read != nullptr) {
     if (*after_read) (*after_read)();
     struct stat now {};
-    if (::fstat(fd, &now) != 0 || !SameVersion(st, now) || bytes.size() != static_cast<size_t>(now.st_size)) {
+    if (::fstat(fd, &now) != 0 || !SameFileVersion(st, now) || bytes.size() != static_cast<size_t>(now.st_size)) {
       ::close(fd);
       return Unavailable(what + " " + path +
                          " changed while it was read (rewritten in place?); nothing read from it is used. Update it "

@@ -35,6 +35,10 @@ Result<std::string> ReadCheckedFileBounded(const std::string& path, size_t max_b
 Result<std::string> ReadUnchangedFileBounded(const std::string& path, size_t max_bytes, const std::string& what,
                                              const std::function<void()>& after_read = {});
 
+// Whether two fstat results of one open file describe the same content, as far as stat can
+// tell: the same size, modification and change times (the limits above apply).
+bool SameFileVersion(const struct stat& before, const struct stat& after);
+
 // True when a secret file's group may read it only because it is a Kubernetes Secret mounted
 // with an fsGroup: owned by root, mode 0440 (group read, nothing for others, no write), its
 // group one of this process's groups, and this process not root (a root process shares group

@@ -194,6 +194,10 @@ class TorchDecoder : public Decoder {
         options.quantization == DecoderOptions::Quantization::kInt8 ? 2048 : 512);
     decoder->threads_ = options.threads;
     TXSCORE_RETURN_IF_ERROR(decoder->LoadWeights(**checkpoint));
+    // Every weight is a copy now: a file rewritten in place meanwhile may have given a mix of
+    // two versions, a model that never existed on disk.
+    if (options.after_weights_read) options.after_weights_read();
+    TXSCORE_RETURN_IF_ERROR((*checkpoint)->CheckUnchanged());
     decoder->head_dim_ = accelerator::PaddedHeadDim(decoder->config_.head_dim, options.adapters.head_dim_alignment);
     decoder->PadHeadDim();
     decoder->global_inv_freq_ =

@@ -69,6 +69,9 @@ struct DecoderOptions {
   // Default: null, BuiltinModelFamilies(). The families config.json's family is found in;
   // must outlive the decoder.
   const ModelFamilyRegistry* families = nullptr;
+  // Default: none. Tests: called once every weight is copied out of the checkpoint's files,
+  // before the files are checked for a rewrite in place during the load.
+  std::function<void()> after_weights_read{};
 };
 
 // Sequences [first, end) of a batch.

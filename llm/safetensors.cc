@@ -203,11 +203,16 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
     return DataLoss(path + ": " + std::to_string(file_size) + " bytes is too short for a safetensors header");
   }
   void* mapping = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (mapping == MAP_FAILED) return Internal("cannot map " + path + ": " + std::strerror(errno));
+  if (mapping == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return Internal("cannot map " + path + ": " + why);
+  }
 
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
+  file->fd_ = fd;
+  file->opened_ = st;
   file->mapping_ = mapping;
   file->mapping_size_ = file_size;
   const auto* bytes = static_cast<const uint8_t*>(mapping);
@@ -232,6 +237,24 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
 
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status SafetensorsFile::CheckUnchanged() const {
+  struct stat now {};
+  if (::fstat(fd_, &now) == 0) {
+    // A file renamed over this one unlinks it: that moves its change time, not its bytes.
+    if (now.st_nlink < opened_.st_nlink) now.st_ctim = opened_.st_ctim;
+    if (SameFileVersion(opened_, now)) return Status::Ok();
+  }
+  return Unavailable(path_ +
+                     " changed while it was read (rewritten in place?); nothing read from it is used. Update a "
+                     "checkpoint by writing its files anew and renaming them (or the directory) into place");
+}
+
+Status SafetensorsCheckpoint::CheckUnchanged() const {
+  for (const auto& shard : shards_) TXSCORE_RETURN_IF_ERROR(shard->CheckUnchanged());
+  return Status::Ok();
 }
 
 const TensorInfo* SafetensorsFile::Find(std::string_view name) const {

@@ -15,6 +15,8 @@
 // model loader's job.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -76,10 +78,16 @@ class SafetensorsFile {
   const TensorInfo* Find(std::string_view name) const;
   TensorView View(const TensorInfo& info) const { return {&info, data_ + info.offset}; }
   const std::string& path() const { return path_; }
+  // kUnavailable when the file was changed in place since it was opened (its size, modification
+  // or change time differ): what was read from the mapping may mix old and new bytes. A file
+  // replaced by a rename is not this file, and reads stay whole.
+  Status CheckUnchanged() const;
 
  private:
   SafetensorsFile() = default;
   std::string path_;
+  int fd_ = -1;            // kept open to fstat the mapped file itself, whatever its name is now
+  struct stat opened_ {};  // its fstat when it was opened
   void* mapping_ = nullptr;
   size_t mapping_size_ = 0;
   const uint8_t* data_ = nullptr;  // start of the data area
@@ -98,6 +106,9 @@ class SafetensorsCheckpoint {
   bool Contains(std::string_view name) const;
   std::vector<std::string> TensorNames() const;  // sorted
   size_t shard_count() const { return shards_.size(); }
+  // SafetensorsFile::CheckUnchanged for every file: call it once everything needed is copied
+  // out of the mappings.
+  Status CheckUnchanged() const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;

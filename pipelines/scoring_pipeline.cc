@@ -206,7 +206,7 @@ Result<std::optional<std::pair<std::string, fraud::CardState>>> ScoringPipeline:
 }
 
 Result<fraud::CardState> ScoringPipeline::ReadCardState(const CardKeys& card, CardPlacement* placement) const {
-  *placement = CardPlacement{card.token, ""};
+  *placement = CardPlacement{card.token, "", ledger_->database().generation()};
   TXSCORE_ASSIGN_OR_RETURN(auto found, Resolve(card.token));
   if (found) {
     placement->write_under = found->first;  // card.token, or where a marker says the card moved
@@ -430,6 +430,7 @@ Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, s
   record.traceparent = tx.traceparent;
   record.caller = tx.caller;
   storage::WriteBatch batch;
+  batch.RequireGeneration(placement.read_generation);  // the state it updates was read from this database
   batch.Put(storage::ColumnFamily::kEntityState, placement.write_under, fraud::EncodeCardState(*state));
   if (!placement.moved_from.empty()) {  // re-keyed: the old entry says where the card lives now
     batch.Put(storage::ColumnFamily::kEntityState, placement.moved_from, std::string(kMovedTo) + placement.write_under);

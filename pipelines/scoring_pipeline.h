@@ -145,6 +145,7 @@ struct CardKeys {
 struct CardPlacement {
   std::string write_under;
   std::string moved_from;
+  uint64_t read_generation = 0;  // the database's generation() before the state was read
 };
 
 // Holds a card's lock stripes (ScoringLedger::CardLocks) from construction to destruction,

@@ -32,12 +32,12 @@ fi
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/hot_reload_test --gtest_filter='HotReloadTest.*'
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
-  ./build-tsan/tests/storage_test --gtest_filter='AuditLog.*'
+  ./build-tsan/tests/storage_test --gtest_filter='AuditLog.*:Database.*'
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/pipelines_test \
   --gtest_filter='DynamicBatcher.*:ScoringPipelineTest.*:ForensicPipelineTest.*:PipelineGraphTest.*:ClaimsJobTest.*'
 OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
-  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*:ShardingTest.*:DashboardTest.*:LlmBesideScoringTest.*'
+  ./build-tsan/tests/integration_test --gtest_filter='ClaimsJobsTest.*:ShardingTest.*:DashboardTest.*:LlmBesideScoringTest.*:ScoringServerDiskFull.*'
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \
   ./build-tsan/tests/llm_worker_pool_test
-echo "tsan: the decode step's worker pool, the hot reload, the audit log, the executor, the batcher, the job manager, shard forwarding, the dashboard and the LLM beside scoring are clean under ThreadSanitizer"
+echo "tsan: the decode step's worker pool, the hot reload, the audit log, the database's recovery, the executor, the batcher, the job manager, shard forwarding, the dashboard and the LLM beside scoring are clean under ThreadSanitizer"

@@ -108,6 +108,7 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::Ra
     text += fraud::ClaimToJson(*stored) + "\n";
   }
   const fs::path path = fs::path(options_.config.output_dir) / ("inline-" + pipelines::ShortDigest(text) + ".jsonl");
+  std::lock_guard<std::mutex> inline_lock(inline_inputs_mutex_);
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     // The job record that will point at this file is synced: the file must be durable first.
@@ -374,6 +375,8 @@ void ClaimsJobManager::Work() {
                        RedactPans(job->view.output_path));
     Result<pipelines::ClaimsJobSummary> summary = pipelines::RunClaimsJob(*pipeline_, *db_, run);
     // Inline claims are personal data kept only for the job: gone once it is done or failed.
+    std::unique_lock<std::mutex> inline_lock(inline_inputs_mutex_, std::defer_lock);
+    if (job->inline_input) inline_lock.lock();
     if (job->inline_input && (!summary.ok() || summary->state == pipelines::ClaimsJobState::kDone)) {
       RemoveInlineInput(job->view.job_id, job->input);
     }

@@ -131,6 +131,10 @@ class ClaimsJobManager {
   storage::Database* db_;
   const ClaimsJobManagerOptions options_;
   std::mutex mutex_;
+  // Held over writing an inline job's input and enqueueing it, and over a finished job's removal
+  // of its inline input and the state change after it: a submit of the same claims meanwhile
+  // either joins the job still running or writes the input anew for a job seen finished.
+  std::mutex inline_inputs_mutex_;  // taken before mutex_
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // every job submitted since start

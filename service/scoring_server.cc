@@ -445,6 +445,9 @@ void ScoringServer::AddOperatorMetrics() {
   registry_.AddCounterFunction("txscore_database_write_recoveries_total",
                                "Times the database took writes again after they stopped.", {},
                                [self] { return self->db_->write_health().recoveries; });
+  registry_.AddCounterFunction("txscore_database_reopens_total",
+                               "Times the database was closed and opened again in the process to take writes again.",
+                               {}, [self] { return self->db_->write_health().reopens; });
   if (jobs_ == nullptr) return;
   // Claims jobs: how many are in each state, and the running one's progress.
   for (JobState state : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kCancelled,
@@ -480,8 +483,10 @@ HttpResponse ScoringServer::Readiness() const {
   nlohmann::json body = {{"phase", PhaseName(phase)}, {"ready", false}};
   if (phase == Phase::kServing) {
     const Status database = db_->CheckHealth();
+    const Status audit = ledger_->audit_log().Health();
     const bool listening = rpc_->serving();
     body["database"] = database.ok() ? "open" : database.error().message;
+    if (!audit.ok()) body["audit"] = audit.error().message;
     body["listener"] = listening ? "serving" : "not serving";
     const std::shared_ptr<pipelines::ScoringPipeline> pipeline = active_.Get()->pipeline;
     body["model"] = pipeline->model_id() + "@" + pipeline->model_version();
@@ -501,7 +506,7 @@ HttpResponse ScoringServer::Readiness() const {
       body["last_reload"] = {
           {"applied", last.applied}, {"trigger", last.trigger}, {"time_ms", last.time_ms}, {"detail", last.detail}};
     }
-    body["ready"] = database.ok() && listening;
+    body["ready"] = database.ok() && audit.ok() && listening;
   }
   return HttpResponse{body["ready"].get<bool>() ? 200 : 503, "application/json", body.dump() + "\n"};
 }

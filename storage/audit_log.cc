@@ -199,6 +199,8 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
   }
   // The chain's head is the newest entry (key order is chain order). Should the epoch record
   // have been lost, the head's key still bounds the epoch.
+  // Read before the head: after a reopen meanwhile, the start's group reads the head again.
+  const uint64_t generation = db_->generation();
   ChainState chain;
   chain.head_hash = std::string(kAuditHashBytes, '\0');
   std::string previous = "none";
@@ -249,6 +251,7 @@ Status AuditLog::BeginWriting(AuditCheckpointKey key) {
     checkpoint_key_ = std::move(key);
   }
   chain.writing = true;
+  chain.generation = generation;
   chain_ = std::move(chain);
   // The epoch and the start checkpoint land together; should the write fail, nothing changed.
   WriteBatch batch;
@@ -293,6 +296,12 @@ Status AuditLog::Close() {
   // Closed already (or never begun): nothing to sign, and that is fine for an idempotent Close.
   if (shutdown.not_writing) return Status::Ok();
   return written;
+}
+
+Status AuditLog::Health() const {
+  std::lock_guard<std::mutex> lock(stuck_mutex_);
+  if (stuck_.empty()) return Status::Ok();
+  return DataLoss(stuck_);
 }
 
 AuditCommitStats AuditLog::stats() const {
@@ -358,9 +367,81 @@ void AuditLog::AddEntry(int64_t time_us, const std::string& json, const std::str
   batch->Put(ColumnFamily::kAudit, key, value);
 }
 
+Status AuditLog::FollowReopen(uint64_t generation) {
+  // From the newest entry back to the newest checkpoint: where the chain goes on, and how many
+  // entries the next periodic checkpoint must count.
+  std::optional<std::pair<std::string, std::string>> head;
+  uint64_t since_checkpoint = 0;
+  std::vector<GroupCheckpoint> came_back;      // checkpoints among the entries that came back
+  std::optional<std::string> first_back_prev;  // what the first entry that came back follows
+  Status walked = db_->ScanBackward(ColumnFamily::kAudit, [&](std::string_view key, std::string_view value) {
+    if (key.size() != kRecordKeyBytes) return false;  // the epoch record: no entry before it
+    if (!head) head.emplace(std::string(key), std::string(value));
+    const std::optional<ChainFields> fields = ReadChainFields(value);
+    if (fields && fields->seq == chain_.next_seq) first_back_prev = fields->prev_hash;
+    if (!IsAuditCheckpoint(value)) {
+      ++since_checkpoint;
+      return true;
+    }
+    if (fields && fields->seq >= chain_.next_seq) came_back.push_back({"", fields->seq, AuditEntryHash(key, value)});
+    return false;
+  });
+  TXSCORE_RETURN_IF_ERROR(walked);
+  if (first_back_prev && *first_back_prev != chain_.head_hash) {
+    return DataLoss("after the database was reopened, the audit entry seq " + std::to_string(chain_.next_seq) +
+                    " does not follow the entry written last: entries were replaced; run `txscore audit verify`");
+  }
+  if (!head) return DataLoss("the audit trail is empty after the database was reopened; run `txscore audit verify`");
+  const auto& [head_key, head_value] = *head;
+  const std::optional<AuditKeyParts> parts = ParseAuditKey(head_key);
+  const std::optional<ChainFields> fields = ReadChainFields(head_value);
+  if (!parts || !fields) {
+    return DataLoss(
+        "the audit trail's newest entry is not a chained entry after the database was reopened; run `txscore "
+        "audit verify`");
+  }
+  if (fields->seq + 1 < chain_.next_seq ||
+      (fields->seq + 1 == chain_.next_seq && AuditEntryHash(head_key, head_value) != chain_.head_hash)) {
+    return DataLoss("after the database was reopened the audit trail ends at seq " + std::to_string(fields->seq) +
+                    ", not at the entry written last (seq " + std::to_string(chain_.next_seq - 1) +
+                    "): entries were lost or replaced; run `txscore audit verify`");
+  }
+  const std::string head_hash = AuditEntryHash(head_key, head_value);
+  if (head_hash != chain_.head_hash) {
+    Log("audit").warn(
+        "after the database was reopened its newest audit entry is seq {}, not {}: a write reported as failed "
+        "came back with RocksDB's log; the chain continues from it",
+        fields->seq, chain_.next_seq == 0 ? 0 : chain_.next_seq - 1);
+    // A checkpoint's hash in a log kept elsewhere anchors the trail (as WriteGroup logs them).
+    for (const GroupCheckpoint& checkpoint : came_back) {
+      Log("audit").info("checkpoint seq {} (epoch {}) came back with the database's log, hash {}", checkpoint.seq,
+                        epoch_, HexOfBytes(checkpoint.hash));
+    }
+    chain_.head_hash = head_hash;
+    chain_.next_seq = fields->seq + 1;
+    chain_.last_time_us = std::max(chain_.last_time_us, parts->time_us);
+    if (parts->epoch == epoch_) chain_.counter = std::max(chain_.counter, parts->counter + 1);
+    chain_.since_checkpoint = since_checkpoint;
+  }
+  chain_.generation = generation;
+  return Status::Ok();
+}
+
 void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
   // Work on a copy: should the write fail, the chain continues from where it was.
   const ChainState before = chain_;
+  const uint64_t generation = db_->generation();
+  if (chain_.writing && generation != chain_.generation) {
+    const Status followed = FollowReopen(generation);
+    if (!followed.ok()) {
+      chain_ = before;
+      for (Pending* member : group) member->status = followed;
+      std::lock_guard<std::mutex> lock(stuck_mutex_);
+      stuck_ = followed.error().message;
+      return;
+    }
+  }
+  const uint64_t next_seq_before_group = chain_.next_seq;  // entries that came back are not this group's
   std::vector<Pending*> written;
   Status status;
   try {
@@ -374,7 +455,7 @@ void AuditLog::WriteGroup(const std::vector<Pending*>& group) {
     }
   }
   if (written.empty()) return;
-  const uint64_t entries = chain_.next_seq - before.next_seq;
+  const uint64_t entries = chain_.next_seq - next_seq_before_group;
   if (!status.ok()) {
     chain_ = before;
   } else {
@@ -404,6 +485,13 @@ Status AuditLog::ChainAndWrite(const std::vector<Pending*>& group, std::vector<P
                                                       : "the audit trail is closed (the service is stopping)");
       continue;
     }
+    if (member->batch.required_generation() && *member->batch.required_generation() != chain_.generation) {
+      // What it was made of was read before the database was reopened, which may have brought
+      // back a write it did not see.
+      member->status = Unavailable(
+          "the database was reopened while this was being decided; nothing of it was written (send it again)");
+      continue;
+    }
     if (chain_.counter + 2 >= kMaxCounter) {
       member->status =
           FailedPrecondition("this process has written 2^40 audit entries; restart it to take a new epoch");
@@ -420,6 +508,7 @@ Status AuditLog::ChainAndWrite(const std::vector<Pending*>& group, std::vector<P
   }
   if (written->empty()) return Status::Ok();
   TXSCORE_RETURN_IF_ERROR(options_.before_write ? options_.before_write() : Status::Ok());
+  merged.RequireGeneration(chain_.generation);  // the head it was chained from
   return db_->Write(merged);
 }
 

@@ -141,6 +141,10 @@ class AuditLog {
   // Writes the "shutdown" checkpoint; commits fail afterwards. Idempotent.
   Status Close();
   uint32_t epoch() const { return epoch_; }
+  // OK while the trail takes entries; kDataLoss, saying why, once a reopen of the database
+  // found it ended before or apart from what was written last (every commit fails then, until
+  // a restart after `txscore audit verify`).
+  Status Health() const;
   AuditCommitStats stats() const;
   // Commits waiting for the write in flight (tests).
   size_t queued() const;
@@ -161,6 +165,9 @@ class AuditLog {
     bool not_writing = false;  // refused: before BeginWriting, or after Close
   };
   Status Enqueue(Pending* pending);
+  // After the database was reopened: the chain continues from its newest entry, which may be
+  // a write reported as failed that RocksDB's log brought back.
+  Status FollowReopen(uint64_t generation);
   // Chains and writes one group. Only the leader runs it, so the chain state is its own.
   void WriteGroup(const std::vector<Pending*>& group);
   // Chains the group's entries into one batch and writes it; `written` receives the members
@@ -179,6 +186,9 @@ class AuditLog {
   std::mutex key_mutex_;
   AuditCheckpointKey checkpoint_key_;
 
+  mutable std::mutex stuck_mutex_;
+  std::string stuck_;  // why the trail takes no entries: "" while it does
+
   mutable std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::vector<Pending*> queue_;
@@ -193,6 +203,7 @@ class AuditLog {
     int64_t last_time_us = 0;  // the newest key's time: keys never go back in time
     uint64_t counter = 0;      // this epoch's next key counter
     uint64_t since_checkpoint = 0;
+    uint64_t generation = 0;  // the database's generation the head was read from
   };
   ChainState chain_;
   // The checkpoints of the group being written, logged once it has landed (the leader's).

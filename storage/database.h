@@ -14,10 +14,13 @@
 // A write that fails for its file system (a full disk, an I/O error) stops RocksDB taking
 // writes. Then every write fails fast with kUnavailable and a reason that names no path, and a
 // thread tries every second to resume (a 1 MiB probe file, RocksDB's Resume, then a probe
-// write): when space returns, writes may too (write_health(), CheckHealth()). When RocksDB
-// reports the failure as fatal (4 of 5 server runs of ScoringServerDiskFull; 1 and 10 of 20
-// episodes of Database.AFullDisk* in two runs: docs/operations.md), no Resume clears it: the
-// reason then says txscore must be restarted, and it stays stopped.
+// write): when space returns, writes come back (write_health(), CheckHealth()). When RocksDB
+// reports the failure as fatal (a failed sync always; a full disk often: docs/operations.md), or
+// Resume fails three times in a row with space back (RocksDB's own full-disk recovery answers
+// Busy until a whole write buffer fits), the database is closed and opened again in the process,
+// as a restart would, once the probe file can be written. The reopen replays RocksDB's log, which may hold
+// a write reported as failed (its bytes appended, its sync failed); generation() goes up, so
+// that state kept in memory from the database (the audit trail's chain head) is read again.
 #pragma once
 
 #include <atomic>
@@ -48,6 +51,12 @@ Result<Durability> ParseDurability(std::string_view name);  // "sync" or "wal"
 // disk (ENOSPC), through a file system wrapped around the real one.
 struct WriteFaults {
   std::atomic<bool> no_space{false};
+  // While set, every sync of a database file fails with an I/O error (EIO) after its bytes
+  // were appended: a disk failing writeback. RocksDB calls that fatal.
+  std::atomic<bool> sync_io_error{false};
+  // While set, creating a MANIFEST file (as every writable open does) fails with an I/O error:
+  // the database opens read-only only.
+  std::atomic<bool> manifest_io_error{false};
 };
 
 struct DatabaseOptions {
@@ -71,11 +80,18 @@ class WriteBatch {
   }
   void Delete(ColumnFamily cf, std::string_view key) { ops_.push_back({cf, std::string(key), std::string(), true}); }
   // Moves `other`'s writes after this batch's (a group commit joins its members' batches).
+  // This batch keeps its own RequireGeneration: `other`'s is the caller's to check first.
   void Append(WriteBatch&& other) {
     for (Op& op : other.ops_) ops_.push_back(std::move(op));
     other.ops_.clear();
   }
   bool empty() const { return ops_.empty(); }
+  // Written only while the database is still the one of `generation` (Database::generation(),
+  // taken before reading what the batch was made of): after a reopen, which may have brought
+  // back a write reported as failed, the batch is refused (kUnavailable) instead of overwriting
+  // it with values computed without it.
+  void RequireGeneration(uint64_t generation) { required_generation_ = generation; }
+  std::optional<uint64_t> required_generation() const { return required_generation_; }
 
  private:
   friend class Database;
@@ -86,6 +102,7 @@ class WriteBatch {
     bool erase = false;
   };
   std::vector<Op> ops_;
+  std::optional<uint64_t> required_generation_;
 };
 
 // Thread-safe: RocksDB allows concurrent reads and writes.
@@ -100,6 +117,10 @@ class Database {
   Result<std::optional<std::string>> Get(ColumnFamily cf, std::string_view key) const;
   // Applies every write of the batch or none, with the configured durability.
   Status Write(const WriteBatch& batch);
+  // 1 when opened; one more each time it is opened again in the process while recovering from
+  // a failed write (for writing, or read-only meanwhile). WriteBatch::RequireGeneration binds a
+  // write to it.
+  uint64_t generation() const;
   // Up to `limit` entries with the largest keys, largest first.
   Result<std::vector<std::pair<std::string, std::string>>> ReadLast(ColumnFamily cf, size_t limit) const;
   // Visits entries from the largest key down while `visit` returns true.
@@ -126,6 +147,7 @@ class Database {
     int64_t stopped_since_ms = 0;
     uint64_t stops = 0;       // times writes stopped
     uint64_t recoveries = 0;  // times they came back
+    uint64_t reopens = 0;     // times it was closed and opened again for writing in the process
   };
   WriteHealth write_health() const;
   // Write-ahead-log syncs (fsync/fdatasync) since Open: one per write under kSync, none under
@@ -140,7 +162,8 @@ class Database {
     uint64_t pending_compaction_bytes = 0;  // rocksdb.estimate-pending-compaction-bytes
   };
   std::optional<ColumnFamilyStats> Stats(ColumnFamily cf) const;
-  // Background errors since Open (rocksdb.background-errors): a failed flush or compaction.
+  // Background errors since Open, reopens included (rocksdb.background-errors): a failed flush
+  // or compaction.
   uint64_t BackgroundErrors() const;
 
   const std::string& path() const { return path_; }

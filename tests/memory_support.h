@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace txscore::testing {
 
@@ -47,5 +51,42 @@ inline void ExpectResidentGrowthBelow(size_t resident_before, size_t bytes) {
   EXPECT_LT(ResidentBytes(), resident_before + bytes) << "resident memory grew too much";
 #endif
 }
+
+// A thread that lives across the loads it is given, as the admin port's threads that run
+// reloads do: each keeps its own malloc heap.
+class LongLivedThread {
+ public:
+  LongLivedThread() : thread_([this] { Serve(); }) {}
+  ~LongLivedThread() {
+    Run(nullptr);
+    thread_.join();
+  }
+  // Runs `work` on this thread and returns when it is done; null ends the thread.
+  void Run(std::function<void()> work) {
+    std::unique_lock<std::mutex> lock(mu_);
+    work_ = std::move(work);
+    pending_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return !pending_; });
+  }
+
+ private:
+  void Serve() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return pending_; });
+      std::function<void()> work = std::move(work_);
+      if (work) work();
+      pending_ = false;
+      changed_.notify_all();
+      if (!work) return;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::function<void()> work_;
+  bool pending_ = false;
+  std::thread thread_;
+};
 
 }  // namespace txscore::testing

@@ -4,8 +4,10 @@
 #include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/transport/TBufferTransports.h>
 #include <thrift/transport/TSocket.h>
@@ -16,6 +18,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -27,12 +30,14 @@
 #include "fraud/card_token.h"
 #include "fraud/feature_schema.h"
 #include "fraud/features.h"
+#include "fraud/keyset.h"
 #include "fraud/synthetic.h"
 #include "fraud/xgboost_model.h"
 #include "gen-cpp/TxScore.h"
 #include "service/build_info.h"
 #include "service/scoring_server.h"
 #include "service/transaction_json.h"
+#include "storage/audit_chain.h"
 #include "storage/audit_log.h"
 #include "storage/database.h"
 #include "tests/rpc_test_support.h"
@@ -925,10 +930,25 @@ TEST(ScoringServerReadiness, IsStartingWhileLoadingAndDrainingWhileStopping) {
   EXPECT_EQ(seen[2].body, "{\"phase\":\"draining\",\"ready\":false}\n");
 }
 
+// The server's audit trail walked as `txscore audit verify` does, with the card key file's
+// checkpoint keys.
+storage::ChainReport VerifyTrail(ScoringServer& server, const std::string& key_file) {
+  const fraud::Keyset keys = fraud::LoadKeyset(key_file).value();
+  storage::ChainVerifyOptions verify;
+  verify.checkpoint_public_key = [&keys](const std::string& id) -> std::optional<std::string> {
+    for (const fraud::KeysetKey& key : keys.keys()) {
+      if (key.id == id) return fraud::AuditSigningPublicKey(key).value();
+    }
+    return std::nullopt;
+  };
+  return storage::VerifyAuditChain(server.database(), verify).value();
+}
+
 // A full disk: scoring fails with a reason that names no path, Thrift health(), /readyz and
 // /v2/health/ready say not ready (with why), /metrics counts it; when space returns the server
-// resumes writing on its own, without a request or a restart, and every decision acknowledged
-// is in the trail.
+// writes again on its own, without a request or a restart (RocksDB's Resume, or a reopen of
+// the database in the process when RocksDB called the error fatal), every decision acknowledged
+// is in the trail, and the trail's chain verifies across the episode.
 TEST(ScoringServerDiskFull, NotReadyWhileTheDiskIsFullAndServingAgainWhenSpaceReturns) {
   testing::TempDir dir;
   testing::WriteTestPipeline(dir);
@@ -972,25 +992,8 @@ TEST(ScoringServerDiskFull, NotReadyWhileTheDiskIsFullAndServingAgainWhenSpaceRe
   EXPECT_EQ(metric("txscore_database_write_stops_total"), 1);
 
   hooks.write_faults->no_space = false;  // space freed
-  storage::Database::WriteHealth health_now = (*server)->database().write_health();
-  while (health_now.stopped && health_now.reason.find("restarted") == std::string::npos) {
-    std::this_thread::yield();
-    health_now = (*server)->database().write_health();
-  }
-  if (health_now.stopped) {
-    // RocksDB called the failure fatal: not ready, saying a restart is needed; a restart serves.
-    const HttpAnswer still = HttpRequest((*server)->admin_port(), "/readyz");
-    EXPECT_EQ(still.status, 503);
-    EXPECT_NE(still.body.find("txscore must be restarted to write to it again"), std::string::npos) << still.body;
-    c.connection.reset();
-    (*server)->Stop();
-    server = testing::CreateTestServer(testing::TestSettingsPath(dir), {}, {});
-    ASSERT_TRUE(server.ok()) << server.error().ToString();
-    (*server)->Start();
-    c = Client((*server)->rpc_port());
-  } else {
-    EXPECT_EQ(metric("txscore_database_write_recoveries_total"), 1);
-  }
+  ASSERT_TRUE(testing::Eventually([&] { return !(*server)->database().write_health().stopped; }));
+  EXPECT_EQ(metric("txscore_database_write_recoveries_total"), 1);
   c.client->health(health);
   EXPECT_TRUE(health.ready);
   EXPECT_EQ(HttpRequest((*server)->admin_port(), "/readyz").status, 200);
@@ -1003,7 +1006,148 @@ TEST(ScoringServerDiskFull, NotReadyWhileTheDiskIsFullAndServingAgainWhenSpaceRe
   ASSERT_TRUE(records.ok()) << records.error().ToString();
   std::vector<std::string> audited;
   for (const storage::AuditRecord& r : *records) audited.push_back(r.request_id);
-  EXPECT_EQ(audited, (std::vector<std::string>{"after", "before"}));
+  EXPECT_EQ(audited, (std::vector<std::string>{"after", "before"}));  // a failed append never reached the log
+  const storage::ChainReport report = VerifyTrail(**server, dir.file("card.key"));
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_EQ(report.entries, 3u);  // the start checkpoint, before, after
+  (*server)->Stop();
+  EXPECT_TRUE((*server)->stop_status().ok()) << (*server)->stop_status().error().ToString();
+}
+
+// A sync that fails with an I/O error is fatal to RocksDB: no Resume clears it, so the server
+// closes and opens its database again in the process once syncs work. The decision whose sync
+// failed was answered with an error, yet its bytes were in RocksDB's log and come back with
+// the reopen: the trail's chain continues from it, and the next decision is chained after it.
+TEST(ScoringServerDiskFull, AFatalWriteErrorReopensTheDatabaseAndTheChainContinues) {
+  testing::TempDir dir;
+  testing::WriteTestPipeline(dir, "sync");  // a sync per decision: the one that fails
+  ScoringServer::Hooks hooks;
+  hooks.write_faults = std::make_shared<storage::WriteFaults>();
+  hooks.resume_every_ms = 10;
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir), {}, hooks);
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  (*server)->Start();
+  Client c((*server)->rpc_port());
+  rpc::ScoreResult result;
+  c.client->score(result, ToThriftTransaction(testing::ValidTransaction("before")));
+  hooks.write_faults->sync_io_error = true;
+  fraud::RawTransaction during = testing::ValidTransaction("during");
+  during.timestamp_ms += 1000;
+  try {
+    c.client->score(result, ToThriftTransaction(during));
+    ADD_FAILURE() << "scored while syncs fail";
+  } catch (const rpc::ServiceError& e) {
+    EXPECT_NE(e.reason.find("an I/O error on the database's disk"), std::string::npos) << e.reason;
+  }
+  hooks.write_faults->sync_io_error = false;
+  ASSERT_TRUE(testing::Eventually([&] { return !(*server)->database().write_health().stopped; }));
+  const auto metric = [&](const std::string& name) {
+    return MetricValue(HttpRequest((*server)->admin_port(), "/metrics").body, name);
+  };
+  EXPECT_EQ(metric("txscore_database_reopens_total"), 1);
+  EXPECT_EQ(metric("txscore_database_write_recoveries_total"), 1);
+  EXPECT_EQ(HttpRequest((*server)->admin_port(), "/readyz").status, 200);
+  fraud::RawTransaction after = testing::ValidTransaction("after");
+  after.timestamp_ms += 10000;
+  c.client->score(result, ToThriftTransaction(after));
+  EXPECT_EQ(result.request_id, "after");
+  const std::vector<storage::AuditRecord> records = (*server)->audit_log().ReadLast(10).value();
+  std::vector<std::string> audited;
+  for (const storage::AuditRecord& r : records) audited.push_back(r.request_id);
+  EXPECT_EQ(audited, (std::vector<std::string>{"after", "during", "before"}));
+  const storage::ChainReport report = VerifyTrail(**server, dir.file("card.key"));
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_EQ(report.entries, 4u);
+  (*server)->Stop();
+  EXPECT_TRUE((*server)->stop_status().ok()) << (*server)->stop_status().error().ToString();
+}
+
+// A tmpfs of `megabytes` mounted at `path` for the test's life; mounted() is false where this
+// process may not mount one (it needs root's CAP_SYS_ADMIN), and why() says so.
+class SmallFilesystem {
+ public:
+  SmallFilesystem(const std::string& path, int megabytes) : path_(path) {
+    std::filesystem::create_directories(path);
+    const std::string options = "size=" + std::to_string(megabytes) + "m";
+    mounted_ = ::mount("tmpfs", path.c_str(), "tmpfs", 0, options.c_str()) == 0;
+    if (!mounted_) why_ = std::strerror(errno);
+  }
+  ~SmallFilesystem() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  uint64_t free_bytes() const {
+    struct statvfs fs {};
+    return ::statvfs(path_.c_str(), &fs) == 0 ? static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize : 0;
+  }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+  std::string why_;
+};
+
+// A real full disk, not an injected one: the database on a 20 MiB tmpfs, filled by a file
+// beside it until a decision fails; once the file is removed, the server writes again without a
+// restart, every acknowledged decision is in the trail, and the trail verifies. (RocksDB's own
+// recovery from a full disk waits for room for a whole write buffer, which this disk never has:
+// the server reopens the database once Resume has failed three times with space back.)
+TEST(ScoringServerDiskFull, ARealFullDiskComesBackWhenSpaceIsFreedWithoutARestart) {
+  testing::TempDir dir;
+  SmallFilesystem disk(dir.file("small"), 20);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (" << disk.why() << "): needs root";
+  testing::WriteTestPipeline(dir, "sync");
+  std::string settings = testing::ReadFile(testing::TestSettingsPath(dir));
+  settings.replace(settings.find("path: db"), 8, "path: " + dir.file("small/db"));
+  testing::WriteFile(testing::TestSettingsPath(dir), settings);
+  ScoringServer::Hooks hooks;
+  hooks.resume_every_ms = 10;
+  auto server = testing::CreateTestServer(testing::TestSettingsPath(dir), {}, hooks);
+  ASSERT_TRUE(server.ok()) << server.error().ToString();
+  (*server)->Start();
+  Client c((*server)->rpc_port());
+  std::set<std::string> acknowledged;
+  int sent = 0;
+  const auto score = [&]() -> std::string {  // "" when scored, else the server's reason
+    fraud::RawTransaction tx = testing::ValidTransaction("tx-" + std::to_string(sent));
+    tx.timestamp_ms += 1000LL * sent++;
+    rpc::ScoreResult result;
+    try {
+      c.client->score(result, ToThriftTransaction(tx));
+    } catch (const rpc::ServiceError& e) {
+      return e.reason;
+    }
+    acknowledged.insert(result.request_id);
+    return "";
+  };
+  ASSERT_EQ(score(), "");
+  {
+    // Leave 256 KB free, then score until a decision finds the disk full.
+    const int filler = ::open(dir.file("small/filler").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    ASSERT_GE(filler, 0);
+    ASSERT_EQ(::posix_fallocate(filler, 0, static_cast<off_t>(disk.free_bytes() - (256 << 10))), 0);
+    ::close(filler);
+  }
+  std::string reason;
+  for (int i = 0; i < 100000 && reason.empty(); ++i) reason = score();
+  EXPECT_NE(reason.find("no space left on the database's disk"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find(dir.path()), std::string::npos) << reason;
+  EXPECT_EQ(HttpRequest((*server)->admin_port(), "/readyz").status, 503);
+
+  std::filesystem::remove(dir.file("small/filler"));  // space freed
+  ASSERT_TRUE(testing::Eventually([&] { return !(*server)->database().write_health().stopped; }));
+  EXPECT_EQ(HttpRequest((*server)->admin_port(), "/readyz").status, 200);
+  EXPECT_EQ((*server)->database().write_health().recoveries, 1u);
+  EXPECT_EQ((*server)->database().write_health().reopens, 1u);  // Resume stayed Busy: reopened
+  ASSERT_EQ(score(), "");
+  const std::vector<storage::AuditRecord> records = (*server)->audit_log().ReadLast(sent + 10).value();
+  std::set<std::string> audited;
+  for (const storage::AuditRecord& r : records) audited.insert(r.request_id);
+  for (const std::string& id : acknowledged) EXPECT_EQ(audited.count(id), 1u) << id << " acknowledged, not audited";
+  const storage::ChainReport report = VerifyTrail(**server, dir.file("card.key"));
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  c.connection.reset();
   (*server)->Stop();
   EXPECT_TRUE((*server)->stop_status().ok()) << (*server)->stop_status().error().ToString();
 }

@@ -745,42 +745,34 @@ TEST(Rope, OneRotationMatchesTheValuesWorkedOutByHand) {
   EXPECT_TRUE(torch::equal(ApplyRope(x, at_zero[0], at_zero[1], accelerator::RotateHalfBySlicing(x)), x));
 }
 
-// A thread that lives across the loads it is given, as the admin port's threads that run
-// reloads do: each keeps its own malloc heap.
-class LongLivedThread {
- public:
-  LongLivedThread() : thread_([this] { Serve(); }) {}
-  ~LongLivedThread() {
-    Run(nullptr);
-    thread_.join();
-  }
-  // Runs `work` on this thread and returns when it is done; null ends the thread.
-  void Run(std::function<void()> work) {
-    std::unique_lock<std::mutex> lock(mu_);
-    work_ = std::move(work);
-    pending_ = true;
-    changed_.notify_all();
-    changed_.wait(lock, [this] { return !pending_; });
-  }
-
- private:
-  void Serve() {
-    for (;;) {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [this] { return pending_; });
-      std::function<void()> work = std::move(work_);
-      if (work) work();
-      pending_ = false;
-      changed_.notify_all();
-      if (!work) return;
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::function<void()> work_;
-  bool pending_ = false;
-  std::thread thread_;
-};
+// A checkpoint's weight file rewritten in place while a decoder loads it (a writer patching the
+// live file during a reload) is refused: the weights read may mix two versions. Written
+// anew and renamed into place, it loads.
+TEST(Decoder, AWeightFileRewrittenInPlaceDuringTheLoadIsRefused) {
+  testing::TempDir dir;
+  ASSERT_TRUE(MakeCheckpoint({.family = "qwen3", .size = "small", .dtype = DType::kF32}, dir.path()).ok());
+  const std::string weights = dir.file("model.safetensors");
+  const auto rewrite_last_byte_in_place = [&] {
+    std::fstream file(weights, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(file.get());
+    file.seekp(-1, std::ios::end);
+    file.put(static_cast<char>(last ^ 0x01));  // same size, new bytes
+  };
+  DecoderOptions options;
+  options.after_weights_read = rewrite_last_byte_in_place;
+  EXPECT_TRUE(testing::IsError(Decoder::Load(dir.path(), options), ErrorCode::kUnavailable,
+                               weights +
+                                   " changed while it was read (rewritten in place?); nothing read from it is used. "
+                                   "Update a checkpoint by writing its files anew and renaming them (or the "
+                                   "directory) into place"));
+  options.after_weights_read = [&] {
+    const std::string fresh = dir.file("model.safetensors.new");
+    std::filesystem::copy_file(weights, fresh);
+    std::filesystem::rename(fresh, weights);  // a new file: the one being read is untouched
+  };
+  EXPECT_TRUE(Decoder::Load(dir.path(), options).ok());
+}
 
 TEST(Decoder, ADecodersFreedWeightsGoBackToTheSystemWhicheverThreadLoadedThem) {
   // The heap settings `txscore serve` runs with: freed memory is kept for reuse.
@@ -791,8 +783,8 @@ TEST(Decoder, ADecodersFreedWeightsGoBackToTheSystemWhicheverThreadLoadedThem) {
   // Each load on a thread of its own heap, the last decoder freed after the next is loaded, as
   // a reload replaces a pipeline: without the pages given back, each thread's heap keeps a
   // freed copy of the weights that the loads on the other threads cannot reuse.
-  std::vector<std::unique_ptr<LongLivedThread>> threads;
-  for (int i = 0; i < 4; ++i) threads.push_back(std::make_unique<LongLivedThread>());
+  std::vector<std::unique_ptr<testing::LongLivedThread>> threads;
+  for (int i = 0; i < 4; ++i) threads.push_back(std::make_unique<testing::LongLivedThread>());
   std::unique_ptr<Decoder> serving;
   size_t resident_after_first = 0;
   for (int load = 0; load < 12; ++load) {

@@ -24,6 +24,7 @@
 #include "pipelines/claims_pipeline.h"
 #include "pipelines/scoring_pipeline.h"
 #include "pipelines/stages/llm_findings_stage.h"
+#include "tests/memory_support.h"
 #include "tests/pipelines/flat_logits_decoder.h"
 #include "tests/test_support.h"
 
@@ -293,6 +294,38 @@ TEST_F(ForensicPipelineTest, ATokenizerWithIdsPastTheModelsVocabularyIsRefusedWh
                                        " token ids, more than the model's vocab_size of " +
                                        std::to_string(model_vocab) +
                                        " (config.json): the tokenizer is not this model's");
+}
+
+// Refused reloads leave no memory behind: a 150,000-token tokenizer past the model's
+// vocabulary (a few MB of JSON, tens of MB parsed), refused again and again on four threads
+// that live on, as the admin port's do (each once kept about 40 MB, measured with the 0.5B
+// checkpoint's tokenizer).
+TEST_F(ForensicPipelineTest, RefusedTokenizerLoadsLeaveNoMemoryBehind) {
+  nlohmann::json tokenizer = nlohmann::json::parse(testing::ReadFile(dir_.file("llm/tokenizer.json")));
+  int64_t next_id = 0;
+  for (const auto& [token, id] : tokenizer["model"]["vocab"].items())
+    next_id = std::max<int64_t>(next_id, id.get<int64_t>() + 1);
+  for (int i = 0; i < 150000; ++i) tokenizer["model"]["vocab"]["extra-token-" + std::to_string(i)] = next_id++;
+  testing::WriteFile(dir_.file("llm/tokenizer.json"), tokenizer.dump());
+  tokenizer = nullptr;
+  ForensicStageOptions options;
+  options.model_dir = dir_.file("llm");
+  const auto load_refused = [&] {
+    auto stage = ForensicStage::Create(options, [](const std::string&, const llm::DecoderOptions&) {
+      return Result<std::unique_ptr<llm::Decoder>>(Internal("the decoder was asked for"));
+    });
+    ASSERT_FALSE(stage.ok());
+    EXPECT_NE(stage.error().message.find("the tokenizer is not this model's"), std::string::npos)
+        << stage.error().message;
+  };
+  std::vector<std::unique_ptr<testing::LongLivedThread>> threads;
+  for (int i = 0; i < 4; ++i) threads.push_back(std::make_unique<testing::LongLivedThread>());
+  for (auto& thread : threads) thread->Run(load_refused);  // each thread's heap has held one
+  const size_t resident_before = testing::ResidentBytes();
+  for (int round = 0; round < 5; ++round) {
+    for (auto& thread : threads) thread->Run(load_refused);
+  }
+  testing::ExpectResidentGrowthBelow(resident_before, 16u << 20);
 }
 
 TEST_F(ForensicPipelineTest, AClaimsPipelineCanShareTheTransactionPipelinesLlmStage) {

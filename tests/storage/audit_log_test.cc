@@ -438,6 +438,68 @@ TEST(AuditLog, AFailedWriteLeavesNoHoleInTheChain) {
   EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
 }
 
+// A failed sync is fatal to RocksDB: the database is closed and opened again in the process,
+// and the reopen replays RocksDB's log, which holds the failed decision's bytes. The chain
+// continues from that entry (read from memory, the head would be the entry before, and the next
+// decision would take its key), and the periodic checkpoints count it (one after every 3
+// entries here), so the trail verifies.
+TEST(AuditLog, AfterAReopenTheChainContinuesFromAWriteThatCameBack) {
+  testing::TempDir dir;
+  auto faults = std::make_shared<WriteFaults>();
+  auto db = Database::Open(dir.file("db"), {.write_faults = faults, .resume_every_ms = 5});
+  ASSERT_TRUE(db.ok()) << db.error().ToString();
+  AuditLog log(db->get(), {.checkpoint_every = 3});
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  ASSERT_TRUE(log.Commit(Decision("a", 1000), {}).ok());
+  faults->sync_io_error = true;
+  EXPECT_TRUE(testing::IsError(log.Commit(Decision("b", 2000), {}), ErrorCode::kUnavailable,
+                               "the database takes no writes now: an I/O error on the database's disk"));
+  faults->sync_io_error = false;
+  ASSERT_TRUE(testing::Eventually([&] { return !(*db)->write_health().stopped; }));
+  ASSERT_EQ((*db)->write_health().reopens, 1u);
+  for (const char* id : {"c", "d", "e", "f"}) ASSERT_TRUE(log.Commit(Decision(id, 3000), {}).ok());
+
+  const auto entries = Entries(**db);
+  ASSERT_EQ(entries.size(), 9u);  // start, a, b (back with the log), c, checkpoint, d, e, f, checkpoint
+  EXPECT_EQ(DecodeAuditRecord(entries[2].second).value().request_id, "b");
+  EXPECT_EQ(ReadChainFields(entries[3].second)->seq, 3u);  // c follows b
+  EXPECT_TRUE(IsAuditCheckpoint(entries[4].second));       // after a, b and c
+  EXPECT_TRUE(IsAuditCheckpoint(entries[8].second));       // after d, e and f
+  const ChainReport report = Verify(**db);
+  EXPECT_FALSE(report.problem.has_value()) << report.problem->detail;
+  EXPECT_EQ(report.entries, 9u);
+  EXPECT_TRUE(log.Close().ok());
+}
+
+// A decision whose card state was read before a reopen is refused after it, with nothing
+// written: the reopen may have brought back a write to the same card that it did not see.
+TEST(AuditLog, ADecisionReadBeforeAReopenIsRefusedAfterIt) {
+  testing::TempDir dir;
+  auto faults = std::make_shared<WriteFaults>();
+  auto db = Database::Open(dir.file("db"), {.write_faults = faults, .resume_every_ms = 5});
+  ASSERT_TRUE(db.ok()) << db.error().ToString();
+  AuditLog log(db->get());
+  ASSERT_TRUE(log.BeginWriting(TestKey()).ok());
+  const uint64_t read_in = (*db)->generation();  // the card's state is read here
+  faults->sync_io_error = true;
+  EXPECT_FALSE(log.Commit(Decision("failed", 1000), {}).ok());
+  faults->sync_io_error = false;
+  ASSERT_TRUE(testing::Eventually([&] { return !(*db)->write_health().stopped; }));
+  WriteBatch state;
+  state.RequireGeneration(read_in);
+  state.Put(ColumnFamily::kEntityState, "card", "computed before the reopen");
+  EXPECT_TRUE(testing::IsError(
+      log.Commit(Decision("late", 2000), std::move(state)), ErrorCode::kUnavailable,
+      "the database was reopened while this was being decided; nothing of it was written (send it again)"));
+  EXPECT_EQ((*db)->Get(ColumnFamily::kEntityState, "card").value(), std::nullopt);
+  const std::vector<AuditRecord> records = log.ReadLast(10).value();
+  std::vector<std::string> ids;
+  for (const AuditRecord& r : records) ids.push_back(r.request_id);
+  EXPECT_EQ(ids, std::vector<std::string>{"failed"});        // back with the log; "late" is not there
+  ASSERT_TRUE(log.Commit(Decision("next", 3000), {}).ok());  // the chain goes on
+  EXPECT_FALSE(Verify(**db).problem.has_value());
+}
+
 TEST(AuditLog, RestartsAreLinkedAndSayWhetherThePreviousWriterShutDownOrCrashed) {
   testing::TempDir dir;
   auto db = Database::Open(dir.file("db"));
