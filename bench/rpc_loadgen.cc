@@ -41,6 +41,7 @@ struct Options {
 struct ConnectionResult {
   std::vector<double> latencies_us;
   std::vector<int> decisions;  // score(): each measured call's rpc::Decision, in the order of latencies_us
+  std::vector<bool> findings;  // score(): whether it came with the LLM's findings, in the same order
   long errors = 0;
   std::string first_error;  // what the first failed call threw
   std::string open_error;   // non-empty: the connection never opened
@@ -69,6 +70,7 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
   while (next - start < total) {
     std::this_thread::sleep_until(next);
     int decision = 0;  // none (health, or an error)
+    bool with_findings = false;
     try {
       if (options.method == "health") {
         txscore::rpc::HealthStatus health;
@@ -77,6 +79,7 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
         txscore::rpc::ScoreResult result;
         client.score(result, transactions[i % transactions.size()]);
         decision = static_cast<int>(result.decision);
+        with_findings = result.__isset.findings;
       }
     } catch (const apache::thrift::TException& e) {
       if (out->errors++ == 0) out->first_error = e.what();
@@ -89,6 +92,7 @@ void RunConnection(const Options& options, int index, const std::vector<txscore:
     if (next >= measure_from) {
       out->latencies_us.push_back(std::chrono::duration<double, std::micro>(done - next).count());
       out->decisions.push_back(decision);
+      out->findings.push_back(with_findings);
     }
     i += static_cast<size_t>(options.connections);
     next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s));
@@ -121,7 +125,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool by_decision = false;
   app.add_flag("--by-decision", by_decision,
-               "Also print score()'s latency for each decision (APPROVE, REVIEW, DECLINE), one line each");
+               "Also print score()'s latency for each decision (APPROVE, REVIEW, DECLINE), one line each, "
+               "with how many calls came with the LLM's findings");
+  uint64_t seed = 123;
+  app.add_option("--seed", seed, "Seed of the generated transactions (another seed: other cards)")
+      ->capture_default_str();
+  double below_amount = 0;
+  app.add_option("--below-amount", below_amount,
+                 "Send only transactions of less than this amount, in major units of their currency as a "
+                 "pipeline rule reads `amount` (0: all): a client that sends no transaction a rule on the "
+                 "amount would send to REVIEW");
   std::string tls_dir;
   app.add_option("--tls-dir", tls_dir, "Client certificate directory (ca.crt, tls.crt, tls.key); none: plaintext");
   CLI11_PARSE(app, argc, argv);
@@ -135,7 +148,11 @@ int main(int argc, char** argv) {
 
   // Many cards over a month, with synthetic PANs: tokenization is part of the measured work.
   std::vector<txscore::rpc::Transaction> transactions;
-  for (const auto& t : txscore::fraud::GenerateTransactions({.seed = 123, .cards = 2000, .days = 30})) {
+  for (const auto& t : txscore::fraud::GenerateTransactions({.seed = seed, .cards = 2000, .days = 30})) {
+    if (below_amount > 0) {
+      const txscore::Result<txscore::fraud::Transaction> valid = txscore::fraud::ValidateTransaction(t.tx);
+      if (!valid.ok() || valid->amount_major() >= below_amount) continue;
+    }
     transactions.push_back(txscore::service::ToThriftTransaction(t.tx));
   }
 
@@ -166,9 +183,13 @@ int main(int argc, char** argv) {
   }
   // By decision, before `all` is sorted: the same calls, told apart by what they were answered.
   std::vector<std::vector<double>> by(4);
+  std::vector<size_t> with_findings(4, 0);
   for (const auto& r : results) {
-    for (size_t k = 0; k < r.latencies_us.size(); ++k)
-      by[static_cast<size_t>(r.decisions[k]) % 4].push_back(r.latencies_us[k]);
+    for (size_t k = 0; k < r.latencies_us.size(); ++k) {
+      const size_t d = static_cast<size_t>(r.decisions[k]) % 4;
+      by[d].push_back(r.latencies_us[k]);
+      with_findings[d] += r.findings[k] ? 1 : 0;
+    }
   }
   std::sort(all.begin(), all.end());
   std::printf(
@@ -181,8 +202,9 @@ int main(int argc, char** argv) {
     const char* const names[] = {"none", "APPROVE", "REVIEW", "DECLINE"};
     for (size_t d = 1; d < by.size(); ++d) {
       std::sort(by[d].begin(), by[d].end());
-      std::printf("  %s: %zu calls; latency us p50 %.0f p99 %.0f max %.0f\n", names[d], by[d].size(),
-                  Percentile(by[d], 0.50), Percentile(by[d], 0.99), by[d].empty() ? 0.0 : by[d].back());
+      std::printf("  %s: %zu calls, %zu with findings; latency us p50 %.0f p99 %.0f max %.0f\n", names[d], by[d].size(),
+                  with_findings[d], Percentile(by[d], 0.50), Percentile(by[d], 0.99),
+                  by[d].empty() ? 0.0 : by[d].back());
     }
   }
   return errors > 0 ? 1 : 0;

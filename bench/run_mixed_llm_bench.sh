@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Do REVIEW decisions waiting for the LLM hold up APPROVE decisions? Issue 30, item 3's load:
-# `txscore serve` with the demo pipeline (fraud model, REVIEW at 0.5 or by a rule
-# on the amount, the LLM stage on llm-tiny
-# with its 1500 ms budget), STREAMS OpenAI-API streams generating beside it on the same engine
-# (each a loop of chat completions of TOKENS tokens), and score() at a fixed offered rate; the
-# load generator reports latency by decision. Alternates, RUNS times, two servers that differ
-# in one setting:
-#   A = server.waiting_threads: 0   (a request waiting for the LLM keeps its worker: as before)
-#   B = server.waiting_threads: 32  (it gives its worker back while it waits: the default)
-# and prints each run and the medians of APPROVE's and REVIEW's p50/p99 for A and B.
+# Do REVIEW decisions waiting for the LLM hold up APPROVE decisions, and do they get their
+# findings? Issue 30, item 3's load: `txscore serve` with the demo pipeline (fraud model, REVIEW
+# at 0.5 or by a rule on the amount, the LLM stage on llm-tiny with its 1500 ms budget) and
+# score() at a fixed offered rate; the load generator reports latency by decision and how many
+# REVIEWs came with findings. Alternates, RUNS times, two loads on the same server settings:
+#   A = score() alone (the LLM writes findings for the REVIEWs only)
+#   B = the same, with STREAMS OpenAI-API streams generating beside it on the same engine
+#       (each a loop of chat completions of TOKENS tokens)
+# and prints each run and the medians of APPROVE's and REVIEW's p50/p99 and of the REVIEWs'
+# share with findings, for A and B. Beside that mixed client, on connections of its own, an
+# APPROVE-only client (APPROVE_RATE calls/s, default 100, of other cards and amounts below the
+# rule's) measures what the issue measured: an APPROVE-only client's p99 beside REVIEWs (on a
+# connection of the mixed client, an APPROVE sent after a REVIEW waits for it: one call at a
+# time per connection). A REVIEW waiting for the LLM holds no server thread (it is
+# parked: service/rpc_server.h), so neither load should hold up APPROVEs by taking workers.
 #
 #   ./bench/run_mixed_llm_bench.sh [rate]          e.g.  ./bench/run_mixed_llm_bench.sh 100
-#   env: RUNS (default 5), SECONDS_PER_RUN (10), WARMUP (2), CONNECTIONS (16), STREAMS (32),
+#   env: RUNS (default 5), SECONDS_PER_RUN (10), WARMUP (2), CONNECTIONS (16, each client), STREAMS (32), APPROVE_RATE (100),
 #        TOKENS (256), WORKERS (8), REVIEW_AMOUNT (400: a rule sends transactions of this amount
 #        or more to REVIEW; the load generator's transactions are nearly all genuine and score
 #        low, so the model alone would make almost none REVIEW)
@@ -28,6 +33,7 @@ streams=${STREAMS:-32}
 tokens=${TOKENS:-256}
 workers=${WORKERS:-8}
 review_amount=${REVIEW_AMOUNT:-400}
+approve_rate=${APPROVE_RATE:-100}
 
 work=$(mktemp -d)
 server_pid=""
@@ -54,12 +60,12 @@ stages:
      max_new_tokens: 96, budget_ms: 1500, placement: cpu, max_batch: 8}
 YAML
 
-# start_server WAITING_THREADS: a fresh database each time, so both servers see the same cards.
+# start_server: a fresh database each time, so both loads see the same cards.
 start_server() {
   rm -rf "$work/db" "$work/serve.out"
   cat > "$work/txscore.yaml" <<YAML
 pipeline: pipeline.yaml
-server: {host: 127.0.0.1, port: 0, workers: $workers, waiting_threads: $1, plaintext: true}
+server: {host: 127.0.0.1, port: 0, workers: $workers, plaintext: true}
 admin: {host: 127.0.0.1, port: 0, plaintext: true}
 storage: {path: db, durability: wal}
 security: {card_key_file: card.key}
@@ -87,12 +93,23 @@ echo "rate=$rate/s connections=$connections workers=$workers REVIEW from amount 
      "runs=$runs x ${seconds}s (+${warmup}s warm-up); $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for run in $(seq "$runs"); do
   for phase in A B; do
-    waiting=$([ "$phase" = A ] && echo 0 || echo 32)
-    start_server "$waiting"
-    start_streams
-    echo "$phase (waiting_threads $waiting)" | tee -a "$work/results.txt"
+    start_server
+    label="score() alone"
+    if [ "$phase" = B ]; then
+      start_streams
+      label="with $streams API streams"
+    fi
+    echo "$phase ($label)" | tee -a "$work/results.txt"
+    # The APPROVE-only client: its own cards, no amount the rule sends to REVIEW, its own
+    # connections, so a REVIEW's wait for its findings never sits in front of its calls.
+    ./build/bench/rpc_loadgen --server "127.0.0.1:$port" --rate "$approve_rate" --seconds "$seconds" \
+      --warmup "$warmup" --connections "$connections" --seed 456 --below-amount "$review_amount" \
+      > "$work/approve.txt" 2>&1 &
+    approve_pid=$!
     ./build/bench/rpc_loadgen --server "127.0.0.1:$port" --rate "$rate" --seconds "$seconds" --warmup "$warmup" \
       --connections "$connections" --by-decision | tee -a "$work/results.txt" || true
+    wait "$approve_pid" || true
+    sed 's/^score:/approve-only client:/' "$work/approve.txt" | grep -v 'answered once' | tee -a "$work/results.txt"
     stop_streams
     stop_server
   done
@@ -102,25 +119,35 @@ echo "--- medians over $runs runs (latency in us) ---"
 import re, statistics, sys
 phase, runs = None, {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(A|B) \(waiting_threads", line)
+    m = re.match(r"(A|B) \(", line)
     if m:
         phase = m[1]
         continue
     m = re.match(r"score: offered .* completed (\d+)/s", line)
     if m:
         runs.setdefault((phase, "completed/s"), []).append(int(m[1]))
-    m = re.match(r"\s+(APPROVE|REVIEW|DECLINE): (\d+) calls; latency us p50 (\d+) p99 (\d+)", line)
+    m = re.match(r"approve-only client: .* latency us p50 (\d+) p90 \d+ p99 (\d+)", line)
     if m:
-        runs.setdefault((phase, m[1]), []).append((int(m[3]), int(m[4])))
+        runs.setdefault((phase, "approve-only"), []).append((int(m[1]), int(m[2])))
+    m = re.match(r"\s+(APPROVE|REVIEW|DECLINE): (\d+) calls, (\d+) with findings; latency us p50 (\d+) p99 (\d+)", line)
+    if m:
+        runs.setdefault((phase, m[1]), []).append((int(m[4]), int(m[5]), int(m[3]) / max(1, int(m[2]))))
 for p in ("A", "B"):
     print(f"{p}: completed {statistics.median(runs.get((p, 'completed/s'), [0])):.0f}/s", end="")
+    v = runs.get((p, "approve-only"), [])
+    if v:
+        print(f"; approve-only client p50 {statistics.median(x[0] for x in v):.0f} p99 {statistics.median(x[1] for x in v):.0f}"
+              f" (p99s {[x[1] for x in v]})", end="")
     for d in ("APPROVE", "REVIEW"):
         v = runs.get((p, d), [])
         if v:
             print(f"; {d} p50 {statistics.median(x[0] for x in v):.0f} p99 {statistics.median(x[1] for x in v):.0f}"
                   f" (p99s {[x[1] for x in v]})", end="")
+            if d == "REVIEW":
+                print(f", with findings {statistics.median(x[2] for x in v):.0%}"
+                      f" ({[f'{x[2]:.0%}' for x in v]})", end="")
     print()
-a, b = runs.get(("A", "APPROVE"), []), runs.get(("B", "APPROVE"), [])
+a, b = runs.get(("A", "approve-only"), []), runs.get(("B", "approve-only"), [])
 if a and b:
-    print(f"APPROVE p99 B / A: {statistics.median(x[1] for x in b) / statistics.median(x[1] for x in a):.2f}")
+    print(f"approve-only client p99 B / A: {statistics.median(x[1] for x in b) / statistics.median(x[1] for x in a):.2f}")
 PY

@@ -3,7 +3,15 @@
 namespace txscore {
 namespace {
 thread_local BlockingWaitObserver* thread_observer = nullptr;
+thread_local std::shared_ptr<ContinuationHost> thread_host;
 }  // namespace
+
+std::shared_ptr<ContinuationHost> SetThreadContinuationHost(std::shared_ptr<ContinuationHost> host) {
+  std::swap(host, thread_host);
+  return host;
+}
+
+const std::shared_ptr<ContinuationHost>& ThreadContinuationHost() { return thread_host; }
 
 BlockingWaitObserver* SetThreadBlockingWaitObserver(BlockingWaitObserver* observer) {
   BlockingWaitObserver* previous = thread_observer;

@@ -8,7 +8,16 @@
 // keeps for waiting threads is taken: the request then goes on without what it would have
 // waited for, rather than hold a worker). On a thread with no observer (a batch job's, a
 // test's) it does nothing.
+//
+// Better still, a pool may offer a ContinuationHost: code that can wait without a thread (the
+// LLM stage on the local model) hands the rest of its work to the host, to be run when the
+// answer comes, and the thread goes back to the pool at once. The RPC server offers one for
+// score(); batch jobs and tests do not, and wait the blocking way.
 #pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
 
 namespace txscore {
 
@@ -43,5 +52,20 @@ class ScopedBlockingWait {
   BlockingWaitObserver* counted_ = nullptr;  // the observer whose Begin counted this wait
   bool refused_ = false;
 };
+
+// A pool that runs work handed to it later, on its own threads. Thread-safe.
+class ContinuationHost {
+ public:
+  virtual ~ContinuationHost() = default;
+  // Runs `work` soon on one of the pool's threads (never on the calling thread inside Post).
+  virtual void Post(std::function<void()> work) = 0;
+  // Runs `work` on one of the pool's threads once `when` has come.
+  virtual void PostAt(std::chrono::steady_clock::time_point when, std::function<void()> work) = 0;
+};
+
+// Installs `host` (null: none) for the calling thread; returns the previous one.
+std::shared_ptr<ContinuationHost> SetThreadContinuationHost(std::shared_ptr<ContinuationHost> host);
+// The calling thread's host, or null.
+const std::shared_ptr<ContinuationHost>& ThreadContinuationHost();
 
 }  // namespace txscore

@@ -39,6 +39,12 @@ Result<std::string> ReadUnchangedFileBounded(const std::string& path, size_t max
 // tell: the same size, modification and change times (the limits above apply).
 bool SameFileVersion(const struct stat& before, const struct stat& after);
 
+// Which file is at `path` and which version of it, as one line ("device:inode:size:mtime:ctime",
+// times in nanoseconds), to tell later without reading it whether it is still the same file
+// unchanged (the limits above apply; a write changes the change time, which no caller can set
+// back). "" when it cannot be looked at.
+std::string FileVersionStamp(const std::string& path);
+
 // True when a secret file's group may read it only because it is a Kubernetes Secret mounted
 // with an fsGroup: owned by root, mode 0440 (group read, nothing for others, no write), its
 // group one of this process's groups, and this process not root (a root process shares group

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/durable_file.h"
+#include "common/file_io.h"
 #include "common/logging.h"
 #include "common/pan_scan.h"
 #include "common/sha256.h"
@@ -45,6 +46,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
     state.error.clear();
   }
 
+  const std::string version = FileVersionStamp(input);
   Result<std::string> digest = Sha256HexOfFile(input);
   if (!digest.ok()) return digest.error();
   if (state.begun()) {
@@ -72,6 +74,9 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
         options.chunk_size > 0 ? options.chunk_size : std::max(kMinChunk, kChunkBatches * pipeline.preferred_chunk());
     state.summary.state = ClaimsJobState::kRunning;
   }
+  // Unchanged while it was hashed: a server may tell a finished job's input is still this one
+  // by the stamp, without reading it (service/claims_jobs.h).
+  state.input_version = FileVersionStamp(input) == version ? version : "";
   ClaimsJobSummary& summary = state.summary;
   summary.job_id = job_id;
   summary.input = input;
@@ -80,6 +85,7 @@ Result<ClaimsJobSummary> RunJob(ClaimsPipeline& pipeline, storage::Database& db,
   if (summary.state == ClaimsJobState::kDone) {  // finished before: the output is complete
     summary.total = state.total;
     summary.done = state.rows_done;
+    TXSCORE_RETURN_IF_ERROR(SaveState(db, key, state));  // its input's stamp, if that changed
     TXSCORE_RETURN_IF_ERROR(WriteSummaryFile(output, summary));
     ClaimsJobSummary finished = summary;
     finished.already_done = true;

@@ -36,6 +36,7 @@ Result<ClaimsJobRecord> DecodeRecord(const std::string& stored) {
   record.llm_shortfalls = state.summary.llm_shortfalls;
   record.elapsed_s = state.summary.elapsed_s;
   record.input_sha256 = state.input_sha256;
+  record.input_version = state.input_version;
   return record;
 }
 
@@ -46,6 +47,7 @@ std::string JobState::Encode() const {
   json doc = {{"input", input},
               {"output", output},
               {"input_sha256", input_sha256},
+              {"input_version", input_version},
               {"chunk_size", chunk_size},
               {"total", total},
               {"rows_done", rows_done},
@@ -82,6 +84,7 @@ Result<JobState> JobState::Decode(const std::string& text) {
     state.restart = doc.value("restart", false);
     // Records of jobs that have not begun (and of earlier versions) lack what follows.
     state.input_sha256 = doc.value("input_sha256", std::string());
+    state.input_version = doc.value("input_version", std::string());
     state.chunk_size = doc.value("chunk_size", 0);
     state.total = doc.value("total", int64_t{0});
     state.rows_done = doc.value("rows_done", int64_t{0});

@@ -48,6 +48,9 @@ Result<std::map<std::string, fraud::ProviderClaimsHistory>> RecordProviderClaims
 // A job's whole record, as the job loop reads and writes it.
 struct JobState {
   std::string input, output, input_sha256;  // absolute paths; the input's SHA-256 (hex) when the job began
+  // The input's common/file_io.h FileVersionStamp when it was last hashed ("" when it changed
+  // while it was hashed, or in records of earlier versions).
+  std::string input_version;
   int chunk_size = 0;
   int64_t total = 0, rows_done = 0, output_bytes = 0;
   std::string error;         // kFailed: why
@@ -77,7 +80,8 @@ struct ClaimsJobRecord {
   int64_t llm_selected = 0;
   std::map<std::string, int64_t> llm_shortfalls;
   double elapsed_s = 0;
-  std::string input_sha256;  // of the input when the job began ("" before)
+  std::string input_sha256;   // of the input when the job began ("" before)
+  std::string input_version;  // JobState::input_version
 };
 // nullopt for a job the database has no record of.
 Result<std::optional<ClaimsJobRecord>> ReadClaimsJob(storage::Database& db, const std::string& job_id);

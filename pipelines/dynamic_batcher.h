@@ -88,19 +88,25 @@ class DynamicBatcher {
   std::vector<std::future<Answer>> SubmitAll(std::vector<Item> items, Clock::time_point deadline,
                                              BatchPriority priority) {
     std::vector<std::future<Answer>> futures;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::deque<Pending>& queue = queues_[static_cast<size_t>(priority)];
-      for (Item& item : items) {
-        std::promise<Answer> promise;
-        futures.push_back(promise.get_future());
-        queue.push_back({std::move(item), deadline, std::move(promise), priority});
-      }
+    std::vector<Answered> answered;
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto promise = std::make_shared<std::promise<Answer>>();
+      futures.push_back(promise->get_future());
+      answered.push_back([promise](Answer answer) { promise->set_value(std::move(answer)); });
     }
-    wake_.notify_all();
+    Queue(std::move(items), std::move(answered), deadline, priority);
     return futures;
   }
-
+  // Queues `item`; `answered` is called once with its answer, on the worker thread (it must
+  // be quick: hand real work to another thread), so that nobody has to wait for it.
+  using Answered = std::function<void(Answer)>;
+  void SubmitThen(Item item, Clock::time_point deadline, BatchPriority priority, Answered answered) {
+    std::vector<Item> items;
+    items.push_back(std::move(item));
+    std::vector<Answered> each;
+    each.push_back(std::move(answered));
+    Queue(std::move(items), std::move(each), deadline, priority);
+  }
   // Items waiting for a batch, of both priorities (tests).
   size_t queued() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -123,9 +129,20 @@ class DynamicBatcher {
   struct Pending {
     Item item;
     Clock::time_point deadline;
-    std::promise<Answer> promise;
+    Answered answered;
     BatchPriority priority;
   };
+  void Queue(std::vector<Item> items, std::vector<Answered> answered, Clock::time_point deadline,
+             BatchPriority priority) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::deque<Pending>& queue = queues_[static_cast<size_t>(priority)];
+      for (size_t i = 0; i < items.size(); ++i) {
+        queue.push_back({std::move(items[i]), deadline, std::move(answered[i]), priority});
+      }
+    }
+    wake_.notify_all();
+  }
 
   void Work() {
     // Best effort: a batcher that cannot lower its priority still batches.
@@ -164,7 +181,7 @@ class DynamicBatcher {
     const Clock::time_point now = options_.clock();
     for (Pending& p : batch) {
       if (p.deadline <= now) {
-        p.promise.set_value(expired_);
+        p.answered(expired_);
       } else {
         items.push_back(p.item);
         live.push_back(&p);
@@ -182,7 +199,7 @@ class DynamicBatcher {
     };
     std::vector<Answer> answers = run_(items, make_way);
     for (size_t i = 0; i < live.size(); ++i) {
-      live[i]->promise.set_value(i < answers.size() ? std::move(answers[i]) : expired_);
+      live[i]->answered(i < answers.size() ? std::move(answers[i]) : expired_);
     }
   }
 

@@ -144,6 +144,46 @@ ForensicResult ForensicStage::Analyze(const fraud::Transaction& tx, double score
   return Await(batcher_->Submit(std::move(item), deadline), *started, deadline);
 }
 
+void ForensicStage::AnalyzeThen(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
+                                std::chrono::steady_clock::time_point deadline,
+                                const std::shared_ptr<ContinuationHost>& host,
+                                std::function<void(ForensicResult)> done) {
+  // The answer and the deadline race; the first one through `over` calls `done`.
+  struct Race {
+    std::atomic<bool> over{false};
+    std::function<void(ForensicResult)> done;  // moved out by the winner: the loser holds nothing of the request
+    std::shared_ptr<std::atomic<bool>> started = std::make_shared<std::atomic<bool>>(false);
+    void Finish(ForensicResult result) { std::exchange(done, nullptr)(std::move(result)); }
+  };
+  auto race = std::make_shared<Race>();
+  race->done = std::move(done);
+  if (options_.clock() >= deadline) {
+    race->over = true;
+    host->Post([race] { race->Finish(NotAnsweredInTime(false)); });
+    return;
+  }
+  Result<std::vector<int32_t>> prompt = llm::TransactionReviewTask::PromptIds(*tokenizer_, CaseFor(tx, score, reasons));
+  if (!prompt.ok()) {
+    host->Post([race, failed = Failed("the prompt could not be built: " + prompt.error().message)]() mutable {
+      race->Finish(std::move(failed));
+    });
+    return;
+  }
+  // The host's clock is real time; the deadline is on options_.clock (a test's may differ).
+  host->PostAt(std::chrono::steady_clock::now() + TimeLeft(options_.clock, deadline), [race] {
+    if (!race->over.exchange(true)) race->Finish(NotAnsweredInTime(race->started->load()));
+  });
+  // The deadline's timer holds the race until it fires; the batcher only looks for it, so its
+  // thread never holds the last hold on the request (and through it on this stage).
+  batcher_->SubmitThen(Item{std::move(prompt).value(), deadline, race->started, nullptr}, deadline,
+                       BatchPriority::kInteractive, [weak = std::weak_ptr<Race>(race), host](ForensicResult result) {
+                         // On the batcher's thread: the request goes on on one of the host's.
+                         std::shared_ptr<Race> race = weak.lock();
+                         if (race == nullptr || race->over.exchange(true)) return;
+                         host->Post([race, result = std::move(result)]() mutable { race->Finish(std::move(result)); });
+                       });
+}
+
 std::vector<ForensicResult> ForensicStage::AnalyzeClaims(const std::vector<llm::ClaimFields>& claims,
                                                          std::chrono::steady_clock::time_point deadline) {
   std::vector<ForensicResult> results(claims.size());
@@ -203,8 +243,12 @@ int ForensicStage::context_length() const {
 ForensicResult ForensicStage::Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
                                     std::chrono::steady_clock::time_point deadline) const {
   if (answer.wait_for(TimeLeft(options_.clock, deadline)) == std::future_status::ready) return answer.get();
+  return NotAnsweredInTime(started.load());
+}
+
+ForensicResult ForensicStage::NotAnsweredInTime(bool started) {
   ForensicResult result;
-  if (started.load()) {
+  if (started) {
     result.outcome = ForensicResult::Outcome::kCutShort;
     result.detail = "the deadline came before the findings were complete";
   } else {

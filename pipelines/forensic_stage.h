@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "accelerator/op_adapters.h"
+#include "common/blocking_wait.h"
 #include "common/clock.h"
 #include "common/result.h"
 #include "fraud/transaction.h"
@@ -95,6 +96,13 @@ class ForensicStage {
   ForensicResult Analyze(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
                          std::chrono::steady_clock::time_point deadline);
 
+  // Analyze without a thread waiting for the answer: `done` is called once, through `host`
+  // (on one of its threads, never before this returns), with the findings, or at `deadline`
+  // with what Analyze would have answered then (cut short, or skipped if never started).
+  void AnalyzeThen(const fraud::Transaction& tx, double score, const std::vector<Reason>& reasons,
+                   std::chrono::steady_clock::time_point deadline, const std::shared_ptr<ContinuationHost>& host,
+                   std::function<void(ForensicResult)> done);
+
   // A batch job's claims (the claim-analysis task), queued together at batch-job priority
   // (dynamic_batcher.h): they share forward passes, and take only the batch places that
   // synchronous requests leave. Blocks until every claim is answered or `deadline`. One result
@@ -160,6 +168,8 @@ class ForensicStage {
   // The answer, or what became of the item when `deadline` came first.
   ForensicResult Await(std::future<ForensicResult> answer, const std::atomic<bool>& started,
                        std::chrono::steady_clock::time_point deadline) const;
+  // What an item whose deadline came before its answer is reported as.
+  static ForensicResult NotAnsweredInTime(bool started);
   ForensicResult Failed(std::string detail) const;
   // Runs one batch on the first healthy engine, moving to the next when one fails.
   std::vector<ForensicResult> RunBatch(const std::vector<Item>& items, const std::function<void()>& make_way);

@@ -221,66 +221,175 @@ Result<fraud::CardState> ScoringPipeline::ReadCardState(const CardKeys& card, Ca
   return fraud::CardState();
 }
 
-Status ScoringPipeline::RunStage(int index, const fraud::Transaction& tx, const CardKeys& card,
-                                 SteadyClock::time_point deadline, CardLockSet* card_lock,
-                                 Result<fraud::CardState>* state, CardPlacement* placement, RequestValues* values,
-                                 ScoreOutcome* outcome) {
-  const GraphStage& stage = config_.graph.stage(index);
-  const PreparedStage& prepared = *stages_[static_cast<size_t>(index)];
-  const StageKindSpec& spec = config_.kinds[static_cast<size_t>(index)]->spec();
-  StageOutputs& out = (*values)[static_cast<size_t>(index)];
-  StageReport report;
-  const ScoredItem item{&tx, &**state, nullptr, 1, deadline};
-  Status ran;
-  if (prepared.slow()) {
-    bool refused = false;
-    {
-      // The thread's pool may lend its place to other work while this waits, or refuse the wait
-      // when it has no room for one more: then the stage is skipped, as one whose deadline came
-      // first, and the card stays locked (common/blocking_wait.h).
-      ScopedBlockingWait waiting;
-      refused = waiting.refused();
-      if (!refused) {
-        card_lock->unlock();
-        ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+// One transaction on its way through the stages. On the heap: while a slow stage answers later
+// (RunThen), the stage's answer holds it and no thread does.
+struct ScoringPipeline::Request {
+  std::function<void(Result<ScoreOutcome>)> done;  // called once (Finish), then cleared
+  SteadyClock::time_point arrival;
+  ScoreOutcome outcome;
+  StageClock clock{&outcome.timings};
+  std::string request_id, trace_id;  // set once validated: the request's log lines name them
+  fraud::Transaction tx;
+  CardKeys card;
+  std::optional<CardLockSet> card_lock;
+  CardPlacement placement;  // where the new state goes, and an older token it moves from
+  Result<fraud::CardState> state = fraud::CardState();
+  RequestValues values;
+  std::vector<bool> skipped;
+  size_t next = 0;          // the place in the graph's order of the stage to consider next
+  StageReport slow_report;  // what the stage answering later (RunThen) reports
+  // Set when starting a stage that answers later threw: the request was answered with the
+  // error, and whatever the stage scheduled before throwing must not go on with it.
+  std::atomic<bool> abandoned{false};
+};
+
+Status ScoringPipeline::Begin(fraud::RawTransaction raw, Request* request) {
+  Request& r = *request;
+  r.arrival = clock_();
+  // Validate everything before touching storage: bad input writes nothing.
+  const std::shared_ptr<const fraud::CardTokenizer> tokenizer = ledger_->tokenizer();  // one key set, start to end
+  TXSCORE_ASSIGN_OR_RETURN(r.card, CardToken(&raw, *tokenizer));
+  TXSCORE_ASSIGN_OR_RETURN(r.tx, fraud::ValidateTransaction(raw));
+  r.tx.card_token = r.card.token;
+  // From here on, the request's log lines name it (both ids are validated above).
+  r.request_id = r.tx.request_id;
+  r.trace_id = r.tx.traceparent.empty() ? "" : r.tx.traceparent.substr(3, 32);
+  r.clock.Lap("validate", kValidateSlot);
+
+  r.card_lock.emplace(ledger_->CardLocks(r.card.all()));
+  r.state = ReadCardState(r.card, &r.placement);
+  if (!r.state.ok()) return r.state.error();
+  r.clock.Lap("state", kStateSlot);
+  r.values.resize(config_.graph.size());
+  r.skipped.assign(config_.graph.size(), false);
+  return Status::Ok();
+}
+
+Result<bool> ScoringPipeline::RunStages(const std::shared_ptr<Request>& request,
+                                        const std::shared_ptr<ContinuationHost>& host) {
+  Request& r = *request;
+  const StageGraph& graph = config_.graph;
+  for (; r.next < graph.order().size(); ++r.next) {
+    const int i = graph.order()[r.next];
+    const GraphStage& stage = graph.stage(i);
+    if (!graph.ShouldRun(i, r.values)) {
+      // Downstream of a skipped stage is skipped too; a false condition is no news.
+      for (const InputBinding& b : stage.inputs) {
+        for (int u : b.stages) {
+          if (r.skipped[static_cast<size_t>(u)]) r.skipped[static_cast<size_t>(i)] = true;
+        }
+      }
+      if (r.skipped[static_cast<size_t>(i)]) r.outcome.skipped_stages.push_back({i, stage.name});
+      continue;
+    }
+    const int stage_budget_ms = config_.settings[static_cast<size_t>(i)]->budget_ms;
+    int budget_ms = stage_budget_ms > 0 ? stage_budget_ms : config_.deadline_ms;
+    if (r.tx.budget_ms) budget_ms = std::min(budget_ms, *r.tx.budget_ms);
+    const SteadyClock::time_point deadline = r.arrival + std::chrono::milliseconds(budget_ms);
+    if (!stage.required && clock_() >= deadline) {
+      r.skipped[static_cast<size_t>(i)] = true;
+      r.outcome.skipped_stages.push_back({i, stage.name});
+      continue;
+    }
+    const PreparedStage& prepared = *stages_[static_cast<size_t>(i)];
+    StageOutputs& out = r.values[static_cast<size_t>(i)];
+    const ScoredItem item{&r.tx, &*r.state, nullptr, 1, deadline};
+    if (prepared.slow() && host != nullptr) {
+      r.slow_report = StageReport();
+      // Started with the card locked: the answer (Resume, on another thread) locks it again
+      // only after this thread has let it go below.
+      bool started = false;
+      try {
+        started = prepared.RunThen(StageInputs(stage, r.values), item, &out, &r.slow_report, host,
+                                   [this, request, host] { Resume(request, host); });
+      } catch (...) {
+        r.abandoned = true;  // answered below with the error (Finish), never by Resume
+        throw;
+      }
+      if (started) {
+        r.card_lock->unlock();  // the last use of the request here: Resume owns it from now on
+        return false;
       }
     }
-    if (refused) {
-      report.outcome = StageReport::Outcome::kSkipped;
+    StageReport report;
+    Status ran;
+    if (prepared.slow()) {
+      bool refused = false;
+      {
+        // The thread's pool may lend its place to other work while this waits, or refuse the
+        // wait when it has no room for one more: then the stage is skipped, as one whose
+        // deadline came first, and the card stays locked (common/blocking_wait.h).
+        ScopedBlockingWait waiting;
+        refused = waiting.refused();
+        if (!refused) {
+          r.card_lock->unlock();
+          ran = prepared.Run(StageInputs(stage, r.values), item, &out, &report);
+        }
+      }
+      if (refused) {
+        report.outcome = StageReport::Outcome::kSkipped;
+      } else {
+        r.card_lock->lock();
+        r.state = ReadCardState(r.card, &r.placement);  // another transaction of this card may have landed
+        if (!r.state.ok()) return r.state.error();
+      }
     } else {
-      card_lock->lock();
-      *state = ReadCardState(card, placement);  // another transaction of this card may have landed meanwhile
-      if (!state->ok()) return state->error();
+      ran = prepared.Run(StageInputs(stage, r.values), item, &out, &report);
     }
-  } else {
-    ran = prepared.Run(StageInputs(stage, *values), item, &out, &report);
+    TXSCORE_RETURN_IF_ERROR(ran);
+    AfterStage(i, report, &r);
   }
-  TXSCORE_RETURN_IF_ERROR(ran);
+  return true;
+}
+
+void ScoringPipeline::Resume(const std::shared_ptr<Request>& request, const std::shared_ptr<ContinuationHost>& host) {
+  Request& r = *request;
+  if (r.abandoned.load()) return;
+  const LogContext log_context(r.request_id, r.trace_id);
+  try {
+    r.card_lock->lock();
+    r.state = ReadCardState(r.card, &r.placement);  // another transaction of this card may have landed meanwhile
+    if (!r.state.ok()) return Finish(&r, r.state.error());
+    AfterStage(config_.graph.order()[r.next], r.slow_report, &r);
+  } catch (const std::exception& e) {
+    if (r.done) Finish(&r, Internal(std::string("the request failed: ") + e.what()));
+    return;
+  }
+  ++r.next;
+  Continue(request, host);
+}
+
+void ScoringPipeline::AfterStage(int index, const StageReport& report, Request* request) {
+  Request& r = *request;
+  const GraphStage& stage = config_.graph.stage(index);
+  const StageKindSpec& spec = config_.kinds[static_cast<size_t>(index)]->spec();
+  StageOutputs& out = r.values[static_cast<size_t>(index)];
+  ScoreOutcome& outcome = r.outcome;
   out.ran = report.outcome == StageReport::Outcome::kDone;
-  if (!report.device.empty()) outcome->devices.emplace_back(stage.name, report.device);
+  if (!report.device.empty()) outcome.devices.emplace_back(stage.name, report.device);
   for (const std::string& failed : report.failed_devices) {
     if (failed == report.device) continue;  // the last one tried: reported below as the stage's failure
     Log("pipeline")
-        .warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed, tx.request_id,
+        .warn("stage {} failed on {} for request {}; tried the next device ({})", stage.name, failed, r.tx.request_id,
               report.device);
   }
   switch (report.outcome) {
     case StageReport::Outcome::kDone:
-      if (spec.reports_score) outcome->stage_scores.emplace_back(stage.name, out.score);
-      if (out.findings) outcome->findings = out.findings;
+      if (spec.reports_score) outcome.stage_scores.emplace_back(stage.name, out.score);
+      if (out.findings) outcome.findings = out.findings;
       break;
     case StageReport::Outcome::kSkipped:
-      outcome->skipped_stages.push_back({index, stage.name});
+      outcome.skipped_stages.push_back({index, stage.name});
       break;
     case StageReport::Outcome::kFailed:
       // The decision stands without this stage; the operator sees why in the log.
-      Log("pipeline").warn("stage {} failed for request {}: {}", stage.name, tx.request_id, report.detail);
+      Log("pipeline").warn("stage {} failed for request {}: {}", stage.name, r.tx.request_id, report.detail);
       [[fallthrough]];
     case StageReport::Outcome::kCutShort:
-      outcome->degraded_stages.push_back({index, stage.name});
+      outcome.degraded_stages.push_back({index, stage.name});
       break;
   }
-  return Status::Ok();
+  r.clock.Lap(stage.name, kFirstStageSlot + index);
 }
 
 std::vector<std::string> ScoringPipeline::TimingSlotNames() const {
@@ -330,66 +439,58 @@ Status ScoringPipeline::Canary() const {
 }
 
 Result<ScoreOutcome> ScoringPipeline::Score(fraud::RawTransaction raw) {
-  std::optional<LogContext> log_context;
-  Result<ScoreOutcome> scored = ScoreAndLogAs(std::move(raw), &log_context);
-  if (!scored.ok() && scored.error().code != ErrorCode::kInvalidArgument) {
-    Log("pipeline").error("the request failed: {}", scored.error().ToString());
-  }
-  return scored;
+  std::optional<Result<ScoreOutcome>> scored;
+  Start(std::move(raw), nullptr, [&scored](Result<ScoreOutcome> result) { scored.emplace(std::move(result)); });
+  return std::move(*scored);  // with no host, nothing answers later
 }
 
-Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, std::optional<LogContext>* log_context) {
-  const SteadyClock::time_point arrival = clock_();
-  ScoreOutcome outcome;
-  StageClock clock(&outcome.timings);
+void ScoringPipeline::ScoreThen(fraud::RawTransaction raw, std::function<void(Result<ScoreOutcome>)> done) {
+  Start(std::move(raw), ThreadContinuationHost(), std::move(done));
+}
 
-  // Validate everything before touching storage: bad input writes nothing.
-  const std::shared_ptr<const fraud::CardTokenizer> tokenizer = ledger_->tokenizer();  // one key set, start to end
-  Result<CardKeys> card = CardToken(&raw, *tokenizer);
-  if (!card.ok()) return card.error();
-  Result<fraud::Transaction> validated = fraud::ValidateTransaction(raw);
-  if (!validated.ok()) return validated.error();
-  fraud::Transaction& tx = validated.value();
-  tx.card_token = card->token;
-  // From here on, this thread's log lines name the request (both ids are validated above).
-  log_context->emplace(tx.request_id, tx.traceparent.empty() ? "" : tx.traceparent.substr(3, 32));
-  clock.Lap("validate", kValidateSlot);
-
-  CardLockSet card_lock(ledger_->CardLocks(card->all()));
-  CardPlacement placement;  // where the new state goes, and an older token it moves from
-  Result<fraud::CardState> state = ReadCardState(*card, &placement);
-  if (!state.ok()) return state.error();
-  clock.Lap("state", kStateSlot);
-
-  const StageGraph& graph = config_.graph;
-  RequestValues values(graph.size());
-  std::vector<bool> skipped(graph.size(), false);
-  for (int i : graph.order()) {
-    const GraphStage& stage = graph.stage(i);
-    if (!graph.ShouldRun(i, values)) {
-      // Downstream of a skipped stage is skipped too; a false condition is no news.
-      for (const InputBinding& b : stage.inputs) {
-        for (int u : b.stages) {
-          if (skipped[static_cast<size_t>(u)]) skipped[static_cast<size_t>(i)] = true;
-        }
-      }
-      if (skipped[static_cast<size_t>(i)]) outcome.skipped_stages.push_back({i, stage.name});
-      continue;
-    }
-    const int stage_budget_ms = config_.settings[static_cast<size_t>(i)]->budget_ms;
-    int budget_ms = stage_budget_ms > 0 ? stage_budget_ms : config_.deadline_ms;
-    if (tx.budget_ms) budget_ms = std::min(budget_ms, *tx.budget_ms);
-    const SteadyClock::time_point deadline = arrival + std::chrono::milliseconds(budget_ms);
-    if (!stage.required && clock_() >= deadline) {
-      skipped[static_cast<size_t>(i)] = true;
-      outcome.skipped_stages.push_back({i, stage.name});
-      continue;
-    }
-    TXSCORE_RETURN_IF_ERROR(RunStage(i, tx, *card, deadline, &card_lock, &state, &placement, &values, &outcome));
-    clock.Lap(stage.name, kFirstStageSlot + i);
+void ScoringPipeline::Start(fraud::RawTransaction raw, const std::shared_ptr<ContinuationHost>& host,
+                            std::function<void(Result<ScoreOutcome>)> done) {
+  auto request = std::make_shared<Request>();
+  request->done = std::move(done);
+  Status begun = Status::Ok();
+  try {
+    begun = Begin(std::move(raw), request.get());
+  } catch (const std::exception& e) {
+    begun = Internal(std::string("the request failed: ") + e.what());
   }
+  if (!begun.ok()) return Finish(request.get(), begun.error());
+  Continue(request, host);
+}
 
-  const StageOutputs& decided = values[static_cast<size_t>(graph.sink())];
+void ScoringPipeline::Continue(const std::shared_ptr<Request>& request, const std::shared_ptr<ContinuationHost>& host) {
+  const LogContext log_context(request->request_id, request->trace_id);
+  try {
+    Result<bool> ran = RunStages(request, host);
+    if (!ran.ok()) return Finish(request.get(), ran.error());
+    if (!*ran) return;  // a stage answers later, and the request goes on in Resume
+    Finish(request.get(), Persist(request.get()));
+  } catch (const std::exception& e) {
+    // On a host's thread nobody else would answer it (on the caller's, Score's caller would
+    // have seen the exception): answered once, with the error, the card unlocked.
+    if (request->done) Finish(request.get(), Internal(std::string("the request failed: ") + e.what()));
+  }
+}
+
+void ScoringPipeline::Finish(Request* request, Result<ScoreOutcome> result) {
+  const LogContext log_context(request->request_id, request->trace_id);
+  if (!result.ok() && result.error().code != ErrorCode::kInvalidArgument) {
+    Log("pipeline").error("the request failed: {}", result.error().ToString());
+  }
+  request->card_lock.reset();  // before the answer: the caller may send the card's next transaction at once
+  std::exchange(request->done, nullptr)(std::move(result));
+}
+
+Result<ScoreOutcome> ScoringPipeline::Persist(Request* request) {
+  Request& r = *request;
+  const fraud::Transaction& tx = r.tx;
+  ScoreOutcome& outcome = r.outcome;
+  const StageGraph& graph = config_.graph;
+  const StageOutputs& decided = r.values[static_cast<size_t>(graph.sink())];
   outcome.request_id = tx.request_id;
   outcome.card_token = tx.card_token;
   outcome.score = decided.score;
@@ -400,7 +501,9 @@ Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, s
   outcome.model_id = model_id_;
   outcome.model_version = model_version_;
 
-  fraud::UpdateCardState(tx, &*state);
+  fraud::CardState& state = *r.state;
+  const CardPlacement& placement = r.placement;
+  fraud::UpdateCardState(tx, &state);
   storage::AuditRecord record;
   record.time_us = NowMicros();
   record.request_id = outcome.request_id;
@@ -412,7 +515,9 @@ Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, s
   record.pipeline_digest = bundle_.digest;
   record.score = outcome.score;
   record.decision = DecisionName(outcome.decision);
-  for (const Reason& r : outcome.reasons) record.reasons.push_back({r.feature, r.contribution, r.value});
+  for (const Reason& reason : outcome.reasons) {
+    record.reasons.push_back({reason.feature, reason.contribution, reason.value});
+  }
   for (const RuleHit& hit : outcome.rule_hits) {
     record.rule_hits.push_back({hit.rule, hit.decision ? DecisionName(*hit.decision) : ""});
   }
@@ -431,13 +536,13 @@ Result<ScoreOutcome> ScoringPipeline::ScoreAndLogAs(fraud::RawTransaction raw, s
   record.caller = tx.caller;
   storage::WriteBatch batch;
   batch.RequireGeneration(placement.read_generation);  // the state it updates was read from this database
-  batch.Put(storage::ColumnFamily::kEntityState, placement.write_under, fraud::EncodeCardState(*state));
+  batch.Put(storage::ColumnFamily::kEntityState, placement.write_under, fraud::EncodeCardState(state));
   if (!placement.moved_from.empty()) {  // re-keyed: the old entry says where the card lives now
     batch.Put(storage::ColumnFamily::kEntityState, placement.moved_from, std::string(kMovedTo) + placement.write_under);
   }
   TXSCORE_RETURN_IF_ERROR(ledger_->audit_log().Commit(record, std::move(batch)));
-  clock.Lap("persist", kFirstStageSlot + static_cast<int>(graph.size()));
-  return outcome;
+  r.clock.Lap("persist", kFirstStageSlot + static_cast<int>(graph.size()));
+  return std::move(outcome);
 }
 
 }  // namespace txscore::pipelines

@@ -16,6 +16,10 @@
 // short when its deadline passes mid-generation. Skipped and cut-short stages are named in the
 // outcome (skipped_stages, degraded_stages); a stage whose condition is false is in neither.
 //
+// A slow stage that can answer later (the local LLM) holds no thread while it runs when the
+// request came through ScoreThen on a thread with a ContinuationHost (the RPC server's): the
+// request is parked on the heap and goes on on one of the host's threads (Resume).
+//
 // Thread safety: Score may be called from many threads. Requests for the same card are
 // serialised (a striped lock held from the state read to the write), so concurrent
 // transactions of one card never lose each other's state updates; different cards run in
@@ -162,9 +166,10 @@ class CardLockSet {
     for (std::mutex* m : stripes_) m->lock();
     locked_ = true;
   }
+  // May be locked again by another thread once unlocked (a request resumed there).
   void unlock() {
+    locked_ = false;  // before the stripes are free: the next owner sets it
     for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) (*it)->unlock();
-    locked_ = false;
   }
 
  private:
@@ -195,6 +200,14 @@ class ScoringPipeline {
   // nothing was written; kInternal / kDataLoss when storage or the model fails (logged here,
   // with the request's ids once they are validated).
   Result<ScoreOutcome> Score(fraud::RawTransaction raw);
+  // Score without a thread waiting for a slow stage that can answer later (the local LLM,
+  // PreparedStage::RunThen): on a thread with a ContinuationHost (common/blocking_wait.h: the
+  // RPC server's) such a stage is started with the card unlocked and this returns; the request
+  // goes on on one of the host's threads when the stage answers or its deadline comes. On
+  // other threads it runs as Score does. `done` is called once with what Score would return
+  // (on this thread, before this returns, when nothing answered later). The caller keeps the
+  // pipeline alive until `done` is called.
+  void ScoreThen(fraud::RawTransaction raw, std::function<void(Result<ScoreOutcome>)> done);
   // For a sharded server (service/shard_router.h), before it routes a card: replaces the PAN
   // by the card's tokens under the keys in force (card_token: the primary's; older_card_tokens:
   // each active key's, oldest first) and wipes it; a caller's token is checked as Score checks
@@ -224,9 +237,28 @@ class ScoringPipeline {
   ScoringPipeline(PipelineConfig config, std::shared_ptr<ScoringLedger> ledger)
       : config_(std::move(config)), ledger_(std::move(ledger)) {}
 
-  // Score without the logging of failures; sets *log_context once the ids are validated, so
-  // that every line logged for the request from then on names it.
-  Result<ScoreOutcome> ScoreAndLogAs(fraud::RawTransaction raw, std::optional<LogContext>* log_context);
+  struct Request;  // one transaction on its way through the stages (scoring_pipeline.cc)
+  // Score and ScoreThen: runs the request, with `host` for a stage that answers later (null:
+  // every stage runs on the calling thread).
+  void Start(fraud::RawTransaction raw, const std::shared_ptr<ContinuationHost>& host,
+             std::function<void(Result<ScoreOutcome>)> done);
+  // Validates and tokenizes the transaction, locks its card and reads the card's state.
+  Status Begin(fraud::RawTransaction raw, Request* request);
+  // Runs the stages from the request's next one on, then persists and answers (Finish); or
+  // returns once a slow stage has been started through `host`, to go on in Resume.
+  void Continue(const std::shared_ptr<Request>& request, const std::shared_ptr<ContinuationHost>& host);
+  // The stages from the request's next one on. False: a slow stage answers later (RunThen) and
+  // the request is Resume's; the card is unlocked then.
+  Result<bool> RunStages(const std::shared_ptr<Request>& request, const std::shared_ptr<ContinuationHost>& host);
+  // A slow stage answered: locks the card, reads its state again (another transaction of the
+  // card may have landed meanwhile) and goes on.
+  void Resume(const std::shared_ptr<Request>& request, const std::shared_ptr<ContinuationHost>& host);
+  // Records in the request's outcome what stage `index` reported.
+  void AfterStage(int index, const StageReport& report, Request* request);
+  // The decision and the card's new state, written in one batch (the audit trail's commit).
+  Result<ScoreOutcome> Persist(Request* request);
+  // Logs a failure, unlocks the card and calls the request's `done`.
+  void Finish(Request* request, Result<ScoreOutcome> result);
   // The card's tokens: from the PAN (validated, then wiped) under the keys of `tokenizer`, or
   // the caller's own token (refused when made under a retired key).
   Result<CardKeys> CardToken(fraud::RawTransaction* raw, const fraud::CardTokenizer& tokenizer) const;
@@ -236,13 +268,6 @@ class ScoringPipeline {
   // Follows markers from `token`: the token the state is stored under and the state, or
   // nullopt when the card has none there.
   Result<std::optional<std::pair<std::string, fraud::CardState>>> Resolve(const std::string& token) const;
-  // Runs stage `index` on the request; records what happened in `outcome`. A slow stage
-  // runs with `card_lock` released, and `state` is read again after it.
-  Status RunStage(int index, const fraud::Transaction& tx, const CardKeys& card,
-                  std::chrono::steady_clock::time_point deadline, CardLockSet* card_lock,
-                  Result<fraud::CardState>* state, CardPlacement* placement, RequestValues* values,
-                  ScoreOutcome* outcome);
-
   PipelineConfig config_;
   std::shared_ptr<ScoringLedger> ledger_;
   std::vector<std::unique_ptr<PreparedStage>> stages_;  // indexed like config_.graph

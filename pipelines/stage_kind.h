@@ -31,6 +31,7 @@
 
 #include "accelerator/device.h"
 #include "accelerator/placement_planner.h"
+#include "common/blocking_wait.h"
 #include "common/clock.h"
 #include "common/result.h"
 #include "fraud/claim.h"
@@ -167,6 +168,16 @@ class PreparedStage {
   // The items of a chunk its condition selected. Default: Run on each in turn, timed.
   // A kind that batches (the LLM) overrides it to submit them together.
   virtual Status RunChunk(const std::vector<ChunkItem>& items) const;
+
+  // A slow stage that can answer without a thread waiting for it (the local LLM) starts the
+  // item and returns true; `finished` is then called once, on one of `host`'s threads, when
+  // `out` and `report` hold what Run would have put there. `inputs` and `item` are read before
+  // it returns; `out` and `report` must live until `finished`. False (the default): not
+  // offered, nothing started; the caller runs Run instead.
+  virtual bool RunThen(const StageInputs& inputs, const ScoredItem& item, StageOutputs* out, StageReport* report,
+                       const std::shared_ptr<ContinuationHost>& host, std::function<void()> finished) const {
+    return false;
+  }
 
   // True for a stage that takes milliseconds or more: the transaction path releases the
   // card's lock while it runs (scoring_pipeline.h).

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/durable_file.h"
+#include "common/file_io.h"
 #include "common/logging.h"
 #include "common/pan_scan.h"
 #include "common/sha256.h"
@@ -118,7 +119,9 @@ Result<ClaimsJobView> ClaimsJobManager::SubmitClaims(const std::vector<fraud::Ra
     if (ec) return Internal("cannot write " + path.string() + ": " + ec.message());
     TXSCORE_RETURN_IF_ERROR(SyncDirectory(path.parent_path().string()));
   }
-  return Enqueue(fs::weakly_canonical(path, ec).string(), /*inline_input=*/true, restart);
+  Result<std::string> digest = Sha256Hex(text);  // the claims in the request: no file is read
+  if (!digest.ok()) return digest.error();
+  return Enqueue(fs::weakly_canonical(path, ec).string(), /*inline_input=*/true, restart, *digest);
 }
 
 std::string ClaimsJobManager::OutputOf(const std::string& input) const {
@@ -132,19 +135,26 @@ std::string ClaimsJobManager::JobIdOf(const std::string& input) const {
   return pipelines::ClaimsJobId(input, fs::absolute(OutputOf(input), ec).lexically_normal().string());
 }
 
-Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool inline_input, bool restart) {
+Result<ClaimsJobView> ClaimsJobManager::Enqueue(const std::string& input, bool inline_input, bool restart,
+                                                const std::string& content_sha256) {
   const std::string output = OutputOf(input);
   const std::string id = JobIdOf(input);
   // A finished job submitted again over the same input answers with its result and scores
-  // nothing. Its input is hashed here, outside the lock (it may be large): one that changed is
-  // queued, and the job then fails saying so, as it would have without this shortcut.
+  // nothing. The request's thread reads no input to tell (a file may be large): inline claims
+  // are compared by their digest, a file by its stamp (common/file_io.h FileVersionStamp) when
+  // the job last hashed it. A file whose stamp changed (or a record without one) is queued,
+  // and the job hashes it on its own thread: the same content ends at once, done, and other
+  // content fails saying so, as it would have without this shortcut.
   std::optional<pipelines::ClaimsJobRecord> finished;
   if (!restart) {
     Result<std::optional<pipelines::ClaimsJobRecord>> record = pipelines::ReadClaimsJob(*db_, id);
     if (!record.ok()) return record.error();
     if (record->has_value() && (*record)->state == pipelines::ClaimsJobState::kDone) {
-      Result<std::string> digest = Sha256HexOfFile(input);
-      if (digest.ok() && *digest == (*record)->input_sha256) finished = std::move(*record);
+      const pipelines::ClaimsJobRecord& done = **record;
+      const bool unchanged = !content_sha256.empty()
+                                 ? content_sha256 == done.input_sha256
+                                 : !done.input_version.empty() && FileVersionStamp(input) == done.input_version;
+      if (unchanged) finished = std::move(*record);
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -115,7 +115,9 @@ class ClaimsJobManager {
   // Where a job's output goes, and its id: both follow from its input path.
   std::string OutputOf(const std::string& input) const;
   std::string JobIdOf(const std::string& input) const;
-  Result<ClaimsJobView> Enqueue(const std::string& input, bool inline_input, bool restart);
+  // `content_sha256`: the input's digest when the caller has its bytes (inline claims); "" for a file.
+  Result<ClaimsJobView> Enqueue(const std::string& input, bool inline_input, bool restart,
+                                const std::string& content_sha256 = "");
   // DONE, or DEGRADED when the LLM stage fell short on too many claims (with why in `detail`).
   void SetFinished(ClaimsJobView* view) const;
   // What a job's record says, as a view (a job of an earlier run of the server, or a finished

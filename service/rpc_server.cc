@@ -32,6 +32,7 @@
 #include "common/logging.h"
 #include "common/wipe.h"
 #include "gen-cpp/TxScore.h"
+#include "service/thrift_async.h"
 
 namespace txscore::service {
 
@@ -189,17 +190,29 @@ struct ThriftFrameReader::Impl {
 ThriftFrameReader::ThriftFrameReader(const ThriftLimits& limits) : impl_(std::make_unique<Impl>(limits)) {}
 ThriftFrameReader::~ThriftFrameReader() = default;
 
-std::vector<uint8_t> ThriftFrameReader::Process(apache::thrift::TProcessor& processor, const uint8_t* frame,
-                                                size_t size, bool* keep_open) const {
+void ThriftFrameReader::Process(rpc::TxScoreAsyncProcessor& processor, const uint8_t* frame, size_t size,
+                                Answered answered) const {
   auto out = std::make_shared<TMemoryBuffer>(impl_->thrift_config);
   uint8_t placeholder[4] = {0, 0, 0, 0};  // the reply's frame header, filled in by FramedReply
   out->write(placeholder, sizeof placeholder);
-  *keep_open = processor.process(impl_->Reader(frame, size), std::make_shared<TBinaryProtocol>(out), nullptr);
-  return FramedReply(*out);
+  // The processor writes a later answer through the protocol's raw pointer: the callback keeps
+  // it alive until then.
+  auto protocol = std::make_shared<TBinaryProtocol>(out);
+  try {
+    // A copy: the catch below answers with `answered` when the method threw instead.
+    processor.process(
+        [out, protocol, answered](bool ok) { ok ? answered(FramedReply(*out), true) : answered({}, false); },
+        impl_->Reader(frame, size), protocol);
+  } catch (const HandlerFailed& e) {
+    // A method without declared exceptions failed: answered as Thrift's synchronous processor
+    // answers it (the frame is still whole: the method ran inside process).
+    std::vector<uint8_t> reply = ErrorReply(frame, size, e.what(), TApplicationException::UNKNOWN);
+    answered(std::move(reply), true);
+  }
 }
 
-std::vector<uint8_t> ThriftFrameReader::ErrorReply(const uint8_t* frame, size_t size,
-                                                   const std::string& message) const {
+std::vector<uint8_t> ThriftFrameReader::ErrorReply(const uint8_t* frame, size_t size, const std::string& message,
+                                                   int exception_type) const {
   try {
     std::string method;
     apache::thrift::protocol::TMessageType type;
@@ -210,7 +223,8 @@ std::vector<uint8_t> ThriftFrameReader::ErrorReply(const uint8_t* frame, size_t 
     out->write(placeholder, sizeof placeholder);
     auto protocol = std::make_shared<TBinaryProtocol>(out);
     protocol->writeMessageBegin(method, apache::thrift::protocol::T_EXCEPTION, sequence_id);
-    TApplicationException(TApplicationException::INTERNAL_ERROR, message).write(protocol.get());
+    TApplicationException(static_cast<TApplicationException::TApplicationExceptionType>(exception_type), message)
+        .write(protocol.get());
     protocol->writeMessageEnd();
     return FramedReply(*out);
   } catch (const std::exception&) {
@@ -296,6 +310,19 @@ struct RpcServer::Shared {
     pending.pop_front();
     return next;
   }
+
+  // Requests parked: their method answers later (a REVIEW waiting for the LLM) and no thread
+  // waits for them. They go on on a server thread (`continuations`), over the `workers` cap as a
+  // request back from a wait does.
+  std::atomic<int> parked{0};
+  std::shared_ptr<ContinuationHost> continuations;  // installed on every server thread (Serve)
+  // Stop waits for parked requests (notified under connections_mutex): a parked request's
+  // continuation must run before the threads stop, while what it writes to is still there.
+  // After the drain timeout no more frames are read (`closing`), and once the threads stop,
+  // work handed to `continuations` is dropped (`continuations_stopped`).
+  std::atomic<bool> closing{false};
+  std::atomic<bool> continuations_stopped{false};
+  std::condition_variable none_parked;
 
   // Requests waiting for a slow stage without their slot (SlotLender), at most
   // config.waiting_threads: the server runs that many more threads, so a slot given back
@@ -728,10 +755,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Requests from now on go to a handler made for `caller`; false when none could be made.
   bool BindCaller(const Caller& caller) {
-    std::shared_ptr<rpc::TxScoreIf> handler = shared_->handlers(caller);
+    std::shared_ptr<rpc::TxScoreCobSvIf> handler = shared_->handlers(caller);
     if (handler == nullptr) return false;
     caller_ = caller;
-    processor_ = std::make_shared<rpc::TxScoreProcessor>(std::move(handler));
+    processor_ = std::make_shared<rpc::TxScoreAsyncProcessor>(std::move(handler));
     return true;
   }
 
@@ -765,7 +792,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ReadHeader() {
     header_bytes_ = 0;
     // Stopping: close once nothing of a request has arrived (see OnServerStopping).
-    if (shared_->stopping.load() && !RequestArriving()) {
+    if ((shared_->stopping.load() && !RequestArriving()) || shared_->closing.load()) {
       Close();
       return;
     }
@@ -846,36 +873,62 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  public:
-  // Runs the request in frame_, then answers it. While the phase is kProcessing nothing else
-  // touches frame_ or the socket, so the request runs without the lock.
+  // Runs the request in frame_, then answers it (Answer): at once, or later from another thread
+  // when the method answers later (a REVIEW waiting for the LLM: the request is parked, and no
+  // thread waits for it). While the phase is kProcessing nothing else touches frame_ or the
+  // socket, so the request runs without the lock.
   void Process() {
-    std::vector<uint8_t> reply;
-    bool keep_open = ReadmitIfTlsChanged();
-    if (keep_open) {
-      try {
-        reply = shared_->frames.Process(*processor_, frame_.data(), frame_size_, &keep_open);
-      } catch (const std::exception& e) {
-        // Over a limit, malformed or truncated: Thrift threw while reading the message.
-        shared_->counters.protocol_errors.fetch_add(1);
-        shared_->protocol_warning.Warn("closed a connection after a bad message: {}", e.what());
-        keep_open = false;
-      }
-    }
-    WipeFrame();  // the request may carry a card number: it leaves no copy in our buffers
-    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t request = ++requests_run_;
+    if (!ReadmitIfTlsChanged()) return Answer(request, {}, false);
     try {
-      if (!keep_open || phase_ == Phase::kClosed) {
+      shared_->frames.Process(*processor_, frame_.data(), frame_size_,
+                              [self = shared_from_this(), request](std::vector<uint8_t> reply, bool keep_open) {
+                                if (!keep_open) self->CountBadMessage("its arguments could not be read");
+                                self->Answer(request, std::move(reply), keep_open);
+                              });
+    } catch (const std::exception& e) {
+      // Over a limit, malformed or truncated: Thrift threw while reading the message.
+      CountBadMessage(e.what());
+      return Answer(request, {}, false);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (answered_through_ >= request) return;
+    // Parked: the frame has been read, and the request may carry a card number.
+    parked_ = true;
+    shared_->parked.fetch_add(1);
+    WipeFrame();
+  }
+
+  // Answers request number `request` (of this connection's Process calls) with `reply`, or
+  // closes the connection.
+  void Answer(uint64_t request, std::vector<uint8_t> reply, bool keep_open) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    answered_through_ = request;
+    if (parked_) {
+      parked_ = false;
+      if (shared_->parked.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> stop_lock(shared_->connections_mutex);
+        shared_->none_parked.notify_all();
+      }
+    } else {
+      WipeFrame();  // the request may carry a card number: it leaves no copy in our buffers
+    }
+    try {
+      if (!keep_open || reply.empty() || phase_ == Phase::kClosed) {
         Close();
         return;
       }
-      if (reply.empty()) return ReadHeader();  // a oneway call: nothing to answer
       SendReply(std::move(reply));
     } catch (const std::exception& e) {
-      // Out of memory or a socket error thrown by Asio: this connection ends, the slot that
-      // ran it is given back by the caller, the server goes on.
+      // Out of memory or a socket error thrown by Asio: this connection ends, the server goes on.
       Log("thrift").error("closing a connection after an error: {}", e.what());
       Close();
     }
+  }
+
+  void CountBadMessage(const std::string& why) {
+    shared_->counters.protocol_errors.fetch_add(1);
+    shared_->protocol_warning.Warn("closed a connection after a bad message: {}", why);
   }
 
   // Answers the frame in frame_ "overloaded" without running it.
@@ -1011,19 +1064,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<RpcServer::Shared> shared_;
   std::mutex mutex_;
   tcp::socket socket_;
-  std::string address_;                               // the peer's IP:port, for logs and the caller
-  std::shared_ptr<const TlsServerContext> tls_;       // the certificates this connection was accepted with
-  SSL* ssl_ = nullptr;                                // null on a plaintext server, and once closed
-  std::atomic<bool> shaking_hands_{false};            // counted in Shared::handshakes_in_progress
-  uint64_t handshake_steps_ = 0;                      // StepHandshake calls so far
-  uint64_t idle_handshake_steps_ = 0;                 // of those, steps that read and wrote nothing (RpcServerStats)
-  uint64_t tls_generation_ = 0;                       // Shared::tls_generation of tls_ (or when last admitted)
-  Caller caller_;                                     // who this connection's requests come from
-  bool tls_fatal_ = false;                            // OpenSSL reported a fatal error: no close_notify
-  std::shared_ptr<rpc::TxScoreProcessor> processor_;  // set once the caller is admitted
-  std::atomic<int64_t> deadline_{0};                  // steady-clock ticks; 0: no deadline (processing, closed)
-  std::atomic<int64_t> idle_since_{0};                // steady-clock ticks; 0: not idle
-  std::atomic<bool> closed_{false};                   // phase_ is kClosed (readable without mutex_)
+  std::string address_;                          // the peer's IP:port, for logs and the caller
+  std::shared_ptr<const TlsServerContext> tls_;  // the certificates this connection was accepted with
+  SSL* ssl_ = nullptr;                           // null on a plaintext server, and once closed
+  std::atomic<bool> shaking_hands_{false};       // counted in Shared::handshakes_in_progress
+  uint64_t handshake_steps_ = 0;                 // StepHandshake calls so far
+  uint64_t idle_handshake_steps_ = 0;            // of those, steps that read and wrote nothing (RpcServerStats)
+  uint64_t tls_generation_ = 0;                  // Shared::tls_generation of tls_ (or when last admitted)
+  Caller caller_;                                // who this connection's requests come from
+  bool tls_fatal_ = false;                       // OpenSSL reported a fatal error: no close_notify
+  std::shared_ptr<rpc::TxScoreAsyncProcessor> processor_;  // set once the caller is admitted
+  uint64_t requests_run_ = 0;                              // Process calls so far (only Process touches it)
+  uint64_t answered_through_ = 0;                          // the last request answered; under mutex_
+  bool parked_ = false;                 // the request runs on without a thread (Shared::parked); under mutex_
+  std::atomic<int64_t> deadline_{0};    // steady-clock ticks; 0: no deadline (processing, closed)
+  std::atomic<int64_t> idle_since_{0};  // steady-clock ticks; 0: not idle
+  std::atomic<bool> closed_{false};     // phase_ is kClosed (readable without mutex_)
   Phase phase_ = Phase::kIdle;
   uint8_t header_[4] = {0, 0, 0, 0};
   size_t header_bytes_ = 0;
@@ -1226,10 +1282,51 @@ void Accept(const std::shared_ptr<RpcServer::Shared>& shared) {
 
 }  // namespace
 
+namespace {
+
+// Where a parked request goes on (Shared::continuations): the server's threads, and its timers
+// for deadlines. Holds the server weakly: work handed to a server that is gone is dropped.
+// Work handed over after the server's threads stopped (a request that parked while Stop gave
+// up waiting for it) is dropped, never run: what it would write to may be closed.
+class ServerContinuations : public ContinuationHost {
+ public:
+  explicit ServerContinuations(const std::shared_ptr<RpcServer::Shared>& shared) : shared_(shared) {}
+  void Post(std::function<void()> work) override {
+    std::shared_ptr<RpcServer::Shared> shared = shared_.lock();
+    if (shared == nullptr || shared->continuations_stopped.load()) return Drop(std::move(work));
+    asio::post(shared->io, [weak = shared_, work = std::move(work)]() mutable { RunUnlessStopped(weak, work); });
+  }
+  void PostAt(std::chrono::steady_clock::time_point when, std::function<void()> work) override {
+    std::shared_ptr<RpcServer::Shared> shared = shared_.lock();
+    if (shared == nullptr || shared->continuations_stopped.load()) return Drop(std::move(work));
+    auto timer = std::make_shared<asio::steady_timer>(shared->io, when);
+    timer->async_wait([timer, weak = shared_, work = std::move(work)](const boost::system::error_code&) mutable {
+      RunUnlessStopped(weak, work);
+    });
+  }
+
+ private:
+  static void RunUnlessStopped(const std::weak_ptr<RpcServer::Shared>& weak, std::function<void()>& work) {
+    std::shared_ptr<RpcServer::Shared> shared = weak.lock();
+    if (shared == nullptr || shared->continuations_stopped.load()) return Drop(std::move(work));
+    work();
+  }
+  // Destroyed on a thread of its own: the last hold on a request may be the last on its
+  // pipeline, whose LLM batcher must not be destroyed by its own thread (the caller may be it).
+  static void Drop(std::function<void()> work) {
+    std::thread([dropped = std::move(work)]() mutable { dropped = nullptr; }).detach();
+  }
+  std::weak_ptr<RpcServer::Shared> shared_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config,
                                                      std::shared_ptr<rpc::TxScoreIf> handler) {
+  auto answered_inline = std::make_shared<AnsweredInline>(std::move(handler));
   return Create(
-      config, [handler = std::move(handler)](const Caller&) { return handler; }, nullptr);
+      config, [answered_inline](const Caller&) -> std::shared_ptr<rpc::TxScoreCobSvIf> { return answered_inline; },
+      nullptr);
 }
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
@@ -1239,6 +1336,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerConfig& conf
   apache::thrift::GlobalOutput.setOutputFunction([](const char* message) { Log("thrift").warn("{}", message); });
   auto shared = std::make_shared<Shared>(config, std::move(handlers), std::move(tls));
   shared->on_refused = std::move(on_refused);
+  shared->continuations = std::make_shared<ServerContinuations>(shared);
   shared->max_connections = FitConnectionsToDescriptorLimit(config.max_connections);
   shared->max_frame_bytes = std::min(config.limits.max_frame_bytes, config.limits.max_message_bytes);
   // A deadline is enforced within a quarter of the shorter timeout (10 ms to 1 s) of passing.
@@ -1273,10 +1371,12 @@ void RpcServer::Serve() {
   std::vector<std::thread> extra;
   const auto run = [this] {
     BlockingWaitObserver* const previous = SetThreadBlockingWaitObserver(&shared_->slot_lender);
+    std::shared_ptr<ContinuationHost> previous_host = SetThreadContinuationHost(shared_->continuations);
     for (;;) {
       try {
         shared_->io.run();
         SetThreadBlockingWaitObserver(previous);
+        SetThreadContinuationHost(std::move(previous_host));
         return;
       } catch (const std::exception& e) {
         Log("thrift").error("I/O thread: {}", e.what());  // a handler threw: keep serving
@@ -1323,10 +1423,19 @@ void RpcServer::Stop() {
     if (!shared_->connections_closed.wait_for(lock, drain_timeout, [this] { return shared_->connections.empty(); })) {
       Log("thrift").warn(
           "{} connection(s) still open {} ms after stop was asked (server.drain_timeout_ms); "
-          "closing them",
+          "reading no more of their requests",
           shared_->connections.size(), shared_->config.drain_timeout_ms);
     }
+    // Parked requests are answered first: their deadlines bound the wait (a REVIEW's LLM
+    // stage budget), and what they write must still be open. A request still running on a
+    // thread is waited for by Serve, which joins its thread.
+    shared_->closing = true;
+    if (shared_->parked.load() > 0) {
+      Log("thrift").info("stopping: waiting for {} parked request(s) to be answered", shared_->parked.load());
+    }
+    shared_->none_parked.wait(lock, [this] { return shared_->parked.load() == 0; });
   }
+  shared_->continuations_stopped = true;
   shared_->stopped_sweeping = true;
   shared_->work.reset();
   shared_->io.stop();
@@ -1347,7 +1456,7 @@ RpcServerStats RpcServer::stats() const {
   s.frame_timeouts = shared_->counters.frame_timeouts.load();
   s.idle_timeouts = shared_->counters.idle_timeouts.load();
   s.requests_shed = shared_->counters.shed.load();
-  s.requests_waiting = static_cast<uint64_t>(shared_->waiting.load());
+  s.requests_waiting = static_cast<uint64_t>(shared_->waiting.load() + shared_->parked.load());
   s.handshakes_in_progress = static_cast<uint64_t>(shared_->handshakes_in_progress.load());
   s.handshakes_evicted = shared_->counters.handshakes_evicted.load();
   s.waits_refused = shared_->counters.waits_refused.load();

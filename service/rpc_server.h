@@ -13,11 +13,17 @@
 //   - at most `max_queued_requests` complete frames wait for a free slot; the next one is
 //     answered at once with a Thrift TApplicationException (INTERNAL_ERROR) whose message
 //     starts "txscore is overloaded", and the connection stays usable.
-//   - a request waiting for a slow stage (common/blocking_wait.h: the LLM's findings) gives its
-//     slot back while it waits, on one of `waiting_threads` more threads, so requests that need
-//     no LLM keep running; when it goes on, it runs over the `workers` cap until it is done.
-//     With all of them waiting, the next request's slow stage is skipped (it is answered
-//     without findings, counted in waits_refused) rather than hold a worker.
+//   - a request whose method answers later (score() on a REVIEW waiting for the local LLM's
+//     findings: service/thrift_async.h) is parked: its thread goes back to the pool when the
+//     method returns, and no thread waits for it; the answer continues it on a server thread
+//     (the server is the thread's ContinuationHost, common/blocking_wait.h), over the `workers`
+//     cap until it is done, and its reply is written then. Parked requests are bounded by the
+//     connections (one request at a time each) and their deadlines (the LLM stage's budget).
+//   - a request whose slow stage can only wait the blocking way (a remote LLM, a scoreBatch
+//     item) gives its slot back while it waits, on one of `waiting_threads` more threads, so
+//     requests that need no LLM keep running; when it goes on, it runs over the `workers` cap
+//     until it is done. With all of them waiting, the next such request's slow stage is skipped
+//     (it is answered without findings, counted in waits_refused) rather than hold a worker.
 // TLS (a TlsServerContext given to Create): at most `max_handshakes` connections shake hands at
 // once (one more closes the oldest still shaking hands), their handshake steps (the costly key exchange and
 // signature) run on at most io_threads threads at once, so they cannot take the threads that
@@ -47,10 +53,9 @@
 
 namespace txscore::rpc {
 class TxScoreIf;
-}
-namespace apache::thrift {
-class TProcessor;
-}
+class TxScoreCobSvIf;
+class TxScoreAsyncProcessor;
+}  // namespace txscore::rpc
 
 namespace txscore::service {
 
@@ -61,15 +66,20 @@ class ThriftFrameReader {
  public:
   explicit ThriftFrameReader(const ThriftLimits& limits);
   ~ThriftFrameReader();
-  // Runs the request in `frame` (the bytes after the 4-byte frame length) through `processor`.
-  // Returns the reply as a frame (its length first), empty for a oneway call, and sets
-  // *keep_open to what the processor says. Throws Thrift's exception for a malformed,
-  // truncated or over-limit message (the server then closes the connection).
-  std::vector<uint8_t> Process(apache::thrift::TProcessor& processor, const uint8_t* frame, size_t size,
-                               bool* keep_open) const;
-  // A TApplicationException (INTERNAL_ERROR, `message`) answering the request in `frame`, or
-  // empty when the frame has no readable message header.
-  std::vector<uint8_t> ErrorReply(const uint8_t* frame, size_t size, const std::string& message) const;
+  // Called once with the reply as a frame (its length first) and whether the connection stays
+  // open (false: a message Thrift could not read; the reply is empty then).
+  using Answered = std::function<void(std::vector<uint8_t> reply, bool keep_open)>;
+  // Runs the request in `frame` (the bytes after the 4-byte frame length) through `processor`:
+  // the frame is read before this returns; `answered` is called before it returns too, or
+  // later from another thread by a method that answers later (score() on a REVIEW waiting for
+  // the LLM). Throws Thrift's exception for a malformed, truncated or over-limit message
+  // header (the server then closes the connection); `answered` is not called then.
+  void Process(rpc::TxScoreAsyncProcessor& processor, const uint8_t* frame, size_t size, Answered answered) const;
+  // A TApplicationException of `exception_type` (Thrift's TApplicationExceptionType; default
+  // INTERNAL_ERROR) with `message` answering the request in `frame`, or empty when the frame
+  // has no readable message header.
+  std::vector<uint8_t> ErrorReply(const uint8_t* frame, size_t size, const std::string& message,
+                                  int exception_type = 6) const;
 
  private:
   struct Impl;
@@ -87,7 +97,7 @@ struct RpcServerStats {
   uint64_t idle_timeouts = 0;           // silent for idle_timeout_ms between frames
   uint64_t requests_queued = 0;         // complete frames waiting for a worker now
   uint64_t requests_shed = 0;           // answered "overloaded": the worker queue was full
-  uint64_t requests_waiting = 0;        // waiting for a slow stage now, their worker slot given back
+  uint64_t requests_waiting = 0;        // waiting for a slow stage now: parked, or on a waiting thread
   uint64_t waits_refused = 0;           // slow stages skipped: waiting_threads requests were waiting
   uint64_t handshakes_in_progress = 0;  // TLS connections not yet admitted nor refused
   uint64_t handshakes_evicted = 0;      // closed in their handshake, the oldest, to make room (server.max_handshakes)
@@ -101,8 +111,9 @@ struct RpcServerStats {
 };
 
 // Makes the handler for one connection's requests, once its caller is known (after the TLS
-// handshake). Called on an I/O thread; must be thread-safe.
-using RpcHandlerFactory = std::function<std::shared_ptr<rpc::TxScoreIf>(const Caller& caller)>;
+// handshake). Called on an I/O thread; must be thread-safe. Asynchronous (service/thrift_async.h):
+// a method may answer after it returns, from any thread.
+using RpcHandlerFactory = std::function<std::shared_ptr<rpc::TxScoreCobSvIf>(const Caller& caller)>;
 
 class RpcServer {
  public:
@@ -112,7 +123,8 @@ class RpcServer {
   static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config, RpcHandlerFactory handlers,
                                                    std::shared_ptr<const TlsServerContext> tls,
                                                    TlsRefusalObserver on_refused = nullptr);
-  // Plaintext, one handler for every connection (tests of the transport).
+  // Plaintext, one handler for every connection, each call answered on the thread that runs it
+  // (tests of the transport).
   static Result<std::unique_ptr<RpcServer>> Create(const RpcServerConfig& config,
                                                    std::shared_ptr<rpc::TxScoreIf> handler);
   ~RpcServer();  // Stop()s
@@ -122,8 +134,10 @@ class RpcServer {
   // Serves until Stop(); returns after in-flight requests have been answered.
   void Serve();
   // Stops accepting, closes idle connections and those in the middle of sending a frame, lets
-  // requests already read finish and their replies be written, then ends Serve(). Safe to
-  // call from another thread; idempotent.
+  // requests already read finish and their replies be written, then ends Serve(). Connections
+  // still open after drain_timeout_ms have no more of their requests read; those already read,
+  // parked ones included, are still answered first (their LLM stage's deadline bounds the
+  // wait). Safe to call from another thread; idempotent.
   void Stop();
 
   RpcServerStats stats() const;

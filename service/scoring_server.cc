@@ -289,10 +289,10 @@ Result<std::unique_ptr<ScoringServer>> ScoringServer::Create(const ServiceSettin
   }
   server->AddOperatorMetrics();
   // One handler per connection, knowing its caller (job control is for operators).
-  RpcHandlerFactory handlers = [self](const Caller& caller) {
-    return std::make_shared<TxScoreHandler>(
+  RpcHandlerFactory handlers = [self](const Caller& caller) -> std::shared_ptr<rpc::TxScoreCobSvIf> {
+    return std::make_shared<AsyncTxScoreHandler>(std::make_shared<TxScoreHandler>(
         &self->active_, [self] { return self->ready_.load() && !self->db_->write_health().stopped; }, self->jobs_.get(),
-        caller, [self](const storage::AuditAction& action) { self->RecordAction(action); }, self->router_.get());
+        caller, [self](const storage::AuditAction& action) { self->RecordAction(action); }, self->router_.get()));
   };
   Result<std::unique_ptr<RpcServer>> rpc =
       RpcServer::Create(settings.server, std::move(handlers), settings.server.plaintext ? nullptr : tls, on_refused);

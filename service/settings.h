@@ -53,12 +53,14 @@ struct RpcServerConfig {
   // Default: 1. Threads always left to accept connections, read frames and shed load; the
   // server runs io_threads + workers threads in all.
   int io_threads = 1;
-  // Default: 32. A request waiting for a slow stage (the LLM's findings) gives its worker slot
-  // back while it waits, so requests that need no LLM keep running; it waits on a thread of
-  // its own, of which there are this many more (idle threads cost memory, not CPU). When all
-  // are taken, the next request's slow stage is skipped: it is answered without findings
-  // rather than hold a worker (counted: txscore_rpc_slow_stage_waits_refused_total). 0: no
-  // thread is lent, every request waits keeping its slot and every slow stage runs.
+  // Default: 32. score() on a REVIEW whose findings the local LLM writes holds no thread while
+  // it waits (it is parked: service/rpc_server.h). A slow stage that can only wait the blocking
+  // way (a remote LLM, or the LLM for an item of scoreBatch) gives its worker slot back while it
+  // waits, so requests that need no LLM keep running; it waits on a thread of its own, of which
+  // there are this many more (idle threads cost memory, not CPU). When all are taken, the next
+  // such stage is skipped: the request is answered without findings rather than hold a worker
+  // (counted: txscore_rpc_slow_stage_waits_refused_total). 0: no thread is lent, such a request
+  // waits keeping its slot and every slow stage runs.
   int waiting_threads = 32;
   // Default: 64. TLS handshakes in progress at once; a connection accepted beyond them closes
   // the oldest still shaking hands (counted), so strangers cannot queue unbounded handshake

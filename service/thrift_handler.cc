@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/logging.h"
 #include "common/wipe.h"
 #include "service/transaction_json.h"
 
@@ -222,8 +223,9 @@ const ShardEndpoint* TxScoreHandler::RouteCard(const pipelines::ScoringPipeline&
   return &owner;
 }
 
-rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version, fraud::RawTransaction raw,
-                                          const rpc::Transaction& transaction) {
+std::optional<rpc::ScoreResult> TxScoreHandler::ForwardOrPrepare(const ActivePipeline::Version& version,
+                                                                 fraud::RawTransaction* raw,
+                                                                 const rpc::Transaction& transaction) {
   // A card token lets its sender act on that card's history: only identities given the right
   // send one (a shard peer forwards tokenized transactions: RouteCard checks it is a peer).
   if (transaction.__isset.card_token && !transaction.__isset.forwarded_by && !caller_.may_send_card_tokens) {
@@ -231,19 +233,23 @@ rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version
         caller_.Describe() + " may not send card_token (security.tls.card_token_clients): send card_number",
         "card_token"));
   }
-  raw.caller = caller_.Describe();
-  if (const ShardEndpoint* owner = RouteCard(*version.pipeline, &raw, transaction)) {
-    rpc::Transaction forwarded = ToThriftTransaction(raw);  // tokenized: no card number
+  raw->caller = caller_.Describe();
+  if (const ShardEndpoint* owner = RouteCard(*version.pipeline, raw, transaction)) {
+    rpc::Transaction forwarded = ToThriftTransaction(*raw);  // tokenized: no card number
     forwarded.__set_forwarded_by(router_->map().self().name);
-    forwarded.__set_forwarded_for(raw.caller);
+    forwarded.__set_forwarded_for(raw->caller);
     return router_->Forward(*owner, forwarded);
   }
   // Forwarded by a peer (RouteCard checked it is one): the caller it served, then the peer.
   if (transaction.__isset.forwarded_by) {
-    raw.caller = (transaction.__isset.forwarded_for ? transaction.forwarded_for : "an unnamed caller") + " via " +
-                 caller_.Describe();
+    raw->caller = (transaction.__isset.forwarded_for ? transaction.forwarded_for : "an unnamed caller") + " via " +
+                  caller_.Describe();
   }
-  Result<pipelines::ScoreOutcome> outcome = version.pipeline->Score(std::move(raw));
+  return std::nullopt;
+}
+
+rpc::ScoreResult TxScoreHandler::Answer(const ActivePipeline::Version& version,
+                                        Result<pipelines::ScoreOutcome> outcome) {
   if (!outcome.ok()) {
     if (outcome.error().code == ErrorCode::kInvalidArgument) throw ToInvalidRequest(outcome.error());
     throw ToServiceError(outcome.error());
@@ -252,21 +258,89 @@ rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version
   return ToThrift(*outcome);
 }
 
+rpc::ScoreResult TxScoreHandler::ScoreOne(const ActivePipeline::Version& version, fraud::RawTransaction raw,
+                                          const rpc::Transaction& transaction) {
+  if (std::optional<rpc::ScoreResult> forwarded = ForwardOrPrepare(version, &raw, transaction)) return *forwarded;
+  return Answer(version, version.pipeline->Score(std::move(raw)));
+}
+
+namespace {
+
+// Counts a score() call by how it ended: `error` null for an answer.
+void CountScoreCall(ScoringMetrics& metrics, const std::exception_ptr& error,
+                    std::chrono::steady_clock::time_point start) {
+  ScoringMetrics::RequestOutcome outcome = ScoringMetrics::RequestOutcome::kOk;
+  if (error != nullptr) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const rpc::InvalidRequest&) {
+      outcome = ScoringMetrics::RequestOutcome::kInvalid;
+    } catch (...) {
+      outcome = ScoringMetrics::RequestOutcome::kError;
+    }
+  }
+  metrics.RecordRequest(ScoringMetrics::Method::kScore, outcome, SecondsSince(start));
+}
+
+}  // namespace
+
 void TxScoreHandler::score(rpc::ScoreResult& result, const rpc::Transaction& transaction) {
   const auto start = std::chrono::steady_clock::now();
   const std::shared_ptr<const ActivePipeline::Version> version = active_->Get();  // one version, start to end
-  ScoringMetrics* const metrics = version->metrics.get();
   try {
     result = ScoreOne(*version, TakeFromThrift(transaction), transaction);
-  } catch (const rpc::InvalidRequest&) {
-    metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kInvalid,
-                           SecondsSince(start));
-    throw;
-  } catch (const apache::thrift::TException&) {  // ServiceError, ShardUnavailable
-    metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kError, SecondsSince(start));
+  } catch (const apache::thrift::TException&) {  // InvalidRequest, ServiceError, ShardUnavailable
+    CountScoreCall(*version->metrics, std::current_exception(), start);
     throw;
   }
-  metrics->RecordRequest(ScoringMetrics::Method::kScore, ScoringMetrics::RequestOutcome::kOk, SecondsSince(start));
+  CountScoreCall(*version->metrics, nullptr, start);
+}
+
+void TxScoreHandler::ScoreThen(const rpc::Transaction& transaction, std::function<void(const rpc::ScoreResult&)> answer,
+                               std::function<void(std::exception_ptr)> fail) {
+  const auto start = std::chrono::steady_clock::now();
+  // One version, start to end; held until the answer, so its pipeline outlives the request.
+  std::shared_ptr<const ActivePipeline::Version> version = active_->Get();
+  // Answers with what `produce` returns, or fails with what it throws; counted either way.
+  auto finish = [version, start, answer = std::move(answer),
+                 fail = std::move(fail)](const std::function<rpc::ScoreResult()>& produce) {
+    rpc::ScoreResult result;
+    try {
+      result = produce();
+    } catch (...) {
+      CountScoreCall(*version->metrics, std::current_exception(), start);
+      return fail(std::current_exception());
+    }
+    CountScoreCall(*version->metrics, nullptr, start);
+    answer(result);
+  };
+  fraud::RawTransaction raw;
+  std::optional<rpc::ScoreResult> forwarded;
+  try {
+    raw = TakeFromThrift(transaction);
+    forwarded = ForwardOrPrepare(*version, &raw, transaction);
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    return finish([&error]() -> rpc::ScoreResult { std::rethrow_exception(error); });
+  }
+  if (forwarded) return finish([&forwarded] { return std::move(*forwarded); });
+  // The pipeline answers every request once (its failures too); this catches what escapes
+  // before it has taken the request.
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto pass_on = std::make_shared<decltype(finish)>(std::move(finish));
+  try {
+    version->pipeline->ScoreThen(std::move(raw), [version, answered, pass_on](Result<pipelines::ScoreOutcome> outcome) {
+      answered->store(true);
+      (*pass_on)([&] { return Answer(*version, std::move(outcome)); });
+    });
+  } catch (const std::exception& e) {
+    if (answered->load()) {
+      Log("thrift").error("an error after score() was answered: {}", e.what());
+      return;
+    }
+    const std::exception_ptr error = std::current_exception();
+    (*pass_on)([&error]() -> rpc::ScoreResult { std::rethrow_exception(error); });
+  }
 }
 
 void TxScoreHandler::scoreBatch(std::vector<rpc::BatchItem>& results,
@@ -409,6 +483,16 @@ void TxScoreHandler::cancelClaimsJob(rpc::ClaimsJobStatus& status, const std::st
   Record("cancel_claims_job", job_id, cancelled.ok() ? "applied" : "refused",
          cancelled.ok() ? "" : cancelled.error().ToString());
   status = JobStatusOrThrow(cancelled, job_id);
+}
+
+AsyncTxScoreHandler::AsyncTxScoreHandler(std::shared_ptr<TxScoreHandler> handler)
+    : AnsweredInline(handler), handler_(std::move(handler)) {}
+
+void AsyncTxScoreHandler::score(std::function<void(const rpc::ScoreResult&)> cob,
+                                std::function<void(apache::thrift::TDelayedException*)> exn_cob,
+                                const rpc::Transaction& transaction) {
+  handler_->ScoreThen(transaction, std::move(cob),
+                      [exn_cob = std::move(exn_cob)](std::exception_ptr error) { exn_cob(Delayed(std::move(error))); });
 }
 
 }  // namespace txscore::service

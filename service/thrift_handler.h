@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "service/metrics.h"
 #include "service/recent_decisions.h"
 #include "service/shard_router.h"
+#include "service/thrift_async.h"
 #include "service/tls.h"
 #include "storage/audit_log.h"
 
@@ -102,6 +104,12 @@ class TxScoreHandler : public rpc::TxScoreIf {
                  ShardRouter* router = nullptr);
 
   void score(rpc::ScoreResult& result, const rpc::Transaction& transaction) override;
+  // score() without a thread waiting for the LLM stage (pipelines::ScoringPipeline::ScoreThen):
+  // calls `answer` with the result or `fail` with what score() would throw, once, here or
+  // later on the thread that finishes the request. A transaction forwarded to another shard
+  // is answered here (the forwarding call waits).
+  void ScoreThen(const rpc::Transaction& transaction, std::function<void(const rpc::ScoreResult&)> answer,
+                 std::function<void(std::exception_ptr)> fail);
   void scoreBatch(std::vector<rpc::BatchItem>& results, const std::vector<rpc::Transaction>& transactions) override;
   void health(rpc::HealthStatus& status) override;
   void submitClaimsJob(rpc::ClaimsJobStatus& status, const rpc::ClaimsJobRequest& request) override;
@@ -119,6 +127,14 @@ class TxScoreHandler : public rpc::TxScoreIf {
   // Scores `raw` here, or forwards it to its card's shard; throws the service's exceptions.
   rpc::ScoreResult ScoreOne(const ActivePipeline::Version& version, fraud::RawTransaction raw,
                             const rpc::Transaction& transaction);
+  // Checks the caller's rights on `raw` and routes it: the owner's answer when another shard
+  // owns the card (forwarded), else nullopt with `raw` ready for this server's pipeline.
+  // Throws the service's exceptions.
+  std::optional<rpc::ScoreResult> ForwardOrPrepare(const ActivePipeline::Version& version, fraud::RawTransaction* raw,
+                                                   const rpc::Transaction& transaction);
+  // The pipeline's answer as score() gives it (counted in the version's metrics), or the
+  // service's exception.
+  static rpc::ScoreResult Answer(const ActivePipeline::Version& version, Result<pipelines::ScoreOutcome> outcome);
   // On a sharded server, the shard owning the card (tokenizing the PAN in `raw`); null when it
   // is this one.
   const ShardEndpoint* RouteCard(const pipelines::ScoringPipeline& pipeline, fraud::RawTransaction* raw,
@@ -130,6 +146,20 @@ class TxScoreHandler : public rpc::TxScoreIf {
   const Caller caller_;
   const ActionRecorder record_action_;
   ShardRouter* const router_;
+};
+
+// TxScoreHandler through Thrift's asynchronous processor (service/thrift_async.h): score()
+// answers when the request is done, holding no thread while the LLM writes a REVIEW's findings;
+// the other methods answer at once.
+class AsyncTxScoreHandler : public AnsweredInline {
+ public:
+  explicit AsyncTxScoreHandler(std::shared_ptr<TxScoreHandler> handler);
+  void score(std::function<void(const rpc::ScoreResult&)> cob,
+             std::function<void(apache::thrift::TDelayedException*)> exn_cob,
+             const rpc::Transaction& transaction) override;
+
+ private:
+  std::shared_ptr<TxScoreHandler> handler_;
 };
 
 }  // namespace txscore::service

@@ -66,6 +66,18 @@ class PreparedLlmFindingsStage : public PreparedStage {
     return Status::Ok();
   }
 
+  // The local model answers without a thread waiting; a remote one is called the blocking way.
+  bool RunThen(const StageInputs& inputs, const ScoredItem& item, StageOutputs* out, StageReport* report,
+               const std::shared_ptr<ContinuationHost>& host, std::function<void()> finished) const override {
+    if (remote_ != nullptr) return false;
+    engine_->AnalyzeThen(*item.transaction, inputs.Get(0)->score, inputs.Get(1)->reasons, item.deadline, host,
+                         [out, report, finished = std::move(finished)](ForensicResult result) {
+                           Report(std::move(result), out, report);
+                           finished();
+                         });
+    return true;
+  }
+
   // Claims: submitted together, so they share forward passes; each waited for all of them.
   // Remote: several calls at once, those the remote cannot answer to the local model together.
   Status RunChunk(const std::vector<ChunkItem>& items) const override {

@@ -28,7 +28,7 @@ struct Service {
   txscore::service::MetricsRegistry registry;
   txscore::service::ActivePipeline active;
   std::atomic<bool> ready{true};
-  std::shared_ptr<txscore::rpc::TxScoreProcessor> processor;
+  std::shared_ptr<txscore::rpc::TxScoreAsyncProcessor> processor;
   txscore::service::ThriftFrameReader frames{txscore::service::ThriftLimits{}};
 };
 
@@ -52,9 +52,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   version->pipeline = std::move(pipeline).value();
   version->metrics = std::make_shared<txscore::service::ScoringMetrics>(&service->registry, *version->pipeline);
   service->active.Set(version);
-  service->processor =
-      std::make_shared<txscore::rpc::TxScoreProcessor>(std::make_shared<txscore::service::TxScoreHandler>(
-          &service->active, [service] { return service->ready.load(); }));
+  service->processor = std::make_shared<txscore::rpc::TxScoreAsyncProcessor>(
+      std::make_shared<txscore::service::AsyncTxScoreHandler>(std::make_shared<txscore::service::TxScoreHandler>(
+          &service->active, [service] { return service->ready.load(); })));
   g_service = service;
   return 0;
 }
@@ -68,12 +68,19 @@ extern "C" void TxscoreFuzzTeardown() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> reply;
+  bool answered = false, keep_open = false;
   try {
-    bool keep_open = true;
-    reply = g_service->frames.Process(*g_service->processor, data, size, &keep_open);
+    // No thread here has a ContinuationHost: every method answers before Process returns.
+    g_service->frames.Process(*g_service->processor, data, size, [&](std::vector<uint8_t> frame, bool open) {
+      answered = true;
+      keep_open = open;
+      reply = std::move(frame);
+    });
   } catch (const apache::thrift::TException&) {
     return 0;  // refused: the server closes the connection
   }
+  if (!answered) txscore::fuzz::Fail("a request was neither answered nor refused");
+  if (!keep_open) return 0;  // refused: the server closes the connection
   if (!reply.empty()) {
     const uint32_t length =
         (uint32_t{reply[0]} << 24) | (uint32_t{reply[1]} << 16) | (uint32_t{reply[2]} << 8) | uint32_t{reply[3]};

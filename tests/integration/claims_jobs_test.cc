@@ -386,6 +386,69 @@ TEST_F(ClaimsJobsTest, ServerSideInputMustLieInTheInputDirectory) {
   EXPECT_THROW(client_->submitClaimsJob(status, both), rpc::InvalidRequest);
 }
 
+TEST_F(ClaimsJobsTest, AFinishedFileJobSubmittedAgainIsToldUnchangedByItsStampOrElseByItsJob) {
+  WriteInputFile("night.jsonl", 12, 3);
+  rpc::ClaimsJobRequest request;
+  request.__set_input_path("night.jsonl");
+  rpc::ClaimsJobStatus first;
+  client_->submitClaimsJob(first, request);
+  const rpc::ClaimsJobStatus done = WaitForEnd(first.job_id);
+  ASSERT_EQ(done.state, rpc::JobState::DONE);
+  ASSERT_EQ(done.done, 12);
+  const auto output_lines = [&] {
+    std::ifstream output(done.output_path);
+    int lines = 0;
+    for (std::string line; std::getline(output, line);) ++lines;
+    return lines;
+  };
+  const int started = jobs_started_.load();
+  // Each run that scores counts itself in the job's summary file.
+  const auto runs = [&] {
+    const std::string summary = testing::ReadFile(done.output_path + ".summary.json");
+    const size_t at = summary.find("\"runs\":");
+    return at == std::string::npos ? -1 : std::stoi(summary.substr(at + 7));
+  };
+  ASSERT_EQ(runs(), 1);
+  const std::string output_before = testing::ReadFile(done.output_path);
+
+  // Untouched since its job read it: answered with its result at once, and no job runs (the
+  // request's thread reads nothing of the file: its stamp says it is the same).
+  rpc::ClaimsJobStatus again;
+  client_->submitClaimsJob(again, request);
+  EXPECT_EQ(again.state, rpc::JobState::DONE);
+  EXPECT_EQ(again.done, 12);
+  EXPECT_EQ(jobs_started_.load(), started);
+
+  // Touched (the same bytes, a new modification time): the stamp cannot tell, so the job is
+  // queued and reads it on its own thread: the same content, done without scoring anything.
+  const std::string path = dir_.file("in/night.jsonl");
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::hours(1));
+  rpc::ClaimsJobStatus touched;
+  client_->submitClaimsJob(touched, request);
+  EXPECT_EQ(touched.state, rpc::JobState::QUEUED);
+  const rpc::ClaimsJobStatus checked = WaitForEnd(touched.job_id);
+  EXPECT_EQ(checked.state, rpc::JobState::DONE);
+  EXPECT_EQ(checked.done, 12);
+  EXPECT_EQ(jobs_started_.load(), started + 1);
+  EXPECT_EQ(output_lines(), 12);
+  // Queued again, it resumed at its end (12 of 12 rows): one more run, nothing written.
+  EXPECT_EQ(runs(), 2);
+  EXPECT_EQ(testing::ReadFile(done.output_path), output_before);
+  // Its new stamp is kept: the next submission is answered at once again.
+  client_->submitClaimsJob(again, request);
+  EXPECT_EQ(again.state, rpc::JobState::DONE);
+  EXPECT_EQ(jobs_started_.load(), started + 1);
+
+  // Changed: the job says so and keeps the old output.
+  WriteInputFile("night.jsonl", 13, 3);
+  rpc::ClaimsJobStatus changed;
+  client_->submitClaimsJob(changed, request);
+  const rpc::ClaimsJobStatus failed = WaitForEnd(changed.job_id);
+  EXPECT_EQ(failed.state, rpc::JobState::FAILED);
+  EXPECT_NE(failed.detail.find("its input file has changed since the job began"), std::string::npos) << failed.detail;
+  EXPECT_EQ(output_lines(), 12);
+}
+
 TEST_F(ClaimsJobsTest, APinnedClaimsPipelineStartsOnlyOnItsFilesAndEachSummaryNamesTheDigest) {
   StopServer();
   const std::string digest =

@@ -22,8 +22,8 @@ namespace {
 
 class LlmBesideScoringTest : public ::testing::Test {
  protected:
-  // Two workers and two waiting threads; a rule sends transactions of 400 or more to REVIEW
-  // (the small model scores the test card low, so the rest are APPROVE), and every REVIEW asks
+  // Two workers and two waiting threads (for stages that can only wait the blocking way); a rule sends transactions of
+  // 400 or more to REVIEW (the small model scores the test card low, so the rest are APPROVE), and every REVIEW asks
   // the LLM stage for findings, with a budget longer than any test.
   void SetUp() override {
     ASSERT_TRUE(llm::MakeCheckpoint({.family = "qwen3", .size = "tiny"}, dir_.file("llm")).ok());
@@ -36,7 +36,8 @@ class LlmBesideScoringTest : public ::testing::Test {
                   "  - {name: forensic, kind: llm_findings, after: decision, model: llm, budget_ms: 600000}\n");
     std::string settings = testing::ReadFile(testing::TestSettingsPath(dir_));
     const std::string workers = "  workers: 4\n";
-    settings.replace(settings.find(workers), workers.size(), "  workers: 2\n  waiting_threads: 2\n");
+    settings.replace(settings.find(workers), workers.size(),
+                     "  workers: 2\n  waiting_threads: 2\n  drain_timeout_ms: 100\n");
     testing::WriteFile(testing::TestSettingsPath(dir_), settings);
 
     control_.block_first_call = true;  // the first LLM step waits for Release: so does every later one
@@ -98,30 +99,25 @@ class LlmBesideScoringTest : public ::testing::Test {
   int next_second_ = 0;
 };
 
-TEST_F(LlmBesideScoringTest, ApprovalsAreAnsweredWhileReviewsWaitForTheLlmAndNoneHoldsAWorker) {
-  // Two REVIEWs take the two waiting threads; the LLM is held, so they stay.
-  std::vector<std::future<rpc::ScoreResult>> waiting;
-  // Whatever fails below, the LLM is released before those calls' futures are destroyed (the
+TEST_F(LlmBesideScoringTest, ReviewsWaitingForTheLlmHoldNoThreadAndApprovalsAreAnsweredMeanwhile) {
+  // Whatever fails below, the LLM is released before the calls' futures are destroyed (the
   // future of a std::async call waits for it), so a failed check ends the test instead of
   // hanging it.
   struct ReleaseOnExit {
     pipelines::FlatLogitsDecoder::Control* control;
     ~ReleaseOnExit() { control->Release(); }
   } release_on_exit{&control_};
-  for (int i = 0; i < 2; ++i) waiting.push_back(ScoreLater("review-waits-" + std::to_string(i), 50000));
+  // Eight REVIEWs, more than the server has threads (1 I/O thread, 2 workers, 2 waiting
+  // threads): each is parked while the LLM is held, and none holds a thread, so all eight wait
+  // at once and none is refused its findings.
+  constexpr int kReviews = 8;
+  constexpr uint64_t kServerThreads = 1 + 2 + 2;
+  static_assert(kReviews > kServerThreads);
+  std::vector<std::future<rpc::ScoreResult>> reviews;
+  for (int i = 0; i < kReviews; ++i) reviews.push_back(ScoreLater("review-" + std::to_string(i), 50000));
   ASSERT_EQ(control_.entered.get_future().wait_for(std::chrono::minutes(1)), std::future_status::ready);
-  ASSERT_TRUE(Eventually([&] { return server_->rpc_stats().requests_waiting == 2; }));
-
-  // Two more REVIEWs find no waiting thread: their LLM stage is skipped and they are answered
-  // now, REVIEW by the rule, without findings, instead of holding the two workers.
-  for (int i = 0; i < 2; ++i) {
-    const rpc::ScoreResult refused =
-        AnsweredWhileTheLlmIsHeld(ScoreLater("review-refused-" + std::to_string(i), 50000));
-    EXPECT_EQ(refused.decision, rpc::Decision::REVIEW);
-    EXPECT_FALSE(refused.__isset.findings);
-    EXPECT_EQ(refused.skipped_stages, std::vector<std::string>{"forensic"});
-  }
-  EXPECT_EQ(server_->rpc_stats().waits_refused, 2u);
+  ASSERT_TRUE(Eventually([&] { return server_->rpc_stats().requests_waiting == kReviews; }))
+      << server_->rpc_stats().requests_waiting << " requests waiting";
 
   // APPROVEs, four at a time (twice the workers), are all answered while the LLM is held.
   for (int round = 0; round < 5; ++round) {
@@ -131,19 +127,40 @@ TEST_F(LlmBesideScoringTest, ApprovalsAreAnsweredWhileReviewsWaitForTheLlmAndNon
       EXPECT_EQ(AnsweredWhileTheLlmIsHeld(std::move(approval)).decision, rpc::Decision::APPROVE);
     }
   }
-  EXPECT_EQ(server_->rpc_stats().requests_waiting, 2u);  // the LLM was held all along
+  EXPECT_EQ(server_->rpc_stats().requests_waiting, static_cast<uint64_t>(kReviews));  // the LLM was held all along
+  EXPECT_EQ(server_->rpc_stats().waits_refused, 0u);
   const std::string metrics = testing::AdminGet(server_->admin_port(), "/metrics").body;
-  EXPECT_NE(metrics.find("\ntxscore_rpc_slow_stage_waits_refused_total 2\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("\ntxscore_rpc_requests_waiting 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ntxscore_rpc_requests_waiting 8\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ntxscore_rpc_slow_stage_waits_refused_total 0\n"), std::string::npos) << metrics;
 
-  // The LLM goes on: the two waiting REVIEWs get their findings.
+  // The LLM goes on: every REVIEW gets its findings.
   control_.Release();
-  for (auto& review : waiting) {
+  for (auto& review : reviews) {
     const rpc::ScoreResult answered = review.get();
     EXPECT_EQ(answered.decision, rpc::Decision::REVIEW);
     EXPECT_TRUE(answered.__isset.findings);
+    EXPECT_TRUE(answered.skipped_stages.empty());
   }
   EXPECT_EQ(server_->rpc_stats().requests_waiting, 0u);
+}
+
+TEST_F(LlmBesideScoringTest, StoppingAnswersAParkedReviewFirstThoughTheDrainTimeoutHasPassed) {
+  struct ReleaseOnExit {
+    pipelines::FlatLogitsDecoder::Control* control;
+    ~ReleaseOnExit() { control->Release(); }
+  } release_on_exit{&control_};
+  std::future<rpc::ScoreResult> review = ScoreLater("review-at-stop", 50000);
+  ASSERT_EQ(control_.entered.get_future().wait_for(std::chrono::minutes(1)), std::future_status::ready);
+  ASSERT_TRUE(Eventually([&] { return server_->rpc_stats().requests_waiting == 1; }));
+  std::future<void> stopped = std::async(std::launch::async, [this] { server_->Stop(); });
+  // The drain timeout (100 ms) passes with the LLM held: the server does not stop, and close
+  // its database, under the parked REVIEW.
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(2)), std::future_status::timeout);
+  control_.Release();
+  const rpc::ScoreResult answered = review.get();
+  EXPECT_EQ(answered.decision, rpc::Decision::REVIEW);
+  EXPECT_TRUE(answered.__isset.findings);  // written to the trail before it was answered
+  stopped.get();
 }
 
 }  // namespace

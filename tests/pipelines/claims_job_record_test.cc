@@ -17,6 +17,7 @@ JobState EveryField() {
   state.input = "/data/in.jsonl";
   state.output = "/data/out.jsonl";
   state.input_sha256 = "ab12";
+  state.input_version = "2049:12:300:1700000000000000000:1700000000000000001";
   state.chunk_size = 64;
   state.total = 10;
   state.rows_done = 7;
@@ -40,7 +41,8 @@ JobState EveryField() {
 }
 
 constexpr char kEveryFieldEncoded[] =
-    R"({"input":"/data/in.jsonl","output":"/data/out.jsonl","input_sha256":"ab12","chunk_size":64,"total":10,)"
+    R"({"input":"/data/in.jsonl","output":"/data/out.jsonl","input_sha256":"ab12",)"
+    R"("input_version":"2049:12:300:1700000000000000000:1700000000000000001","chunk_size":64,"total":10,)"
     R"("rows_done":7,"output_bytes":4096,"state":"failed","error":"disk full","restart":true,"errors":2,)"
     R"("analysed":3,"llm_selected":4,"llm_shortfalls":{"failed":1},"decisions":{"APPROVE":4,"REVIEW":1},)"
     R"("flags":{"amount_mismatch":2},"stage_us":{"claims_model":1500},"devices":{"claims_model":"cpu"},)"
@@ -55,6 +57,7 @@ TEST(JobState, DecodeRestoresEveryFieldEncodeWrote) {
   EXPECT_EQ(d.input, "/data/in.jsonl");
   EXPECT_EQ(d.output, "/data/out.jsonl");
   EXPECT_EQ(d.input_sha256, "ab12");
+  EXPECT_EQ(d.input_version, "2049:12:300:1700000000000000000:1700000000000000001");
   EXPECT_EQ(d.chunk_size, 64);
   EXPECT_EQ(d.total, 10);
   EXPECT_EQ(d.rows_done, 7);

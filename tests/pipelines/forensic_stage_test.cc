@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -687,6 +688,216 @@ TEST_F(ForensicPipelineTest, ARequestThatCannotGetItsTurnInTimeIsSkippedAndNoUpd
   first.join();
   // "first" re-read the card after its stage and added itself to what "second" wrote.
   EXPECT_EQ(CardTransactionCount(), 2u);
+}
+
+// A ContinuationHost of one thread, as the RPC server is one of several (common/blocking_wait.h):
+// work runs in the order of its time, timers included; on destruction, work not yet due is
+// dropped, as the server drops it. Its last owner may be work it runs (a request's closure holds
+// the host it goes on on): the thread then ends on its own, its state kept by the thread.
+class OneThreadHost : public ContinuationHost {
+ public:
+  OneThreadHost() : state_(std::make_shared<State>()), thread_([state = state_] { Work(*state); }) {}
+  ~OneThreadHost() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stopping = true;
+    }
+    state_->wake.notify_all();
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  void Post(std::function<void()> work) override { PostAt(std::chrono::steady_clock::now(), std::move(work)); }
+  void PostAt(std::chrono::steady_clock::time_point when, std::function<void()> work) override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->queue.emplace(when, std::move(work));
+    }
+    state_->wake.notify_all();
+  }
+  std::thread::id id() const { return thread_.get_id(); }
+  // The test's clock for timers: every work queued now is due at once (a deadline has come).
+  void FireTimersNow() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> due;
+      for (auto& [when, work] : state_->queue)
+        due.emplace(std::chrono::steady_clock::time_point::min(), std::move(work));
+      state_->queue.swap(due);
+    }
+    state_->wake.notify_all();
+  }
+  // Waits until no work runs and none is due.
+  void Drain() {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    state_->idle.wait(lock, [this] {
+      return !state_->running &&
+             (state_->queue.empty() || state_->queue.begin()->first > std::chrono::steady_clock::now());
+    });
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable wake, idle;
+    std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> queue;
+    bool stopping = false;
+    bool running = false;
+  };
+  static void Work(State& state) {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    for (;;) {
+      if (state.stopping) return;
+      if (state.queue.empty()) {
+        state.idle.notify_all();
+        state.wake.wait(lock);
+        continue;
+      }
+      const auto due = state.queue.begin()->first;
+      if (due > std::chrono::steady_clock::now()) {
+        state.idle.notify_all();
+        state.wake.wait_until(lock, due);
+        continue;
+      }
+      std::function<void()> work = std::move(state.queue.begin()->second);
+      state.queue.erase(state.queue.begin());
+      state.running = true;
+      lock.unlock();
+      work();
+      work = nullptr;  // its captures go here, with the lock free (the host may be one of them)
+      lock.lock();
+      state.running = false;
+    }
+  }
+  std::shared_ptr<State> state_;
+  std::thread thread_;  // last: starts after the state exists
+};
+
+// Installs `host` on the calling thread while it lives.
+struct ScopedHost {
+  explicit ScopedHost(std::shared_ptr<ContinuationHost> host) : previous(SetThreadContinuationHost(std::move(host))) {}
+  ~ScopedHost() { SetThreadContinuationHost(std::move(previous)); }
+  std::shared_ptr<ContinuationHost> previous;
+};
+
+// What ScoreThen answered, and on which thread.
+struct Answered {
+  std::promise<Result<ScoreOutcome>> outcome;
+  std::atomic<int> calls{0};
+  std::thread::id thread;
+  std::function<void(Result<ScoreOutcome>)> Done() {
+    return [this](Result<ScoreOutcome> result) {
+      thread = std::this_thread::get_id();
+      if (calls.fetch_add(1) == 0) outcome.set_value(std::move(result));
+    };
+  }
+};
+
+// Releases the held LLM step when a test ends, whatever failed, so that the pipeline's batcher
+// can stop.
+struct ReleaseOnExit {
+  FlatLogitsDecoder::Control* control;
+  ~ReleaseOnExit() { control->Release(); }
+};
+
+TEST_F(ForensicPipelineTest, AReviewThroughAHostHoldsNoThreadNorItsCardWhileTheLlmWritesAndGoesOnOnTheHost) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  control_.block_first_call = true;
+  const ReleaseOnExit release_on_exit{&control_};
+  std::future<void> entered = control_.entered.get_future();
+  auto host = std::make_shared<OneThreadHost>();
+  Answered review;
+  std::future<void> returned = std::async(std::launch::async, [&] {
+    const ScopedHost on_this_thread(host);
+    pipeline_->ScoreThen(testing::ValidTransaction("parked"), review.Done());
+  });
+  // ScoreThen returns with the LLM held inside its first step: nothing waits on its thread (a
+  // ScoreThen that waited would be released after a minute, far beyond any machine's need).
+  entered.wait();
+  if (returned.wait_for(std::chrono::minutes(1)) != std::future_status::ready) {
+    ADD_FAILURE() << "ScoreThen waited for the LLM";
+    control_.Release();
+  }
+  returned.get();
+  std::future<Result<ScoreOutcome>> parked = review.outcome.get_future();
+  EXPECT_EQ(parked.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  // The card is not locked meanwhile: its next transaction is scored now (its own LLM stage
+  // cannot get a turn within its 1 ms budget, and is skipped).
+  fraud::RawTransaction next = testing::ValidTransaction("next");
+  next.timestamp_ms += 1000;
+  next.budget_ms = 1;
+  auto scored = pipeline_->Score(next);
+  ASSERT_TRUE(scored.ok()) << scored.error().ToString();
+  EXPECT_EQ(CardTransactionCount(), 1u);
+
+  control_.Release();
+  ASSERT_EQ(parked.wait_for(std::chrono::minutes(1)), std::future_status::ready);
+  Result<ScoreOutcome> outcome = parked.get();
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(review.thread, host->id());  // the rest of the request ran on the host
+  EXPECT_EQ(outcome->decision, Decision::kReview);
+  ASSERT_TRUE(outcome->findings.has_value());
+  EXPECT_TRUE(outcome->degraded_stages.empty());
+  std::vector<std::string> stages;
+  for (const auto& t : outcome->timings) stages.push_back(t.stage);
+  EXPECT_EQ(stages,
+            (std::vector<std::string>{"validate", "state", "features", "fraud", "decision", "forensic", "persist"}));
+  auto audit = pipeline_->audit_log().ReadLast(1);
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ((*audit)[0].request_id, "parked");
+  ASSERT_TRUE((*audit)[0].findings.has_value());
+  // It read the card again when it went on, and added itself to what "next" wrote.
+  EXPECT_EQ(CardTransactionCount(), 2u);
+  // Its deadline's timer, still queued, comes after the findings: it answers nothing more.
+  host->FireTimersNow();
+  host->Drain();
+  EXPECT_EQ(review.calls.load(), 1);
+}
+
+TEST_F(ForensicPipelineTest, AParkedReviewIsAnsweredAtItsDeadlineThoughTheLlmIsStillHeldAndOnlyOnce) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  control_.block_first_call = true;  // held until the end of the test
+  const ReleaseOnExit release_on_exit{&control_};
+  std::future<void> entered = control_.entered.get_future();
+  auto host = std::make_shared<OneThreadHost>();
+  Answered review;
+  {
+    const ScopedHost on_this_thread(host);
+    pipeline_->ScoreThen(testing::ValidTransaction("cut-short"), review.Done());
+  }
+  entered.wait();  // the LLM has started on it, and is held
+  std::future<Result<ScoreOutcome>> answered = review.outcome.get_future();
+  // The stage's deadline comes (the host's timers are the test's to fire): answered at once,
+  // started but unfinished, so cut short.
+  host->FireTimersNow();
+  ASSERT_EQ(answered.wait_for(std::chrono::minutes(1)), std::future_status::ready);
+  Result<ScoreOutcome> outcome = answered.get();
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_EQ(outcome->decision, Decision::kReview);
+  EXPECT_FALSE(outcome->findings.has_value());
+  EXPECT_EQ(outcome->degraded_stages, std::vector<StageRef>{kForensicStage});
+  EXPECT_EQ(CardTransactionCount(), 1u);
+  // The held step ends and the batch answers late: that answer is dropped. A request through
+  // the same batcher after it shows the batch is over, and the host has run all it was given.
+  control_.Release();
+  auto after = pipeline_->Score(testing::ValidTransaction("after"));
+  ASSERT_TRUE(after.ok()) << after.error().ToString();
+  host->Drain();
+  EXPECT_EQ(review.calls.load(), 1);
+  EXPECT_EQ(CardTransactionCount(), 2u);
+}
+
+TEST_F(ForensicPipelineTest, ScoreThenWithoutAHostAnswersBeforeItReturns) {
+  CreatePipeline(/*review_threshold=*/0.0);
+  Answered review;
+  pipeline_->ScoreThen(testing::ValidTransaction("inline"), review.Done());
+  EXPECT_EQ(review.calls.load(), 1);
+  EXPECT_EQ(review.thread, std::this_thread::get_id());
+  Result<ScoreOutcome> outcome = review.outcome.get_future().get();
+  ASSERT_TRUE(outcome.ok()) << outcome.error().ToString();
+  EXPECT_TRUE(outcome->findings.has_value());
 }
 
 TEST_F(ForensicPipelineTest, WithoutTheLlmRuntimeThePipelineDoesNotStart) {

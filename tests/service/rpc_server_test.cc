@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -20,10 +21,12 @@
 #include <future>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "common/blocking_wait.h"
 #include "gen-cpp/TxScore.h"
+#include "service/thrift_async.h"
 #include "tests/rpc_test_support.h"
 #include "tests/test_pki.h"
 #include "tests/test_support.h"
@@ -41,6 +44,7 @@ class FakeHandler : public rpc::TxScoreIf {
  public:
   void score(rpc::ScoreResult& out, const rpc::Transaction& transaction) override {
     out.request_id = transaction.request_id;
+    if (transaction.request_id == kThrows) throw std::runtime_error("the handler broke");
     if (transaction.request_id != kWaitsForLlm) return;
     // As the pipeline waits for its LLM stage (pipelines/scoring_pipeline.cc), or skips it
     // when the wait is refused.
@@ -55,6 +59,7 @@ class FakeHandler : public rpc::TxScoreIf {
     changed_.wait(lock, [this] { return slow_gate_open_; });
   }
   static constexpr const char* kWaitsForLlm = "waits-for-llm";
+  static constexpr const char* kThrows = "throws";             // score() throws an exception it does not declare
   static constexpr const char* kWaitRefused = "wait-refused";  // the answer of a slow call whose wait was refused
   void CloseSlowGate() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -77,7 +82,9 @@ class FakeHandler : public rpc::TxScoreIf {
     }
   }
   size_t reply_id_bytes = 0;  // > 0: every batch item carries a result with an id this long (large replies)
+  std::atomic<bool> health_throws{false};
   void health(rpc::HealthStatus& out) override {
+    if (health_throws) throw std::runtime_error("health broke");
     std::unique_lock<std::mutex> lock(mutex_);
     ++health_calls_entered_;
     changed_.notify_all();
@@ -235,6 +242,35 @@ TEST_F(RpcServerUnitTest, ClosesAConnectionSilentForTheIdleTimeout) {
   ::close(fd);
   EXPECT_EQ(server_->stats().idle_timeouts, 1u);
   EXPECT_EQ(server_->stats().frame_timeouts, 0u);
+}
+
+TEST_F(RpcServerUnitTest, AnUndeclaredExceptionIsAnsweredAsAnApplicationErrorAndTheConnectionStays) {
+  Start({});
+  Client c(server_->port());
+  rpc::ScoreResult result;
+  try {
+    c.client->score(result, TransactionWithId(FakeHandler::kThrows));
+    ADD_FAILURE() << "score() answered";
+  } catch (const apache::thrift::TApplicationException& e) {
+    EXPECT_STREQ(e.what(), "the handler broke");
+  }
+  // health() declares no exception at all: answered the same way.
+  handler_->health_throws = true;
+  rpc::HealthStatus health;
+  try {
+    c.client->health(health);
+    ADD_FAILURE() << "health() answered";
+  } catch (const apache::thrift::TApplicationException& e) {
+    EXPECT_EQ(e.getType(), apache::thrift::TApplicationException::UNKNOWN);
+    EXPECT_STREQ(e.what(), "health broke");
+  }
+  handler_->health_throws = false;
+  // The same connection goes on.
+  c.client->score(result, TransactionWithId("after"));
+  EXPECT_EQ(result.request_id, "after");
+  c.client->health(health);
+  EXPECT_TRUE(health.live);
+  EXPECT_EQ(server_->stats().protocol_errors, 0u);
 }
 
 TEST_F(RpcServerUnitTest, AConnectionBetweenCallsIsIdleNotMidFrame) {
@@ -757,7 +793,11 @@ class RpcServerTlsTest : public ::testing::Test {
     config.port = 0;
     config.frame_timeout_ms = 600000;  // held handshakes must not time out while a test runs
     auto server = RpcServer::Create(
-        config, [this](const Caller&) { return handler_; }, *context);
+        config,
+        [this](const Caller&) -> std::shared_ptr<rpc::TxScoreCobSvIf> {
+          return std::make_shared<AnsweredInline>(handler_);
+        },
+        *context);
     ASSERT_TRUE(server.ok()) << server.error().ToString();
     server_ = std::move(server).value();
     server_->SetHandshakeStepHook([this] { gate_.Step(); });
