@@ -458,7 +458,10 @@ void ScoringPipeline::Start(fraud::RawTransaction raw, const std::shared_ptr<Con
   } catch (const std::exception& e) {
     begun = Internal(std::string("the request failed: ") + e.what());
   }
-  if (!begun.ok()) return Finish(request.get(), begun.error());
+  if (!begun.ok()) {
+    const LogContext log_context(request->request_id, request->trace_id);  // set once the ids are valid
+    return Finish(request.get(), begun.error());
+  }
   Continue(request, host);
 }
 
@@ -477,7 +480,6 @@ void ScoringPipeline::Continue(const std::shared_ptr<Request>& request, const st
 }
 
 void ScoringPipeline::Finish(Request* request, Result<ScoreOutcome> result) {
-  const LogContext log_context(request->request_id, request->trace_id);
   if (!result.ok() && result.error().code != ErrorCode::kInvalidArgument) {
     Log("pipeline").error("the request failed: {}", result.error().ToString());
   }

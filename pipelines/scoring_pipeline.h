@@ -257,7 +257,8 @@ class ScoringPipeline {
   void AfterStage(int index, const StageReport& report, Request* request);
   // The decision and the card's new state, written in one batch (the audit trail's commit).
   Result<ScoreOutcome> Persist(Request* request);
-  // Logs a failure, unlocks the card and calls the request's `done`.
+  // Logs a failure, unlocks the card and calls the request's `done`. Called inside the
+  // request's LogContext (its callers set it), so the line names the request.
   void Finish(Request* request, Result<ScoreOutcome> result);
   // The card's tokens: from the PAN (validated, then wiped) under the keys of `tokenizer`, or
   // the caller's own token (refused when made under a retired key).

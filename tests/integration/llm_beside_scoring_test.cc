@@ -93,6 +93,14 @@ class LlmBesideScoringTest : public ::testing::Test {
     return condition();
   }
 
+  // Releases the held LLM when a test ends, whatever failed, before the calls' futures are
+  // destroyed (the future of a std::async call waits for it): a failed check ends the test
+  // instead of hanging it.
+  struct ReleaseOnExit {
+    pipelines::FlatLogitsDecoder::Control* control;
+    ~ReleaseOnExit() { control->Release(); }
+  };
+
   testing::TempDir dir_;
   pipelines::FlatLogitsDecoder::Control control_;
   std::unique_ptr<ScoringServer> server_;
@@ -100,13 +108,7 @@ class LlmBesideScoringTest : public ::testing::Test {
 };
 
 TEST_F(LlmBesideScoringTest, ReviewsWaitingForTheLlmHoldNoThreadAndApprovalsAreAnsweredMeanwhile) {
-  // Whatever fails below, the LLM is released before the calls' futures are destroyed (the
-  // future of a std::async call waits for it), so a failed check ends the test instead of
-  // hanging it.
-  struct ReleaseOnExit {
-    pipelines::FlatLogitsDecoder::Control* control;
-    ~ReleaseOnExit() { control->Release(); }
-  } release_on_exit{&control_};
+  const ReleaseOnExit release_on_exit{&control_};
   // Eight REVIEWs, more than the server has threads (1 I/O thread, 2 workers, 2 waiting
   // threads): each is parked while the LLM is held, and none holds a thread, so all eight wait
   // at once and none is refused its findings.
@@ -145,10 +147,7 @@ TEST_F(LlmBesideScoringTest, ReviewsWaitingForTheLlmHoldNoThreadAndApprovalsAreA
 }
 
 TEST_F(LlmBesideScoringTest, StoppingAnswersAParkedReviewFirstThoughTheDrainTimeoutHasPassed) {
-  struct ReleaseOnExit {
-    pipelines::FlatLogitsDecoder::Control* control;
-    ~ReleaseOnExit() { control->Release(); }
-  } release_on_exit{&control_};
+  const ReleaseOnExit release_on_exit{&control_};
   std::future<rpc::ScoreResult> review = ScoreLater("review-at-stop", 50000);
   ASSERT_EQ(control_.entered.get_future().wait_for(std::chrono::minutes(1)), std::future_status::ready);
   ASSERT_TRUE(Eventually([&] { return server_->rpc_stats().requests_waiting == 1; }));
